@@ -1,0 +1,174 @@
+"""The command line: a thin layer that parses options, calls a stage, and prints.
+
+Exit codes everywhere: 0 success; 1 a cell failed (or drift); 2 invalid input or usage;
+3 the environment (Docker engine or registry unreachable, no GPU runtime).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+
+from imagekit.errors import ExitCode, ImagekitError
+from imagekit.matrix import Plan, load_plan
+from imagekit.render import (
+    Renderer,
+    dockerfile_path,
+    expected_files,
+    output_dir,
+    raise_on_drift,
+    write_rendered,
+)
+from imagekit.schema import json_schema
+
+app = typer.Typer(
+    name="imagekit",
+    help="Build, verify and publish GPU container images for PyTorch from one matrix.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MatrixOption = Annotated[
+    Path,
+    typer.Option("--matrix", "-m", help="The matrix file.", dir_okay=False, show_default=True),
+]
+
+
+def _err(kind: str, message: str) -> None:
+    typer.echo(f"imagekit: {kind}: {message}", err=True)
+
+
+def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn an ImagekitError into its one line on stderr and its exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except ImagekitError as exc:
+            _err("error", exc.message)
+            raise typer.Exit(int(exc.exit_code)) from None
+
+    return wrapper
+
+
+def today() -> date:
+    """UTC today, or SOURCE_DATE_EPOCH's day for reproducible output."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch and epoch.isdigit():
+        return datetime.fromtimestamp(int(epoch), tz=timezone.utc).date()
+    return datetime.now(tz=timezone.utc).date()
+
+
+def _plan(matrix: Path) -> Plan:
+    plan = load_plan(matrix)
+    for warning in plan.warnings:
+        _err("warning", warning)
+    return plan
+
+
+@app.command()
+@reports_errors
+def plan(
+    matrix: MatrixOption = Path("matrix.yaml"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object: cells, refused.")] = False,
+) -> None:
+    """List the cells the matrix makes and the combinations it refuses, with reasons.
+
+    Example: imagekit plan --matrix matrix.yaml --json | jq '.cells[].id'
+    """
+    the_plan = _plan(matrix)
+    renderer = Renderer(the_plan)
+    rendered = renderer.render_all()
+    out = output_dir(the_plan, None)
+    day = today()
+    cells = []
+    for item in rendered:
+        entry: dict[str, Any] = item.cell.summary()
+        entry["tags"] = list(item.tags(the_plan.matrix, day))
+        entry["input_digest"] = item.input_digest
+        entry["dockerfile"] = str(dockerfile_path(out, item.cell))
+        cells.append(entry)
+    refused = [
+        {"combination": dict(r.combination), "origin": r.origin, "reason": r.reason}
+        for r in the_plan.refused
+    ]
+    if as_json:
+        typer.echo(json.dumps({"cells": cells, "refused": refused}, indent=2, sort_keys=True))
+        return
+    columns = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
+    rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(columns)]
+    typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(columns, widths, strict=True)).rstrip())
+    for row, cell in zip(rows, cells, strict=True):
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        typer.echo(f"    tags: {', '.join(cell['tags'])}")
+    typer.echo(f"\n{len(cells)} cells, {len(refused)} refused")
+    for refusal in the_plan.refused:
+        typer.echo(f"  refused {refusal.describe()}")
+
+
+@app.command()
+@reports_errors
+def render(
+    matrix: MatrixOption = Path("matrix.yaml"),
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the Dockerfiles (default: the matrix's `output`).", file_okay=False),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a file differs (CI drift check).")
+    ] = False,
+) -> None:
+    """Render one Dockerfile per cell to OUT/<cell-id>/Dockerfile.
+
+    Example: imagekit render --matrix matrix.yaml --check
+    """
+    the_plan = _plan(matrix)
+    renderer = Renderer(the_plan)
+    target = output_dir(the_plan, out)
+    # Everything is rendered (and so validated) before the first file is touched.
+    expected = expected_files(the_plan, renderer, target)
+    if check:
+        from imagekit.render import check_drift
+
+        raise_on_drift(check_drift(expected, target), matrix.name)
+        typer.echo(f"{len(expected)} Dockerfiles in {target} are up to date")
+        return
+    drift = write_rendered(expected, target)
+    typer.echo(
+        f"{len(expected)} Dockerfiles in {target}: {len(drift.changed)} updated,"
+        f" {len(drift.missing)} added, {len(drift.stale)} stale removed"
+    )
+
+
+@app.command()
+def schema() -> None:
+    """Print the matrix file's JSON Schema (for editors and validators)."""
+    typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        _err("error", "interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
+
+__all__ = ["ExitCode", "app", "main"]

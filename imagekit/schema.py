@@ -1,0 +1,371 @@
+"""The schema of ``matrix.yaml``: pydantic models, their JSON Schema, and one-line errors.
+
+Every string that can reach a Dockerfile, an image tag, a label or a shell command is checked
+here, once, by a type that says what it is (``TorchVersion``, ``Requirement``, ``SafeText``...).
+The renderer can then trust its input; a hostile value never gets as far as a template.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from imagekit.errors import InputError
+from imagekit.yamlsource import SourceDocument, format_path
+
+# -- safe strings -------------------------------------------------------------------------
+
+_HOSTILE: tuple[tuple[str, str], ...] = (
+    ("\n", "a newline"),
+    ("\r", "a carriage return"),
+    ("\t", "a tab"),
+    (" ", "a space"),
+    ('"', "a quote"),
+    ("'", "a quote"),
+    ("`", "a backtick"),
+    ("$(", "'$('"),
+    ("$", "'$'"),
+    ("\\", "a backslash"),
+    (";", "';'"),
+    ("&", "'&'"),
+    ("|", "'|'"),
+)
+
+
+def _reject_hostile(value: str) -> str:
+    for needle, name in _HOSTILE:
+        if needle in value:
+            raise PydanticCustomError(
+                "unsafe_value",
+                "{detail}",
+                {
+                    "detail": f"{value!r} holds {name}; values that reach a Dockerfile, tag,"
+                    " label or shell command may not hold spaces, quotes, newlines, '$',"
+                    " backticks or shell operators",
+                },
+            )
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise PydanticCustomError(
+            "unsafe_value", "{detail}", {"detail": f"{value!r} holds a control character"}
+        )
+    if not value:
+        raise PydanticCustomError("empty_value", "{detail}", {"detail": "must not be empty"})
+    return value
+
+
+def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        _reject_hostile(value)
+        if not compiled.fullmatch(value):
+            raise PydanticCustomError(
+                "bad_format",
+                "{detail}",
+                {"detail": f"{value!r} is not {what} (like {example!r})"},
+            )
+        return value
+
+    return check
+
+
+def _safe_type(regex: str, what: str, example: str) -> Any:
+    return Annotated[
+        str,
+        AfterValidator(_pattern(regex, what, example)),
+        Field(json_schema_extra={"pattern": f"^{regex}$"}),
+    ]
+
+
+TorchVersion = _safe_type(
+    r"[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a torch version", "2.1.2"
+)
+CudaVersion = _safe_type(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1")
+PythonVersion = _safe_type(r"3\.[0-9]+", "a Python minor version", "3.10")
+PackageVersion = _safe_type(
+    r"none|[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a version or 'none'", "0.16.2"
+)
+Name = _safe_type(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda")
+OsName = _safe_type(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04")
+# An image reference that may hold {placeholders}; the rendered reference is checked again.
+ImagePattern = _safe_type(
+    r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"
+)
+TagPattern = _safe_type(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")
+Registry = _safe_type(r"[a-z0-9.-]+(:[0-9]+)?", "a registry host[:port]", "ghcr.io")
+Repository = _safe_type(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")
+Url = _safe_type(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,=-]+", "a URL", "https://host/x")
+UrlPattern = _safe_type(
+    r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,={}-]+", "a URL", "https://host/whl/{variant}"
+)
+Host = _safe_type(r"[A-Za-z0-9.-]+(:[0-9]+)?", "a host name", "pypi.example.org")
+RelativePath = _safe_type(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse")
+Requirement = _safe_type(
+    r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+,?)*",
+    "a pip requirement",
+    "numpy<2",
+)
+AptPackage = _safe_type(
+    r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git"
+)
+EnvName = _safe_type(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST")
+SafeText = _safe_type(r"[^\s'\"`$\\;&|]+", "plain text", "8.0;9.0")
+
+Flavour = Literal["devel", "runtime"]
+PublishPolicy = Literal["gpu-validated", "checked", "built"]
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    for index, value in enumerate(values):
+        if value in seen:
+            raise PydanticCustomError(
+                "duplicate_value",
+                "{detail}",
+                {"detail": f"value {value!r} at index {index} is listed twice"},
+            )
+        seen.add(value)
+    return values
+
+
+def _non_empty_unique(values: list[Any]) -> list[Any]:
+    if not values:
+        raise PydanticCustomError(
+            "empty_axis", "{detail}", {"detail": "is empty; list at least one value or remove it"}
+        )
+    return _unique(values)
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class StrictModel(BaseModel):
+    """Frozen, no unknown keys; an unknown key is reported with the nearest valid one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = sorted(cls.model_fields)
+            for key in data:
+                if key in cls.model_fields:
+                    continue
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(known)}"
+                raise PydanticCustomError(
+                    "unknown_key", "{detail}", {"detail": f"unknown key; {hint}", "key": str(key)}
+                )
+        return data
+
+
+class CellSpec(StrictModel):
+    """The keys of one matrix cell: the axes, plus per-cell settings (``include`` adds these)."""
+
+    torch: TorchVersion | None = Field(None, description="torch release: 2.1.2, or 2.1 for its latest patch")
+    cuda: CudaVersion | None = Field(None, description="CUDA minor (12.1), or cpu")
+    base: Name | None = Field(None, description="a key of `bases`")
+    flavour: Flavour | None = Field(None, description="devel (with nvcc) or runtime")
+    python: PythonVersion | None = Field(None, description="Python minor installed where the base lacks one")
+    torchvision: PackageVersion | None = Field(None, description="override the paired version; 'none' skips it")
+    torchaudio: PackageVersion | None = Field(None, description="override the paired version; 'none' skips it")
+    cuda_full: CudaVersion | None = Field(None, description="nvidia/cuda tag version for a CUDA minor imagekit does not know")
+    pip_packages: list[Requirement] | None = Field(None, description="extra pip requirements, installed with torch pinned")
+    apt_packages: list[AptPackage] | None = Field(None, description="extra OS packages")
+    env: dict[EnvName, SafeText] | None = Field(None, description="environment variables set in the image")
+    build_args: dict[EnvName, SafeText] | None = Field(None, description="docker build arguments (declared as ARG)")
+    allow_unknown: bool | None = Field(None, description="admit versions newer than imagekit's compatibility table")
+
+    def set_keys(self) -> dict[str, Any]:
+        """The keys this entry actually sets (``include``/``exclude`` semantics need that)."""
+        return {key: getattr(self, key) for key in self.model_fields_set if getattr(self, key) is not None}
+
+
+AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python")
+
+
+def _axis(annotation: Any, description: str) -> Any:
+    return Field(None, description=description, json_schema_extra={"minItems": 1, "uniqueItems": True})
+
+
+class Axes(StrictModel):
+    """The values crossed into cells. Each axis is optional; ``torch`` and ``base`` usually exist."""
+
+    torch: list[TorchVersion] | None = _axis(TorchVersion, "torch releases")
+    cuda: list[CudaVersion] | None = _axis(CudaVersion, "CUDA minors (or cpu)")
+    base: list[Name] | None = _axis(Name, "keys of `bases`")
+    flavour: list[Flavour] | None = _axis(Flavour, "devel and/or runtime")
+    python: list[PythonVersion] | None = _axis(PythonVersion, "Python minors")
+
+    @field_validator("*")
+    @classmethod
+    def _check_axis(cls, value: list[Any] | None) -> list[Any] | None:
+        return None if value is None else _non_empty_unique(value)
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        return {key: getattr(self, key) for key in AXIS_KEYS if getattr(self, key) is not None}
+
+
+class LocalBuild(StrictModel):
+    """A base built from a Dockerfile context next to the matrix (air-gapped sites, tests)."""
+
+    context: RelativePath = Field(description="directory, relative to the matrix file")
+    dockerfile: RelativePath = Field("Dockerfile", description="relative to the context")
+    args: dict[EnvName, SafeText] = Field(default_factory=dict)
+
+
+class BaseSpec(StrictModel):
+    """A base image: a pattern crossed with the axes, a fixed stack (NGC), or a local build."""
+
+    image: ImagePattern | None = Field(
+        None,
+        description="image reference; may use {cuda}, {cuda_full}, {cudnn}, {cudnn_tag},"
+        " {flavour}, {os}, {python}",
+    )
+    stack: Name | None = Field(None, description="a fixed stack from imagekit's data (ngc-pytorch-23.10)")
+    os: OsName | None = Field(None, description="the base's OS, e.g. ubuntu22.04 (from the stack if set)")
+    python: PythonVersion | None = Field(None, description="the Python the base brings, if any")
+    cuda: bool | None = Field(None, description="whether the base carries CUDA (default: image uses {cuda...})")
+    build: LocalBuild | None = None
+    flavours: list[Flavour] | None = Field(None, description="flavours this base serves")
+    tag: TagPattern | None = Field(None, description="readable tag pattern for this base's cells")
+
+    @model_validator(mode="after")
+    def _image_or_stack(self) -> BaseSpec:
+        if self.image is None and self.stack is None:
+            raise PydanticCustomError(
+                "missing_image", "{detail}", {"detail": "set `image` (or `stack` for a fixed stack)"}
+            )
+        if self.stack is None and self.os is None:
+            raise PydanticCustomError(
+                "missing_os", "{detail}", {"detail": "set `os` (e.g. ubuntu22.04, debian12)"}
+            )
+        return self
+
+
+class PipSources(StrictModel):
+    torch_index_url: UrlPattern | None = Field(
+        "https://download.pytorch.org/whl/{variant}",
+        description="index for torch/torchvision/torchaudio; {variant} becomes cu121, cpu, ...",
+    )
+    index_url: Url | None = Field(None, description="index for everything else (default: PyPI)")
+    extra_index_urls: list[Url] = Field(default_factory=list)
+    find_links: list[RelativePath] = Field(
+        default_factory=list,
+        description="wheelhouse directories relative to the matrix file, copied into the build",
+    )
+    no_index: bool = Field(False, description="install only from find_links (air-gapped)")
+    trusted_hosts: list[Host] = Field(default_factory=list)
+
+    @field_validator("extra_index_urls", "find_links", "trusted_hosts")
+    @classmethod
+    def _unique_list(cls, value: list[str]) -> list[str]:
+        return _unique(value)
+
+
+class AptSources(StrictModel):
+    mirror: Url | None = Field(None, description="replaces the OS's archive URLs during the build")
+
+
+class Sources(StrictModel):
+    pip: PipSources = PipSources()
+    apt: AptSources = AptSources()
+
+
+class TagScheme(StrictModel):
+    readable: TagPattern = Field(
+        "{torch}-{stack}-{flavour}-{os}",
+        description="moving tag that says what is inside: {torch} {cuda} {cudnn} {stack} {flavour}"
+        " {os} {python} {base}",
+    )
+    immutable: list[TagPattern] = Field(
+        default_factory=lambda: ["{readable}-{date}", "{readable}-{digest}"],
+        description="tags that never move: {date} (UTC, YYYYMMDD), {digest} (input digest, 12 hex)",
+    )
+
+
+class Publish(StrictModel):
+    registry: Registry | None = Field(None, description="registry host[:port]; none = local names")
+    repository: Repository = "imagekit/pytorch"
+    policy: PublishPolicy = "gpu-validated"
+    tags: TagScheme = TagScheme()
+
+
+class Matrix(StrictModel):
+    """A build matrix: axes crossed into cells, GitHub-Actions-style include/exclude."""
+
+    version: Literal["1"] = Field("1", description="schema version")
+    axes: Axes
+    include: list[CellSpec] = Field(default_factory=list, description="add or extend combinations")
+    exclude: list[CellSpec] = Field(default_factory=list, description="remove matching combinations")
+    defaults: CellSpec = Field(default_factory=CellSpec, description="settings of every cell")
+    bases: dict[Name, BaseSpec]
+    sources: Sources = Sources()
+    publish: Publish = Publish()
+    allow_unknown: bool = Field(False, description="admit versions newer than the compatibility table")
+    output: RelativePath = Field(
+        "dockerfiles/generated", description="where `render` writes, relative to the matrix file"
+    )
+    templates: RelativePath | None = Field(
+        None, description="template directory relative to the matrix file (default: imagekit's)"
+    )
+
+    @field_validator("bases")
+    @classmethod
+    def _some_bases(cls, value: dict[str, BaseSpec]) -> dict[str, BaseSpec]:
+        if not value:
+            raise PydanticCustomError("empty_bases", "{detail}", {"detail": "define at least one base"})
+        return value
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Matrix.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "imagekit matrix"
+    return schema
+
+
+def _error_line(doc: SourceDocument, error: Mapping[str, Any]) -> str:
+    loc: tuple[str | int, ...] = tuple(error["loc"])
+    ctx = error.get("ctx") or {}
+    message = str(ctx.get("detail") or error["msg"])
+    if error["type"] == "unknown_key":
+        loc = (*loc, str(ctx["key"]))
+    elif error["type"] == "missing":
+        message = "is required"
+    elif error["type"] == "literal_error" and loc == ("version",):
+        message = "must be 1 (the only schema version)"
+    return f"{doc.where(loc)}: {format_path(loc)}: {message}"
+
+
+def validate_matrix(doc: SourceDocument) -> Matrix:
+    """Validate a parsed document; the first problem becomes one InputError line."""
+    try:
+        return Matrix.model_validate(doc.value)
+    except ValidationError as exc:
+        errors = exc.errors()
+        line = _error_line(doc, errors[0])
+        if len(errors) > 1:
+            line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        raise InputError(line) from None
+
+
+def relative_path_is_inside(path: str) -> bool:
+    """True when a relative path stays inside its root (no absolute path, no ``..``)."""
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts
