@@ -105,6 +105,9 @@ OsName = _safe_type(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "
 ImagePattern = _safe_type(
     r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"
 )
+ImagePrefix = _safe_type(
+    r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", "an image name prefix", "nvidia/cuda"
+)
 TagPattern = _safe_type(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")
 Registry = _safe_type(r"[a-z0-9.-]+(:[0-9]+)?", "a registry host[:port]", "ghcr.io")
 Repository = _safe_type(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")
@@ -317,6 +320,11 @@ class Matrix(StrictModel):
     bases: dict[Name, BaseSpec]
     sources: Sources = Sources()
     publish: Publish = Publish()
+    mirrors: dict[ImagePrefix, ImagePrefix] = Field(
+        default_factory=dict,
+        description="base image prefix -> replacement used when pulling and building, for"
+        " air-gapped sites and deleted upstream tags (nvidia/cuda -> 127.0.0.1:5000/mirror/nvidia-cuda)",
+    )
     allow_unknown: bool = Field(False, description="admit versions newer than the compatibility table")
     output: RelativePath = Field(
         "dockerfiles/generated", description="where `render` writes, relative to the matrix file"
