@@ -15,7 +15,7 @@ from typing import Any
 
 from imagekit.compat import Compat, Stack, cuda_variant, load_compat, minor_of, version_key
 from imagekit.errors import InputError
-from imagekit.schema import AXIS_KEYS, BaseSpec, Matrix, relative_path_is_inside, validate_matrix
+from imagekit.schema import AXIS_KEYS, BaseSpec, Matrix, validate_matrix
 from imagekit.yamlsource import SourceDocument, as_mapping, read_yaml_file
 
 Combination = dict[str, Any]
@@ -52,9 +52,7 @@ def expand(
     """
     keys = list(axes)
     originals: list[Combination] = (
-        [dict(zip(keys, values, strict=True)) for values in product(*(axes[k] for k in keys))]
-        if keys
-        else []
+        [dict(zip(keys, values, strict=True)) for values in product(*(axes[k] for k in keys))] if keys else []
     )
     unused: list[int] = []
     for index, rule in enumerate(exclude):
@@ -188,7 +186,9 @@ def _format(pattern: str, values: Mapping[str, str], where: str) -> str:
         return pattern.format_map(values)
     except KeyError as exc:
         known = ", ".join("{" + k + "}" for k in values)
-        raise InputError(f"{where}: unknown placeholder {{{exc.args[0]}}} in {pattern!r}; use {known}") from None
+        raise InputError(
+            f"{where}: unknown placeholder {{{exc.args[0]}}} in {pattern!r}; use {known}"
+        ) from None
     except (ValueError, IndexError):
         raise InputError(f"{where}: malformed placeholder in {pattern!r}") from None
 
@@ -210,11 +210,11 @@ class _Resolver:
             return None
         if name not in self.local_bases:
             where = self.where(("bases", name, "build", "context"))
-            if not relative_path_is_inside(spec.build.context):
-                raise InputError(f"{where}: {spec.build.context!r} must stay inside the matrix directory")
             context = self.root / spec.build.context
             if not (context / spec.build.dockerfile).is_file():
-                raise InputError(f"{where}: no {spec.build.dockerfile} in {context}; create it or fix the path")
+                raise InputError(
+                    f"{where}: no {spec.build.dockerfile} in {context}; create it or fix the path"
+                )
             assert spec.image is not None  # a local build names the image it produces
             self.local_bases[name] = LocalBase(
                 name=name,
@@ -311,7 +311,9 @@ class _Resolver:
                     " set allow_unknown: true to build it anyway"
                 )
             unknown = True
-            self.warnings.append(f"torch {torch} is not in the compatibility table; admitted by allow_unknown")
+            self.warnings.append(
+                f"torch {torch} is not in the compatibility table; admitted by allow_unknown"
+            )
 
         carries_cuda = spec.cuda if spec.cuda is not None else "{cuda" in (spec.image or "")
         if carries_cuda and not merged.get("cuda"):
@@ -335,7 +337,9 @@ class _Resolver:
             elif cuda_release is not None:
                 cuda_full = cuda_release.image_version
             elif allow_unknown:
-                raise _Refused(f"CUDA {cuda} is not in the compatibility table; set cuda_full (e.g. {cuda}.0)")
+                raise _Refused(
+                    f"CUDA {cuda} is not in the compatibility table; set cuda_full (e.g. {cuda}.0)"
+                )
             else:
                 raise _Refused(
                     f"CUDA {cuda} is not in imagekit's compatibility table; set allow_unknown: true"
@@ -435,7 +439,9 @@ class _Resolver:
             raise InputError(
                 f"{self.where(('bases', base_name, 'image'))}: {base_image!r} is not a valid image reference"
             )
-        stack_label = "cpu" if cuda == "cpu" else f"cuda{cuda}" + (f"-cudnn{cudnn_major}" if cudnn_major else "")
+        stack_label = (
+            "cpu" if cuda == "cpu" else f"cuda{cuda}" + (f"-cudnn{cudnn_major}" if cudnn_major else "")
+        )
         tag_values = {
             "torch": _tag_safe(torch),
             "cuda": cuda,
@@ -505,8 +511,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         twin = by_id.get(cell.id)
         if twin is not None:
             raise InputError(
-                f"{doc.name}: {cell.origin} and {twin.origin} both make cell {cell.id};"
-                " remove one of them"
+                f"{doc.name}: {cell.origin} and {twin.origin} both make cell {cell.id}; remove one of them"
             )
         tag_twin = by_tag.get(cell.readable_tag)
         if tag_twin is not None:

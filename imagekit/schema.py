@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -18,14 +19,24 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
 
 from imagekit.errors import InputError
 from imagekit.yamlsource import SourceDocument, format_path
+
+
+def relative_path_is_inside(path: str) -> bool:
+    """True when a relative path stays inside its root (no absolute path, no ``..``)."""
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts
+
 
 # -- safe strings -------------------------------------------------------------------------
 
@@ -40,9 +51,6 @@ _HOSTILE: tuple[tuple[str, str], ...] = (
     ("$(", "'$('"),
     ("$", "'$'"),
     ("\\", "a backslash"),
-    (";", "';'"),
-    ("&", "'&'"),
-    ("|", "'|'"),
 )
 
 
@@ -55,7 +63,7 @@ def _reject_hostile(value: str) -> str:
                 {
                     "detail": f"{value!r} holds {name}; values that reach a Dockerfile, tag,"
                     " label or shell command may not hold spaces, quotes, newlines, '$',"
-                    " backticks or shell operators",
+                    " backticks or backslashes",
                 },
             )
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
@@ -67,66 +75,97 @@ def _reject_hostile(value: str) -> str:
     return value
 
 
-def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
-    compiled = re.compile(regex)
+@dataclass(frozen=True)
+class SafeString:
+    """Annotated metadata: a hostile-character check, then a format with a friendly message.
 
-    def check(value: str) -> str:
+    The regex also lands in the JSON Schema as ``pattern``, so editors flag the same values.
+    """
+
+    regex: str
+    what: str
+    example: str
+
+    def check(self, value: str) -> str:
         _reject_hostile(value)
-        if not compiled.fullmatch(value):
+        if not re.fullmatch(self.regex, value):
             raise PydanticCustomError(
                 "bad_format",
                 "{detail}",
-                {"detail": f"{value!r} is not {what} (like {example!r})"},
+                {"detail": f"{value!r} is not {self.what} (like {self.example!r})"},
             )
         return value
 
-    return check
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = f"^{self.regex}$"
+        return json_schema
 
 
-def _safe_type(regex: str, what: str, example: str) -> Any:
-    return Annotated[
-        str,
-        AfterValidator(_pattern(regex, what, example)),
-        Field(json_schema_extra={"pattern": f"^{regex}$"}),
-    ]
-
-
-TorchVersion = _safe_type(
-    r"[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a torch version", "2.1.2"
-)
-CudaVersion = _safe_type(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1")
-PythonVersion = _safe_type(r"3\.[0-9]+", "a Python minor version", "3.10")
-PackageVersion = _safe_type(
-    r"none|[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a version or 'none'", "0.16.2"
-)
-Name = _safe_type(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda")
-OsName = _safe_type(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04")
+TorchVersion = Annotated[
+    str, SafeString(r"[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a torch version", "2.1.2")
+]
+CudaVersion = Annotated[str, SafeString(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1")]
+PythonVersion = Annotated[str, SafeString(r"3\.[0-9]+", "a Python minor version", "3.10")]
+PackageVersion = Annotated[
+    str, SafeString(r"none|[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a version or 'none'", "0.16.2")
+]
+Name = Annotated[str, SafeString(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda")]
+OsName = Annotated[str, SafeString(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04")]
 # An image reference that may hold {placeholders}; the rendered reference is checked again.
-ImagePattern = _safe_type(
-    r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"
-)
-ImagePrefix = _safe_type(
-    r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", "an image name prefix", "nvidia/cuda"
-)
-TagPattern = _safe_type(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")
-Registry = _safe_type(r"[a-z0-9.-]+(:[0-9]+)?", "a registry host[:port]", "ghcr.io")
-Repository = _safe_type(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")
-Url = _safe_type(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,=-]+", "a URL", "https://host/x")
-UrlPattern = _safe_type(
-    r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,={}-]+", "a URL", "https://host/whl/{variant}"
-)
-Host = _safe_type(r"[A-Za-z0-9.-]+(:[0-9]+)?", "a host name", "pypi.example.org")
-RelativePath = _safe_type(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse")
-Requirement = _safe_type(
-    r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+,?)*",
-    "a pip requirement",
-    "numpy<2",
-)
-AptPackage = _safe_type(
-    r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git"
-)
-EnvName = _safe_type(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST")
-SafeText = _safe_type(r"[^\s'\"`$\\;&|]+", "plain text", "8.0;9.0")
+ImagePattern = Annotated[
+    str,
+    SafeString(r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"),
+]
+ImagePrefix = Annotated[
+    str,
+    SafeString(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", "an image name prefix", "nvidia/cuda"),
+]
+TagPattern = Annotated[str, SafeString(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")]
+Registry = Annotated[str, SafeString(r"[a-z0-9.-]+(:[0-9]+)?", "a registry host[:port]", "ghcr.io")]
+Repository = Annotated[str, SafeString(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")]
+Url = Annotated[str, SafeString(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,=-]+", "a URL", "https://host/x")]
+UrlPattern = Annotated[
+    str,
+    SafeString(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,={}-]+", "a URL", "https://host/whl/{variant}"),
+]
+Host = Annotated[str, SafeString(r"[A-Za-z0-9.-]+(:[0-9]+)?", "a host name", "pypi.example.org")]
+
+
+def _inside(value: str) -> str:
+    if not relative_path_is_inside(value):
+        raise PydanticCustomError(
+            "path_escapes",
+            "{detail}",
+            {"detail": f"{value!r} must stay inside the matrix directory (no absolute path, no '..')"},
+        )
+    return value
+
+
+RelativePath = Annotated[
+    str, SafeString(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse"), AfterValidator(_inside)
+]
+Requirement = Annotated[
+    str,
+    SafeString(
+        r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+,?)*",
+        "a pip requirement",
+        "numpy<2",
+    ),
+]
+AptPackage = Annotated[
+    str, SafeString(r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git")
+]
+EnvName = Annotated[str, SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST")]
+# ENV values and build arguments never pass through a shell, so ';' (TORCH_CUDA_ARCH_LIST) is fine.
+SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0")]
 
 Flavour = Literal["devel", "runtime"]
 PublishPolicy = Literal["gpu-validated", "checked", "built"]
@@ -185,14 +224,26 @@ class CellSpec(StrictModel):
     base: Name | None = Field(None, description="a key of `bases`")
     flavour: Flavour | None = Field(None, description="devel (with nvcc) or runtime")
     python: PythonVersion | None = Field(None, description="Python minor installed where the base lacks one")
-    torchvision: PackageVersion | None = Field(None, description="override the paired version; 'none' skips it")
-    torchaudio: PackageVersion | None = Field(None, description="override the paired version; 'none' skips it")
-    cuda_full: CudaVersion | None = Field(None, description="nvidia/cuda tag version for a CUDA minor imagekit does not know")
-    pip_packages: list[Requirement] | None = Field(None, description="extra pip requirements, installed with torch pinned")
+    torchvision: PackageVersion | None = Field(
+        None, description="override the paired version; 'none' skips it"
+    )
+    torchaudio: PackageVersion | None = Field(
+        None, description="override the paired version; 'none' skips it"
+    )
+    cuda_full: CudaVersion | None = Field(
+        None, description="nvidia/cuda tag version for a CUDA minor imagekit does not know"
+    )
+    pip_packages: list[Requirement] | None = Field(
+        None, description="extra pip requirements, installed with torch pinned"
+    )
     apt_packages: list[AptPackage] | None = Field(None, description="extra OS packages")
     env: dict[EnvName, SafeText] | None = Field(None, description="environment variables set in the image")
-    build_args: dict[EnvName, SafeText] | None = Field(None, description="docker build arguments (declared as ARG)")
-    allow_unknown: bool | None = Field(None, description="admit versions newer than imagekit's compatibility table")
+    build_args: dict[EnvName, SafeText] | None = Field(
+        None, description="docker build arguments (declared as ARG)"
+    )
+    allow_unknown: bool | None = Field(
+        None, description="admit versions newer than imagekit's compatibility table"
+    )
 
     def set_keys(self) -> dict[str, Any]:
         """The keys this entry actually sets (``include``/``exclude`` semantics need that)."""
@@ -243,7 +294,9 @@ class BaseSpec(StrictModel):
     stack: Name | None = Field(None, description="a fixed stack from imagekit's data (ngc-pytorch-23.10)")
     os: OsName | None = Field(None, description="the base's OS, e.g. ubuntu22.04 (from the stack if set)")
     python: PythonVersion | None = Field(None, description="the Python the base brings, if any")
-    cuda: bool | None = Field(None, description="whether the base carries CUDA (default: image uses {cuda...})")
+    cuda: bool | None = Field(
+        None, description="whether the base carries CUDA (default: image uses {cuda...})"
+    )
     build: LocalBuild | None = None
     flavours: list[Flavour] | None = Field(None, description="flavours this base serves")
     tag: TagPattern | None = Field(None, description="readable tag pattern for this base's cells")
@@ -358,6 +411,8 @@ def _error_line(doc: SourceDocument, error: Mapping[str, Any]) -> str:
         message = "is required"
     elif error["type"] == "literal_error" and loc == ("version",):
         message = "must be 1 (the only schema version)"
+    elif not ctx.get("detail") and not isinstance(error.get("input"), (dict, list)):
+        message += f" (got {error.get('input')!r:.60})"
     return f"{doc.where(loc)}: {format_path(loc)}: {message}"
 
 
@@ -371,9 +426,3 @@ def validate_matrix(doc: SourceDocument) -> Matrix:
         if len(errors) > 1:
             line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise InputError(line) from None
-
-
-def relative_path_is_inside(path: str) -> bool:
-    """True when a relative path stays inside its root (no absolute path, no ``..``)."""
-    pure = PurePosixPath(path)
-    return not pure.is_absolute() and ".." not in pure.parts

@@ -19,10 +19,14 @@ import time
 def _torch_facts() -> dict[str, object]:
     started = time.monotonic()
     try:
-        import torch  # noqa: PLC0415 - optional, and slow to import
+        import torch
     except ImportError as exc:
-        return {"name": "torch", "status": "fail", "detail": f"cannot import torch: {exc}",
-                "duration_s": round(time.monotonic() - started, 3)}
+        return {
+            "name": "torch",
+            "status": "fail",
+            "detail": f"cannot import torch: {exc}",
+            "duration_s": round(time.monotonic() - started, 3),
+        }
     expected = os.environ.get("IMAGEKIT_EXPECT_TORCH")
     actual = torch.__version__
     ok = expected is None or actual.split("+")[0] == expected or actual == expected

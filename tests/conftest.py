@@ -1,0 +1,47 @@
+"""Shared helpers: write a matrix, run the CLI as a user would, read what it printed."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from imagekit.cli import app
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A minimal valid matrix on an nvidia/cuda pattern base, for tests to extend.
+CUDA_BASE = """
+bases:
+  cuda:
+    image: "nvidia/cuda:{cuda_full}-{cudnn_tag}{flavour}-ubuntu22.04"
+    os: ubuntu22.04
+"""
+
+
+@dataclass(frozen=True)
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str) -> CliResult:
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.fixture
+def write_matrix(tmp_path: Path) -> Callable[[str], Path]:
+    def write(text: str, name: str = "matrix.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write

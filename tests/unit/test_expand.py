@@ -1,0 +1,122 @@
+"""include/exclude behave like GitHub Actions' matrix."""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagekit.matrix import expand
+
+
+def reference(
+    axes: dict[str, list[Any]], include: list[dict[str, Any]], exclude: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """GitHub's documented rules, transcribed combination-first (the code goes include-first).
+
+    1. cross the axes; 2. drop every combination an exclude entry partially matches;
+    3. each remaining combination takes, in order, every include entry whose axis keys agree
+    with it; 4. an include entry that agrees with no remaining combination is appended alone.
+    """
+    names = list(axes)
+    crossed = [dict(zip(names, values, strict=True)) for values in product(*axes.values())] if names else []
+
+    def excluded(combination: dict[str, Any]) -> bool:
+        return any(all(combination.get(k) == v for k, v in rule.items()) for rule in exclude)
+
+    def agrees(combination: dict[str, Any], entry: dict[str, Any]) -> bool:
+        return all(combination[k] == v for k, v in entry.items() if k in axes)
+
+    kept = [c for c in crossed if not excluded(c)]
+    result = []
+    for combination in kept:
+        merged = dict(combination)
+        for entry in include:
+            if agrees(combination, entry):
+                merged = {**merged, **entry}
+        result.append(merged)
+    result += [dict(e) for e in include if not any(agrees(c, e) for c in kept)]
+    return result
+
+
+def test_github_documentation_example() -> None:
+    """The example from GitHub's "Expanding or adding matrix configurations" docs."""
+    axes = {"fruit": ["apple", "pear"], "animal": ["cat", "dog"]}
+    include = [
+        {"color": "green"},
+        {"color": "pink", "animal": "cat"},
+        {"fruit": "apple", "shape": "circle"},
+        {"fruit": "banana"},
+        {"fruit": "banana", "animal": "cat"},
+    ]
+    assert list(expand(axes, include, []).combinations) == [
+        {"fruit": "apple", "animal": "cat", "color": "pink", "shape": "circle"},
+        {"fruit": "apple", "animal": "dog", "color": "green", "shape": "circle"},
+        {"fruit": "pear", "animal": "cat", "color": "pink"},
+        {"fruit": "pear", "animal": "dog", "color": "green"},
+        {"fruit": "banana"},
+        {"fruit": "banana", "animal": "cat"},
+    ]
+
+
+def test_github_exclude_example() -> None:
+    axes = {
+        "os": ["macos", "windows"],
+        "version": ["12", "14", "16"],
+        "environment": ["staging", "production"],
+    }
+    exclude = [
+        {"os": "macos", "version": "12", "environment": "production"},
+        {"os": "windows", "version": "16"},
+    ]
+    result = expand(axes, [], exclude)
+    assert len(result.combinations) == 12 - 1 - 2
+    assert result.unused_excludes == ()
+
+
+def test_unused_exclude_reported_and_origins() -> None:
+    result = expand({"a": ["x"]}, [{"a": "y"}], [{"a": "z"}])
+    assert result.unused_excludes == (0,)
+    assert result.origins == ("axes", "include[0]")
+
+
+KEYS = ["a", "b", "c"]
+EXTRA = ["p", "q"]
+VALUES = ["x", "y", "z"]
+
+axes_strategy = st.dictionaries(
+    st.sampled_from(KEYS), st.lists(st.sampled_from(VALUES), min_size=1, max_size=3, unique=True), max_size=3
+)
+entry_strategy = st.dictionaries(
+    st.sampled_from(KEYS + EXTRA), st.sampled_from(VALUES), min_size=1, max_size=3
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(axes_strategy, st.lists(entry_strategy, max_size=4), st.lists(entry_strategy, max_size=3))
+def test_expand_matches_reference(
+    axes: dict[str, list[str]], include: list[dict[str, str]], exclude: list[dict[str, str]]
+) -> None:
+    assert list(expand(axes, include, exclude).combinations) == reference(axes, include, exclude)
+
+
+@settings(max_examples=200, deadline=None)
+@given(axes_strategy, st.lists(entry_strategy, max_size=4), st.lists(entry_strategy, max_size=3))
+def test_expand_invariants(
+    axes: dict[str, list[str]], include: list[dict[str, str]], exclude: list[dict[str, str]]
+) -> None:
+    result = expand(axes, include, exclude)
+    for combination, origin in zip(result.combinations, result.origins, strict=True):
+        if origin == "axes":
+            # axis values are never overwritten by include, and exclude really removed its matches
+            assert all(combination[k] in axes[k] for k in axes)
+            assert not any(
+                all(combination.get(k) == v for k, v in rule.items() if k in axes)
+                and all(k in axes for k in rule)
+                for rule in exclude
+            )
+        else:
+            index = int(origin.removeprefix("include[").rstrip("]"))
+            assert combination == include[index]

