@@ -11,9 +11,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shlex
-import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from functools import cached_property
@@ -206,18 +207,48 @@ def make_recipe(cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple
 # -- the environment ---------------------------------------------------------------------------------
 
 
+class _InliningLoader(jinja2.FileSystemLoader):
+    """Splices ``{% include "partial" %}`` into the including template when it is loaded.
+
+    The partials stay separate files to read and review; Jinja compiles one template, which
+    saves a template lookup and a new context per include per cell (a third of render time
+    on a 10,000-cell matrix).
+    """
+
+    _INCLUDE = re.compile(r'^\{% include "([A-Za-z0-9_.-]+)" %\}\n', re.MULTILINE)
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str | None, Callable[[], bool] | None]:
+        source, filename, uptodate = super().get_source(environment, template)
+        seen: set[str] = {template}
+
+        def splice(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in seen:
+                raise jinja2.TemplateError(f"{template} includes {name} recursively")
+            seen.add(name)
+            text = self._INCLUDE.sub(splice, super(_InliningLoader, self).get_source(environment, name)[0])
+            seen.discard(name)
+            return text if text.endswith("\n") else text + "\n"
+
+        return self._INCLUDE.sub(splice, source), filename, uptodate
+
+
 def make_environment(templates: Path) -> jinja2.Environment:
     if not (templates / "Dockerfile.j2").is_file():
         raise InputError(f"{templates}: no Dockerfile.j2 template here; fix `templates` in the matrix")
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
+        loader=_InliningLoader(str(templates)),
         undefined=jinja2.StrictUndefined,  # a typo in a template fails, never renders as ""
         autoescape=False,
         keep_trailing_newline=True,
+        auto_reload=False,  # templates do not change during a run: no stat() per include per cell
         trim_blocks=True,
         lstrip_blocks=True,
     )
     env.filters["sh"] = shlex.quote
+    env.filters["shjoin"] = shlex.join
     return env
 
 
@@ -462,13 +493,14 @@ def check_drift(expected: Mapping[Path, str], out: Path) -> Drift:
 def atomic_write(path: Path, text: str) -> None:
     """Write through a temporary file in the same directory: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # pid + thread id make the name unique among writers; O_EXCL makes a stale one fail loudly.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with temporary.open("x", encoding="utf-8") as handle:
             handle.write(text)
-        Path(temporary).replace(path)
+        temporary.replace(path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 
