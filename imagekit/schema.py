@@ -85,6 +85,9 @@ class SafeString:
     regex: str
     what: str
     example: str
+    # Versions may be written unquoted (imagekit's YAML reader keeps them as written), so the
+    # JSON Schema must not make an editor flag `cuda: [11.8]`.
+    numeric_ok: bool = False
 
     def check(self, value: str) -> str:
         _reject_hostile(value)
@@ -106,16 +109,32 @@ class SafeString:
     ) -> JsonSchemaValue:
         json_schema = handler(schema)
         json_schema["pattern"] = f"^{self.regex}$"
+        if self.numeric_ok:
+            return {"anyOf": [json_schema, {"type": "number"}]}
         return json_schema
 
 
 TorchVersion = Annotated[
-    str, SafeString(r"[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a torch version", "2.1.2")
+    str,
+    SafeString(
+        r"[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?",
+        "a torch version",
+        "2.1.2",
+        numeric_ok=True,
+    ),
 ]
-CudaVersion = Annotated[str, SafeString(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1")]
-PythonVersion = Annotated[str, SafeString(r"3\.[0-9]+", "a Python minor version", "3.10")]
+CudaVersion = Annotated[
+    str, SafeString(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1", numeric_ok=True)
+]
+PythonVersion = Annotated[str, SafeString(r"3\.[0-9]+", "a Python minor version", "3.10", numeric_ok=True)]
 PackageVersion = Annotated[
-    str, SafeString(r"none|[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?", "a version or 'none'", "0.16.2")
+    str,
+    SafeString(
+        r"none|[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?",
+        "a version or 'none'",
+        "0.16.2",
+        numeric_ok=True,
+    ),
 ]
 Name = Annotated[str, SafeString(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda")]
 OsName = Annotated[str, SafeString(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04")]
@@ -365,7 +384,7 @@ class Publish(StrictModel):
 class Matrix(StrictModel):
     """A build matrix: axes crossed into cells, GitHub-Actions-style include/exclude."""
 
-    version: Literal["1"] = Field("1", description="schema version")
+    version: int = Field(1, ge=1, le=1, description="schema version (1)")
     axes: Axes
     include: list[CellSpec] = Field(default_factory=list, description="add or extend combinations")
     exclude: list[CellSpec] = Field(default_factory=list, description="remove matching combinations")
@@ -409,7 +428,7 @@ def _error_line(doc: SourceDocument, error: Mapping[str, Any]) -> str:
         loc = (*loc, str(ctx["key"]))
     elif error["type"] == "missing":
         message = "is required"
-    elif error["type"] == "literal_error" and loc == ("version",):
+    elif loc == ("version",):
         message = "must be 1 (the only schema version)"
     elif not ctx.get("detail") and not isinstance(error.get("input"), (dict, list)):
         message += f" (got {error.get('input')!r:.60})"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian machine as root (README command 2; .ci/run calls it).
+#
+# Installs what it needs (Debian packages, a venv with imagekit and its dev tools), starts the
+# Docker engine and a registry on 127.0.0.1 when they are not running, then runs: ruff, mypy
+# --strict on imagekit/, the Dockerfile drift check, and pytest (unit + integration).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[test] %s\n' "$*" >&2; }
+
+# Debian's python3 lacks venv/ensurepip: install it only when a venv cannot be made.
+if [[ ! -x .venv/bin/python ]]; then
+    if ! python3 -m venv .venv 2>/dev/null; then
+        log "installing python3-venv"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        rm -rf .venv
+        python3 -m venv .venv
+    fi
+fi
+log "installing imagekit and its dev tools into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" || true
+.venv/bin/python -c "import imagekit" || { log "imagekit failed to install"; exit 1; }
+export PATH="$PWD/.venv/bin:$PATH"
+
+# The engine (dockerd --bridge=none --iptables=false) and a registry on 127.0.0.1.
+bash scripts/engine.sh docker
+export IMAGEKIT_TEST_REGISTRY="${IMAGEKIT_TEST_REGISTRY:-127.0.0.1:5000}"
+bash scripts/engine.sh registry "${IMAGEKIT_TEST_REGISTRY##*:}"
+
+log "ruff"
+ruff check imagekit tests bench
+ruff format --check imagekit tests bench
+log "mypy --strict imagekit/"
+mypy imagekit
+log "drift check: committed Dockerfiles equal what matrix.yaml renders"
+imagekit render --matrix matrix.yaml --check
+log "pytest"
+# Integration tests fail (never skip) when the engine they were promised is not there.
+export IMAGEKIT_REQUIRE_DOCKER=1 TESTCONTAINERS_RYUK_DISABLED=true
+exec pytest -p no:cacheprovider "$@"
