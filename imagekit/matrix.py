@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,6 @@ class Plan:
         """The cells whose id matches any shell-style pattern (all cells when none given)."""
         if not patterns:
             return self.cells
-        from fnmatch import fnmatchcase
-
         return tuple(c for c in self.cells if any(fnmatchcase(c.id, p) for p in patterns))
 
 
@@ -181,16 +180,27 @@ def _tag_safe(version: str) -> str:
     return version.replace("+", "-")
 
 
-def _format(pattern: str, values: Mapping[str, str], where: str) -> str:
-    try:
-        return pattern.format_map(values)
-    except KeyError as exc:
-        known = ", ".join("{" + k + "}" for k in values)
-        raise InputError(
-            f"{where}: unknown placeholder {{{exc.args[0]}}} in {pattern!r}; use {known}"
-        ) from None
-    except (ValueError, IndexError):
-        raise InputError(f"{where}: malformed placeholder in {pattern!r}") from None
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def fill_placeholders(pattern: str, values: Mapping[str, str], where: str) -> str:
+    """Replace ``{name}`` with ``values[name]``; nothing else (no attributes, no format specs).
+
+    ``str.format`` would let a pattern reach attributes (``{torch.__class__}``) or ask for a
+    billion-character padding; user patterns get plain substitution only.
+    """
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            known = ", ".join("{" + k + "}" for k in values)
+            raise InputError(f"{where}: unknown placeholder {{{name}}} in {pattern!r}; use {known}")
+        return values[name]
+
+    filled = _PLACEHOLDER.sub(substitute, pattern)
+    if "{" in filled or "}" in filled:
+        raise InputError(f"{where}: unbalanced brace in {pattern!r}")
+    return filled
 
 
 class _Resolver:
@@ -434,7 +444,7 @@ class _Resolver:
             "os": os_name,
             "python": python,
         }
-        base_image = _format(image, image_values, self.where(("bases", base_name, "image")))
+        base_image = fill_placeholders(image, image_values, self.where(("bases", base_name, "image")))
         if not _REFERENCE.fullmatch(base_image):
             raise InputError(
                 f"{self.where(('bases', base_name, 'image'))}: {base_image!r} is not a valid image reference"
@@ -453,7 +463,9 @@ class _Resolver:
             "base": base_name,
         }
         tag_path = ("bases", base_name, "tag") if spec.tag else ("publish", "tags", "readable")
-        readable = _format(spec.tag or self.matrix.publish.tags.readable, tag_values, self.where(tag_path))
+        readable = fill_placeholders(
+            spec.tag or self.matrix.publish.tags.readable, tag_values, self.where(tag_path)
+        )
         if not _TAG.fullmatch(readable):
             raise InputError(f"{self.where(tag_path)}: {readable!r} is not a valid image tag")
         vision, audio = vision_audio

@@ -99,6 +99,10 @@ CASES: dict[str, tuple[str, str]] = {
         'axes:\n  torch: ["2.4.1"]\n  cuda: ["12.1"]\n  python: ["3.10", "3.11"]\n' + CUDA_BASE,
         "would share the tag '2.4.1-cuda12.1-cudnn9-devel-ubuntu22.04'; add {python}",
     ),
+    "placeholder attribute access": (
+        GOOD_AXES + CUDA_BASE + 'publish:\n  tags:\n    readable: "{torch.__class__}"\n',
+        "unknown placeholder {torch.__class__}",
+    ),
     "find_links escapes": (
         GOOD_AXES + CUDA_BASE + "sources:\n  pip:\n    find_links: [../../etc]\n",
         "must stay inside",
