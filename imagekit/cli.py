@@ -17,7 +17,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from imagekit.errors import ExitCode, ImagekitError
+from imagekit.errors import ExitCode, ImagekitError, InputError
 from imagekit.matrix import Plan, load_plan
 from imagekit.render import (
     Renderer,
@@ -102,8 +102,7 @@ def plan(
         entry["dockerfile"] = str(dockerfile_path(out, item.cell))
         cells.append(entry)
     refused = [
-        {"combination": dict(r.combination), "origin": r.origin, "reason": r.reason}
-        for r in the_plan.refused
+        {"combination": dict(r.combination), "origin": r.origin, "reason": r.reason} for r in the_plan.refused
     ]
     if as_json:
         typer.echo(json.dumps({"cells": cells, "refused": refused}, indent=2, sort_keys=True))
@@ -172,3 +171,133 @@ if __name__ == "__main__":
     main()
 
 __all__ = ["ExitCode", "app", "main"]
+
+
+# -- build and report (issue 3) ---------------------------------------------------------------------
+
+StateDirOption = Annotated[
+    Path,
+    typer.Option("--state-dir", help="Where the report, logs and lock live.", file_okay=False),
+]
+
+
+@app.command()
+@reports_errors
+def build(
+    matrix: MatrixOption = Path("matrix.yaml"),
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Build only cells whose id matches this glob (repeatable)."),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Builds running at once.")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild cells whose image is up to date.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=1, help="Seconds one image may take to build.")
+    ] = None,
+    fail_fast: Annotated[
+        bool, typer.Option("--fail-fast", help="Stop every build at the first failure.")
+    ] = False,
+    pin_base_digests: Annotated[
+        bool,
+        typer.Option(
+            "--pin-base-digests",
+            help="Build FROM image@sha256:... (the previous report's digest, else the engine's).",
+        ),
+    ] = False,
+    mirror: Annotated[
+        list[str] | None,
+        typer.Option("--mirror", help="SRC=DST base image prefix mapping; overrides the matrix's `mirrors`."),
+    ] = None,
+    cache_from: Annotated[
+        bool, typer.Option("--cache-from/--no-cache-from", help="Reuse the last published image's layers.")
+    ] = True,
+    network: Annotated[
+        str | None, typer.Option("--network", help="Network mode of RUN steps (default: the engine's).")
+    ] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="KEY=VALUE label added to every image (repeatable).")
+    ] = None,
+    state_dir: StateDirOption = Path(".imagekit"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
+) -> None:
+    """Build every cell (local bases first) on the Docker engine at DOCKER_HOST and write a report.
+
+    Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2
+    """
+    from imagekit.build import Builder, BuildOptions, parse_mapping
+    from imagekit.engine import connect
+    from imagekit.progress import make_progress
+    from imagekit.report import state_lock, summary_line, write_report
+
+    the_plan = _plan(matrix)
+    cells = the_plan.select(only or [])
+    if not cells:
+        raise InputError(f"--only {' '.join(only or [])} matches no cell of {matrix}; see `imagekit plan`")
+    options = BuildOptions(
+        state_dir=state_dir,
+        today=today(),
+        jobs=jobs,
+        force=force,
+        timeout_s=timeout,
+        fail_fast=fail_fast,
+        pin_base_digests=pin_base_digests,
+        mirrors=parse_mapping(mirror or [], "--mirror"),
+        cache_from=cache_from,
+        network_mode=network,
+        extra_labels=parse_mapping(label or [], "--label"),
+    )
+    api = connect(pool_size=jobs + 8)
+    with state_lock(state_dir):
+        progress = make_progress(live=sys.stderr.isatty() and not as_json)
+        try:
+            outcome = Builder(api, the_plan, options, progress).run(cells)
+        finally:
+            progress.close()
+        path = write_report(state_dir, outcome.report)
+    if as_json:
+        typer.echo(path.read_text(encoding="utf-8"), nl=False)
+    typer.echo(f"imagekit: {summary_line(outcome.report)}; report: {path}", err=True)
+    if outcome.interrupted:
+        _err("error", "interrupted; finished images are kept, unfinished ones carry no tag")
+        raise typer.Exit(130)
+    if outcome.report.failed:
+        for result in (*outcome.report.bases, *outcome.report.cells):
+            if result.status in ("failed", "cancelled"):
+                _err(result.status, f"{result.id}: {result.error} (log: {result.log})")
+        raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+@app.command()
+@reports_errors
+def report(
+    state_dir: StateDirOption = Path(".imagekit"),
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="GitHub-flavoured Markdown (for $GITHUB_STEP_SUMMARY).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
+) -> None:
+    """Print the last build's report as a table; exit 1 when a cell failed.
+
+    Example: imagekit report --markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from imagekit import report as reports
+
+    the_report = reports.read_report(state_dir)
+    if as_json:
+        typer.echo(json.dumps(the_report.as_json(), indent=2, sort_keys=True))
+    elif markdown:
+        typer.echo(reports.markdown(the_report), nl=False)
+    else:
+        table = Table(box=None, header_style="bold")
+        for header in reports.ROW_HEADERS:
+            table.add_column(header, overflow="fold")
+        for row in reports.rows(the_report):
+            table.add_row(*row)
+        console = Console(width=None if sys.stdout.isatty() else 200)
+        console.print(table)
+        console.print(reports.summary_line(the_report))
+    if the_report.failed:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))

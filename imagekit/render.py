@@ -275,7 +275,7 @@ class FileHasher:
         return found
 
 
-def _walk_context(root: Path, boundary: Path, where: str) -> Iterator[tuple[str, Path]]:
+def walk_context(root: Path, boundary: Path, where: str) -> Iterator[tuple[str, Path]]:
     """Files under ``root`` as (relative posix path, path), refusing links that leave ``boundary``."""
     if not root.is_dir():
         raise InputError(f"{where}: directory {root} does not exist; create or fill it first")
@@ -296,7 +296,7 @@ def _walk_context(root: Path, boundary: Path, where: str) -> Iterator[tuple[str,
 def local_base_digest(base: LocalBase, hasher: FileHasher) -> str:
     """A digest of a local base's context: cells built on it change when it changes."""
     sha = hashlib.sha256()
-    for name, path in _walk_context(base.context, base.context, f"base {base.name}"):
+    for name, path in walk_context(base.context, base.context, f"base {base.name}"):
         sha.update(f"{name}\0{hasher.digest(path)}\n".encode())
     sha.update(json.dumps([base.image, base.dockerfile, base.args]).encode())
     return sha.hexdigest()
@@ -389,7 +389,7 @@ class Renderer:
             files: list[tuple[str, Path]] = []
             for index, entry in enumerate(self.plan.matrix.sources.pip.find_links):
                 where = f"{self.plan.source_name}: sources.pip.find_links[{index}]"
-                for name, path in _walk_context(self.plan.root / entry, self.plan.root, where):
+                for name, path in walk_context(self.plan.root / entry, self.plan.root, where):
                     files.append((f"{WHEELHOUSE_CONTEXT}/{name}", path))
             self._wheelhouse = tuple(files)
         return self._wheelhouse

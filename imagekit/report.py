@@ -1,0 +1,197 @@
+"""The build report: per-cell records, written atomically, guarded by a lock, shown as a table.
+
+``.imagekit/report.json`` is replaced in one ``os.replace``: a reader sees the previous report or
+the new one, never half of either. ``.imagekit/lock`` (``flock``) keeps two builds in the same
+working directory from interleaving their logs and reports.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.render import atomic_write
+
+Status = Literal["built", "skipped", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
+REPORT_NAME = "report.json"
+LOCK_NAME = "lock"
+LOGS_DIR = "logs"
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CellResult:
+    id: str
+    kind: Literal["cell", "base"]
+    status: Status
+    image_id: str | None
+    tags: tuple[str, ...]  # full references (repository:tag) the image carries
+    size: int | None  # bytes
+    input_digest: str | None
+    base_image: str
+    base_digest: str | None  # name@sha256:... when pulled, else the base's image id
+    duration_s: float
+    log: str | None
+    error: str | None  # one-line reason
+    error_tail: tuple[str, ...] = ()  # the last lines of the build output
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tags"] = list(self.tags)
+        data["error_tail"] = list(self.error_tail)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CellResult:
+        return cls(**{**data, "tags": tuple(data["tags"]), "error_tail": tuple(data["error_tail"])})
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    matrix: str
+    started: str  # ISO 8601, UTC
+    duration_s: float
+    engine: str
+    cells: tuple[CellResult, ...]
+    bases: tuple[CellResult, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status in ("failed", "cancelled") for r in (*self.bases, *self.cells))
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(1 for r in self.cells if r.status == status) for status in STATUSES}
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "matrix": self.matrix,
+            "started": self.started,
+            "duration_s": self.duration_s,
+            "engine": self.engine,
+            "counts": self.counts(),
+            "cells": [r.as_json() for r in self.cells],
+            "bases": [r.as_json() for r in self.bases],
+        }
+
+
+def write_report(state_dir: Path, report: BuildReport) -> Path:
+    path = state_dir / REPORT_NAME
+    atomic_write(path, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def read_report(state_dir: Path) -> BuildReport:
+    path = state_dir / REPORT_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"no build report at {path}; run `imagekit build` first") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable report ({exc})") from None
+    try:
+        if data.get("version") != REPORT_VERSION:
+            raise InputError(f"{path}: report version {data.get('version')!r}; expected {REPORT_VERSION}")
+        return BuildReport(
+            matrix=data["matrix"],
+            started=data["started"],
+            duration_s=data["duration_s"],
+            engine=data["engine"],
+            cells=tuple(CellResult.from_json(c) for c in data["cells"]),
+            bases=tuple(CellResult.from_json(c) for c in data["bases"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path}: malformed report ({exc!r})") from None
+
+
+@contextmanager
+def state_lock(state_dir: Path) -> Iterator[None]:
+    """Hold ``state_dir/lock`` exclusively; a second holder fails at once instead of waiting."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise EnvironmentProblem(
+                f"another `imagekit build` (pid {holder}) holds {path}; wait for it to finish"
+                " or use another working directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+# -- presentation -------------------------------------------------------------------------------------
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    return f"{size / 1e6:.1f} MB" if size < 1e9 else f"{size / 1e9:.2f} GB"
+
+
+def _short_id(image_id: str | None) -> str:
+    return image_id.split(":", 1)[-1][:12] if image_id else "-"
+
+
+ROW_HEADERS = ("cell", "status", "image", "size", "time", "base digest", "detail")
+
+
+def rows(report: BuildReport) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for result in (*report.bases, *report.cells):
+        base = result.base_digest or "-"
+        if "@sha256:" in base:
+            base = "@" + base.split("@", 1)[1][:19]
+        elif base.startswith("sha256:"):
+            base = base[:19]
+        detail = result.error or (result.tags[0] if result.tags else "")
+        name = result.id if result.kind == "cell" else f"{result.id} (base)"
+        out.append(
+            (
+                name,
+                result.status,
+                _short_id(result.image_id),
+                _size(result.size),
+                f"{result.duration_s:.1f}s",
+                base,
+                detail,
+            )
+        )
+    return out
+
+
+def summary_line(report: BuildReport) -> str:
+    counts = report.counts()
+    parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
+    return f"{len(report.cells)} cells: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
+
+
+def markdown(report: BuildReport) -> str:
+    """A GitHub job summary: a table, then each failure's last lines in a details block."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"### imagekit build: {report.matrix}", "", summary_line(report), ""]
+    lines.append("| " + " | ".join(ROW_HEADERS) + " |")
+    lines.append("|" + "---|" * len(ROW_HEADERS))
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows(report)]
+    for result in (*report.bases, *report.cells):
+        if result.status == "failed" and result.error_tail:
+            lines += ["", f"<details><summary>{result.id}: {cell(result.error or '')}</summary>", ""]
+            lines += ["```", *result.error_tail, "```", "", "</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,225 @@
+"""Integration fixtures: a real Docker engine, small local base images, and cleanup by label.
+
+Every image the tests build carries ``imagekit.test-run=<uuid>`` (through ``imagekit build
+--label``); the session removes exactly those at the end, plus the registry tags it pushed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+from docker.errors import APIError, ImageNotFound
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUSYBOX = "imagekit-test/busybox:latest"
+TEST_LABEL = "imagekit.test-run"
+RUN_ID = uuid.uuid4().hex[:12]
+REGISTRY = "127.0.0.1:5000"
+
+# Renders a tiny Dockerfile per cell: the cell's env is set first (so RUN_ID makes every test's
+# layers its own), SLEEP and FAIL steer the behaviour, and the static labels come from imagekit.
+TEMPLATE = """\
+FROM {{ cell.base_image }}
+{% for name, value in cell.env %}
+ENV {{ name }}={{ value }}
+{% endfor %}
+RUN echo "building {{ cell.id }}" && if [ -n "$SLEEP" ]; then sleep "$SLEEP"; fi
+RUN if [ "$FAIL" = 1 ]; then echo "boom: this step fails on purpose" >&2; exit 3; fi
+LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
+
+"""
+
+
+def _require_docker() -> bool:
+    return os.environ.get("IMAGEKIT_REQUIRE_DOCKER") == "1"
+
+
+@pytest.fixture(scope="session")
+def api() -> Iterator[docker.APIClient]:
+    try:
+        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        client.ping()
+    except Exception as exc:  # any failure to reach the engine decides skip-or-fail
+        reason = f"no Docker engine at {os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}: {exc}"
+        if _require_docker():
+            pytest.fail(f"IMAGEKIT_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(f"{reason} (start one with scripts/engine.sh docker)")
+    dangling_before = {i["Id"] for i in client.images(filters=_LEFTOVERS)}
+    yield client
+    _cleanup(client, dangling_before)
+    client.close()
+
+
+# Failed, timed-out and cancelled builds leave their finished steps as untagged images (the
+# classic builder keeps them as cache); they carry the busybox base's label, not the run's.
+_LEFTOVERS = {"dangling": True, "label": "imagekit.test=true"}
+
+
+def _cleanup(client: docker.APIClient, dangling_before: set[str]) -> None:
+    for container in client.containers(all=True, filters={"label": f"{TEST_LABEL}={RUN_ID}"}):
+        client.remove_container(container["Id"], force=True)
+    for _ in range(3):  # an image's children go first, so a parent may need a later pass
+        ours = client.images(filters={"label": f"{TEST_LABEL}={RUN_ID}"})
+        ours += [i for i in client.images(filters=_LEFTOVERS) if i["Id"] not in dangling_before]
+        if not ours:
+            return
+        for image in sorted(ours, key=lambda i: i.get("Created", 0), reverse=True):
+            # Gone with a child already, or still a parent: the next pass takes it.
+            with contextlib.suppress(ImageNotFound, APIError):
+                client.remove_image(image["Id"], force=True)
+
+
+@pytest.fixture(scope="session")
+def busybox(api: docker.APIClient) -> str:
+    try:
+        api.inspect_image(BUSYBOX)
+    except ImageNotFound:
+        subprocess.run([str(REPO_ROOT / "scripts" / "base-images.sh"), "busybox"], check=True)
+    return BUSYBOX
+
+
+@dataclass(frozen=True)
+class Project:
+    """A matrix in a temporary directory, plus how to run imagekit on it."""
+
+    root: Path
+    repository: str
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 240
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "imagekit", *args],
+            cwd=self.root,
+            env={**os.environ, **(env or {})},
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def build(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return self.run(
+            "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", *args, env=env
+        )
+
+    def popen_build(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "imagekit",
+                "build",
+                "--matrix",
+                "matrix.yaml",
+                "--label",
+                f"{TEST_LABEL}={RUN_ID}",
+                *args,
+            ],
+            cwd=self.root,
+            env={**os.environ, **(env or {})},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def report(self) -> dict[str, dict[str, object]]:
+        import json
+
+        data = json.loads((self.root / ".imagekit" / "report.json").read_text())
+        return {entry["id"]: entry for entry in data["cells"] + data["bases"]}
+
+
+@pytest.fixture
+def project(tmp_path: Path, busybox: str) -> Iterator[Project]:
+    name = f"imagekit-test/it-{RUN_ID}-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
+    yield Project(tmp_path, name)
+
+
+def write_matrix(project: Project, body: str, *, test_id: str | None = None) -> None:
+    """The common head (templates, publish) plus ``body``; RUN_ID goes into every cell's env.
+
+    An include's ``env`` replaces the default one, so bodies write ``RUN_ID: RUNID`` there too.
+    """
+    run = test_id or uuid.uuid4().hex[:8]
+    body = body.replace("RUNID", f'"{run}"')
+    head = f"""\
+        version: "1"
+        templates: templates
+        publish:
+          repository: {project.repository}
+          tags: {{readable: "{{base}}-{{torch}}"}}
+        defaults:
+          env: {{RUN_ID: "{run}"}}
+        """
+    (project.root / "matrix.yaml").write_text(textwrap.dedent(head) + textwrap.dedent(body))
+
+
+def busybox_base(name: str = "busybox", image: str = BUSYBOX, build: str | None = None) -> str:
+    lines = [f"  {name}:", f"    image: {image}", "    os: debian12", '    python: "3.11"', "    cuda: false"]
+    if build:
+        lines.append(f"    build: {{context: {build}}}")
+    return "\n".join(lines) + "\n"
+
+
+class SocketProxy:
+    """A unix-socket relay to the engine that a test can cut: an engine dying mid-run,
+    seen from imagekit, without stopping the shared dockerd."""
+
+    def __init__(self, path: Path, target: str = "/var/run/docker.sock") -> None:
+        self.path = path
+        self.target = target
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(16)
+        self.connections: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.target)
+            with self.lock:
+                self.connections += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def kill(self) -> None:
+        self.server.close()
+        self.path.unlink(missing_ok=True)
+        with self.lock:
+            for connection in self.connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+                connection.close()

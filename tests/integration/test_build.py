@@ -1,0 +1,367 @@
+"""`imagekit build` against the real engine, on busybox-sized images rendered from a test template."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import time
+from pathlib import Path
+
+import docker
+import pytest
+from docker.errors import ImageNotFound
+
+from tests.integration.conftest import (
+    BUSYBOX,
+    REGISTRY,
+    RUN_ID,
+    TEST_LABEL,
+    Project,
+    SocketProxy,
+    busybox_base,
+    write_matrix,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def tags_of(api: docker.APIClient, image_id: str) -> set[str]:
+    return set(api.inspect_image(image_id)["RepoTags"] or ())
+
+
+def has_tag(api: docker.APIClient, reference: str) -> bool:
+    try:
+        api.inspect_image(reference)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def wait_for(process: object, text: str, seconds: float = 60) -> str:
+    """Read the build's stderr until ``text`` appears; returns what was read."""
+    seen = ""
+    deadline = time.monotonic() + seconds
+    stream = process.stderr  # type: ignore[attr-defined]
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never appeared; stderr so far:\n{seen}")
+
+
+def containers_now(api: docker.APIClient) -> set[str]:
+    return {c["Id"] for c in api.containers(all=True)}
+
+
+def test_build_skip_force_only_labels_tags(project: Project, api: docker.APIClient) -> None:
+    (project.root / "local").mkdir()
+    (project.root / "local" / "Dockerfile").write_text(f"FROM {BUSYBOX}\nRUN echo local > /etc/local-base\n")
+    local_image = f"{project.repository}-base:dev"
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1", "2.2"]
+  base: [busybox, local]
+bases:
+{busybox_base()}{busybox_base("local", local_image, build="local")}""",
+    )
+    planned = json.loads(project.run("plan", "--matrix", "matrix.yaml", "--json").stdout)["cells"]
+
+    first = project.build("--jobs", "2")
+    assert first.returncode == 0, first.stderr
+    report = project.report()
+    assert report["base-local"]["status"] == "built"
+    busybox_id = api.inspect_image(BUSYBOX)["Id"]
+    local_id = api.inspect_image(local_image)["Id"]
+    for cell in planned:
+        result = report[cell["id"]]
+        assert result["status"] == "built"
+        image = api.inspect_image(result["image_id"])
+        labels = image["Config"]["Labels"]
+        assert labels["imagekit.input-digest"] == cell["input_digest"] == result["input_digest"]
+        assert labels["imagekit.cell"] == cell["id"]
+        assert labels[TEST_LABEL] == RUN_ID
+        expected_tags = {f"{project.repository}:{tag}" for tag in cell["tags"]}
+        assert set(result["tags"]) == expected_tags
+        assert expected_tags <= tags_of(api, result["image_id"])
+        assert result["base_digest"] == (local_id if cell["base"] == "local" else busybox_id)
+        assert labels["imagekit.base-digest"] == result["base_digest"]
+        assert result["size"] > 0
+        assert Path(project.root, result["log"]).read_text().count("Step ") >= 3
+
+    # An unchanged matrix starts no build: every cell is skipped and the engine creates no container.
+    started_ns = time.time_ns()
+    second = project.build("--jobs", "2")
+    until = int(time.time()) + 1
+    assert second.returncode == 0, second.stderr
+    assert {r["status"] for r in project.report().values()} == {"skipped"}
+    # Other sessions may use the shared engine: watch only containers of this matrix's images.
+    ours = {
+        layer["Id"]
+        for r in report.values()
+        for layer in api.history(r["image_id"])
+        if layer["Id"] != "<missing>"
+    }
+    events = api.events(since=started_ns // 10**9, until=until, decode=True, filters={"type": "container"})
+    assert [
+        e for e in events if e["timeNano"] >= started_ns and e["Actor"]["Attributes"].get("image") in ours
+    ] == []
+    second_report = project.report()
+    assert {k: v["image_id"] for k, v in second_report.items()} == {
+        k: v["image_id"] for k, v in report.items()
+    }
+    assert all("Step " not in Path(project.root, r["log"]).read_text() for r in second_report.values())
+
+    # --force rebuilds, --only narrows.
+    forced = project.build("--force", "--only", "busybox-*")
+    assert forced.returncode == 0, forced.stderr
+    report = project.report()
+    assert sorted(report) == sorted(c["id"] for c in planned if c["base"] == "busybox")
+    assert {r["status"] for r in report.values()} == {"built"}
+
+
+def test_failure_isolation_and_report(project: Project, api: docker.APIClient) -> None:
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1", "2.2", "2.3"]
+include:
+  - torch: "2.2"
+    env: {{FAIL: "1", RUN_ID: RUNID}}
+bases:
+{busybox_base()}""",
+    )
+    result = project.build("--jobs", "2")
+    assert result.returncode == 1
+    report = project.report()
+    failed = report["busybox-torch2.2.2-cpu-py3.11-devel"]
+    assert failed["status"] == "failed"
+    assert "returned a non-zero code: 3" in failed["error"]
+    assert any("boom: this step fails on purpose" in line for line in failed["error_tail"])
+    assert failed["image_id"] is None
+    assert not has_tag(api, f"{project.repository}:busybox-2.2.2")
+    assert report["busybox-torch2.1.2-cpu-py3.11-devel"]["status"] == "built"
+    assert report["busybox-torch2.3.1-cpu-py3.11-devel"]["status"] == "built"
+    assert "busybox-torch2.2.2-cpu-py3.11-devel" in result.stderr
+
+    table = project.run("report")
+    assert table.returncode == 1
+    assert "failed" in table.stdout and "built" in table.stdout
+    markdown = project.run("report", "--markdown").stdout
+    assert markdown.startswith("### imagekit build")
+    assert "boom: this step fails on purpose" in markdown
+
+
+def test_fail_fast_cancels_the_rest(project: Project) -> None:
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1", "2.2", "2.3"]
+include:
+  - torch: "2.1"
+    env: {{FAIL: "1", RUN_ID: RUNID}}
+bases:
+{busybox_base()}""",
+    )
+    result = project.build("--jobs", "1", "--fail-fast")
+    assert result.returncode == 1
+    statuses = {k: v["status"] for k, v in project.report().items()}
+    assert statuses["busybox-torch2.1.2-cpu-py3.11-devel"] == "failed"
+    assert set(statuses.values()) == {"failed", "cancelled"}
+
+
+def test_parallel_builds_overlap(project: Project) -> None:
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1", "2.2"]
+defaults:
+  env: {{SLEEP: "3", RUN_ID: RUNID}}
+bases:
+{busybox_base()}""".replace("defaults:\n  env: {SLEEP", "include:\n  - env: {SLEEP"),
+    )
+    result = project.build("--jobs", "2")
+    assert result.returncode == 0, result.stderr
+    events = [
+        line.split(": ", 2)[1:]
+        for line in result.stderr.splitlines()
+        if line.startswith("imagekit: busybox-")
+    ]
+    order = [state.split()[0] for _, state in events]
+    # Both builds were running before either finished.
+    assert order[:2] == ["building", "building"], result.stderr
+
+
+def test_local_bases_build_in_dependency_order(project: Project, api: docker.APIClient) -> None:
+    inner = f"{project.repository}-inner:dev"
+    outer = f"{project.repository}-outer:dev"
+    for name, parent in (("inner", BUSYBOX), ("outer", inner)):
+        (project.root / name).mkdir()
+        (project.root / name / "Dockerfile").write_text(f"FROM {parent}\nRUN echo {name} >> /etc/layers\n")
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1"]
+  base: [outer, inner]
+bases:
+{busybox_base("outer", outer, build="outer")}{busybox_base("inner", inner, build="inner")}""",
+    )
+    result = project.build("--jobs", "3")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines.index("imagekit: base-inner: built " + inner) < lines.index("imagekit: base-outer: building")
+    report = project.report()
+    outer_cell = report["outer-torch2.1.2-cpu-py3.11-devel"]
+    assert outer_cell["base_digest"] == api.inspect_image(outer)["Id"]
+    # The cell has both local layers, in order.
+    container = api.create_container(outer_cell["image_id"], "cat /etc/layers", labels={TEST_LABEL: RUN_ID})
+    api.start(container)
+    api.wait(container)
+    assert api.logs(container).decode().split() == ["inner", "outer"]
+    api.remove_container(container)
+
+
+def test_ctrl_c_cancels_and_tags_nothing_unfinished(project: Project, api: docker.APIClient) -> None:
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1", "2.2"]
+include:
+  - env: {{SLEEP: "60", RUN_ID: RUNID}}
+bases:
+{busybox_base()}""",
+    )
+    before = containers_now(api)
+    process = project.popen_build("--jobs", "1")
+    wait_for(process, "busybox-torch2.1.2-cpu-py3.11-devel: building")
+    time.sleep(1.5)  # let the RUN step's container start
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    statuses = {k: v["status"] for k, v in project.report().items()}
+    assert set(statuses.values()) == {"cancelled"}
+    assert not has_tag(api, f"{project.repository}:busybox-2.1.2")
+    deadline = time.monotonic() + 15
+    while containers_now(api) - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert containers_now(api) - before == set()
+
+
+def test_timeout_fails_the_cell(project: Project, api: docker.APIClient) -> None:
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1"]
+include:
+  - env: {{SLEEP: "60", RUN_ID: RUNID}}
+bases:
+{busybox_base()}""",
+    )
+    result = project.build("--timeout", "3")
+    assert result.returncode == 1
+    cell = project.report()["busybox-torch2.1.2-cpu-py3.11-devel"]
+    assert cell["status"] == "failed"
+    assert cell["error"] == "timed out after 3s"
+    assert not has_tag(api, f"{project.repository}:busybox-2.1.2")
+
+
+def test_mirror_mapping_and_pinned_base_digest(project: Project, api: docker.APIClient) -> None:
+    try:
+        api_registry = __import__("urllib.request").request.urlopen(f"http://{REGISTRY}/v2/", timeout=3)
+        api_registry.close()
+    except OSError as exc:
+        pytest.skip(f"no registry on {REGISTRY} ({exc}); start one with scripts/engine.sh registry")
+    mirror_repo = f"{REGISTRY}/imagekit-test-{RUN_ID}/busybox"
+    api.tag(BUSYBOX, mirror_repo, "latest")
+    for line in api.push(mirror_repo, tag="latest", stream=True, decode=True):
+        assert "error" not in line, line
+    api.remove_image(f"{mirror_repo}:latest")  # so the builder has to pull it from the mirror
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1"]
+mirrors:
+  upstream.invalid/library: {REGISTRY}/imagekit-test-{RUN_ID}
+bases:
+{busybox_base(image="upstream.invalid/library/busybox:latest")}""",
+    )
+    try:
+        result = project.build("--pin-base-digests")
+        assert result.returncode == 0, result.stderr
+        cell = project.report()["busybox-torch2.1.2-cpu-py3.11-devel"]
+        assert cell["base_image"] == f"{mirror_repo}:latest"
+        assert cell["base_digest"].startswith(f"{mirror_repo}@sha256:")
+        labels = api.inspect_image(cell["image_id"])["Config"]["Labels"]
+        assert labels["org.opencontainers.image.base.name"] == cell["base_digest"]  # FROM by digest
+        assert labels["imagekit.base-digest"] == cell["base_digest"]
+    finally:
+        for reference in (f"{mirror_repo}:latest", cell_digest_ref(api, mirror_repo)):
+            if reference:
+                with contextlib.suppress(ImageNotFound):
+                    api.remove_image(reference)
+
+
+def cell_digest_ref(api: docker.APIClient, repository: str) -> str | None:
+    for image in api.images(name=repository):
+        for digest in image.get("RepoDigests") or ():
+            return str(digest)
+    return None
+
+
+def test_unreachable_engine_is_exit_3(project: Project) -> None:
+    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}')
+    result = project.build(env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot reach the Docker engine at unix:///nonexistent/docker.sock" in lines[0]
+    assert "scripts/engine.sh docker" in lines[0]
+    assert not (project.root / ".imagekit" / "report.json").exists()
+
+
+def test_engine_dying_mid_run_fails_the_rest(project: Project, api: docker.APIClient, tmp_path: Path) -> None:
+    write_matrix(
+        project,
+        f"""\
+axes:
+  torch: ["2.1", "2.2", "2.3"]
+include:
+  - env: {{SLEEP: "60", RUN_ID: RUNID}}
+bases:
+{busybox_base()}""",
+    )
+    proxy = SocketProxy(tmp_path / "engine.sock")
+    process = project.popen_build("--jobs", "1", env={"DOCKER_HOST": f"unix://{proxy.path}"})
+    wait_for(process, ": building")
+    time.sleep(1.5)
+    proxy.kill()
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1, stderr
+    report = project.report()
+    assert {r["status"] for r in report.values()} == {"failed"}
+    assert all("stopped answering" in r["error"] for r in report.values()), report
+    for torch in ("2.1.2", "2.2.2", "2.3.1"):
+        assert not has_tag(api, f"{project.repository}:busybox-{torch}")
+
+
+def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> None:
+    from imagekit.report import state_lock
+
+    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}')
+    with state_lock(project.root / ".imagekit"):
+        result = project.build()
+    assert result.returncode == 3
+    assert "another `imagekit build`" in result.stderr
+    assert not (project.root / ".imagekit" / "report.json").exists()
