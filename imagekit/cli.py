@@ -10,10 +10,10 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
@@ -28,6 +28,10 @@ from imagekit.render import (
     write_rendered,
 )
 from imagekit.schema import json_schema
+
+if TYPE_CHECKING:
+    from imagekit.matrix import Cell
+    from imagekit.verify import Verification
 
 app = typer.Typer(
     name="imagekit",
@@ -159,22 +163,18 @@ def schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
 
-def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        _err("error", "interrupted")
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
-
-__all__ = ["ExitCode", "app", "main"]
-
-
 # -- build and report (issue 3) ---------------------------------------------------------------------
 
+GpusOption = Annotated[
+    str,
+    typer.Option(
+        "--gpus", help="GPUs for the check containers, as docker takes it: all, none, 2, device=0,1."
+    ),
+]
+VerifyTimeoutOption = Annotated[
+    float,
+    typer.Option("--verify-timeout", min=1, help="Seconds one check container may run before it is killed."),
+]
 StateDirOption = Annotated[
     Path,
     typer.Option("--state-dir", help="Where the report, logs and lock live.", file_okay=False),
@@ -219,10 +219,15 @@ def build(
     ] = None,
     state_dir: StateDirOption = Path(".imagekit"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
+    then_verify: Annotated[
+        bool, typer.Option("--verify", help="Verify the built cells afterwards (see `imagekit verify`).")
+    ] = False,
+    gpus: GpusOption = "all",
+    verify_timeout: VerifyTimeoutOption = 900.0,
 ) -> None:
     """Build every cell (local bases first) on the Docker engine at DOCKER_HOST and write a report.
 
-    Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2
+    Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
     """
     from imagekit.build import Builder, BuildOptions, parse_mapping
     from imagekit.engine import connect
@@ -264,6 +269,10 @@ def build(
         for result in (*outcome.report.bases, *outcome.report.cells):
             if result.status in ("failed", "cancelled"):
                 _err(result.status, f"{result.id}: {result.error} (log: {result.log})")
+    if then_verify:
+        verified = [r.id for r in outcome.report.cells if r.status in ("built", "skipped")]
+        _verify_cells(api, [c for c in cells if c.id in verified], state_dir, gpus, verify_timeout, None)
+    if outcome.report.failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
 
 
@@ -301,3 +310,103 @@ def report(
         console.print(reports.summary_line(the_report))
     if the_report.failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+# -- verify (issue 4) -------------------------------------------------------------------------------
+
+
+def _echo_verification(result: Verification) -> None:
+    line = f"{result.label:<20} {result.target}"
+    if result.verdict == "failed":
+        failed = result.failed_checks()
+        reason = result.error or "; ".join(
+            f"{c.name}: {c.cause or c.reason or 'failed'}" + (f" (fix: {c.fix})" if c.fix else "")
+            for c in failed[:3]
+        )
+        line += f": {reason}"
+    typer.echo(line)
+
+
+def _verify_cells(
+    api: Any, cells: Sequence[Cell], state_dir: Path, gpus: str, timeout: float, junit: Path | None
+) -> list[Verification]:
+    from imagekit.junit import write_junit
+    from imagekit.verify import GpuRequest, Harness, Limits
+    from imagekit.verify_matrix import verify_cells
+
+    harness = Harness(api, GpuRequest.parse(gpus), Limits(timeout_s=timeout), logs_dir=state_dir / "logs")
+    results = verify_cells(harness, cells, state_dir, on_result=_echo_verification)
+    if junit is not None:
+        write_junit(junit, results)
+    return results
+
+
+@app.command()
+@reports_errors
+def verify(
+    images: Annotated[
+        list[str] | None,
+        typer.Argument(help="Images to verify instead of a matrix's cells.", show_default=False),
+    ] = None,
+    matrix: Annotated[
+        Path | None, typer.Option("--matrix", "-m", help="Verify this matrix's built cells.", dir_okay=False)
+    ] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Only cells whose id matches this glob (repeatable).")
+    ] = None,
+    gpus: GpusOption = "all",
+    timeout: VerifyTimeoutOption = 900.0,
+    memory: Annotated[str, typer.Option("--memory", help="Memory limit of a check container.")] = "16g",
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML here (one test case per check).")
+    ] = None,
+    state_dir: StateDirOption = Path(".imagekit"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdicts as JSON.")] = False,
+) -> None:
+    """Start each image with --gpus and run its in-image checks; validated needs a visible GPU.
+
+    Example: imagekit verify --matrix matrix.yaml --gpus all --junit verify.xml
+    Example: imagekit verify 2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04 --gpus none
+    """
+    from imagekit.engine import connect
+    from imagekit.junit import write_junit
+    from imagekit.verify import GpuRequest, Harness, Limits, Target, verify_all
+
+    request = GpuRequest.parse(gpus)
+    if images and matrix is not None:
+        raise InputError("give images or --matrix, not both")
+    api = connect()
+    if images:
+        harness = Harness(api, request, Limits(timeout_s=timeout, memory=memory), logs_dir=None)
+        results = verify_all(harness, [Target(i, i) for i in images], on_result=_echo_verification)
+        if junit is not None:
+            write_junit(junit, results)
+    else:
+        the_plan = _plan(matrix or Path("matrix.yaml"))
+        cells = the_plan.select(only or [])
+        if not cells:
+            raise InputError(f"--only {' '.join(only or [])} matches no cell; see `imagekit plan`")
+        results = _verify_cells(api, cells, state_dir, gpus, timeout, junit)
+    if as_json:
+        typer.echo(json.dumps([r.as_json() for r in results], indent=2, sort_keys=True))
+    counts = {
+        label: sum(1 for r in results if r.label == label)
+        for label in ("validated", "checked without GPU", "failed")
+    }
+    typer.echo("imagekit: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n), err=True)
+    if counts["failed"]:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        _err("error", "interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
+
+__all__ = ["ExitCode", "app", "main"]

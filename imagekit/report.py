@@ -12,12 +12,13 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.render import atomic_write
+from imagekit.verify import Verification
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
@@ -42,16 +43,26 @@ class CellResult:
     log: str | None
     error: str | None  # one-line reason
     error_tail: tuple[str, ...] = ()  # the last lines of the build output
+    verification: Verification | None = None  # the last `imagekit verify` of this image
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["tags"] = list(self.tags)
         data["error_tail"] = list(self.error_tail)
+        data["verification"] = self.verification.as_json() if self.verification else None
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CellResult:
-        return cls(**{**data, "tags": tuple(data["tags"]), "error_tail": tuple(data["error_tail"])})
+        verification = data.get("verification")
+        return cls(
+            **{
+                **data,
+                "tags": tuple(data["tags"]),
+                "error_tail": tuple(data["error_tail"]),
+                "verification": Verification.from_json(verification) if verification else None,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,15 @@ class BuildReport:
 
     @property
     def failed(self) -> bool:
-        return any(r.status in ("failed", "cancelled") for r in (*self.bases, *self.cells))
+        built_badly = any(r.status in ("failed", "cancelled") for r in (*self.bases, *self.cells))
+        return built_badly or any(
+            r.verification is not None and r.verification.verdict == "failed" for r in self.cells
+        )
+
+    def with_verification(self, cell_id: str, verification: Verification) -> BuildReport:
+        """A copy in which ``cell_id`` carries ``verification`` (the newest replaces the old)."""
+        cells = tuple(replace(r, verification=verification) if r.id == cell_id else r for r in self.cells)
+        return replace(self, cells=cells)
 
     def counts(self) -> dict[str, int]:
         return {status: sum(1 for r in self.cells if r.status == status) for status in STATUSES}
@@ -147,7 +166,15 @@ def _short_id(image_id: str | None) -> str:
     return image_id.split(":", 1)[-1][:12] if image_id else "-"
 
 
-ROW_HEADERS = ("cell", "status", "image", "size", "time", "base digest", "detail")
+ROW_HEADERS = ("cell", "status", "verified", "image", "size", "time", "base digest", "detail")
+
+
+def _verified(result: CellResult) -> str:
+    verification = result.verification
+    if verification is None:
+        return "-"
+    tflops = next((v for k, v in verification.metrics.items() if k.endswith(".tflops")), None)
+    return verification.label + (f" ({tflops:.0f} TFLOP/s)" if isinstance(tflops, int | float) else "")
 
 
 def rows(report: BuildReport) -> list[tuple[str, ...]]:
@@ -159,11 +186,17 @@ def rows(report: BuildReport) -> list[tuple[str, ...]]:
         elif base.startswith("sha256:"):
             base = base[:19]
         detail = result.error or (result.tags[0] if result.tags else "")
+        if result.verification and result.verification.verdict == "failed":
+            failed = result.verification.failed_checks()
+            detail = result.verification.error or "; ".join(
+                f"{c.name}: {c.cause or c.reason or 'failed'}" for c in failed[:2]
+            )
         name = result.id if result.kind == "cell" else f"{result.id} (base)"
         out.append(
             (
                 name,
                 result.status,
+                _verified(result) if result.kind == "cell" else "",
                 _short_id(result.image_id),
                 _size(result.size),
                 f"{result.duration_s:.1f}s",

@@ -1,0 +1,441 @@
+"""Stage 4: start each image with the GPUs asked for and run its in-image check script.
+
+A container per image: no network, no new privileges, all capabilities dropped, a read-only root
+with a small /tmp, memory and process limits, and a wall-clock timeout after which it is killed.
+Whatever happens (failure, timeout, Ctrl-C), the container is removed before the call returns.
+
+The verdict is conservative: ``validated`` only when every required check passed *with a GPU
+visible*; without a GPU a cell is at most ``checked`` (checked without GPU), never validated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import DeviceRequest
+
+from imagekit.engine import EngineFailure, is_engine_failure, unreachable
+from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.render import CHECK_SCRIPT_PATH, LABEL_PREFIX, packaged_check_script
+
+Verdict = Literal["validated", "checked", "failed"]
+VERIFY_LABEL = f"{LABEL_PREFIX}verify-run"
+INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
+NO_GPU_DRIVER = "could not select device driver"
+GPU_FIX = (
+    "the Docker engine has no GPU support ({detail}): install nvidia-container-toolkit, run"
+    " `nvidia-ctk runtime configure --runtime=docker` and restart the engine; or pass --gpus none"
+    " to run the checks that need no GPU"
+)
+
+
+# -- what to ask for -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """``--gpus`` as docker takes it: ``all``, a count, ``device=0,1``, or ``none``."""
+
+    text: str
+    count: int  # -1 all, 0 none, N
+    device_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> GpuRequest:
+        value = text.strip()
+        if value in ("all", "-1"):
+            return cls(value, -1)
+        if value in ("none", "0", ""):
+            return cls("none", 0)
+        if value.isdigit():
+            return cls(value, int(value))
+        if value.startswith("device="):
+            ids = tuple(part for part in value.removeprefix("device=").split(",") if part)
+            if ids and all(re.fullmatch(r"[A-Za-z0-9-]+", part) for part in ids):
+                return cls(value, len(ids), ids)
+        raise InputError(f"--gpus {text!r}: use all, none, a count (2) or device=0,1 (as docker takes it)")
+
+    @property
+    def requested(self) -> bool:
+        return self.count != 0
+
+    def device_requests(self) -> list[DeviceRequest]:
+        if not self.requested:
+            return []
+        if self.device_ids:
+            return [DeviceRequest(device_ids=list(self.device_ids), capabilities=[["gpu"]])]
+        return [DeviceRequest(count=self.count, capabilities=[["gpu"]])]
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 900.0
+    memory: str = "16g"
+    pids: int = 4096
+    tmp_size: str = "1g"
+    shm_size: str = "2g"  # NCCL's all-reduce across GPUs goes through /dev/shm
+
+
+@dataclass(frozen=True)
+class Target:
+    """One image to verify, named by its cell id (matrix mode) or its reference."""
+
+    name: str
+    image: str
+
+
+def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
+    """The check script's expectations, read from the image's ``imagekit.*`` labels."""
+    args: list[str] = []
+    for option, label in (
+        ("--expect-torch", "torch"),
+        ("--expect-cuda", "cuda"),
+        ("--expect-cudnn", "cudnn"),
+        ("--expect-python", "python"),
+        ("--flavour", "flavour"),
+    ):
+        value = labels.get(f"{LABEL_PREFIX}{label}")
+        if value:
+            args += [option, value]
+    if gpus.requested:
+        args.append("--require-gpu")
+    return args
+
+
+# -- what came back --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    name: str
+    status: str  # pass | fail | skip
+    required: bool
+    reason: str | None = None
+    expected: str | None = None
+    actual: str | None = None
+    detail: str | None = None
+    cause: str | None = None
+    fix: str | None = None
+    duration_s: float = 0.0
+
+    @classmethod
+    def from_script(cls, raw: Mapping[str, Any]) -> CheckRecord:
+        def text(key: str) -> str | None:
+            value = raw.get(key)
+            if value is None:
+                return None
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+        return cls(
+            name=str(raw.get("name", "?")),
+            status=str(raw.get("status", "fail")),
+            required=bool(raw.get("required", True)),
+            reason=text("reason"),
+            expected=text("expected"),
+            actual=text("actual"),
+            detail=text("detail"),
+            cause=text("cause"),
+            fix=text("fix"),
+            duration_s=float(raw.get("duration_s") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class Verification:
+    target: str
+    image: str
+    gpus: str
+    verdict: Verdict
+    gpu_requested: bool
+    gpu_visible: bool
+    checks: tuple[CheckRecord, ...]
+    duration_s: float
+    error: str | None = None  # one line: why the run itself failed (timeout, no JSON, ...)
+    exit_code: int | None = None
+    log: str | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return {"validated": "validated", "checked": "checked without GPU", "failed": "failed"}[self.verdict]
+
+    def failed_checks(self) -> tuple[CheckRecord, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["checks"] = [asdict(c) for c in self.checks]
+        data["metrics"] = dict(self.metrics)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verification:
+        return cls(
+            **{
+                **data,
+                "checks": tuple(CheckRecord(**c) for c in data["checks"]),
+                "metrics": dict(data.get("metrics") or {}),
+            }
+        )
+
+
+def verdict_of(
+    document: Mapping[str, Any], gpus: GpuRequest
+) -> tuple[Verdict, tuple[CheckRecord, ...], bool]:
+    """Read the script's document: (verdict, checks, gpu visible)."""
+    checks = tuple(CheckRecord.from_script(c) for c in document.get("checks") or () if isinstance(c, Mapping))
+    gpu_visible = bool(document.get("gpu_visible"))
+    if not checks or any(c.status == "fail" and c.required for c in checks):
+        return "failed", checks, gpu_visible
+    if gpus.requested and gpu_visible:
+        return "validated", checks, gpu_visible
+    if gpus.requested:
+        # Asked for a GPU, none visible, and yet nothing failed: never read that as a pass.
+        return "failed", checks, gpu_visible
+    return "checked", checks, gpu_visible
+
+
+def _metrics(checks: tuple[CheckRecord, ...]) -> dict[str, Any]:
+    """Figures worth a column in the report (GEMM throughput), pulled from the check details."""
+    out: dict[str, Any] = {}
+    for check in checks:
+        if check.name.startswith("gemm") and check.detail:
+            try:
+                detail = json.loads(check.detail)
+            except ValueError:
+                continue
+            if isinstance(detail, dict):
+                for key in ("tflops", "tflops_floor", "device"):
+                    if key in detail:
+                        out[f"{check.name}.{key}"] = detail[key]
+    return out
+
+
+def _first_json_object(text: str) -> dict[str, Any] | None:
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        value = json.loads(text[start:])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# -- running ---------------------------------------------------------------------------------------------
+
+
+def _script_archive() -> bytes:
+    data = packaged_check_script().read_bytes()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("check.py")
+        info.size = len(data)
+        info.mode = 0o755
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class Harness:
+    """Runs check containers; tracks every container it creates so none outlives it."""
+
+    def __init__(
+        self,
+        api: docker.APIClient,
+        gpus: GpuRequest,
+        limits: Limits = Limits(),
+        logs_dir: Path | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.api = api
+        self.gpus = gpus
+        self.limits = limits
+        self.logs_dir = logs_dir
+        self.cancel = cancel or threading.Event()
+        self.run_id = uuid.uuid4().hex[:12]
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+
+    # The one place a container is removed: also on Ctrl-C, also when the run is cut short.
+    def remove_all(self) -> None:
+        with self._lock:
+            live = list(self._live)
+        for container in live:
+            self._remove(container)
+
+    def _remove(self, container: str) -> None:
+        try:
+            self.api.remove_container(container, force=True, v=True)
+        except NotFound:
+            pass
+        except (DockerException, requests.RequestException, OSError):
+            return  # engine gone: `imagekit` reports that; the label lets a later run sweep it
+        with self._lock:
+            self._live.discard(container)
+
+    @contextmanager
+    def _container(
+        self, image: str, command: list[str], labels: Mapping[str, str], inject: bool
+    ) -> Iterator[str]:
+        gpu_env = {} if self.gpus.requested else {"NVIDIA_VISIBLE_DEVICES": "void"}
+        host_config = self.api.create_host_config(
+            network_mode="none",
+            device_requests=self.gpus.device_requests() or None,
+            mem_limit=self.limits.memory,
+            memswap_limit=self.limits.memory,
+            pids_limit=self.limits.pids,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            # a script injected into an image without one needs a writable root to land in
+            read_only=not inject,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.limits.tmp_size}"},
+            shm_size=self.limits.shm_size,
+        )
+        created = self.api.create_container(
+            image,
+            command=command,
+            host_config=host_config,
+            labels={VERIFY_LABEL: self.run_id, **labels},
+            environment={"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp", **gpu_env},
+            network_disabled=True,
+        )
+        container = str(created["Id"])
+        with self._lock:
+            self._live.add(container)
+        try:
+            if inject:
+                self.api.put_archive(container, INJECTED_SCRIPT_DIR, _script_archive())
+            yield container
+        finally:
+            self._remove(container)
+
+    def verify(self, target: Target) -> Verification:
+        started = time.monotonic()
+        try:
+            image = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
+        except ImageNotFound:
+            return self._failed(target, started, f"image {target.image} not found; build it first")
+        labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
+        script = labels.get(f"{LABEL_PREFIX}check-script")
+        inject = not script
+        script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else script or CHECK_SCRIPT_PATH
+        command = ["python3", script_path, *check_arguments(labels, self.gpus)]
+        try:
+            with self._container(
+                target.image, command, {f"{LABEL_PREFIX}target": target.name}, inject
+            ) as cid:
+                return self._run(target, cid, started)
+        except APIError as exc:
+            text = " ".join(str(exc.explanation or exc).split())
+            if NO_GPU_DRIVER in text:
+                raise EnvironmentProblem(GPU_FIX.format(detail=text)) from None
+            if is_engine_failure(exc):
+                raise unreachable(exc) from None
+            return self._failed(target, started, f"the engine refused the check container: {text}")
+        except (requests.ConnectionError, EngineFailure) as exc:
+            raise unreachable(exc) from None
+
+    def _run(self, target: Target, container: str, started: float) -> Verification:
+        self.api.start(container)
+        exit_code: int | None = None
+        error: str | None = None
+        remaining = max(1, math.ceil(started + self.limits.timeout_s - time.monotonic()))
+        try:
+            # One blocking wait: no polling latency on top of the checks. Ctrl-C interrupts it
+            # and the caller's `finally` removes the container.
+            exit_code = int(self.api.wait(container, timeout=remaining).get("StatusCode", -1))
+        except (requests.ReadTimeout, requests.ConnectionError) as exc:
+            if not (isinstance(exc, requests.ReadTimeout) or "timed out" in str(exc).lower()):
+                raise
+            error = f"timed out after {self.limits.timeout_s:g}s; the check container was killed"
+            with contextlib.suppress(APIError):  # it may have ended on its own in between
+                self.api.kill(container)
+        stdout = self.api.logs(container, stdout=True, stderr=False).decode("utf-8", "replace")
+        stderr = self.api.logs(container, stdout=False, stderr=True).decode("utf-8", "replace")
+        log = self._write_log(target, stdout, stderr)
+        duration = time.monotonic() - started
+        document = _first_json_object(stdout)
+        if error is None and document is None:
+            tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no output"
+            error = f"the check script printed no JSON (exit {exit_code}): {tail}"
+        if error is not None or document is None:
+            return Verification(
+                target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
+                round(duration, 3), error, exit_code, log,
+            )  # fmt: skip
+        verdict, checks, gpu_visible = verdict_of(document, self.gpus)
+        return Verification(
+            target=target.name,
+            image=target.image,
+            gpus=self.gpus.text,
+            verdict=verdict,
+            gpu_requested=self.gpus.requested,
+            gpu_visible=gpu_visible,
+            checks=checks,
+            duration_s=round(duration, 3),
+            exit_code=exit_code,
+            log=log,
+            metrics=_metrics(checks),
+        )
+
+    def _failed(self, target: Target, started: float, error: str) -> Verification:
+        return Verification(
+            target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
+            round(time.monotonic() - started, 3), error,
+        )  # fmt: skip
+
+    def _write_log(self, target: Target, stdout: str, stderr: str) -> str | None:
+        if self.logs_dir is None:
+            return None
+        from imagekit.render import atomic_write
+
+        path = self.logs_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', target.name)}.verify.log"
+        atomic_write(path, f"# stdout\n{stdout}\n# stderr\n{stderr}")
+        return str(path)
+
+
+def verify_all(
+    harness: Harness,
+    targets: list[Target],
+    on_result: Callable[[Verification], None] = lambda _: None,
+) -> list[Verification]:
+    """Verify one target after another (a GPU is the contended resource); always cleans up."""
+    results: list[Verification] = []
+    try:
+        for target in targets:
+            if harness.cancel.is_set():
+                break
+            result = harness.verify(target)
+            results.append(result)
+            on_result(result)
+    finally:
+        harness.remove_all()
+    return results
+
+
+def sweep(api: docker.APIClient) -> int:
+    """Remove check containers a killed run left behind (found by their label)."""
+    removed = 0
+    for container in api.containers(all=True, filters={"label": VERIFY_LABEL}):
+        try:
+            api.remove_container(container["Id"], force=True)
+            removed += 1
+        except (NotFound, APIError):
+            continue
+    return removed

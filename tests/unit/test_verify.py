@@ -1,0 +1,110 @@
+"""The harness's decisions without a Docker engine: GPU requests, verdicts, JUnit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import junitparser
+import pytest
+
+from imagekit.errors import InputError
+from imagekit.junit import write_junit
+from imagekit.verify import CheckRecord, GpuRequest, Verification, check_arguments, verdict_of
+
+
+@pytest.mark.parametrize(
+    ("text", "count", "ids", "requested"),
+    [("all", -1, (), True), ("none", 0, (), False), ("2", 2, (), True), ("device=0,1", 2, ("0", "1"), True)],
+)
+def test_gpu_request_parsing(text: str, count: int, ids: tuple[str, ...], requested: bool) -> None:
+    request = GpuRequest.parse(text)
+    assert (request.count, request.device_ids, request.requested) == (count, ids, requested)
+    requests = request.device_requests()
+    if requested:
+        (device_request,) = requests
+        assert device_request["Capabilities"] == [["gpu"]]
+        assert device_request["Count"] == (0 if ids else count) and device_request["DeviceIDs"] == list(ids)
+    else:
+        assert requests == []
+
+
+@pytest.mark.parametrize("text", ["everything", "device=", "device=0;rm", "-2"])
+def test_bad_gpu_request(text: str) -> None:
+    with pytest.raises(InputError, match="--gpus"):
+        GpuRequest.parse(text)
+
+
+def test_check_arguments_come_from_labels() -> None:
+    labels = {
+        "imagekit.torch": "2.1.2",
+        "imagekit.cuda": "12.1",
+        "imagekit.cudnn": "8",
+        "imagekit.python": "3.10",
+        "imagekit.flavour": "devel",
+    }
+    assert check_arguments(labels, GpuRequest.parse("all")) == [
+        "--expect-torch", "2.1.2", "--expect-cuda", "12.1", "--expect-cudnn", "8",
+        "--expect-python", "3.10", "--flavour", "devel", "--require-gpu",
+    ]  # fmt: skip
+    assert "--require-gpu" not in check_arguments(labels, GpuRequest.parse("none"))
+
+
+def doc(*statuses: str, gpu_visible: bool, required: bool = True) -> dict[str, Any]:
+    return {
+        "gpu_visible": gpu_visible,
+        "checks": [{"name": f"c{i}", "status": s, "required": required} for i, s in enumerate(statuses)],
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "gpus", "verdict"),
+    [
+        (doc("pass", "pass", gpu_visible=True), "all", "validated"),
+        (doc("pass", "skip", gpu_visible=False), "none", "checked"),
+        # a GPU was asked for and none was visible: never a pass, even if nothing failed
+        (doc("pass", "skip", gpu_visible=False), "all", "failed"),
+        (doc("pass", "fail", gpu_visible=True), "all", "failed"),
+        (doc("pass", "fail", gpu_visible=True, required=False), "all", "validated"),
+        # a GPU visible with --gpus none still cannot validate: nothing GPU-side was asked for
+        (doc("pass", gpu_visible=True), "none", "checked"),
+        ({"checks": []}, "all", "failed"),
+        ({}, "none", "failed"),
+    ],
+)
+def test_verdicts(document: dict[str, Any], gpus: str, verdict: str) -> None:
+    assert verdict_of(document, GpuRequest.parse(gpus))[0] == verdict
+
+
+def test_junit_reads_back_with_the_right_counts(tmp_path: Path) -> None:
+    checks = (
+        CheckRecord("torch", "pass", True, duration_s=0.5),
+        CheckRecord("gemm-gpu", "skip", True, reason="no GPU requested"),
+        CheckRecord("nvcc", "fail", True, cause="nvcc missing", fix="use a devel base", expected="12.1"),
+    )
+    results = [
+        Verification("cell-a", "img:a", "none", "failed", False, False, checks, 1.5),
+        Verification(
+            "cell-b", "img:b", "all", "failed", True, False, (), 900.0, error="timed out after 900s"
+        ),
+    ]
+    path = tmp_path / "junit.xml"
+    write_junit(path, results)
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    suites = list(xml)
+    assert [s.name for s in suites] == ["cell-a", "cell-b"]
+    assert (suites[0].tests, suites[0].failures, suites[0].skipped) == (3, 1, 1)
+    assert (suites[1].tests, suites[1].failures) == (1, 1)
+    cases = {case.name: case for case in suites[0]}
+    assert cases["nvcc"].result[0].message == "nvcc missing"
+    assert isinstance(cases["gemm-gpu"].result[0], junitparser.Skipped)
+    assert cases["torch"].is_passed
+
+
+def test_verification_round_trips_through_json() -> None:
+    result = Verification(
+        "cell", "img", "all", "validated", True, True, (CheckRecord("torch", "pass", True),), 2.0,
+        metrics={"gemm-gpu.tflops": 712.5},
+    )  # fmt: skip
+    assert Verification.from_json(result.as_json()) == result
+    assert result.label == "validated"
