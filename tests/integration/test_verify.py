@@ -1,0 +1,235 @@
+"""The verification harness against the real engine: real torch without a GPU, the GPU request
+path through a test engine with a fake NVIDIA hook, timeouts, Ctrl-C, and no leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import junitparser
+import pytest
+from docker.errors import ImageNotFound
+
+from imagekit.render import CHECK_SCRIPT_PATH, packaged_check_script
+from imagekit.verify import VERIFY_LABEL
+from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
+from tests.integration.fake_gpu_engine import fake_gpu_engine
+
+pytestmark = pytest.mark.integration
+
+DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
+
+
+def imagekit(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def leftovers(api: docker.APIClient) -> list[str]:
+    return [c["Id"] for c in api.containers(all=True, filters={"label": VERIFY_LABEL})]
+
+
+def build_image(api: docker.APIClient, tag: str, dockerfile: str, files: dict[str, bytes]) -> str:
+    with tempfile.TemporaryDirectory() as context:
+        for name, data in files.items():
+            path = Path(context, name)
+            path.write_bytes(data)
+            path.chmod(0o755)
+        Path(context, "Dockerfile").write_text(dockerfile)
+        for line in api.build(
+            path=context, tag=tag, rm=True, forcerm=True, decode=True, labels={TEST_LABEL: RUN_ID}
+        ):
+            if "error" in line:
+                raise RuntimeError(line["error"])
+    return tag
+
+
+@pytest.fixture(scope="session")
+def debian_python(api: docker.APIClient) -> str:
+    try:
+        api.inspect_image(DEBIAN_PYTHON)
+    except ImageNotFound:
+        subprocess.run([str(REPO_ROOT / "scripts" / "base-images.sh"), "debian-python"], check=True)
+    return DEBIAN_PYTHON
+
+
+@pytest.fixture(scope="session")
+def check_image(api: docker.APIClient, debian_python: str) -> str:
+    """Python and the check script, labelled like a CUDA 12.1 devel cell; no torch, no CUDA."""
+    labels = {
+        "imagekit.check-script": CHECK_SCRIPT_PATH,
+        "imagekit.torch": "2.1.2",
+        "imagekit.cuda": "12.1",
+        "imagekit.cudnn": "8",
+        "imagekit.python": "3.11",
+        "imagekit.flavour": "devel",
+    }
+    label_line = " ".join(f'{k}="{v}"' for k, v in labels.items())
+    return build_image(
+        api,
+        f"imagekit-test/check:{RUN_ID}",
+        f"FROM {debian_python}\nCOPY check.py {CHECK_SCRIPT_PATH}\nLABEL {label_line}\n",
+        {"check.py": packaged_check_script().read_bytes()},
+    )
+
+
+@pytest.fixture(scope="session")
+def hang_image(api: docker.APIClient, busybox: str) -> str:
+    """An image whose check never finishes: its python3 sleeps."""
+    return build_image(
+        api,
+        f"imagekit-test/hang:{RUN_ID}",
+        f'FROM {busybox}\nCOPY python3 /usr/bin/python3\nLABEL imagekit.check-script="{CHECK_SCRIPT_PATH}"\n',
+        {"python3": b"#!/bin/sh\nexec sleep 3600\n"},
+    )
+
+
+@pytest.fixture(scope="session")
+def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The offline demo matrix built for real: PyTorch's CPU wheel from a local wheelhouse."""
+    subprocess.run([str(REPO_ROOT / "examples" / "offline" / "setup.sh")], check=True, capture_output=True)
+    root = tmp_path_factory.mktemp("demo")
+    shutil.copytree(REPO_ROOT / "examples" / "offline", root, dirs_exist_ok=True)
+    done = imagekit(
+        "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def test_real_torch_without_gpu_is_checked_never_validated(demo: Path, api: docker.APIClient) -> None:
+    junit = demo / "verify.xml"
+    done = imagekit(
+        "verify", "--matrix", "matrix.yaml", "--gpus", "none", "--junit", str(junit), "--json", cwd=demo
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (result,) = json.loads(done.stdout[done.stdout.index("[") :])
+    assert result["verdict"] == "checked" and not result["gpu_requested"]
+    checks = {c["name"]: c for c in result["checks"]}
+    statuses = {c["status"] for c in result["checks"]}
+    assert "fail" not in statuses or all(not c["required"] for c in result["checks"] if c["status"] == "fail")
+    torch_checks = [c for name, c in checks.items() if name.startswith("torch")]
+    assert torch_checks and all(c["status"] == "pass" for c in torch_checks if c["required"])
+    cpu_gemm = [c for name, c in checks.items() if "gemm" in name and c["status"] == "pass"]
+    assert cpu_gemm, "the CPU GEMM must really run against real torch"
+    skipped = [c for c in result["checks"] if c["status"] == "skip"]
+    assert skipped and all("no GPU requested" in (c["reason"] or "") for c in skipped if "gpu" in c["name"])
+    assert not any(
+        c["status"] == "pass" and c["name"] in ("gemm-gpu", "cuda-available") for c in result["checks"]
+    )
+
+    report = json.loads((demo / ".imagekit" / "report.json").read_text())
+    (cell,) = report["cells"]
+    assert cell["verification"]["verdict"] == "checked"
+    suites = list(junitparser.JUnitXml.fromfile(str(junit)))
+    assert suites[0].tests == len(result["checks"]) and suites[0].failures == 0
+    assert suites[0].skipped == len(skipped)
+    assert leftovers(api) == []
+
+    table = imagekit("report", cwd=demo)
+    assert "checked without GPU" in table.stdout
+
+
+def test_gpu_requested_on_an_engine_without_gpu_support_is_exit_3(demo: Path, api: docker.APIClient) -> None:
+    before = (demo / ".imagekit" / "report.json").read_text()
+    done = imagekit("verify", "--matrix", "matrix.yaml", "--gpus", "all", cwd=demo)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("imagekit: error:") == 1
+    assert "no GPU support" in done.stderr and "nvidia-container-toolkit" in done.stderr
+    assert leftovers(api) == []
+    assert (
+        json.loads((demo / ".imagekit" / "report.json").read_text())["cells"] == json.loads(before)["cells"]
+    )
+
+
+def test_gpu_request_path_through_a_fake_nvidia_hook(check_image: str, api: docker.APIClient) -> None:
+    root = Path(tempfile.mkdtemp(prefix="ikgpu-", dir="/tmp"))
+    root.rmdir()
+    with fake_gpu_engine(root, (check_image,)) as engine:
+        env = {"DOCKER_HOST": engine.host}
+        done = imagekit("verify", check_image, "--gpus", "all", "--json", cwd=root.parent, env=env)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert engine.hook_calls() == ["prestart"], "the engine must call the NVIDIA hook as a prestart hook"
+        (result,) = json.loads(done.stdout[done.stdout.index("[") :])
+        assert result["verdict"] == "failed" and result["gpu_requested"] and not result["gpu_visible"]
+        failed = [c for c in result["checks"] if c["status"] == "fail"]
+        text = json.dumps(failed).lower()
+        assert "nvidia-smi" in text and ("driver" in text or "runtime" in text)
+        assert all(c["cause"] for c in failed), "every failure names its likely cause"
+        environment = next(c for c in result["checks"] if c["name"].startswith("env"))
+        assert "NVIDIA_VISIBLE_DEVICES" in json.dumps(environment) and '"all"' in json.dumps(environment)
+
+        one = imagekit("verify", check_image, "--gpus", "device=0", "--json", cwd=root.parent, env=env)
+        assert one.returncode == 1
+        assert len(engine.hook_calls()) == 2
+        client = engine.client()
+        assert client.containers(all=True, filters={"label": VERIFY_LABEL}) == []
+        client.close()
+
+
+def test_a_hanging_check_is_killed_at_the_timeout(
+    hang_image: str, api: docker.APIClient, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    done = imagekit("verify", hang_image, "--gpus", "none", "--verify-timeout", "3", "--json", cwd=tmp_path)
+    assert done.returncode == 1
+    assert time.monotonic() - started < 30
+    (result,) = json.loads(done.stdout[done.stdout.index("[") :])
+    assert result["verdict"] == "failed" and "timed out after 3s" in result["error"]
+    assert leftovers(api) == []
+
+
+def test_ctrl_c_removes_the_check_container(hang_image: str, api: docker.APIClient, tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "imagekit", "verify", hang_image, "--gpus", "none"],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not leftovers(api):
+        assert time.monotonic() < deadline, "the check container never started"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert leftovers(api) == []
+
+
+def test_an_image_without_python_fails_with_a_reason(
+    api: docker.APIClient, busybox: str, tmp_path: Path
+) -> None:
+    image = build_image(
+        api, f"imagekit-test/nopython:{uuid.uuid4().hex[:6]}-{RUN_ID}",
+        f'FROM {busybox}\nLABEL imagekit.check-script="{CHECK_SCRIPT_PATH}"\n', {},
+    )  # fmt: skip
+    done = imagekit("verify", image, "--gpus", "none", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "failed" in done.stdout and ("no JSON" in done.stdout or "refused" in done.stdout)
+    assert leftovers(api) == []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers_after(api: docker.APIClient) -> Iterator[None]:
+    yield
+    assert leftovers(api) == [], "a check container outlived its test"
