@@ -212,18 +212,19 @@ def verdict_of(
 
 
 def _metrics(checks: tuple[CheckRecord, ...]) -> dict[str, Any]:
-    """Figures worth a column in the report (GEMM throughput), pulled from the check details."""
+    """Figures worth a column in the report: the timed GEMM's TFLOP/s, device and floor."""
     out: dict[str, Any] = {}
     for check in checks:
-        if check.name.startswith("gemm") and check.detail:
-            try:
-                detail = json.loads(check.detail)
-            except ValueError:
-                continue
-            if isinstance(detail, dict):
-                for key in ("tflops", "tflops_floor", "device"):
-                    if key in detail:
-                        out[f"{check.name}.{key}"] = detail[key]
+        if check.name != "gemm_perf" or check.actual is None:
+            continue
+        try:
+            out["gemm_perf.tflops"] = float(check.actual)
+            detail = json.loads(check.detail or "{}")
+        except ValueError:
+            continue
+        if isinstance(detail, dict):
+            out["gemm_perf.device"] = detail.get("device")
+            out["gemm_perf.floor_tflops"] = detail.get("floor_tflops")
     return out
 
 

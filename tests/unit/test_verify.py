@@ -101,10 +101,27 @@ def test_junit_reads_back_with_the_right_counts(tmp_path: Path) -> None:
     assert cases["torch"].is_passed
 
 
+def test_gemm_figure_reaches_the_metrics() -> None:
+    document = {
+        "gpu_visible": True,
+        "checks": [
+            {"name": "gemm_perf", "status": "pass", "required": False, "actual": 701.3,
+             "detail": {"device": "NVIDIA H200", "floor_tflops": 400}},
+        ],
+    }  # fmt: skip
+    verdict, checks, _ = verdict_of(document, GpuRequest.parse("all"))
+    from imagekit.verify import _metrics
+
+    assert verdict == "validated"
+    assert _metrics(checks) == {
+        "gemm_perf.tflops": 701.3, "gemm_perf.device": "NVIDIA H200", "gemm_perf.floor_tflops": 400
+    }  # fmt: skip
+
+
 def test_verification_round_trips_through_json() -> None:
     result = Verification(
         "cell", "img", "all", "validated", True, True, (CheckRecord("torch", "pass", True),), 2.0,
-        metrics={"gemm-gpu.tflops": 712.5},
+        metrics={"gemm_perf.tflops": 712.5},
     )  # fmt: skip
     assert Verification.from_json(result.as_json()) == result
     assert result.label == "validated"

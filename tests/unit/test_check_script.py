@@ -1,0 +1,483 @@
+"""The in-image check script (imagekit/incontainer/check.py): parsers on real captured outputs,
+the NVIDIA_REQUIRE_* evaluator, the GPU policy, and real runs of the script (host Python without
+torch; a venv with the real PyTorch CPU wheel). Fixture provenance: tests/fixtures/check/NOTES.md."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from imagekit.incontainer import check
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "imagekit" / "incontainer" / "check.py"
+FIXTURES = REPO / "tests" / "fixtures" / "check"
+TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+TORCH_VENV = Path("/tmp/imagekit-check-torch-venv")
+GPU_CHECKS = ("nvidia_smi", "driver", "require", "cuda_available", "arch", "gemm_gpu", "gemm_perf", "nccl")
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """No NVIDIA_* / IMAGEKIT_* / CUDA_VERSION from the test host; PATH without nvidia-smi."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NVIDIA_", "IMAGEKIT_")) and k not in ("CUDA_VERSION", "NV_CUDNN_VERSION")}
+    env["PATH"] = "/usr/bin:/bin"
+    env.update(extra)
+    return env
+
+
+def run_script(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([python, str(SCRIPT), *args], capture_output=True, text=True,
+                          env=env if env is not None else clean_env(), timeout=300, check=False)
+    report = json.loads(proc.stdout) if proc.returncode in (0, 1) else {}
+    return proc.returncode, report, proc.stderr
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def assert_no_gpu_pass(report: dict[str, Any]) -> None:
+    """The rule the whole script exists for: without a GPU no GPU check may read pass."""
+    assert report["gpu_visible"] is False
+    for name in GPU_CHECKS:
+        assert by_name(report)[name]["status"] != "pass", name
+
+
+# -- parsers on real outputs ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "release", "version"),
+    [
+        ("ptxas-version-11.8.89.txt", "11.8", "11.8.89"),
+        ("ptxas-version-12.1.105.txt", "12.1", "12.1.105"),
+        ("nvcc-version-13.0.88.txt", "13.0", "13.0.88"),
+    ],
+)
+def test_parse_nvcc_version_on_captured_outputs(name: str, release: str, version: str) -> None:
+    assert check.parse_nvcc_version(fixture(name)) == {"release": release, "version": version}
+
+
+def test_parse_nvcc_version_published_12_1_and_garbage() -> None:
+    published = (
+        "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2023 NVIDIA Corporation\n"
+        "Built on Tue_Feb__7_19:32:13_PST_2023\nCuda compilation tools, release 12.1, V12.1.66\n"
+        "Build cuda_12.1.r12.1/compiler.32415258_0\n"
+    )
+    assert check.parse_nvcc_version(published) == {"release": "12.1", "version": "12.1.66"}
+    assert check.parse_nvcc_version("bash: nvcc: command not found") is None
+
+
+def test_parse_version_json() -> None:
+    assert check.parse_version_json(fixture("version-json-11.8-excerpt.json")) == "11.8.20220929"
+    assert check.parse_version_json(fixture("version-json-13.3.1-excerpt.json")) == "13.3.1"
+    assert check.cuda_minor("11.8.20220929") == "11.8"
+    assert check.parse_version_json("not json") is None
+    assert check.parse_version_json("[]") is None
+
+
+def test_parse_nvidia_smi_csv_with_header() -> None:
+    fields = ["compute_cap", "compute_mode", "driver_version", "name", "index"]
+    rows = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-compute-cap-header.txt"), fields)
+    assert rows == [
+        {"compute_cap": "7.0", "compute_mode": "Default", "driver_version": "570.86.15",
+         "name": "NVIDIA TITAN V", "index": "0"},
+        {"compute_cap": "8.9", "compute_mode": "Default", "driver_version": "570.86.15",
+         "name": "NVIDIA RTX 5880 Ada Generation", "index": "1"},
+    ]
+    b300 = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-b300-header.txt"),
+                                      ["driver_version", "name", "compute_cap"])
+    assert len(b300) == 7
+    assert {r["compute_cap"] for r in b300} == {"10.3"}
+
+
+def test_parse_nvidia_smi_csv_noheader_nounits() -> None:
+    fields = [
+        "power.limit", "power.min_limit", "power.max_limit", "memory.total", "vbios_version",
+        "driver_version", "name", "gpu_uuid", "power.draw", "temperature.gpu", "temperature.memory",
+        "clocks.current.graphics", "clocks.sm", "clocks.mem", "utilization.gpu", "utilization.memory",
+        "fan.speed", "pcie.link.width.current", "pstate",
+    ]
+    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), fields)
+    assert row["name"] == "GeForce RTX 2080"
+    assert row["driver_version"] == "440.64"
+    assert row["memory.total"] == "7979"
+
+
+def test_parse_nvidia_smi_csv_ignores_the_old_driver_rejection() -> None:
+    text = fixture("nvidia-smi-compute-cap-rejected.txt")
+    fields = ["index", "name", "driver_version", "memory.total", "compute_cap"]
+    assert check.parse_nvidia_smi_csv(text, fields) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("nvidia-smi-header-580-a100.txt", {"smi": "580.126.09", "driver": "580.126.09", "cuda": "13.0"}),
+        ("nvidia-smi-header-r610-kmd.txt", {"smi": "610.43.02", "driver": "610.43.02", "cuda": "13.3"}),
+        ("nvidia-smi-header-snap-470-tool-580-driver.txt",
+         {"smi": "470.256.02", "driver": "580.95.05", "cuda": "13.0"}),
+        ("nvidia-smi-header-331-no-cuda.txt", {"smi": "331.62", "driver": "331.62"}),
+    ],
+)
+def test_parse_nvidia_smi_header(name: str, expected: dict[str, str]) -> None:
+    assert check.parse_nvidia_smi_header(fixture(name)) == expected
+
+
+def test_parse_nvidia_smi_list_and_brands() -> None:
+    gpus = check.parse_nvidia_smi_list(fixture("nvidia-smi-L.txt"))
+    assert [g["name"] for g in gpus] == ["NVIDIA TITAN V", "NVIDIA RTX 5880 Ada Generation"]
+    assert gpus[0]["uuid"] == "GPU-b5169cef-2205-c30e-f2b3-220cfa14bafd"
+    # `nvidia-smi -q` line layout as in https://github.com/anderskm/gputil/issues/38
+    assert check.parse_nvidia_smi_brands("    Product Brand                   : GeForce\n") == ["geforce"]
+
+
+def test_parse_cudnn_header_and_torch_ints() -> None:
+    assert check.parse_cudnn_header(fixture("cudnn-version-h-9.5.0.txt")) == "9.5.0"
+    header_8 = "#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 9\n#define CUDNN_PATCHLEVEL 2\n"
+    assert check.parse_cudnn_header(header_8) == "8.9.2"
+    assert check.parse_cudnn_header("#define CUDNN_MAJOR 8\n") is None
+    assert check.cudnn_int_to_version(8902) == "8.9.2"
+    assert check.cudnn_int_to_version(8700) == "8.7.0"
+    assert check.cudnn_int_to_version(90100) == "9.1.0"
+    assert check.cudnn_int_to_version(91200) == "9.12.0"
+
+
+def test_parse_os_release() -> None:
+    found = check.parse_os_release('NAME="Ubuntu"\nVERSION_ID="22.04"\n# comment\n')
+    assert found == {"NAME": "Ubuntu", "VERSION_ID": "22.04"}
+
+
+# -- NVIDIA_REQUIRE_* --------------------------------------------------------------------------
+
+REQ_118 = "cuda>=11.8 brand=tesla,driver>=470,driver<471"
+REQ_121 = "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526"
+
+
+def props(**kw: str | None) -> dict[str, str | None]:
+    base: dict[str, str | None] = {"cuda": None, "driver": None, "arch": None, "brand": None}
+    base.update(kw)
+    return base
+
+
+def test_parse_require_groups() -> None:
+    groups = check.parse_require(REQ_118)
+    assert [[f"{t.prop}{t.op}{t.value}" for t in g] for g in groups] == [
+        ["cuda>=11.8"], ["brand=tesla", "driver>=470", "driver<471"]]
+    with pytest.raises(ValueError):
+        check.parse_require("cuda>=12.1 brand")
+
+
+def test_require_or_branch_tesla_470_passes() -> None:
+    # driver 470 carries CUDA 11.4: the cuda>= term fails, the forward-compat branch holds
+    assert check.evaluate_require(REQ_118, props(cuda="11.4", driver="470.57.02", brand="tesla")) is True
+    assert check.evaluate_require(REQ_121, props(cuda="11.4", driver="470.5", brand="tesla")) is True
+    assert check.evaluate_require(REQ_118, props(cuda="11.4", driver="470.57.02", brand="geforce")) is False
+
+
+def test_require_new_driver_passes_old_fails() -> None:
+    assert check.evaluate_require(REQ_121, props(cuda="12.2", driver="535.104.05", brand="geforce")) is True
+    assert check.evaluate_require(REQ_121, props(cuda="12.0", driver="525.60.13", brand="geforce")) is False
+    assert check.evaluate_require(REQ_121, props(cuda="12.0", driver="525.60.13", brand="tesla")) is True
+    # brand unknown: undetermined, never a pass
+    assert check.evaluate_require(REQ_121, props(cuda="12.0", driver="525.60.13")) is None
+
+
+def test_require_numeric_comparison_and_operators() -> None:
+    assert check.evaluate_require("cuda>=12.10", props(cuda="12.9")) is False  # not string order
+    assert check.evaluate_require("cuda>=9.0", props(cuda="12.2")) is True  # NGC 23.10's requirement
+    assert check.evaluate_require("driver==535.104.05", props(driver="535.104.05")) is True
+    assert check.evaluate_require("driver!=535", props(driver="535.0")) is False
+    assert check.evaluate_require("arch>=8.0", props(arch="9.0")) is True
+    assert check.evaluate_require("arch<8.0", props(arch="9.0")) is False
+
+
+def test_require_unknown_property_is_not_satisfied() -> None:
+    assert check.evaluate_require("gpu_mem>=80", props(cuda="13.0")) is False
+    # the other OR branch still holds
+    assert check.evaluate_require("gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is True
+    assert check.evaluate_require("brand>=tesla", props(brand="tesla")) is False
+
+
+def test_require_variables_all_and_legacy_cuda_version() -> None:
+    env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.1", "NVIDIA_REQUIRE_ARCH": "arch>=8.0", "PATH": "/bin"}
+    found = check.require_variables(env)
+    assert found == {"NVIDIA_REQUIRE_ARCH": "arch>=8.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.1"}
+    devices: list[dict[str, str | None]] = [{"arch": "9.0"}, {"arch": "7.5"}]
+    verdicts = check.evaluate_all_requirements(found, "12.2", "535.104.05", devices)
+    assert verdicts == {"NVIDIA_REQUIRE_ARCH": False, "NVIDIA_REQUIRE_CUDA": True}  # one device fails
+    assert check.require_variables({"CUDA_VERSION": "11.8.0"}) == {"NVIDIA_REQUIRE_CUDA": "cuda>=11.8"}
+    assert check.go_parse_bool("true") and check.go_parse_bool("1") and not check.go_parse_bool("yes")
+
+
+# -- driver table, arch, floors -------------------------------------------------------------------
+
+
+def test_embedded_driver_table_equals_compat_yaml() -> None:
+    data = yaml.safe_load((REPO / "imagekit" / "data" / "compat.yaml").read_text(encoding="utf-8"))
+    releases = data["cuda"]["releases"]
+    from_yaml = {minor: (row["driver"], row["minor_floor"]) for minor, row in releases.items()}
+    assert from_yaml == check.CUDA_DRIVER_TABLE
+
+
+def test_driver_satisfies() -> None:
+    assert check.driver_satisfies("520.61.05", "11.8") == "full"
+    assert check.driver_satisfies("470.57.02", "11.8") == "minor"
+    assert check.driver_satisfies("440.64", "11.8") == "too_old"
+    assert check.driver_satisfies("530.30.02", "12.1.1") == "full"
+    assert check.driver_satisfies("525.60.13", "12.1") == "minor"
+    assert check.driver_satisfies("525.60.12", "12.1") == "too_old"
+    assert check.driver_satisfies("470.5", "12.1") == "too_old"
+    assert check.driver_satisfies("575.57.08", "13.0") == "too_old"  # 13.x floor is 580.65.06
+    assert check.driver_satisfies("999", "10.2") == "unknown_cuda"
+
+
+def test_arch_supported() -> None:
+    cu121 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    assert check.arch_supported(cu121, (9, 0)) == (True, "SASS sm_90")
+    assert check.arch_supported(cu121, (8, 9))[0] is True  # sm_86 SASS runs on 8.9
+    assert check.arch_supported(cu121, (10, 0)) == (False, "no SASS or PTX for this device")
+    ok, how = check.arch_supported([*cu121, "compute_90"], (10, 0))
+    assert ok and "PTX compute_90" in how
+    assert check.arch_supported(["sm_90a"], (9, 0))[0] is True
+    assert check.arch_supported(["sm_90a"], (10, 0))[0] is False
+    assert check.arch_supported(["sm_37", "sm_50"], (12, 0))[0] is False
+
+
+def test_gemm_floor() -> None:
+    assert check.gemm_floor("NVIDIA H200") == 400.0
+    assert check.gemm_floor("NVIDIA H100 80GB HBM3") == 350.0
+    assert check.gemm_floor("NVIDIA GeForce RTX 4090") == 70.0
+    assert check.gemm_floor("NVIDIA TITAN V") is None
+
+
+def test_exception_in_a_check_becomes_its_failure() -> None:
+    def boom(ctx: check.Context) -> check.CheckResult:
+        raise RuntimeError("kaboom")
+
+    ctx = check.Context(check.Expect(), clean_env())
+    result = check.run_check("boom", boom, ctx)
+    assert result.status == "fail"
+    assert result.cause is not None and "RuntimeError: kaboom" in result.cause
+
+
+def test_bad_arguments_exit_2() -> None:
+    for args in (["--expect-cuda", "twelve"], ["--flavour", "slim"], ["--bogus"]):
+        proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                              env=clean_env(), check=False)
+        assert proc.returncode == 2, args
+        assert "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True,
+                          env=clean_env(IMAGEKIT_EXPECT_CUDA="x"), check=False)
+    assert proc.returncode == 2
+
+
+def test_arguments_win_over_environment() -> None:
+    expect, _ = check.parse_args(["--expect-torch", "2.1.2"],
+                                 {"IMAGEKIT_EXPECT_TORCH": "2.0.0", "IMAGEKIT_EXPECT_CUDA": "12.1"})
+    assert expect.torch == "2.1.2"
+    assert expect.cuda == "12.1"
+    assert check.parse_args([], {"IMAGEKIT_REQUIRE_GPU": "1"})[0].require_gpu is True
+
+
+def test_script_is_python_3_8_syntax() -> None:
+    ast.parse(SCRIPT.read_text(encoding="utf-8"), feature_version=(3, 8))
+
+
+# -- real runs on this host's Python (no torch here) -------------------------------------------
+
+
+def test_host_run_without_torch_fails_clearly() -> None:
+    rc, report, stderr = run_script(sys.executable, "--expect-torch", "2.13.0", "--expect-cuda", "cpu")
+    assert "Traceback" not in stderr
+    assert rc == 1
+    assert report["schema"] == 1
+    torch_check = by_name(report)["torch"]
+    assert torch_check["status"] == "fail"
+    assert "cannot be imported" in torch_check["cause"] and torch_check["fix"]
+    assert report["summary"]["required_failed"] == ["torch"]
+    # nothing that needs torch pretends to have run
+    for name in ("torch_cuda", "cudnn", "gemm_cpu"):
+        assert by_name(report)[name]["status"] == "skip"
+    assert report["inventory"]["packages"]
+    assert_no_gpu_pass(report)
+
+
+def test_gpu_not_requested_means_skip() -> None:
+    # NVIDIA_VISIBLE_DEVICES=all is the nvidia/cuda image default, not a request
+    _, report, _ = run_script(sys.executable, env=clean_env(NVIDIA_VISIBLE_DEVICES="all"))
+    assert report["gpu_requested"] is False
+    for name in ("nvidia_smi", "cuda_available", "gemm_gpu", "nccl"):
+        assert by_name(report)[name]["status"] == "skip"
+        assert by_name(report)[name]["reason"] == "no GPU requested"
+    assert_no_gpu_pass(report)
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--require-gpu"], {}),
+        ([], {"IMAGEKIT_REQUIRE_GPU": "true"}),
+        ([], {"NVIDIA_VISIBLE_DEVICES": "0,1"}),
+        ([], {"NVIDIA_VISIBLE_DEVICES": "GPU-b5169cef-2205-c30e-f2b3-220cfa14bafd"}),
+    ],
+)
+def test_gpu_requested_but_missing_fails_with_cause(args: list[str], env: dict[str, str]) -> None:
+    rc, report, _ = run_script(sys.executable, "--expect-cuda", "12.1", *args, env=clean_env(**env))
+    assert rc == 1
+    assert report["gpu_requested"] is True
+    for name in ("nvidia_smi", "driver", "cuda_available", "arch", "gemm_gpu", "nccl"):
+        result = by_name(report)[name]
+        assert result["status"] == "fail", name
+        assert "--gpus missing or no NVIDIA runtime" in result["cause"]
+        assert "--gpus all" in result["fix"]
+    assert_no_gpu_pass(report)
+
+
+def test_void_devices_do_not_request() -> None:
+    for value in ("void", "none", ""):
+        _, report, _ = run_script(sys.executable, env=clean_env(NVIDIA_VISIBLE_DEVICES=value))
+        assert report["gpu_requested"] is False
+        assert by_name(report)["gemm_gpu"]["status"] == "skip"
+
+
+def test_environment_check_reports_nvidia_variables() -> None:
+    env = clean_env(NVIDIA_VISIBLE_DEVICES="all", NVIDIA_REQUIRE_CUDA=REQ_121, NVIDIA_DISABLE_REQUIRE="true",
+                    NVIDIA_CPU_ONLY="1")
+    _, report, _ = run_script(sys.executable, env=env)
+    detail = by_name(report)["environment"]["detail"]
+    assert detail["NVIDIA_REQUIRE"] == {"NVIDIA_REQUIRE_CUDA": REQ_121}
+    assert detail["require_disabled"] is True
+    assert detail["require_parsed"]["NVIDIA_REQUIRE_CUDA"][0] == ["cuda>=12.1"]
+    assert by_name(report)["require"]["status"] == "skip"
+
+
+FAKE_SMI = """#!/bin/sh
+# A stand-in nvidia-smi replaying published outputs (see tests/fixtures/check/NOTES.md).
+case "$*" in
+  *compute_cap*) cat "{fixtures}/nvidia-smi-compute-cap-rejected.txt"; exit 2 ;;
+  *--query-gpu*) echo "0, NVIDIA A100-SXM4-40GB, 580.126.09, 40960"
+                 echo "1, NVIDIA A100-SXM4-40GB, 580.126.09, 40960" ;;
+  -q) echo "    Product Brand                   : NVIDIA" ;;
+  "") cat "{fixtures}/nvidia-smi-header-580-a100.txt" ;;
+esac
+"""
+
+
+def test_fake_nvidia_smi_drives_the_driver_and_require_checks(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(fixtures=FIXTURES), encoding="utf-8")
+    smi.chmod(0o755)
+    env = clean_env(PATH=f"{tmp_path}:/usr/bin:/bin", NVIDIA_REQUIRE_CUDA=REQ_121)
+    rc, report, _ = run_script(sys.executable, "--expect-cuda", "12.1", env=env)
+    checks = by_name(report)
+    assert report["gpu_visible"] is True
+    assert checks["nvidia_smi"]["status"] == "pass"
+    assert [q["rc"] for q in checks["nvidia_smi"]["detail"]["queries"]] == [2, 0]  # compute_cap fallback
+    assert checks["driver"]["status"] == "pass"
+    assert checks["driver"]["actual"] == "580.126.09"
+    assert checks["require"]["status"] == "pass"
+    assert checks["require"]["actual"]["cuda"] == "13.0"
+    # torch is missing, so the torch GPU checks did not run and say so
+    assert checks["cuda_available"]["status"] == "skip"
+    assert checks["gemm_gpu"]["status"] == "skip"
+    assert rc == 1
+
+
+def test_fake_old_driver_fails_with_driver_cause(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(fixtures=FIXTURES).replace("580.126.09", "470.57.02"), encoding="utf-8")
+    smi.chmod(0o755)
+    env = clean_env(PATH=f"{tmp_path}:/usr/bin:/bin", NVIDIA_REQUIRE_CUDA=REQ_121)
+    _, report, _ = run_script(sys.executable, "--expect-cuda", "12.1", env=env)
+    driver = by_name(report)["driver"]
+    assert driver["status"] == "fail"
+    assert "too old for CUDA 12.1" in driver["cause"]
+
+
+@pytest.mark.skipif(not Path("/root/.pyenv/versions/3.8.18/bin/python").exists(), reason="no Python 3.8 here")
+def test_script_runs_on_python_3_8() -> None:
+    rc, report, stderr = run_script("/root/.pyenv/versions/3.8.18/bin/python", "--expect-cuda", "cpu")
+    assert "Traceback" not in stderr
+    assert rc == 1  # no torch in that interpreter
+    assert by_name(report)["torch"]["status"] == "fail"
+
+
+# -- real runs against the real PyTorch CPU wheel -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> str:
+    """A venv under /tmp with the real torch CPU wheel (created once, reused across sessions)."""
+    python = TORCH_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import torch; assert torch.__version__.startswith('2.13.0')"]
+    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return str(python)
+    if not TORCH_WHEEL.exists():
+        pytest.skip(f"{TORCH_WHEEL} not on this machine")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(TORCH_VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(TORCH_WHEEL)], check=True, timeout=900)
+    return str(python)
+
+
+def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str) -> None:
+    rc, report, stderr = run_script(torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu",
+                                    "--expect-python", "3.11")
+    assert "Traceback" not in stderr
+    checks = by_name(report)
+    assert rc == 0, report["summary"]
+    assert checks["torch"]["status"] == "pass"
+    assert checks["torch"]["actual"] == "2.13.0+cpu"
+    assert checks["torch_cuda"]["status"] == "pass"
+    gemm = checks["gemm_cpu"]
+    assert gemm["status"] == "pass"
+    assert gemm["actual"] < 1e-5 and gemm["detail"]["reference"] == "pure Python float64"
+    for name in ("cuda_available", "arch", "gemm_gpu", "gemm_perf", "nccl", "nvidia_smi"):
+        assert checks[name]["status"] == "skip" and checks[name]["reason"] == "no GPU requested", name
+    assert any(p["name"] == "torch" for p in report["inventory"]["packages"])
+    assert_no_gpu_pass(report)
+
+
+def test_real_torch_require_gpu_fails(torch_python: str) -> None:
+    rc, report, _ = run_script(torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu",
+                               "--require-gpu")
+    assert rc == 1
+    checks = by_name(report)
+    for name in ("cuda_available", "arch", "gemm_gpu", "nccl"):
+        assert checks[name]["status"] == "fail", name
+    assert checks["gemm_cpu"]["status"] == "pass"
+    assert_no_gpu_pass(report)
+
+
+def test_real_torch_wrong_version_and_wrong_variant(torch_python: str) -> None:
+    rc, report, _ = run_script(torch_python, "--expect-torch", "2.12.0", "--expect-cuda", "12.1")
+    checks = by_name(report)
+    assert rc == 1
+    assert checks["torch"]["status"] == "fail"
+    assert checks["torch_cuda"]["status"] == "fail"
+    assert "wrong wheel variant" in checks["torch_cuda"]["cause"]
+    assert "--index-url https://download.pytorch.org/whl/cu121" in checks["torch_cuda"]["fix"]
+
+
+def test_real_collectives_machinery_with_gloo(torch_python: str) -> None:
+    """The NCCL check's spawn/all-reduce/broadcast path, run for real on the CPU (gloo)."""
+    code = (f"import sys, json; sys.path.insert(0, {str(SCRIPT.parent)!r}); import check; "
+            "print(json.dumps(check.run_collectives(2, 'gloo', 120)))")
+    proc = subprocess.run([torch_python, "-c", code], capture_output=True, text=True, timeout=180,
+                          check=False)
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["ok"] is True, outcome
+    assert [r["all_reduce"] and r["broadcast"] for r in outcome["ranks"]] == [True, True]
