@@ -182,8 +182,27 @@ Requirement = Annotated[
 AptPackage = Annotated[
     str, SafeString(r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git")
 ]
+_SECRET_WORDS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "KEY", "CREDENTIAL", "AUTH")
+
+
+def _not_a_secret(name: str) -> str:
+    if any(word in name.upper() for word in _SECRET_WORDS):
+        raise PydanticCustomError(
+            "secret_build_arg",
+            "{detail}",
+            {
+                "detail": f"build argument {name!r} looks like a secret; the classic builder keeps every"
+                " build argument in the image history (`docker history`), so it would ship with the"
+                " image. Give pip a credentialed mirror through the engine host instead (README:"
+                " 'Private mirrors')"
+            },
+        )
+    return name
+
+
 EnvName = Annotated[str, SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST")]
 # ENV values and build arguments never pass through a shell, so ';' (TORCH_CUDA_ARCH_LIST) is fine.
+BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret)]
 SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0")]
 
 Flavour = Literal["devel", "runtime"]
@@ -257,7 +276,7 @@ class CellSpec(StrictModel):
     )
     apt_packages: list[AptPackage] | None = Field(None, description="extra OS packages")
     env: dict[EnvName, SafeText] | None = Field(None, description="environment variables set in the image")
-    build_args: dict[EnvName, SafeText] | None = Field(
+    build_args: dict[BuildArgName, SafeText] | None = Field(
         None, description="docker build arguments (declared as ARG)"
     )
     allow_unknown: bool | None = Field(
@@ -299,7 +318,7 @@ class LocalBuild(StrictModel):
 
     context: RelativePath = Field(description="directory, relative to the matrix file")
     dockerfile: RelativePath = Field("Dockerfile", description="relative to the context")
-    args: dict[EnvName, SafeText] = Field(default_factory=dict)
+    args: dict[BuildArgName, SafeText] = Field(default_factory=dict)
 
 
 class BaseSpec(StrictModel):
@@ -421,7 +440,8 @@ def json_schema() -> dict[str, Any]:
 
 
 def _error_line(doc: SourceDocument, error: Mapping[str, Any]) -> str:
-    loc: tuple[str | int, ...] = tuple(error["loc"])
+    # pydantic marks a failing mapping key with a "[key]" step; the path names the key itself
+    loc: tuple[str | int, ...] = tuple(part for part in error["loc"] if part != "[key]")
     ctx = error.get("ctx") or {}
     message = str(ctx.get("detail") or error["msg"])
     if error["type"] == "unknown_key":

@@ -103,6 +103,16 @@ CASES: dict[str, tuple[str, str]] = {
         GOOD_AXES + CUDA_BASE + 'publish:\n  tags:\n    readable: "{torch.__class__}"\n',
         "unknown placeholder {torch.__class__}",
     ),
+    "secret-looking build arg": (
+        GOOD_AXES + CUDA_BASE + "defaults:\n  build_args: {PIP_TOKEN: abc}\n",
+        "defaults.build_args.PIP_TOKEN: build argument 'PIP_TOKEN' looks like a secret",
+    ),
+    "secret-looking local base arg": (
+        GOOD_AXES
+        + CUDA_BASE
+        + "  deb:\n    image: x/y:1\n    os: debian12\n    build: {context: b, args: {API_KEY: k}}\n",
+        "looks like a secret",
+    ),
     "find_links escapes": (
         GOOD_AXES + CUDA_BASE + "sources:\n  pip:\n    find_links: [../../etc]\n",
         "must stay inside",
