@@ -195,7 +195,7 @@ def plan_jobs(
     options: BuildOptions,
 ) -> list[Job]:
     """Bases first in dependency order, then the cells; each job names the jobs it waits for."""
-    by_image = {c.local_base.image: c.local_base for c in plan.cells if c.local_base is not None}
+    by_image = {base.image: base for base in plan.local_bases}
     needed: dict[str, LocalBase] = {}
 
     def need(base: LocalBase, chain: tuple[str, ...]) -> None:

@@ -89,7 +89,8 @@ def split_reference(ref: str) -> tuple[str, str | None]:
     """``repo[:tag][@digest]`` -> (repository, tag or digest); the tag part never holds a '/'."""
     if "@" in ref:
         name, digest = ref.split("@", 1)
-        return name, digest
+        # name:tag@digest pins the digest; the tag is only a note for people
+        return split_reference(name)[0], digest
     slash = ref.rfind("/")
     colon = ref.rfind(":")
     if colon > slash:
@@ -110,9 +111,14 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, requests.ConnectionError | requests.Timeout | ConnectionError):
         return True
     if isinstance(exc, APIError):
-        text = str(exc).lower()
-        return exc.is_server_error() or any(
-            hint in text for hint in ("connection reset", "timeout", "tls handshake", "eof")
+        if exc.response is not None and (exc.is_server_error() or exc.response.status_code == 429):
+            return True  # 5xx, or a registry asking us to slow down
+        # Only the engine's own message is searched for a transient cause: str(exc) also holds
+        # the request URL and the image name, which may well contain "timeout" or "eof".
+        message = exc.explanation if exc.explanation is not None else (exc.args[0] if exc.args else "")
+        text = str(message).lower()
+        return any(
+            hint in text for hint in ("connection reset", "timeout", "tls handshake", "unexpected eof")
         )
     return False
 

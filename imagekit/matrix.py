@@ -159,6 +159,8 @@ class Plan:
     cells: tuple[Cell, ...]
     refused: tuple[Refusal, ...]
     warnings: tuple[str, ...] = field(default=())
+    # every base built from a local context, also one that only other bases derive from
+    local_bases: tuple[LocalBase, ...] = field(default=())
 
     def select(self, patterns: Sequence[str]) -> tuple[Cell, ...]:
         """The cells whose id matches any shell-style pattern (all cells when none given)."""
@@ -537,6 +539,9 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
     if not cells:
         detail = f"; first refusal: {refused[0].describe()}" if refused else ""
         raise InputError(f"{doc.name}: the matrix has no buildable cell{detail}")
+    local_bases = tuple(
+        local for name, spec in matrix.bases.items() if (local := resolver.local_base(name, spec)) is not None
+    )
     return Plan(
         matrix=matrix,
         root=root,
@@ -544,6 +549,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         cells=tuple(cells),
         refused=tuple(refused),
         warnings=tuple(warnings + resolver.warnings),
+        local_bases=local_bases,
     )
 
 

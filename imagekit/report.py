@@ -8,8 +8,10 @@ working directory from interleaving their logs and reports.
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -44,6 +46,7 @@ class CellResult:
     error: str | None  # one-line reason
     error_tail: tuple[str, ...] = ()  # the last lines of the build output
     verification: Verification | None = None  # the last `imagekit verify` of this image
+    image_digest: str | None = None  # sha256:... of the pushed manifest, when known (bake-import)
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -117,7 +120,8 @@ def read_report(state_dir: Path) -> BuildReport:
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not a readable report ({exc})") from None
     try:
-        if data.get("version") != REPORT_VERSION:
+        version = data.get("version")
+        if type(version) is not int or version != REPORT_VERSION:  # true and 1.0 equal 1 too
             raise InputError(f"{path}: report version {data.get('version')!r}; expected {REPORT_VERSION}")
         return BuildReport(
             matrix=data["matrix"],
@@ -225,6 +229,12 @@ def markdown(report: BuildReport) -> str:
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows(report)]
     for result in (*report.bases, *report.cells):
         if result.status == "failed" and result.error_tail:
-            lines += ["", f"<details><summary>{result.id}: {cell(result.error or '')}</summary>", ""]
-            lines += ["```", *result.error_tail, "```", "", "</details>"]
+            summary = html.escape(f"{result.id}: {cell(result.error or '')}", quote=False)
+            # a fence longer than any backtick run in the log, so the log cannot close it
+            longest = max(
+                (len(run) for line in result.error_tail for run in re.findall("`+", line)), default=0
+            )
+            fence = "`" * max(3, longest + 1)
+            lines += ["", f"<details><summary>{summary}</summary>", ""]
+            lines += [fence, *result.error_tail, fence, "", "</details>"]
     return "\n".join(lines) + "\n"
