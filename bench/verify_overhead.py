@@ -20,7 +20,7 @@ import time
 
 import docker
 
-from imagekit.render import CHECK_SCRIPT_PATH
+from imagekit.contract import CHECK_SCRIPT_PATH
 from imagekit.verify import GpuRequest, check_arguments
 
 DOCKER = "/usr/bin/docker"

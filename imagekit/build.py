@@ -27,6 +27,7 @@ import requests
 from docker.errors import APIError, DockerException
 
 from imagekit.context import cell_context, local_base_context
+from imagekit.contract import LABEL_PREFIX
 from imagekit.engine import (
     BuildAborted,
     BuildRequest,
@@ -44,7 +45,7 @@ from imagekit.engine import (
 from imagekit.errors import InputError
 from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.progress import Progress
-from imagekit.render import LABEL_PREFIX, RenderedCell, Renderer, local_base_digest
+from imagekit.render import RenderedCell, Renderer, local_base_digest
 from imagekit.report import LOGS_DIR, BuildReport, CellResult, Status, read_report
 
 CONTEXT_DIGEST_LABEL = f"{LABEL_PREFIX}context-digest"
@@ -150,6 +151,40 @@ def resolve_base(
         digest=digest or str(image["Id"]),
         error=None,
     )
+
+
+_RUNNING_IN = re.compile(r"---> Running in ([0-9a-f]{12,64})\s*$", re.MULTILINE)
+
+
+def sweep_crashed_steps(api: docker.APIClient, state_dir: Path) -> list[str]:
+    """Remove the build-step containers that an engine crash left in the previous run.
+
+    The classic builder removes a step's container itself (forcerm), unless the engine dies under
+    it; then the container is still there when the engine comes back. It carries none of
+    imagekit's labels (they land on the image at the end), but the cell's log names it
+    (``---> Running in <id>``) and the report says which cells the engine failed under.
+    """
+    try:
+        report = read_report(state_dir)
+    except InputError:
+        return []
+    removed: list[str] = []
+    for result in (*report.bases, *report.cells):
+        if result.status != "failed" or "stopped answering" not in (result.error or ""):
+            continue
+        try:
+            text = (state_dir / LOGS_DIR / f"{result.id}.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for container in _RUNNING_IN.findall(text):
+            try:
+                if api.inspect_container(container)["State"].get("Running"):
+                    continue  # not a crash's leftover: something is using it
+                api.remove_container(container, force=True)
+            except (APIError, requests.RequestException):
+                continue  # gone already (the usual case), or refused: nothing of ours to do
+            removed.append(container)
+    return removed
 
 
 def _one_line(exc: BaseException) -> str:
@@ -314,6 +349,8 @@ class Builder:
         interrupted = False
         jobs: list[Job] = []
         try:
+            for container in sweep_crashed_steps(self.api, self.options.state_dir):
+                self.progress.event("engine", "removed", f"build step container {container} a crash left")
             jobs = self.prepare(cells)
             self.progress.planned([j.name for j in jobs])
             self.schedule(jobs)

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from imagekit.render import atomic_write
+from imagekit.atomic import atomic_write
 from imagekit.verify import CheckRecord, Verification
 
 

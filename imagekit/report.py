@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, InputError
-from imagekit.render import atomic_write
 from imagekit.verify import Verification
 
 Status = Literal["built", "skipped", "failed", "cancelled"]

@@ -30,9 +30,10 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 
+from imagekit.atomic import atomic_write
+from imagekit.contract import CHECK_SCRIPT_PATH, LABEL_PREFIX, packaged_check_script
 from imagekit.engine import EngineFailure, is_engine_failure, unreachable
 from imagekit.errors import EnvironmentProblem, InputError
-from imagekit.render import CHECK_SCRIPT_PATH, LABEL_PREFIX, packaged_check_script
 
 Verdict = Literal["validated", "checked", "failed"]
 VERIFY_LABEL = f"{LABEL_PREFIX}verify-run"
@@ -404,8 +405,6 @@ class Harness:
     def _write_log(self, target: Target, stdout: str, stderr: str) -> str | None:
         if self.logs_dir is None:
             return None
-        from imagekit.render import atomic_write
-
         path = self.logs_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', target.name)}.verify.log"
         atomic_write(path, f"# stdout\n{stdout}\n# stderr\n{stderr}")
         return str(path)

@@ -1,0 +1,21 @@
+"""Whole-file writes: a reader sees the old file or the new one, never half of either."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write through a temporary file in the same directory, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # pid + thread id make the name unique among writers; O_EXCL makes a stale one fail loudly.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with temporary.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

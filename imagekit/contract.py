@@ -1,0 +1,17 @@
+"""What every imagekit image carries and where: label names and the in-image check script.
+
+Kept apart from the renderer so that the stages that only read images (verify, report,
+publish) do not import Jinja and the matrix schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LABEL_PREFIX = "imagekit."
+CHECK_SCRIPT_CONTEXT = "imagekit-check.py"  # its name in a build context
+CHECK_SCRIPT_PATH = "/opt/imagekit/check.py"  # its path in every image
+
+
+def packaged_check_script() -> Path:
+    return Path(__file__).parent / "incontainer" / "check.py"
