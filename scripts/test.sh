@@ -18,6 +18,11 @@ if [[ ! -x .venv/bin/python ]]; then
         python3 -m venv .venv
     fi
 fi
+# Headless Chromium for the HTML report test (Debian's package; the test fails without it in CI).
+if ! command -v chromium >/dev/null 2>&1; then
+    log "installing chromium"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 log "installing imagekit and its dev tools into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 \
     | grep -v "is ignored: it is neither a file nor a directory" || true

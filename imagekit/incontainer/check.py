@@ -601,8 +601,9 @@ class Context:
                 "NVIDIA_VISIBLE_DEVICES": self.env.get("NVIDIA_VISIBLE_DEVICES"),
                 "nvidia_smi": self.smi.get("error") or "lists no GPU",
             }
-            return failed(name, cause, GPU_MISSING_FIX, expected="a visible GPU", actual="none",
-                          detail=detail)
+            return failed(
+                name, cause, GPU_MISSING_FIX, expected="a visible GPU", actual="none", detail=detail
+            )
         return skipped(name, NO_GPU_REQUESTED)
 
 
@@ -664,7 +665,10 @@ def host_cuda_version(ctx: Context) -> str | None:
 def check_environment(ctx: Context) -> CheckResult:
     env = ctx.env
     names = (
-        "NVIDIA_VISIBLE_DEVICES", "NVIDIA_CPU_ONLY", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_DISABLE_REQUIRE"
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_CPU_ONLY",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "NVIDIA_DISABLE_REQUIRE",
     )
     detail: dict[str, Any] = {name: env.get(name) for name in names}
     detail["NVIDIA_REQUIRE"] = {k: v for k, v in sorted(env.items()) if k.startswith("NVIDIA_REQUIRE_")}
@@ -683,8 +687,10 @@ def check_environment(ctx: Context) -> CheckResult:
         detail[name] = env.get(name)
     notes = []
     if env.get("NVIDIA_VISIBLE_DEVICES", "").strip().lower() == "all" and not ctx.expect.require_gpu:
-        notes.append("NVIDIA_VISIBLE_DEVICES=all is the image default and does not show a GPU request; "
-                     "GPU jobs pass --require-gpu")
+        notes.append(
+            "NVIDIA_VISIBLE_DEVICES=all is the image default and does not show a GPU request; "
+            "GPU jobs pass --require-gpu"
+        )
     if go_parse_bool(env.get("NVIDIA_CPU_ONLY")) or env.get("NVIDIA_CPU_ONLY") == "1":
         notes.append("NVIDIA_CPU_ONLY set: NVIDIA's entrypoint saw no GPU")
     detail["notes"] = notes
@@ -744,9 +750,14 @@ def check_nvcc(ctx: Context) -> CheckResult:
     parsed = parse_nvcc_version(out) if rc == 0 else None
     detail["nvcc"] = parsed
     if parsed is None:
-        return failed("nvcc", f"`nvcc --version` failed or was not understood (rc {rc})",
-                      "check the CUDA toolkit install under /usr/local/cuda", expected=expect.cuda,
-                      actual=out.strip()[:200], detail=detail)
+        return failed(
+            "nvcc",
+            f"`nvcc --version` failed or was not understood (rc {rc})",
+            "check the CUDA toolkit install under /usr/local/cuda",
+            expected=expect.cuda,
+            actual=out.strip()[:200],
+            detail=detail,
+        )
     want = cuda_minor(expect.cuda or "")
     mismatches = []
     if parsed["release"] != want:
@@ -794,8 +805,12 @@ def check_cuda_installs(ctx: Context) -> CheckResult:
         if ctx.expect.flavour is None and ctx.expect.cuda is None:
             return skipped("cuda_installs", "no CUDA expected", actual=[], detail=detail)
         # pip-wheel CUDA (torch brings its own libraries) is legitimate on a non-nvidia base
-        return skipped("cuda_installs", "no CUDA toolkit under /usr/local (CUDA from pip packages)",
-                       actual=[], detail=detail)
+        return skipped(
+            "cuda_installs",
+            "no CUDA toolkit under /usr/local (CUDA from pip packages)",
+            actual=[],
+            detail=detail,
+        )
     want = ctx.expect.cuda
     have = installs[0].rsplit("cuda-", 1)[1]
     if want and cuda_minor(want) != have:
@@ -829,9 +844,14 @@ def check_nvidia_smi(ctx: Context) -> CheckResult:
         )
     gpus = smi.get("gpus") or []
     if not gpus:
-        return failed("nvidia_smi", "nvidia-smi lists no GPU: " + str(smi.get("error")),
-                      "check the host driver (`nvidia-smi` on the host) and the container runtime",
-                      expected="at least one GPU", actual=[], detail=detail)
+        return failed(
+            "nvidia_smi",
+            "nvidia-smi lists no GPU: " + str(smi.get("error")),
+            "check the host driver (`nvidia-smi` on the host) and the container runtime",
+            expected="at least one GPU",
+            actual=[],
+            detail=detail,
+        )
     return passed("nvidia_smi", actual={"driver": host_driver_version(ctx), "gpus": gpus}, detail=detail)
 
 
@@ -850,9 +870,14 @@ def check_driver(ctx: Context) -> CheckResult:
     if row:
         detail.update({"full_compatibility_driver": row[0], "minor_version_floor": row[1]})
     if driver is None:
-        return failed("driver", "the driver version could not be read (nvidia-smi, /proc/driver/nvidia)",
-                      "make nvidia-smi available (NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
-                      expected=row[0] if row else None, actual=None, detail=detail)
+        return failed(
+            "driver",
+            "the driver version could not be read (nvidia-smi, /proc/driver/nvidia)",
+            "make nvidia-smi available (NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
+            expected=row[0] if row else None,
+            actual=None,
+            detail=detail,
+        )
     verdict = driver_satisfies(driver, want)
     detail["verdict"] = verdict
     if verdict == "unknown_cuda":
@@ -860,8 +885,10 @@ def check_driver(ctx: Context) -> CheckResult:
     if verdict == "full":
         return passed("driver", f">= {row[0]}" if row else None, driver, detail)
     if verdict == "minor":
-        detail["note"] = ("minor-version compatibility: runs, but PTX from a newer toolkit cannot be "
-                          "JIT-compiled by this driver (see the arch check)")
+        detail["note"] = (
+            "minor-version compatibility: runs, but PTX from a newer toolkit cannot be "
+            "JIT-compiled by this driver (see the arch check)"
+        )
         return passed("driver", f">= {row[1]}" if row else None, driver, detail)
     compat = sorted(glob.glob("/usr/local/cuda/compat/libcuda.so*"))
     detail["forward_compat_libs"] = compat
@@ -869,8 +896,10 @@ def check_driver(ctx: Context) -> CheckResult:
     if compat and variables and not go_parse_bool(ctx.env.get("NVIDIA_DISABLE_REQUIRE")):
         verdicts = evaluate_all_requirements(variables, detail["host_cuda"], driver, _device_props(ctx))
         if all(v is True for v in verdicts.values()):
-            detail["note"] = ("below the minor-version floor; allowed by the image's NVIDIA_REQUIRE_* "
-                              "through the forward-compatibility package (datacenter GPUs only)")
+            detail["note"] = (
+                "below the minor-version floor; allowed by the image's NVIDIA_REQUIRE_* "
+                "through the forward-compatibility package (datacenter GPUs only)"
+            )
             return passed("driver", f">= {row[1]}" if row else None, driver, detail)
     return failed(
         "driver",
@@ -894,8 +923,12 @@ def _device_props(ctx: Context) -> list[dict[str, str | None]]:
             brands = parse_nvidia_smi_brands(out)
     for i, gpu in enumerate(ctx.smi.get("gpus") or []):
         arch = gpu.get("compute_cap")
-        devices.append({"arch": arch if arch and arch != "[N/A]" else None,
-                        "brand": brands[i] if i < len(brands) else None})
+        devices.append(
+            {
+                "arch": arch if arch and arch != "[N/A]" else None,
+                "brand": brands[i] if i < len(brands) else None,
+            }
+        )
     if not devices and ctx.torch is not None:
         try:
             for i in range(int(ctx.torch.cuda.device_count())):
@@ -916,9 +949,13 @@ def check_require(ctx: Context) -> CheckResult:
         try:
             parse_require(expression)
         except ValueError as exc:
-            return failed("require", f"{name} cannot be parsed: {exc}",
-                          "fix the image's NVIDIA_REQUIRE_* syntax (space = OR, comma = AND)",
-                          expected=expression, detail={"variables": variables})
+            return failed(
+                "require",
+                f"{name} cannot be parsed: {exc}",
+                "fix the image's NVIDIA_REQUIRE_* syntax (space = OR, comma = AND)",
+                expected=expression,
+                detail={"variables": variables},
+            )
     gate = ctx.gpu_gate("require")
     if gate is not None:
         return gate
@@ -1008,8 +1045,13 @@ def check_torch_cuda(ctx: Context) -> CheckResult:
         return skipped("torch_cuda", "no expected CUDA given", actual=actual)
     if want == "cpu":
         if actual is not None:
-            return failed("torch_cuda", f"a CPU cell holds a CUDA {actual} torch wheel",
-                          wheel_fix(ctx.expect.torch, "cpu"), expected=None, actual=actual)
+            return failed(
+                "torch_cuda",
+                f"a CPU cell holds a CUDA {actual} torch wheel",
+                wheel_fix(ctx.expect.torch, "cpu"),
+                expected=None,
+                actual=actual,
+            )
         return passed("torch_cuda", None, None, "CPU build")
     if actual is None or cuda_minor(actual) != cuda_minor(want):
         return failed(
@@ -1024,8 +1066,12 @@ def check_torch_cuda(ctx: Context) -> CheckResult:
 
 CUDNN_HEADERS = tuple(
     os.path.join(d, name)
-    for d in ("/usr/include", "/usr/include/x86_64-linux-gnu", "/usr/include/aarch64-linux-gnu",
-              "/usr/local/cuda/include")
+    for d in (
+        "/usr/include",
+        "/usr/include/x86_64-linux-gnu",
+        "/usr/include/aarch64-linux-gnu",
+        "/usr/local/cuda/include",
+    )
     for name in ("cudnn_version.h", "cudnn_version_v9.h", "cudnn_version_v8.h")
 )
 
@@ -1057,9 +1103,14 @@ def check_cudnn(ctx: Context) -> CheckResult:
     if actual is None:
         if want is None:
             return skipped("cudnn", "no expected cuDNN given and torch reports none", detail=detail)
-        return failed("cudnn", "torch reports no cuDNN (libcudnn not found or not loadable)",
-                      "install the nvidia-cudnn pip package torch pins (pip check), or the cuDNN base",
-                      expected=want, actual=None, detail=detail)
+        return failed(
+            "cudnn",
+            "torch reports no cuDNN (libcudnn not found or not loadable)",
+            "install the nvidia-cudnn pip package torch pins (pip check), or the cuDNN base",
+            expected=want,
+            actual=None,
+            detail=detail,
+        )
     problems = []
     if want is not None:
         if "." in want:
@@ -1068,8 +1119,9 @@ def check_cudnn(ctx: Context) -> CheckResult:
         elif actual.split(".")[0] != want:
             problems.append(f"torch uses cuDNN {actual}, the cell says major {want}")
     if sys_version is not None and sys_version.split(".")[:2] != actual.split(".")[:2]:
-        problems.append(f"two cuDNN versions in the image: torch loads {actual}, the base has {sys_version} "
-                        f"({source})")
+        problems.append(
+            f"two cuDNN versions in the image: torch loads {actual}, the base has {sys_version} ({source})"
+        )
     if problems:
         return failed(
             "cudnn",
@@ -1117,9 +1169,14 @@ def check_libcudart(ctx: Context) -> CheckResult:
             pass
         detail = {"loaded": name, "tried": tried}
         if want and runtime and runtime.split(".")[0] != want.split(".")[0]:
-            return failed("libcudart", f"libcudart is CUDA {runtime}, the image is CUDA {want}",
-                          "install the CUDA runtime of the cell's major (nvidia-cuda-runtime-cuXX)",
-                          expected=want, actual=runtime, detail=detail)
+            return failed(
+                "libcudart",
+                f"libcudart is CUDA {runtime}, the image is CUDA {want}",
+                "install the CUDA runtime of the cell's major (nvidia-cuda-runtime-cuXX)",
+                expected=want,
+                actual=runtime,
+                detail=detail,
+            )
         return passed("libcudart", want, runtime or name, detail)
     return failed(
         "libcudart",
@@ -1141,27 +1198,46 @@ def check_cuda_available(ctx: Context) -> CheckResult:
         return skip
     torch = ctx.torch
     if not torch.cuda._is_compiled():
-        return failed("cuda_available", "a GPU is visible but torch is a CPU build",
-                      wheel_fix(ctx.expect.torch, ctx.expect.cuda or "12.1"), expected=True, actual=False)
+        return failed(
+            "cuda_available",
+            "a GPU is visible but torch is a CPU build",
+            wheel_fix(ctx.expect.torch, ctx.expect.cuda or "12.1"),
+            expected=True,
+            actual=False,
+        )
     if not torch.cuda.is_available():
-        cause = ("torch.cuda.is_available() is False although a GPU is visible: the driver is too old for "
-                 "torch's CUDA, or libcuda is not mounted" + (WSL_HINT if ctx.wsl else ""))
-        return failed("cuda_available", cause,
-                      "compare the driver check; upgrade the host driver or pick the image for an older CUDA",
-                      expected=True, actual=False, detail={"torch_cuda": torch.version.cuda})
+        cause = (
+            "torch.cuda.is_available() is False although a GPU is visible: the driver is too old for "
+            "torch's CUDA, or libcuda is not mounted" + (WSL_HINT if ctx.wsl else "")
+        )
+        return failed(
+            "cuda_available",
+            cause,
+            "compare the driver check; upgrade the host driver or pick the image for an older CUDA",
+            expected=True,
+            actual=False,
+            detail={"torch_cuda": torch.version.cuda},
+        )
     devices = []
     for i in range(int(torch.cuda.device_count())):
         props = torch.cuda.get_device_properties(i)
-        devices.append({
-            "index": i,
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "memory_gib": round(props.total_memory / 2**30, 1),
-            "sm_count": props.multi_processor_count,
-        })
+        devices.append(
+            {
+                "index": i,
+                "name": props.name,
+                "capability": f"{props.major}.{props.minor}",
+                "memory_gib": round(props.total_memory / 2**30, 1),
+                "sm_count": props.multi_processor_count,
+            }
+        )
     if not devices:
-        return failed("cuda_available", "torch reports CUDA available but no devices", GPU_MISSING_FIX,
-                      expected=">= 1", actual=0)
+        return failed(
+            "cuda_available",
+            "torch reports CUDA available but no devices",
+            GPU_MISSING_FIX,
+            expected=">= 1",
+            actual=0,
+        )
     return passed("cuda_available", True, {"device_count": len(devices), "devices": devices})
 
 
@@ -1217,12 +1293,22 @@ def check_gemm_cpu(ctx: Context) -> CheckResult:
     scale = max(abs(v) for row in ref for v in row)
     err = max(abs(g - r) for grow, rrow in zip(got, ref) for g, r in zip(grow, rrow)) / scale
     tolerance = 1e-5
-    detail = {"n": n, "dtype": "float32", "reference": "pure Python float64", "max_rel_error": err,
-              "tolerance": tolerance}
+    detail = {
+        "n": n,
+        "dtype": "float32",
+        "reference": "pure Python float64",
+        "max_rel_error": err,
+        "tolerance": tolerance,
+    }
     if not err <= tolerance:
-        return failed("gemm_cpu", "CPU matmul disagrees with the reference: broken BLAS in this torch build",
-                      "reinstall torch; check for a conflicting MKL/OpenBLAS in LD_LIBRARY_PATH",
-                      expected=f"<= {tolerance}", actual=err, detail=detail)
+        return failed(
+            "gemm_cpu",
+            "CPU matmul disagrees with the reference: broken BLAS in this torch build",
+            "reinstall torch; check for a conflicting MKL/OpenBLAS in LD_LIBRARY_PATH",
+            expected=f"<= {tolerance}",
+            actual=err,
+            detail=detail,
+        )
     return passed("gemm_cpu", f"<= {tolerance}", err, detail)
 
 
@@ -1240,8 +1326,13 @@ def check_gemm_gpu(ctx: Context) -> CheckResult:
         return skip
     torch = ctx.torch
     if not torch.cuda.is_available():
-        return failed("gemm_gpu", "cannot run: torch.cuda.is_available() is False (see cuda_available)",
-                      "fix cuda_available first", expected="GEMM on the GPU", actual=None)
+        return failed(
+            "gemm_gpu",
+            "cannot run: torch.cuda.is_available() is False (see cuda_available)",
+            "fix cuda_available first",
+            expected="GEMM on the GPU",
+            actual=None,
+        )
     n = 2000
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen)
@@ -1265,9 +1356,14 @@ def check_gemm_gpu(ctx: Context) -> CheckResult:
     bad = {k: v for k, v in results.items() if not v <= tolerances[k]}
     detail = {"n": n, "relative_error": results, "tolerance": tolerances, "tf32": False}
     if bad:
-        return failed("gemm_gpu", f"GPU matmul disagrees with the CPU reference: {bad}",
-                      "check the device (ECC errors, nvidia-smi -q) and the cuBLAS in the image",
-                      expected=tolerances, actual=results, detail=detail)
+        return failed(
+            "gemm_gpu",
+            f"GPU matmul disagrees with the CPU reference: {bad}",
+            "check the device (ECC errors, nvidia-smi -q) and the cuBLAS in the image",
+            expected=tolerances,
+            actual=results,
+            detail=detail,
+        )
     return passed("gemm_gpu", tolerances, results, detail)
 
 
@@ -1294,18 +1390,38 @@ def check_gemm_perf(ctx: Context) -> CheckResult:
     tflops = round(2 * n**3 * iters / elapsed / 1e12, 1)
     name = str(torch.cuda.get_device_name(0))
     floor = gemm_floor(name)
-    detail = {"device": name, "shape": [n, n, n], "dtype": "bfloat16", "iterations": iters,
-              "seconds": round(elapsed, 4), "floor_tflops": floor}
+    detail = {
+        "device": name,
+        "shape": [n, n, n],
+        "dtype": "bfloat16",
+        "iterations": iters,
+        "seconds": round(elapsed, 4),
+        "floor_tflops": floor,
+    }
     if floor is None:
-        return CheckResult("gemm_perf", "skip", required=False, reason=f"no floor known for {name}",
-                           actual=tflops, detail=detail)
+        return CheckResult(
+            "gemm_perf",
+            "skip",
+            required=False,
+            reason=f"no floor known for {name}",
+            actual=tflops,
+            detail=detail,
+        )
     if tflops < floor:
-        return CheckResult("gemm_perf", "fail", required=False, expected=f">= {floor}", actual=tflops,
-                           detail=detail, cause="Tensor Cores not in use or device throttled",
-                           fix="check clocks and power (nvidia-smi -q -d CLOCK,PERFORMANCE), other jobs on "
-                               "the GPU, and that cuBLAS uses bf16 Tensor Core kernels")
-    return CheckResult("gemm_perf", "pass", required=False, expected=f">= {floor}", actual=tflops,
-                       detail=detail)
+        return CheckResult(
+            "gemm_perf",
+            "fail",
+            required=False,
+            expected=f">= {floor}",
+            actual=tflops,
+            detail=detail,
+            cause="Tensor Cores not in use or device throttled",
+            fix="check clocks and power (nvidia-smi -q -d CLOCK,PERFORMANCE), other jobs on "
+            "the GPU, and that cuBLAS uses bf16 Tensor Core kernels",
+        )
+    return CheckResult(
+        "gemm_perf", "pass", required=False, expected=f">= {floor}", actual=tflops, detail=detail
+    )
 
 
 def _free_port() -> int:
@@ -1340,10 +1456,19 @@ def run_collectives(world: int, backend: str, timeout: float = NCCL_TIMEOUT_S) -
         try:
             outputs.append(json.loads(out.decode().strip().splitlines()[-1]))
         except (ValueError, IndexError):
-            outputs.append({"rank": rank, "ok": False, "rc": proc.returncode,
-                            "stderr": err.decode("utf-8", "replace")[-600:]})
-    return {"ok": not timed_out and all(o.get("ok") for o in outputs), "timed_out": timed_out,
-            "ranks": outputs}
+            outputs.append(
+                {
+                    "rank": rank,
+                    "ok": False,
+                    "rc": proc.returncode,
+                    "stderr": err.decode("utf-8", "replace")[-600:],
+                }
+            )
+    return {
+        "ok": not timed_out and all(o.get("ok") for o in outputs),
+        "timed_out": timed_out,
+        "ranks": outputs,
+    }
 
 
 def collective_worker(rank: int, world: int, port: int, backend: str) -> int:
@@ -1357,8 +1482,13 @@ def collective_worker(rank: int, world: int, port: int, backend: str) -> int:
         device = f"cuda:{rank}" if backend == "nccl" else "cpu"
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world, timeout=timedelta(seconds=60))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=60),
+        )
         t = torch.full((1024,), float(rank + 1), device=device)
         dist.all_reduce(t)
         want_sum = world * (world + 1) / 2
@@ -1390,15 +1520,23 @@ def check_nccl(ctx: Context) -> CheckResult:
         return skipped("nccl", f"fewer than 2 GPUs ({count})", actual=count)
     dist = importlib.import_module("torch.distributed")
     if not dist.is_available() or not dist.is_nccl_available():
-        return failed("nccl", "torch.distributed has no NCCL backend in this build",
-                      "install a CUDA torch wheel (it ships NCCL through nvidia-nccl-cu*)",
-                      expected="nccl", actual=None)
+        return failed(
+            "nccl",
+            "torch.distributed has no NCCL backend in this build",
+            "install a CUDA torch wheel (it ships NCCL through nvidia-nccl-cu*)",
+            expected="nccl",
+            actual=None,
+        )
     outcome = run_collectives(count, "nccl")
     if not outcome["ok"]:
-        return failed("nccl", "NCCL all-reduce/broadcast across the GPUs failed"
-                      + (" (timed out: a hang)" if outcome["timed_out"] else ""),
-                      "run with NCCL_DEBUG=INFO; check --ipc=host / --shm-size and P2P (NCCL_P2P_DISABLE=1)",
-                      expected={"world": count}, actual=outcome)
+        return failed(
+            "nccl",
+            "NCCL all-reduce/broadcast across the GPUs failed"
+            + (" (timed out: a hang)" if outcome["timed_out"] else ""),
+            "run with NCCL_DEBUG=INFO; check --ipc=host / --shm-size and P2P (NCCL_P2P_DISABLE=1)",
+            expected={"world": count},
+            actual=outcome,
+        )
     return passed("nccl", {"world": count, "ops": ["all_reduce", "broadcast"]}, outcome)
 
 

@@ -1,0 +1,167 @@
+"""Exports of a plan for other engines: GitHub Actions' ``strategy.matrix``, plain JSON, and a
+``docker buildx bake`` file with one target per cell.
+
+A cell's build context is assembled by imagekit (Dockerfile, the in-image check script, the
+wheelhouse); bake needs it on disk, so ``materialise_contexts`` writes each cell's context under
+``DIR/<cell-id>/`` and the bake targets point there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from imagekit.atomic import atomic_write
+from imagekit.build import image_repository
+from imagekit.errors import InputError
+from imagekit.matrix import Cell, LocalBase, Plan
+from imagekit.render import RenderedCell
+
+GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on the jobs one matrix may generate
+DOCKERFILE_NAME = "Dockerfile"
+_BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def bake_target_name(cell_id: str) -> str:
+    """Bake target names allow ``[A-Za-z0-9_-]``: dots (versions) become underscores."""
+    return _BAKE_NAME.sub("_", cell_id)
+
+
+def base_target_name(base: LocalBase) -> str:
+    return "base-" + bake_target_name(base.name)
+
+
+# -- GitHub Actions and JSON -----------------------------------------------------------------------
+
+
+def github_entry(cell: Cell) -> dict[str, str]:
+    """One ``include`` entry: strings only, so every value reads the same in an expression."""
+    return {
+        "id": cell.id,
+        "torch": cell.torch,
+        "cuda": cell.cuda,
+        "python": cell.python,
+        "flavour": cell.flavour,
+        "base": cell.base,
+        "os": cell.os,
+    }
+
+
+def github_matrix(cells: Sequence[Cell]) -> dict[str, Any]:
+    """``{"include": [...]}`` for ``strategy.matrix: ${{ fromJSON(...) }}``."""
+    if not cells:
+        raise InputError("the matrix has no cells; GitHub Actions refuses an empty strategy.matrix")
+    if len(cells) > GITHUB_MAX_JOBS:
+        raise InputError(
+            f"{len(cells)} cells, but GitHub Actions runs at most {GITHUB_MAX_JOBS} jobs per matrix;"
+            " split the run with --only GLOB"
+        )
+    return {"include": [github_entry(cell) for cell in cells]}
+
+
+def json_export(plan: Plan, rendered: Sequence[RenderedCell], today: date) -> dict[str, Any]:
+    """Every cell with what an external tool needs to build it: versions, base, args, tags, labels."""
+    repository = image_repository(plan)
+    cells = []
+    for item in rendered:
+        entry: dict[str, Any] = item.cell.summary()
+        entry["readable_tag"] = item.cell.readable_tag
+        entry["tags"] = [f"{repository}:{tag}" for tag in item.tags(plan.matrix, today)]
+        entry["input_digest"] = item.input_digest
+        entry["build_args"] = dict(item.build_args)
+        entry["build_labels"] = item.build_labels()
+        entry["local_base"] = item.cell.local_base.image if item.cell.local_base else None
+        cells.append(entry)
+    return {"matrix": plan.source_name, "repository": repository, "cells": cells}
+
+
+# -- buildx bake -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MaterialisedContext:
+    cell_id: str
+    directory: Path
+    files: int
+
+
+def _place(source: Path, target: Path) -> None:
+    """A hard link when source and target share a file system (a wheelhouse is big), else a copy."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def materialise_context(rendered: RenderedCell, directory: Path) -> MaterialisedContext:
+    """Write one cell's build context to ``directory``, replacing what an earlier run left there."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    atomic_write(directory / DOCKERFILE_NAME, rendered.dockerfile)
+    for name, source in rendered.context_files:
+        target = directory / name
+        if not target.resolve().is_relative_to(directory.resolve()):
+            raise InputError(f"cell {rendered.cell.id}: context path {name!r} leaves its directory")
+        try:
+            _place(source, target)
+        except OSError as exc:
+            raise InputError(f"cannot write {target} for the bake context: {exc.strerror}") from None
+    return MaterialisedContext(rendered.cell.id, directory, len(rendered.context_files) + 1)
+
+
+def materialise_contexts(rendered: Sequence[RenderedCell], context_dir: Path) -> list[MaterialisedContext]:
+    return [materialise_context(item, context_dir / item.cell.id) for item in rendered]
+
+
+def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:
+    bases: dict[str, LocalBase] = {}
+    for item in rendered:
+        base = item.cell.local_base
+        if base is not None:
+            bases.setdefault(base.name, base)
+    return bases
+
+
+def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path, today: date) -> dict[str, Any]:
+    """A ``docker buildx bake`` JSON file: one target per cell, a target per local base.
+
+    A cell on a local base names that base's target as the build context of its FROM image
+    (``contexts: {image: "target:..."}``), so bake builds the base first, as ``imagekit build`` does.
+    """
+    repository = image_repository(plan)
+    targets: dict[str, dict[str, Any]] = {}
+    group: list[str] = []
+    for name, base in sorted(_local_bases(rendered).items()):
+        targets[base_target_name(base)] = {
+            "context": str(base.context),
+            "dockerfile": base.dockerfile,
+            "args": dict(base.args),
+            "tags": [base.image],
+            "labels": {"imagekit.base": name},
+        }
+    for item in rendered:
+        cell = item.cell
+        name = bake_target_name(cell.id)
+        if name in targets:
+            raise InputError(f"cells {cell.id} and another map to one bake target name {name!r}")
+        target: dict[str, Any] = {
+            "context": str(context_dir / cell.id),
+            "dockerfile": DOCKERFILE_NAME,
+            "args": dict(item.build_args),
+            "tags": [f"{repository}:{tag}" for tag in item.tags(plan.matrix, today)],
+            "labels": item.build_labels(),
+        }
+        if cell.local_base is not None:
+            target["contexts"] = {cell.local_base.image: f"target:{base_target_name(cell.local_base)}"}
+        targets[name] = target
+        group.append(name)
+    return {"group": {"default": {"targets": group}}, "target": targets}

