@@ -21,7 +21,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -171,6 +172,7 @@ class Verification:
     exit_code: int | None = None
     log: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    finished_at: str | None = None  # ISO 8601 UTC; when the verdict was reached
 
     @property
     def label(self) -> str:
@@ -328,6 +330,11 @@ class Harness:
             self._remove(container)
 
     def verify(self, target: Target) -> Verification:
+        result = self._verify(target)
+        finished = datetime.now(tz=timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        return replace(result, finished_at=finished)
+
+    def _verify(self, target: Target) -> Verification:
         started = time.monotonic()
         try:
             image = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]

@@ -1,0 +1,227 @@
+"""`imagekit publish`, `images` and `k8s` against a real registry (Debian's docker-registry on a
+free 127.0.0.1 port, its own storage) and the real engine, on busybox-sized cells."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import kubernetes_validate
+import pytest
+import requests
+import yaml
+
+from imagekit.registry import ACCEPT
+from tests.integration.conftest import Project, busybox_base, write_matrix
+from tests.integration.registry_server import FlakyProxy, LocalRegistry, free_port
+
+pytestmark = pytest.mark.integration
+
+SECRET = "s3cr3t-never-printed"
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[LocalRegistry]:
+    server = LocalRegistry().start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def proxy(registry: LocalRegistry) -> Iterator[FlakyProxy]:
+    relay = FlakyProxy(registry.host)
+    yield relay
+    relay.close()
+
+
+def make_cells(project: Project, policy: str | None, torches: tuple[str, ...] = ("2.1", "2.2")) -> list[str]:
+    """Write and build a matrix of busybox cells; returns the cell ids."""
+    versions = ", ".join(f'"{t}"' for t in torches)
+    write_matrix(project, f"axes:\n  torch: [{versions}]\nbases:\n{busybox_base()}")
+    if policy is not None:
+        path = project.root / "matrix.yaml"
+        path.write_text(path.read_text().replace("publish:\n", f"publish:\n  policy: {policy}\n", 1))
+    built = project.build()
+    assert built.returncode == 0, built.stderr
+    return sorted(project.report())
+
+
+def lock_of(project: Project) -> dict[str, dict[str, object]]:
+    images: dict[str, dict[str, object]] = json.loads((project.root / "images.lock.json").read_text())[
+        "images"
+    ]
+    return images
+
+
+def digest_of(registry: str, repository: str, tag: str) -> str | None:
+    response = requests.head(
+        f"http://{registry}/v2/{repository}/manifests/{tag}", headers={"Accept": ACCEPT}, timeout=10
+    )
+    return response.headers.get("Docker-Content-Digest") if response.status_code == 200 else None
+
+
+def final_tags(registry: LocalRegistry, repository: str) -> list[str]:
+    return [t for t in registry.tags(repository) if not t.startswith("staging-")]
+
+
+def test_unvalidated_cells_are_refused_before_any_push(project: Project, registry: LocalRegistry) -> None:
+    (cell,) = make_cells(project, None, ("2.1",))
+    # busybox has no python: the real verification fails, so nothing may be published.
+    verified = project.run("verify", "--matrix", "matrix.yaml", "--gpus", "none")
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    done = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
+    assert done.returncode == 1, done.stderr
+    assert f"imagekit: refused: {cell}: it failed verification" in done.stderr
+    assert registry.tags(project.repository) == []
+    assert not (project.root / "images.lock.json").exists()
+
+    # `built` admits unverified images, never ones that failed their checks.
+    path = project.root / "matrix.yaml"
+    path.write_text(path.read_text().replace("publish:\n", "publish:\n  policy: built\n", 1))
+    again = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
+    assert again.returncode == 1 and "failed verification" in again.stderr
+    assert registry.tags(project.repository) == []
+
+
+def test_default_policy_refuses_an_unverified_cell(project: Project, registry: LocalRegistry) -> None:
+    (cell,) = make_cells(project, None, ("2.1",))
+    done = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
+    assert done.returncode == 1
+    assert f"{cell}: publish policy gpu-validated needs validated; it was never verified" in done.stderr
+    assert registry.tags(project.repository) == []
+
+
+def test_push_promote_pull_back_list_tags_and_export(
+    project: Project, registry: LocalRegistry, api: docker.APIClient, tmp_path: Path
+) -> None:
+    cells = make_cells(project, "built")
+    report = project.report()
+
+    dry = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.count("would publish") == 2 and "-unverified" in dry.stdout
+    assert registry.tags(project.repository) == []
+    assert not (project.root / "images.lock.json").exists()
+
+    env = {"IMAGEKIT_REGISTRY_USER": "ci", "IMAGEKIT_REGISTRY_PASSWORD": SECRET}
+    done = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host, env=env)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    lock_text = (project.root / "images.lock.json").read_text()
+    assert SECRET not in lock_text
+    lock = lock_of(project)
+    assert sorted(lock) == cells
+
+    listed = registry.tags(project.repository)
+    for cell in cells:
+        entry = lock[cell]
+        built = report[cell]
+        digest = str(entry["digest"])
+        assert re.fullmatch(r"sha256:[a-f0-9]{64}", digest)
+        assert entry["repository"] == f"{registry.host}/{project.repository}"
+        assert entry["level"] == "built" and entry["policy"] == "built" and entry["verification"] is None
+        # Every build tag, suffixed so nobody mistakes it for a verified image, names the one digest.
+        expected = [str(t).split(":", 1)[1] + "-unverified" for t in built["tags"]]  # type: ignore[union-attr]
+        assert entry["tags"] == expected
+        for tag in expected:
+            assert tag in listed
+            assert digest_of(registry.host, project.repository, tag) == digest
+        # Pull back by digest: the same image (config digest = image id) comes back.
+        api.pull(f"{registry.host}/{project.repository}", tag=digest)
+        pulled = api.inspect_image(f"{registry.host}/{project.repository}@{digest}")
+        assert pulled["Id"] == built["image_id"] == entry["image_id"]
+    # One staging tag per cell stays in the registry; none stays in the local engine.
+    assert len([t for t in listed if t.startswith("staging-")]) == 2
+    local = [
+        t for i in api.images() for t in i.get("RepoTags") or () if ":staging-" in t and registry.host in t
+    ]
+    assert local == []
+
+    as_env = project.run("images", "--format", "env")
+    assert as_env.returncode == 0, as_env.stderr
+    lines = dict(line.split("=", 1) for line in as_env.stdout.splitlines())
+    assert sorted(lines.values()) == sorted(f"{e['repository']}@{e['digest']}" for e in lock.values())
+    as_yaml = yaml.safe_load(project.run("images", "--format", "yaml").stdout)
+    assert as_yaml["images"].keys() == lock.keys()
+    assert json.loads(project.run("images").stdout)["images"][cells[0]]["digest"] == lock[cells[0]]["digest"]
+
+    # Publishing again is idempotent: the same digests under the same tags.
+    twice = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
+    assert twice.returncode == 0, twice.stderr
+    assert {c: e["digest"] for c, e in lock_of(project).items()} == {c: e["digest"] for c, e in lock.items()}
+
+    # Kubernetes Jobs by digest, validated against the Kubernetes schema.
+    out = tmp_path / "jobs"
+    k8s = project.run(
+        "k8s", "--matrix", "matrix.yaml", "--out", str(out), "--gpus", "2", "--runtime-class", "nvidia",
+        "--node-selector", "nvidia.com/gpu.product=NVIDIA-H200", "--toleration", "nvidia.com/gpu:NoSchedule",
+        "--pvc", "checkpoints:/ckpt", "--memory", "64Gi",
+    )  # fmt: skip
+    assert k8s.returncode == 0, k8s.stderr
+    files = sorted(out.glob("*.yaml"))
+    assert len(files) == 2
+    for path in files:
+        manifest = yaml.safe_load(path.read_text())
+        kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+        container = manifest["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"] in {f"{e['repository']}@{e['digest']}" for e in lock.values()}
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+
+    # A changed cell no longer matches its report entry: refused until rebuilt.
+    path = project.root / "matrix.yaml"
+    path.write_text(path.read_text().replace('RUN_ID: "', 'RUN_ID: "changed-', 1))
+    stale = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
+    assert stale.returncode == 1
+    assert stale.stderr.count("built from other inputs") == 2
+
+
+def test_a_registry_that_is_down_is_exit_3_with_nothing_promoted(
+    project: Project, registry: LocalRegistry, proxy: FlakyProxy
+) -> None:
+    make_cells(project, "built", ("2.1",))
+    closed = f"127.0.0.1:{free_port()}"
+    done = project.run("publish", "--matrix", "matrix.yaml", "--registry", closed, "--retries", "2")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("imagekit: error:") == 1 and f"registry {closed} unreachable" in done.stderr
+    assert not (project.root / "images.lock.json").exists()
+
+    # The staging push gets through, then the registry answers 503 to every promotion: exit 3,
+    # the staged manifest is there, and no final tag was written.
+    proxy.fail(
+        lambda method, path: method == "PUT" and "/manifests/" in path and "/manifests/staging-" not in path
+    )
+    cut = project.run("publish", "--matrix", "matrix.yaml", "--registry", proxy.host, "--retries", "2")
+    assert cut.returncode == 3, cut.stderr
+    assert "kept answering HTTP 503" in cut.stderr
+    assert [t for t in registry.tags(project.repository) if t.startswith("staging-")]
+    assert final_tags(registry, project.repository) == []
+    assert not (project.root / "images.lock.json").exists()
+
+
+def test_transient_registry_errors_are_retried(
+    project: Project, registry: LocalRegistry, proxy: FlakyProxy, api: docker.APIClient
+) -> None:
+    (cell,) = make_cells(project, "built", ("2.1",))
+    proxy.fail_first = 3  # the first requests of the run (the ping) fail
+    proxy.fail(lambda method, path: method == "PUT" and "/manifests/" in path and "staging-" not in path, 2)
+    done = project.run("publish", "--matrix", "matrix.yaml", "--registry", proxy.host)
+    assert done.returncode == 0, done.stderr
+    assert proxy.failures() == 5
+    assert done.stderr.count("imagekit: retry:") >= 5
+    entry = lock_of(project)[cell]
+    for tag in entry["tags"]:  # type: ignore[union-attr]
+        assert digest_of(registry.host, project.repository, str(tag)) == entry["digest"]
+    staging = f"{proxy.host}/{project.repository}:staging-{str(entry['input_digest'])[:12]}"
+    assert not [t for i in api.images() for t in i.get("RepoTags") or () if t.startswith(staging)]
+
+
+def test_k8s_refuses_a_cell_without_a_digest(project: Project, tmp_path: Path) -> None:
+    make_cells(project, "built", ("2.1",))
+    out = tmp_path / "jobs"
+    done = project.run("k8s", "--matrix", "matrix.yaml", "--out", str(out))
+    assert done.returncode == 2
+    assert "has no digest for" in done.stderr
+    assert not out.exists()
