@@ -107,7 +107,12 @@ class BuildReport:
 
 def write_report(state_dir: Path, report: BuildReport) -> Path:
     path = state_dir / REPORT_NAME
-    atomic_write(path, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
+    try:
+        atomic_write(path, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a full or read-only disk: the rename never happened
+        raise EnvironmentProblem(
+            f"cannot write the report {path}: {exc.strerror or exc}; the previous report is kept"
+        ) from None
     return path
 
 
@@ -135,12 +140,31 @@ def read_report(state_dir: Path) -> BuildReport:
         raise InputError(f"{path}: malformed report ({exc!r})") from None
 
 
+_KEPT = "imagekit needs room there for its logs and report; the previous report is kept"
+PROBE_BYTES = 64 << 10
+
+
+def _probe_room(state_dir: Path) -> None:
+    """Fail before any work when the state directory cannot take a report and a few logs."""
+    probe = state_dir / f".room-probe.{os.getpid()}.tmp"
+    try:
+        with probe.open("wb") as handle:
+            handle.write(b"\0" * PROBE_BYTES)
+            handle.flush()
+            os.fsync(handle.fileno())
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 @contextmanager
 def state_lock(state_dir: Path) -> Iterator[None]:
     """Hold ``state_dir/lock`` exclusively; a second holder fails at once instead of waiting."""
-    state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot use {path}: {exc.strerror or exc}; {_KEPT}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -150,8 +174,12 @@ def state_lock(state_dir: Path) -> Iterator[None]:
                 f"another `imagekit build` (pid {holder}) holds {path}; wait for it to finish"
                 " or use another working directory"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _probe_room(state_dir)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot write in {state_dir}: {exc.strerror or exc}; {_KEPT}") from None
         yield
     finally:
         os.close(fd)  # closing releases the flock

@@ -1,0 +1,116 @@
+"""A second, test-only dockerd on a private socket and data root, that a test may kill outright.
+
+The shared engine at /var/run/docker.sock is never touched. This engine runs in its own session
+(dockerd, its containerd and every shim in one process group), so ``kill()`` takes the whole
+engine down at once, as a crash or an OOM kill would; ``start()`` brings it back on the same data
+root, with the images it had. ``close()`` stops it and deletes everything it wrote.
+
+Never shipped: this file lives under tests/ only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+
+
+class PrivateEngine:
+    def __init__(self, root: Path) -> None:
+        self.root = root  # a short path: unix sockets are limited to 108 bytes
+        self.socket = root / "docker.sock"
+        self.host = f"unix://{self.socket}"
+        self.log_path = root / "dockerd.log"
+        self.daemon: subprocess.Popen[bytes] | None = None
+
+    def client(self) -> docker.APIClient:
+        return docker.APIClient(base_url=self.host, version="auto", timeout=60)
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a") as log:
+            self.daemon = subprocess.Popen(
+                [
+                    "dockerd",
+                    f"--data-root={self.root / 'data'}",
+                    f"--exec-root={self.root / 'exec'}",
+                    f"--pidfile={self.root / 'dockerd.pid'}",
+                    f"--host={self.host}",
+                    "--bridge=none",
+                    "--iptables=false",
+                    "--ip6tables=false",
+                    "--ip-forward=false",
+                    "--ip-masq=false",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.daemon.poll() is not None:
+                raise RuntimeError(f"test dockerd exited: {self.log_path.read_text()[-2000:]}")
+            with contextlib.suppress(Exception):
+                client = self.client()
+                client.ping()
+                client.close()
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"test dockerd did not answer in 60 s: {self.log_path.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the engine's whole process group: dockerd, containerd, shims, build steps."""
+        assert self.daemon is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.daemon.pid, signal.SIGKILL)
+        self.daemon.wait(timeout=30)
+        self.daemon = None
+        self.socket.unlink(missing_ok=True)
+        (self.root / "dockerd.pid").unlink(missing_ok=True)
+        # The killed containerd may linger as a zombie (a container's pid 1 need not reap), and
+        # a restarting dockerd would wait on it: its pidfile goes, so a fresh one is started.
+        (self.root / "exec" / "containerd" / "containerd.pid").unlink(missing_ok=True)
+
+    def load(self, image: str) -> None:
+        """Copy ``image`` from the shared engine into this one."""
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        subprocess.run(
+            ["docker", "-H", self.host, "load", "-q"], stdin=save.stdout, check=True, capture_output=True
+        )
+        if save.wait() != 0:
+            raise RuntimeError(f"docker save {image} failed")
+
+    def close(self) -> None:
+        daemon = self.daemon
+        if daemon is not None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
+            # Whatever of its group outlived it (containerd, shims) goes too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(daemon.pid, signal.SIGKILL)
+        subprocess.run(["umount", "-R", str(self.root / "data")], capture_output=True, check=False)
+        subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_engine(root: Path, images: tuple[str, ...]) -> Iterator[PrivateEngine]:
+    engine = PrivateEngine(root)
+    try:
+        engine.start()
+        for image in images:
+            engine.load(image)
+        yield engine
+    finally:
+        engine.close()
