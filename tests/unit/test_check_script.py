@@ -31,16 +31,25 @@ def fixture(name: str) -> str:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """No NVIDIA_* / IMAGEKIT_* / CUDA_VERSION from the test host; PATH without nvidia-smi."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NVIDIA_", "IMAGEKIT_")) and k not in ("CUDA_VERSION", "NV_CUDNN_VERSION")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NVIDIA_", "IMAGEKIT_")) and k not in ("CUDA_VERSION", "NV_CUDNN_VERSION")
+    }
     env["PATH"] = "/usr/bin:/bin"
     env.update(extra)
     return env
 
 
 def run_script(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run([python, str(SCRIPT), *args], capture_output=True, text=True,
-                          env=env if env is not None else clean_env(), timeout=300, check=False)
+    proc = subprocess.run(
+        [python, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env if env is not None else clean_env(),
+        timeout=300,
+        check=False,
+    )
     report = json.loads(proc.stdout) if proc.returncode in (0, 1) else {}
     return proc.returncode, report, proc.stderr
 
@@ -93,23 +102,49 @@ def test_parse_nvidia_smi_csv_with_header() -> None:
     fields = ["compute_cap", "compute_mode", "driver_version", "name", "index"]
     rows = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-compute-cap-header.txt"), fields)
     assert rows == [
-        {"compute_cap": "7.0", "compute_mode": "Default", "driver_version": "570.86.15",
-         "name": "NVIDIA TITAN V", "index": "0"},
-        {"compute_cap": "8.9", "compute_mode": "Default", "driver_version": "570.86.15",
-         "name": "NVIDIA RTX 5880 Ada Generation", "index": "1"},
+        {
+            "compute_cap": "7.0",
+            "compute_mode": "Default",
+            "driver_version": "570.86.15",
+            "name": "NVIDIA TITAN V",
+            "index": "0",
+        },
+        {
+            "compute_cap": "8.9",
+            "compute_mode": "Default",
+            "driver_version": "570.86.15",
+            "name": "NVIDIA RTX 5880 Ada Generation",
+            "index": "1",
+        },
     ]
-    b300 = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-b300-header.txt"),
-                                      ["driver_version", "name", "compute_cap"])
+    b300 = check.parse_nvidia_smi_csv(
+        fixture("nvidia-smi-csv-b300-header.txt"), ["driver_version", "name", "compute_cap"]
+    )
     assert len(b300) == 7
     assert {r["compute_cap"] for r in b300} == {"10.3"}
 
 
 def test_parse_nvidia_smi_csv_noheader_nounits() -> None:
     fields = [
-        "power.limit", "power.min_limit", "power.max_limit", "memory.total", "vbios_version",
-        "driver_version", "name", "gpu_uuid", "power.draw", "temperature.gpu", "temperature.memory",
-        "clocks.current.graphics", "clocks.sm", "clocks.mem", "utilization.gpu", "utilization.memory",
-        "fan.speed", "pcie.link.width.current", "pstate",
+        "power.limit",
+        "power.min_limit",
+        "power.max_limit",
+        "memory.total",
+        "vbios_version",
+        "driver_version",
+        "name",
+        "gpu_uuid",
+        "power.draw",
+        "temperature.gpu",
+        "temperature.memory",
+        "clocks.current.graphics",
+        "clocks.sm",
+        "clocks.mem",
+        "utilization.gpu",
+        "utilization.memory",
+        "fan.speed",
+        "pcie.link.width.current",
+        "pstate",
     ]
     (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), fields)
     assert row["name"] == "GeForce RTX 2080"
@@ -128,8 +163,10 @@ def test_parse_nvidia_smi_csv_ignores_the_old_driver_rejection() -> None:
     [
         ("nvidia-smi-header-580-a100.txt", {"smi": "580.126.09", "driver": "580.126.09", "cuda": "13.0"}),
         ("nvidia-smi-header-r610-kmd.txt", {"smi": "610.43.02", "driver": "610.43.02", "cuda": "13.3"}),
-        ("nvidia-smi-header-snap-470-tool-580-driver.txt",
-         {"smi": "470.256.02", "driver": "580.95.05", "cuda": "13.0"}),
+        (
+            "nvidia-smi-header-snap-470-tool-580-driver.txt",
+            {"smi": "470.256.02", "driver": "580.95.05", "cuda": "13.0"},
+        ),
         ("nvidia-smi-header-331-no-cuda.txt", {"smi": "331.62", "driver": "331.62"}),
     ],
 )
@@ -176,7 +213,9 @@ def props(**kw: str | None) -> dict[str, str | None]:
 def test_parse_require_groups() -> None:
     groups = check.parse_require(REQ_118)
     assert [[f"{t.prop}{t.op}{t.value}" for t in g] for g in groups] == [
-        ["cuda>=11.8"], ["brand=tesla", "driver>=470", "driver<471"]]
+        ["cuda>=11.8"],
+        ["brand=tesla", "driver>=470", "driver<471"],
+    ]
     with pytest.raises(ValueError):
         check.parse_require("cuda>=12.1 brand")
 
@@ -276,18 +315,25 @@ def test_exception_in_a_check_becomes_its_failure() -> None:
 
 def test_bad_arguments_exit_2() -> None:
     for args in (["--expect-cuda", "twelve"], ["--flavour", "slim"], ["--bogus"]):
-        proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                              env=clean_env(), check=False)
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=clean_env(), check=False
+        )
         assert proc.returncode == 2, args
         assert "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True,
-                          env=clean_env(IMAGEKIT_EXPECT_CUDA="x"), check=False)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        env=clean_env(IMAGEKIT_EXPECT_CUDA="x"),
+        check=False,
+    )
     assert proc.returncode == 2
 
 
 def test_arguments_win_over_environment() -> None:
-    expect, _ = check.parse_args(["--expect-torch", "2.1.2"],
-                                 {"IMAGEKIT_EXPECT_TORCH": "2.0.0", "IMAGEKIT_EXPECT_CUDA": "12.1"})
+    expect, _ = check.parse_args(
+        ["--expect-torch", "2.1.2"], {"IMAGEKIT_EXPECT_TORCH": "2.0.0", "IMAGEKIT_EXPECT_CUDA": "12.1"}
+    )
     assert expect.torch == "2.1.2"
     assert expect.cuda == "12.1"
     assert check.parse_args([], {"IMAGEKIT_REQUIRE_GPU": "1"})[0].require_gpu is True
@@ -355,8 +401,12 @@ def test_void_devices_do_not_request() -> None:
 
 
 def test_environment_check_reports_nvidia_variables() -> None:
-    env = clean_env(NVIDIA_VISIBLE_DEVICES="all", NVIDIA_REQUIRE_CUDA=REQ_121, NVIDIA_DISABLE_REQUIRE="true",
-                    NVIDIA_CPU_ONLY="1")
+    env = clean_env(
+        NVIDIA_VISIBLE_DEVICES="all",
+        NVIDIA_REQUIRE_CUDA=REQ_121,
+        NVIDIA_DISABLE_REQUIRE="true",
+        NVIDIA_CPU_ONLY="1",
+    )
     _, report, _ = run_script(sys.executable, env=env)
     detail = by_name(report)["environment"]["detail"]
     assert detail["NVIDIA_REQUIRE"] == {"NVIDIA_REQUIRE_CUDA": REQ_121}
@@ -434,8 +484,9 @@ def torch_python() -> str:
 
 
 def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str) -> None:
-    rc, report, stderr = run_script(torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu",
-                                    "--expect-python", "3.11")
+    rc, report, stderr = run_script(
+        torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu", "--expect-python", "3.11"
+    )
     assert "Traceback" not in stderr
     checks = by_name(report)
     assert rc == 0, report["summary"]
@@ -452,8 +503,9 @@ def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str) -> None:
 
 
 def test_real_torch_require_gpu_fails(torch_python: str) -> None:
-    rc, report, _ = run_script(torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu",
-                               "--require-gpu")
+    rc, report, _ = run_script(
+        torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu", "--require-gpu"
+    )
     assert rc == 1
     checks = by_name(report)
     for name in ("cuda_available", "arch", "gemm_gpu", "nccl"):
@@ -474,10 +526,13 @@ def test_real_torch_wrong_version_and_wrong_variant(torch_python: str) -> None:
 
 def test_real_collectives_machinery_with_gloo(torch_python: str) -> None:
     """The NCCL check's spawn/all-reduce/broadcast path, run for real on the CPU (gloo)."""
-    code = (f"import sys, json; sys.path.insert(0, {str(SCRIPT.parent)!r}); import check; "
-            "print(json.dumps(check.run_collectives(2, 'gloo', 120)))")
-    proc = subprocess.run([torch_python, "-c", code], capture_output=True, text=True, timeout=180,
-                          check=False)
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(SCRIPT.parent)!r}); import check; "
+        "print(json.dumps(check.run_collectives(2, 'gloo', 120)))"
+    )
+    proc = subprocess.run(
+        [torch_python, "-c", code], capture_output=True, text=True, timeout=180, check=False
+    )
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outcome["ok"] is True, outcome
     assert [r["all_reduce"] and r["broadcast"] for r in outcome["ranks"]] == [True, True]
