@@ -103,12 +103,15 @@ Rule = Callable[[str, str], bool]  # (method, path) -> answer 503?
 
 
 class FlakyProxy:
-    """HTTP relay on 127.0.0.1 that answers 503 to the first ``fail_first`` requests, and to
-    requests a rule picks, then forwards the rest to ``upstream`` unchanged."""
+    """HTTP relay on 127.0.0.1 that answers ``status`` (503) to the first ``fail_first`` requests,
+    and to requests a rule picks, holds requests a ``slow`` rule picks, then forwards the rest to
+    ``upstream`` unchanged."""
 
-    def __init__(self, upstream: str, fail_first: int = 0) -> None:
+    def __init__(self, upstream: str, fail_first: int = 0, status: int = 503) -> None:
         self.upstream = upstream
         self.fail_first = fail_first
+        self.status = status
+        self.slow_rules: list[tuple[Rule, float]] = []
         self.rules: list[tuple[Rule, int | None]] = []  # (rule, how many more times; None: always)
         self.lock = threading.Lock()
         self.seen: list[tuple[str, str, int]] = []
@@ -136,10 +139,14 @@ class FlakyProxy:
 
             def _handle(self) -> None:
                 body = self._body()
+                for rule, seconds in list(proxy.slow_rules):
+                    if rule(self.command, self.path):
+                        proxy._record(self.command, self.path, 0)  # 0: held, not answered yet
+                        time.sleep(seconds)
                 if proxy._should_fail(self.command, self.path):
-                    proxy._record(self.command, self.path, 503)
+                    proxy._record(self.command, self.path, proxy.status)
                     payload = b'{"errors":[{"code":"UNAVAILABLE","message":"flaky proxy"}]}'
-                    self.send_response(503)
+                    self.send_response(proxy.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
@@ -192,9 +199,18 @@ class FlakyProxy:
         with self.lock:
             self.seen.append((method, path, status))
 
+    def slow(self, rule: Rule, seconds: float) -> None:
+        """Hold every request ``rule`` picks for ``seconds`` before answering it."""
+        with self.lock:
+            self.slow_rules.append((rule, seconds))
+
     def failures(self) -> int:
         with self.lock:
-            return sum(1 for *_, status in self.seen if status == 503)
+            return sum(1 for *_, status in self.seen if status == self.status)
+
+    def held(self) -> int:
+        with self.lock:
+            return sum(1 for *_, status in self.seen if status == 0)
 
     def close(self) -> None:
         self.server.shutdown()

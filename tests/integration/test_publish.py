@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -225,3 +229,68 @@ def test_k8s_refuses_a_cell_without_a_digest(project: Project, tmp_path: Path) -
     assert done.returncode == 2
     assert "has no digest for" in done.stderr
     assert not out.exists()
+
+
+# -- faults during publish (issue 7) --------------------------------------------------------------
+
+
+def test_a_registry_answering_500_to_its_first_requests_is_retried(
+    project: Project, registry: LocalRegistry
+) -> None:
+    (cell,) = make_cells(project, "built", ("2.1",))
+    relay = FlakyProxy(registry.host, fail_first=3, status=500)
+    try:
+        done = project.run("publish", "--matrix", "matrix.yaml", "--registry", relay.host)
+        assert done.returncode == 0, done.stderr
+        assert relay.failures() == 3
+        entry = lock_of(project)[cell]
+        for tag in entry["tags"]:  # type: ignore[union-attr]
+            assert digest_of(registry.host, project.repository, str(tag)) == entry["digest"]
+    finally:
+        relay.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_publish_promotes_nothing(
+    project: Project, registry: LocalRegistry, api: docker.APIClient, sig: signal.Signals
+) -> None:
+    (cell,) = make_cells(project, "built", ("2.1",))
+    report_before = (project.root / ".imagekit" / "report.json").read_text()
+    relay = FlakyProxy(registry.host)
+    # The staging push stalls on its first layer upload: the signal lands mid-push.
+    relay.slow(lambda method, path: "/blobs/uploads/" in path, 20)
+    try:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "imagekit",
+                "publish",
+                "--matrix",
+                "matrix.yaml",
+                "--registry",
+                relay.host,
+            ],
+            cwd=project.root,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while relay.held() == 0:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the push never reached the registry"
+            time.sleep(0.1)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == (130 if sig == signal.SIGINT else 143), stderr
+        assert "Traceback" not in stderr
+    finally:
+        relay.close()
+    # nothing promoted, nothing recorded, the build report untouched, no local staging tag left
+    tags = [t for t in registry.tags(project.repository) if not t.startswith("staging-")]
+    assert tags == []
+    assert not (project.root / "images.lock.json").exists()
+    assert (project.root / ".imagekit" / "report.json").read_text() == report_before
+    staging = [t for image in api.images() for t in image.get("RepoTags") or () if ":staging-" in t]
+    assert staging == [], f"{cell}: a local staging tag outlived the interrupted publish"
