@@ -137,6 +137,9 @@ def render(
             "--cst", help="Also write a container-structure-test config per cell here.", file_okay=False
         ),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was (or, with --check, would be) changed as JSON.")
+    ] = False,
 ) -> None:
     """Render one Dockerfile per cell to OUT/<cell-id>/Dockerfile.
 
@@ -156,24 +159,41 @@ def render(
     if cst is not None and check:
         raise InputError("--cst writes files; run it without --check")
     the_plan = _plan(matrix)
-    if cst is not None:
-        from imagekit.cst import write_cst
-
-        written = write_cst(the_plan.cells, cst)
-        typer.echo(f"{len(written)} container-structure-test configs in {cst}")
     renderer = Renderer(the_plan)
     target = output_dir(the_plan, out)
     # Everything is rendered (and so validated) before the first file is touched.
     expected = expected_files(the_plan, renderer, target)
+    drift = check_drift(expected, target) if check else write_rendered(expected, target)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "out": str(target),
+                    "dockerfiles": len(expected),
+                    "check": check,
+                    "changed": [str(p) for p in drift.changed],
+                    "missing": [str(p) for p in drift.missing],
+                    "stale": [str(p) for p in drift.stale],
+                },
+                indent=2,
+            )
+        )
     if check:
-        raise_on_drift(check_drift(expected, target), matrix.name)
-        typer.echo(f"{len(expected)} Dockerfiles in {target} are up to date")
+        raise_on_drift(drift, matrix.name)
+        if not as_json:
+            typer.echo(f"{len(expected)} Dockerfiles in {target} are up to date")
         return
-    drift = write_rendered(expected, target)
-    typer.echo(
-        f"{len(expected)} Dockerfiles in {target}: {len(drift.changed)} updated,"
-        f" {len(drift.missing)} added, {len(drift.stale)} stale removed"
-    )
+    if cst is not None:
+        from imagekit.cst import write_cst
+
+        written = write_cst(the_plan.cells, cst)
+        if not as_json:
+            typer.echo(f"{len(written)} container-structure-test configs in {cst}")
+    if not as_json:
+        typer.echo(
+            f"{len(expected)} Dockerfiles in {target}: {len(drift.changed)} updated,"
+            f" {len(drift.missing)} added, {len(drift.stale)} stale removed"
+        )
 
 
 @app.command()

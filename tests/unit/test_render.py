@@ -287,3 +287,15 @@ def test_plan_json_contract() -> None:
     assert dockerfile_path(
         REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
     ).is_file()
+
+
+def test_render_json_reports_drift(tmp_path: Path) -> None:
+    import json
+
+    matrix = tmp_path / "matrix.yaml"
+    shutil.copy(REPO / "matrix.yaml", matrix)
+    first = run_cli("render", "--matrix", str(matrix), "--json")
+    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 13
+    again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
+    document = json.loads(again.stdout)
+    assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []
