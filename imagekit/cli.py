@@ -592,6 +592,9 @@ def publish(
     ] = 5,
     state_dir: StateDirOption = Path(".imagekit"),
     lock: LockOption = Path("images.lock.json"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was published and refused as JSON.")
+    ] = False,
 ) -> None:
     """Push the cells that pass the matrix's publish policy, then promote them by digest.
 
@@ -616,6 +619,7 @@ def publish(
     options = publishing.PublishOptions(
         registry=host, repository=settings.repository, lock_path=lock, backoff=Backoff(attempts=retries)
     )
+    published: list[dict[str, Any]] = []
     with state_lock(state_dir):
         candidates, refused = publishing.select(the_plan, cells, read_report(state_dir))
         for refusal in refused:
@@ -623,8 +627,12 @@ def publish(
         target = f"{host}/{settings.repository}"
         if dry_run:
             for candidate in candidates:
-                typer.echo(f"would publish {candidate.cell} ({candidate.level}) as {target}:")
-                typer.echo(f"    {', '.join(candidate.tags)}")
+                published.append(
+                    {"cell": candidate.cell, "level": candidate.level, "tags": list(candidate.tags)}
+                )
+                if not as_json:
+                    typer.echo(f"would publish {candidate.cell} ({candidate.level}) as {target}:")
+                    typer.echo(f"    {', '.join(candidate.tags)}")
         elif candidates:
             api = connect()
             publisher = publishing.Publisher(
@@ -637,8 +645,14 @@ def publish(
             refused += missing
             for done in publisher.run(candidates):
                 entry = done.entry
-                typer.echo(f"{entry.cell:<50} {entry.reference}")
-                typer.echo(f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)")
+                published.append(entry.as_json())
+                if not as_json:
+                    typer.echo(f"{entry.cell:<50} {entry.reference}")
+                    typer.echo(f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)")
+    if as_json:
+        refusals = [{"cell": r.cell, "reason": r.reason} for r in refused]
+        document = {"dry_run": dry_run, "published": published, "refused": refusals}
+        typer.echo(json.dumps(document, indent=2, sort_keys=True))
     verb = "would publish" if dry_run else "published"
     typer.echo(f"imagekit: {verb} {len(candidates)}, refused {len(refused)}; lock: {lock}", err=True)
     if refused:

@@ -109,6 +109,12 @@ def test_push_promote_pull_back_list_tags_and_export(
     assert dry.stdout.count("would publish") == 2 and "-unverified" in dry.stdout
     assert registry.tags(project.repository) == []
     assert not (project.root / "images.lock.json").exists()
+    dry_json = project.run(
+        "publish", "--matrix", "matrix.yaml", "--registry", registry.host, "--dry-run", "--json"
+    )
+    document = json.loads(dry_json.stdout)
+    assert document["dry_run"] and sorted(e["cell"] for e in document["published"]) == cells
+    assert document["refused"] == [] and registry.tags(project.repository) == []
 
     env = {"IMAGEKIT_REGISTRY_USER": "ci", "IMAGEKIT_REGISTRY_PASSWORD": SECRET}
     done = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host, env=env)
