@@ -109,6 +109,13 @@ def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.Tem
     subprocess.run([str(REPO_ROOT / "examples" / "offline" / "setup.sh")], check=True, capture_output=True)
     root = tmp_path_factory.mktemp("demo")
     shutil.copytree(REPO_ROOT / "examples" / "offline", root, dirs_exist_ok=True)
+    # The test's own image names: a user's demo images (same matrix) must keep their tags.
+    matrix = root / "matrix.yaml"
+    text = matrix.read_text()
+    for name in ("imagekit-demo/pytorch", "imagekit-local/debian-python-demo"):
+        assert name in text
+        text = text.replace(name, f"imagekit-test/{name.split('/')[1]}-{RUN_ID}")
+    matrix.write_text(text)
     done = imagekit(
         "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=900
     )
