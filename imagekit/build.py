@@ -339,6 +339,8 @@ class Builder:
         self.state = _RunState()
         self.results: dict[str, CellResult] = {}
         self.logs = options.state_dir / LOGS_DIR
+        self._by_input_digest: dict[str, dict[str, Any]] | None = None
+        self._index_lock = threading.Lock()
 
     # -- the whole run
 
@@ -526,12 +528,21 @@ class Builder:
                 write(f"FAILED: {message}")
                 return done("failed", error=message, error_tail=tuple(tail))
 
-    def _existing(self, label: str, value: str) -> dict[str, Any] | None:
-        found = self.api.images(filters={"label": f"{label}={value}"})
-        if not found:
-            return None
-        newest = max(found, key=lambda image: image.get("Created", 0))
-        return inspect_image(self.api, str(newest["Id"]))
+    def _existing(self, input_digest: str) -> dict[str, Any] | None:
+        """The newest image already built from ``input_digest`` (its image-list summary).
+
+        One listing of the engine's labelled images serves every cell of the run: a no-change
+        rebuild then costs one engine query, not one (plus an inspect) per cell.
+        """
+        with self._index_lock:
+            if self._by_input_digest is None:
+                index: dict[str, dict[str, Any]] = {}
+                for image in self.api.images(filters={"label": INPUT_DIGEST_LABEL}):
+                    digest = (image.get("Labels") or {}).get(INPUT_DIGEST_LABEL)
+                    if digest and image.get("Created", 0) >= index.get(digest, {}).get("Created", -1):
+                        index[digest] = image
+                self._by_input_digest = index
+            return self._by_input_digest.get(input_digest)
 
     def _build_cell(
         self, job: Job, write: Callable[[str], None], done: Callable[..., CellResult]
@@ -543,10 +554,11 @@ class Builder:
         if rendered.cell.local_base is not None:
             image = inspect_image(self.api, rendered.cell.local_base.image)
             base_digest = str(image["Id"]) if image else None
-        existing = None if self.options.force else self._existing(INPUT_DIGEST_LABEL, rendered.input_digest)
+        existing = None if self.options.force else self._existing(rendered.input_digest)
         if existing is not None:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
-            self._tag(str(existing["Id"]), tags, write)
+            present = set(existing.get("RepoTags") or ())
+            self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
             return done(
                 "skipped",
                 image_id=str(existing["Id"]),
