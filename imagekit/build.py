@@ -578,16 +578,13 @@ class Builder:
             cache_from=self._cache_from(rendered, write),
             network_mode=self.options.network_mode,
         )
-        self.progress.event(job.name, "building")
-        with cell_context(rendered) as context:
-            image_id = self._stream(job, request, context, write)
-        self._tag(image_id, tags, write)
-        image = inspect_image(self.api, image_id)
-        return done(
-            "built",
-            image_id=image_id,
-            tags=tags,
-            size=image.get("Size") if image else None,
+        return self._build_and_tag(
+            job,
+            request,
+            lambda: cell_context(rendered),
+            tags,
+            write,
+            done,
             input_digest=rendered.input_digest,
             base_digest=base_digest,
         )
@@ -621,17 +618,28 @@ class Builder:
             cache_from=(),
             network_mode=self.options.network_mode,
         )
+        return self._build_and_tag(
+            job, request, lambda: local_base_context(base), tags, write, done, input_digest=job.context_digest
+        )
+
+    def _build_and_tag(
+        self,
+        job: Job,
+        request: BuildRequest,
+        context: Callable[[], IO[bytes]],
+        tags: tuple[str, ...],
+        write: Callable[[str], None],
+        done: Callable[..., CellResult],
+        **fields: Any,
+    ) -> CellResult:
+        """Build untagged, then tag: an image carries its tags only once the engine finished it."""
         self.progress.event(job.name, "building")
-        with local_base_context(base) as context:
-            image_id = self._stream(job, request, context, write)
+        with context() as tar:
+            image_id = self._stream(job, request, tar, write)
         self._tag(image_id, tags, write)
         image = inspect_image(self.api, image_id)
         return done(
-            "built",
-            image_id=image_id,
-            tags=tags,
-            size=image.get("Size") if image else None,
-            input_digest=job.context_digest,
+            "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
         )
 
     def _cache_from(self, rendered: RenderedCell, write: Callable[[str], None]) -> tuple[str, ...]:
