@@ -23,8 +23,9 @@ import docker
 
 
 class PrivateEngine:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra_path: Path | None = None) -> None:
         self.root = root  # a short path: unix sockets are limited to 108 bytes
+        self.extra_path = extra_path  # put first on dockerd's PATH (a fake NVIDIA hook, say)
         self.socket = root / "docker.sock"
         self.host = f"unix://{self.socket}"
         self.log_path = root / "dockerd.log"
@@ -52,6 +53,7 @@ class PrivateEngine:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=self._environment(),
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -64,6 +66,12 @@ class PrivateEngine:
                 return
             time.sleep(0.3)
         raise RuntimeError(f"test dockerd did not answer in 60 s: {self.log_path.read_text()[-2000:]}")
+
+    def _environment(self) -> dict[str, str]:
+        path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        if self.extra_path is not None:
+            path = f"{self.extra_path}:{path}"
+        return {**os.environ, "PATH": path}
 
     def kill(self) -> None:
         """SIGKILL the engine's whole process group: dockerd, containerd, shims, build steps."""
@@ -105,8 +113,10 @@ class PrivateEngine:
 
 
 @contextlib.contextmanager
-def private_engine(root: Path, images: tuple[str, ...]) -> Iterator[PrivateEngine]:
-    engine = PrivateEngine(root)
+def private_engine(
+    root: Path, images: tuple[str, ...], extra_path: Path | None = None
+) -> Iterator[PrivateEngine]:
+    engine = PrivateEngine(root, extra_path)
     try:
         engine.start()
         for image in images:
