@@ -995,6 +995,11 @@ def _torch_skip(ctx: Context, name: str) -> CheckResult | None:
     return None
 
 
+def _gpu_torch_gate(ctx: Context, name: str) -> CheckResult | None:
+    """For checks that need both a GPU and torch: the GPU policy first, then torch's presence."""
+    return ctx.gpu_gate(name) or _torch_skip(ctx, name)
+
+
 def check_torch(ctx: Context) -> CheckResult:
     torch = ctx.torch
     if torch is None:
@@ -1190,12 +1195,9 @@ def check_libcudart(ctx: Context) -> CheckResult:
 
 
 def check_cuda_available(ctx: Context) -> CheckResult:
-    gate = ctx.gpu_gate("cuda_available")
-    if gate is not None:
-        return gate
-    skip = _torch_skip(ctx, "cuda_available")
-    if skip:
-        return skip
+    blocked = _gpu_torch_gate(ctx, "cuda_available")
+    if blocked is not None:
+        return blocked
     torch = ctx.torch
     if not torch.cuda._is_compiled():
         return failed(
@@ -1242,12 +1244,9 @@ def check_cuda_available(ctx: Context) -> CheckResult:
 
 
 def check_arch(ctx: Context) -> CheckResult:
-    gate = ctx.gpu_gate("arch")
-    if gate is not None:
-        return gate
-    skip = _torch_skip(ctx, "arch")
-    if skip:
-        return skip
+    blocked = _gpu_torch_gate(ctx, "arch")
+    if blocked is not None:
+        return blocked
     torch = ctx.torch
     if not torch.cuda.is_available():
         return skipped("arch", "torch.cuda.is_available() is False (see cuda_available)")
@@ -1318,12 +1317,9 @@ def _rel_error(torch: Any, got: Any, ref: Any) -> float:
 
 
 def check_gemm_gpu(ctx: Context) -> CheckResult:
-    gate = ctx.gpu_gate("gemm_gpu")
-    if gate is not None:
-        return gate
-    skip = _torch_skip(ctx, "gemm_gpu")
-    if skip:
-        return skip
+    blocked = _gpu_torch_gate(ctx, "gemm_gpu")
+    if blocked is not None:
+        return blocked
     torch = ctx.torch
     if not torch.cuda.is_available():
         return failed(
@@ -1508,12 +1504,9 @@ def collective_worker(rank: int, world: int, port: int, backend: str) -> int:
 
 
 def check_nccl(ctx: Context) -> CheckResult:
-    gate = ctx.gpu_gate("nccl")
-    if gate is not None:
-        return gate
-    skip = _torch_skip(ctx, "nccl")
-    if skip:
-        return skip
+    blocked = _gpu_torch_gate(ctx, "nccl")
+    if blocked is not None:
+        return blocked
     torch = ctx.torch
     count = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
     if count < 2:
