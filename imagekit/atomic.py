@@ -10,10 +10,11 @@ from pathlib import Path
 def atomic_write(path: Path, text: str) -> None:
     """Write through a temporary file in the same directory, then rename it over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # pid + thread id make the name unique among writers; O_EXCL makes a stale one fail loudly.
+    # pid + thread id make the name unique among live writers; one a killed writer left behind
+    # is ours to replace.
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with temporary.open("x", encoding="utf-8") as handle:
+        with temporary.open("w", encoding="utf-8") as handle:
             handle.write(text)
         temporary.replace(path)
     except BaseException:

@@ -62,6 +62,7 @@ class TorchRelease:
     python_min: str
     python_max: str
     patches: tuple[TorchPatch, ...]
+    numpy: str | None  # a cap for the NumPy its wheels were compiled against ("<2"), if any
 
     @property
     def latest(self) -> TorchPatch:
@@ -121,10 +122,8 @@ class OperatingSystem:
 
 @dataclass(frozen=True)
 class Compat:
-    torch_index_url: str
     torch: Mapping[str, TorchRelease]
     cuda: Mapping[str, CudaRelease]
-    cuda_repository: str
     plain_cudnn_from: str
     stacks: Mapping[str, Stack]
     operating_systems: Mapping[str, OperatingSystem]
@@ -160,9 +159,6 @@ class Compat:
         release = self.torch_release(torch)
         if release is None:
             return None  # unknown release: handled by the allow_unknown rule
-        if release.patch(torch) is None and torch != release.minor:
-            known = ", ".join(p.torch for p in release.patches)
-            return f"torch {torch} is not a {release.minor} release (known: {known})"
         variant = cuda_variant(cuda)
         if variant == "cpu" or variant in release.variants:
             return None
@@ -213,6 +209,7 @@ def parse_compat(raw: Mapping[str, Any]) -> Compat:
             python_min=entry["python"][0],
             python_max=entry["python"][1],
             patches=patches,
+            numpy=entry.get("numpy"),
         )
     cuda = {
         minor: CudaRelease(
@@ -250,10 +247,8 @@ def parse_compat(raw: Mapping[str, Any]) -> Compat:
         if name != "source"
     }
     return Compat(
-        torch_index_url=torch_section["index_url"],
         torch=releases,
         cuda=cuda,
-        cuda_repository=raw["nvidia_cuda_image"]["repository"],
         plain_cudnn_from=raw["nvidia_cuda_image"]["plain_cudnn_from"],
         stacks=stacks,
         operating_systems=systems,

@@ -11,6 +11,8 @@ from pathlib import Path
 LABEL_PREFIX = "imagekit."
 CHECK_SCRIPT_CONTEXT = "imagekit-check.py"  # its name in a build context
 CHECK_SCRIPT_PATH = "/opt/imagekit/check.py"  # its path in every image
+CONSTRAINTS_FILE = "/etc/imagekit/constraints.txt"  # pins torch for every later pip install
+VENV = "/opt/venv"  # where torch lives in images whose base brings no PyTorch of its own
 
 
 def packaged_check_script() -> Path:

@@ -16,9 +16,8 @@ from typing import Any
 import yaml
 
 from imagekit.atomic import atomic_write
-from imagekit.contract import CHECK_SCRIPT_PATH, LABEL_PREFIX
+from imagekit.contract import CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, LABEL_PREFIX, VENV
 from imagekit.matrix import Cell
-from imagekit.render import CONSTRAINTS_FILE, VENV
 
 SCHEMA_VERSION = "2.0.0"
 NVCC = "/usr/local/cuda/bin/nvcc"

@@ -21,7 +21,7 @@ class ImagekitError(Exception):
 
     def __init__(self, message: str) -> None:
         # One line, always: a newline in a message would let input forge extra output lines.
-        super().__init__(" ".join(message.split("\n")))
+        super().__init__(" ".join(message.splitlines()))
 
     @property
     def message(self) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from imagekit.compat import Compat, Stack, cuda_variant, load_compat, minor_of, version_key
 from imagekit.errors import InputError
 from imagekit.schema import AXIS_KEYS, BaseSpec, Matrix, validate_matrix
-from imagekit.yamlsource import SourceDocument, as_mapping, read_yaml_file
+from imagekit.yamlsource import SourceDocument, as_mapping, format_path, read_yaml_file
 
 Combination = dict[str, Any]
 
@@ -117,6 +117,7 @@ class Cell:
     build_args: tuple[tuple[str, str], ...]
     readable_tag: str
     unknown: bool  # admitted through allow_unknown
+    numpy_cap: str | None = None  # "<2" where torch was compiled against NumPy 1.x
 
     @property
     def is_cuda(self) -> bool:
@@ -215,7 +216,7 @@ class _Resolver:
         self.local_bases: dict[str, LocalBase] = {}
 
     def where(self, path: tuple[str | int, ...]) -> str:
-        return f"{self.doc.where(path)}: " + ".".join(str(p) for p in path)
+        return f"{self.doc.where(path)}: {format_path(path)}"
 
     def local_base(self, name: str, spec: BaseSpec) -> LocalBase | None:
         if spec.build is None:
@@ -278,6 +279,12 @@ class _Resolver:
             raise _Refused(f"{fixed}: installing torch {merged['torch']} would replace NVIDIA's build")
         if merged.get("python") not in (None, stack.python):
             raise _Refused(f"{fixed}: it has no Python {merged['python']}")
+        pip = self.matrix.sources.pip
+        if merged.get("pip_packages") and (pip.find_links or pip.no_index):
+            raise _Refused(
+                f"{fixed}: its extra pip packages go into the base's own Python, which a wheelhouse"
+                " build stage cannot reach; install them from an index for this row"
+            )
         flavour = merged.get("flavour") or "devel"
         if flavour not in stack.flavours:
             raise _Refused(f"{fixed}: it has no {flavour} flavour (only {', '.join(stack.flavours)})")
@@ -314,6 +321,11 @@ class _Resolver:
         unknown = False
         if release is None or release.patch(torch) is None:
             newest = compat.newest_torch()
+            if len(version_key(torch)) < 3:
+                raise _Refused(
+                    f"torch {torch} is not in imagekit's table, so its latest patch is unknown;"
+                    f" write the full version ({torch}.0)"
+                )
             if release is None and version_key(torch) < version_key(newest):
                 raise _Refused(f"torch {torch} is not a release imagekit knows (2.0 to {newest})")
             if not allow_unknown:
@@ -340,12 +352,23 @@ class _Resolver:
         reason = compat.refusal_torch_cuda(torch, cuda)
         if reason:
             raise _Refused(reason)
+        pip = self.matrix.sources.pip
+        if release is not None and pip.torch_index_url is None and not pip.find_links:
+            # torch then comes from the general index (PyPI), which carries one build per release
+            wanted = cuda_variant(cuda)
+            if wanted != release.pypi_default:
+                raise _Refused(
+                    f"with no torch_index_url torch comes from PyPI, whose torch {release.minor} is the"
+                    f" {release.pypi_default} build, not {wanted}; set sources.pip.torch_index_url"
+                )
 
         cuda_full: str | None = None
         if cuda != "cpu":
             cuda_release = compat.cuda_release(cuda)
             if merged.get("cuda_full"):
                 cuda_full = str(merged["cuda_full"])
+                if minor_of(cuda_full) != cuda:
+                    raise _Refused(f"cuda_full {cuda_full} is not a CUDA {cuda} release")
             elif cuda_release is not None:
                 cuda_full = cuda_release.image_version
             elif allow_unknown:
@@ -434,6 +457,7 @@ class _Resolver:
         stack: Stack | None,
         unknown: bool,
     ) -> Cell:
+        release = self.compat.torch_release(torch)
         cudnn_tag = ""
         if cudnn_major == 8 and cuda != "cpu":
             cudnn_tag = self.compat.cudnn_tag(cuda, cudnn_major)
@@ -497,6 +521,7 @@ class _Resolver:
             build_args=tuple(sorted((merged.get("build_args") or {}).items())),
             readable_tag=readable,
             unknown=unknown,
+            numpy_cap=release.numpy if release else None,
         )
 
 

@@ -126,6 +126,9 @@ TorchVersion = Annotated[
 CudaVersion = Annotated[
     str, SafeString(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1", numeric_ok=True)
 ]
+CudaFullVersion = Annotated[
+    str, SafeString(r"[0-9]+\.[0-9]+\.[0-9]+", "a full CUDA version", "12.1.1", numeric_ok=True)
+]
 PythonVersion = Annotated[str, SafeString(r"3\.[0-9]+", "a Python minor version", "3.10", numeric_ok=True)]
 PackageVersion = Annotated[
     str,
@@ -268,7 +271,7 @@ class CellSpec(StrictModel):
     torchaudio: PackageVersion | None = Field(
         None, description="override the paired version; 'none' skips it"
     )
-    cuda_full: CudaVersion | None = Field(
+    cuda_full: CudaFullVersion | None = Field(
         None, description="nvidia/cuda tag version for a CUDA minor imagekit does not know"
     )
     pip_packages: list[Requirement] | None = Field(
@@ -291,18 +294,18 @@ class CellSpec(StrictModel):
 AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python")
 
 
-def _axis(annotation: Any, description: str) -> Any:
+def _axis(description: str) -> Any:
     return Field(None, description=description, json_schema_extra={"minItems": 1, "uniqueItems": True})
 
 
 class Axes(StrictModel):
     """The values crossed into cells. Each axis is optional; ``torch`` and ``base`` usually exist."""
 
-    torch: list[TorchVersion] | None = _axis(TorchVersion, "torch releases")
-    cuda: list[CudaVersion] | None = _axis(CudaVersion, "CUDA minors (or cpu)")
-    base: list[Name] | None = _axis(Name, "keys of `bases`")
-    flavour: list[Flavour] | None = _axis(Flavour, "devel and/or runtime")
-    python: list[PythonVersion] | None = _axis(PythonVersion, "Python minors")
+    torch: list[TorchVersion] | None = _axis("torch releases")
+    cuda: list[CudaVersion] | None = _axis("CUDA minors (or cpu)")
+    base: list[Name] | None = _axis("keys of `bases`")
+    flavour: list[Flavour] | None = _axis("devel and/or runtime")
+    python: list[PythonVersion] | None = _axis("Python minors")
 
     @field_validator("*")
     @classmethod
@@ -370,6 +373,27 @@ class PipSources(StrictModel):
     @classmethod
     def _unique_list(cls, value: list[str]) -> list[str]:
         return _unique(value)
+
+    @field_validator("torch_index_url")
+    @classmethod
+    def _only_variant(cls, value: str | None) -> str | None:
+        if value is not None and set(re.findall(r"\{([^{}]*)\}", value)) - {"variant"}:
+            raise PydanticCustomError(
+                "bad_placeholder",
+                "{detail}",
+                {"detail": f"{value!r} may use only the {{variant}} placeholder"},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _no_index_needs_a_wheelhouse(self) -> PipSources:
+        if self.no_index and not self.find_links:
+            raise PydanticCustomError(
+                "no_wheelhouse",
+                "{detail}",
+                {"detail": "no_index: true installs only from find_links; list a wheelhouse directory"},
+            )
+        return self
 
 
 class AptSources(StrictModel):

@@ -210,6 +210,8 @@ def parse_yaml(text: str, name: str) -> SourceDocument:
 
 def read_yaml_file(path: Path) -> SourceDocument:
     try:
+        if path.stat().st_size > MAX_BYTES:  # before reading: a huge file is refused, not loaded
+            raise InputError(f"{path}: larger than {MAX_BYTES} bytes; a matrix file is far smaller")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"{path}: no such file; pass an existing matrix with --matrix") from None

@@ -11,12 +11,13 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 \
-      torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 \
+      torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2' \
  && python -c 'import sys, torch; want = "2.1.2"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "12.1"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 12.1")'
-# torch, torchvision and torchaudio stay pinned for every later `pip install`, in this image and
-# in images built from it, so a dependency can never swap in another torch build.
+# torch, torchvision and torchaudio stay pinned, local version included (2.1.2+cu121), for every
+# later `pip install` in this image and in images built from it: no dependency can swap in another
+# torch build, the way a plain `pip install` over NGC's torch does.
 RUN mkdir -p /etc/imagekit \
- && printf '%s\n' torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 > /etc/imagekit/constraints.txt
+ && python -c 'import importlib.metadata as m; names = {"torch", "torchvision", "torchaudio"}; pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions() if (d.metadata["Name"] or "").lower() in names); print(chr(10).join(pins + ["numpy<2"]))' > /etc/imagekit/constraints.txt
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04" \

@@ -13,10 +13,11 @@ RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu118 \
       torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 \
  && python -c 'import sys, torch; want = "2.5.1"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "11.8"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 11.8")'
-# torch, torchvision and torchaudio stay pinned for every later `pip install`, in this image and
-# in images built from it, so a dependency can never swap in another torch build.
+# torch, torchvision and torchaudio stay pinned, local version included (2.1.2+cu121), for every
+# later `pip install` in this image and in images built from it: no dependency can swap in another
+# torch build, the way a plain `pip install` over NGC's torch does.
 RUN mkdir -p /etc/imagekit \
- && printf '%s\n' torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 > /etc/imagekit/constraints.txt
+ && python -c 'import importlib.metadata as m; names = {"torch", "torchvision", "torchaudio"}; pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions() if (d.metadata["Name"] or "").lower() in names); print(chr(10).join(pins + []))' > /etc/imagekit/constraints.txt
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda11.8-cudnn9-runtime-ubuntu22.04" \

@@ -19,10 +19,13 @@ RUN python3 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pytorch/whl/cpu \
       torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 \
  && python -c 'import sys, torch; want = "2.5.1"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.version.cuda is None; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} CPU build")'
-RUN printf '%s\n' torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 > /tmp/torch-constraints.txt \
- && pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple --constraint /tmp/torch-constraints.txt \
-      'numpy<2' pillow \
- && rm /tmp/torch-constraints.txt
+# torch, torchvision and torchaudio stay pinned, local version included (2.1.2+cu121), for every
+# later `pip install` in this image and in images built from it: no dependency can swap in another
+# torch build, the way a plain `pip install` over NGC's torch does.
+RUN mkdir -p /etc/imagekit \
+ && python -c 'import importlib.metadata as m; names = {"torch", "torchvision", "torchaudio"}; pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions() if (d.metadata["Name"] or "").lower() in names); print(chr(10).join(pins + []))' > /etc/imagekit/constraints.txt
+RUN pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple --constraint /etc/imagekit/constraints.txt \
+      'numpy<2' pillow
 
 FROM imagekit-local/debian-python:bookworm
 ARG SITE
@@ -33,14 +36,11 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=venv-build /opt/venv /opt/venv
+COPY --from=venv-build /etc/imagekit /etc/imagekit
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 ENV OMP_NUM_THREADS=1 \
     TORCH_CUDA_ARCH_LIST=8.0;9.0
-# torch, torchvision and torchaudio stay pinned for every later `pip install`, in this image and
-# in images built from it, so a dependency can never swap in another torch build.
-RUN mkdir -p /etc/imagekit \
- && printf '%s\n' torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 > /etc/imagekit/constraints.txt
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cpu-runtime-debian12" \

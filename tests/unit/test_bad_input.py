@@ -113,6 +113,22 @@ CASES: dict[str, tuple[str, str]] = {
         + "  deb:\n    image: x/y:1\n    os: debian12\n    build: {context: b, args: {API_KEY: k}}\n",
         "looks like a secret",
     ),
+    "torch index placeholder": (
+        GOOD_AXES + CUDA_BASE + "sources:\n  pip:\n    torch_index_url: 'https://x/{variant.__class__}'\n",
+        "may use only the {variant} placeholder",
+    ),
+    "no_index without a wheelhouse": (
+        GOOD_AXES + CUDA_BASE + "sources:\n  pip:\n    no_index: true\n",
+        "no_index: true installs only from find_links",
+    ),
+    "cuda_full not a version": (
+        GOOD_AXES + CUDA_BASE + "defaults: {cuda_full: cpu}\n",
+        "not a full CUDA version",
+    ),
+    "template syntax error": (
+        GOOD_AXES + CUDA_BASE + "templates: .\n",
+        "template error",
+    ),
     "find_links escapes": (
         GOOD_AXES + CUDA_BASE + "sources:\n  pip:\n    find_links: [../../etc]\n",
         "must stay inside",
@@ -126,6 +142,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 ) -> None:
     text, expected = CASES[case]
     path = write_matrix(text)
+    (path.parent / "Dockerfile.j2").write_text("FROM {{ cell.base_image }\n")  # used by `templates: .`
     out = tmp_path / "out"
     for args in (("plan", "--matrix", str(path)), ("render", "--matrix", str(path), "--out", str(out))):
         result = run_cli(*args)

@@ -9,7 +9,7 @@ import pytest
 
 from imagekit.compat import cuda_variant, load_compat, minor_of, version_key
 from imagekit.matrix import load_plan
-from tests.conftest import CUDA_BASE
+from tests.conftest import CUDA_BASE, run_cli
 
 
 def test_version_helpers() -> None:
@@ -66,6 +66,7 @@ def test_ngc_stack_matches_facts() -> None:
         ("2.6.0", "12.1", "torch 2.6 has no CUDA 12.1 wheel"),
         ("2.0.1", "12.1", "torch 2.0 has no CUDA 12.1 wheel"),
         ("2.1.9", "12.1", "torch 2.1.9 is a patch missing from imagekit's compatibility table"),
+        ("2.10", "12.8", "so its latest patch is unknown; write the full version (2.10.0)"),
         ("2.10.0", "12.8", "torch 2.10.0 is newer than imagekit's compatibility table"),
         ("1.13.1", "11.7", "torch 1.13.1 is not a release imagekit knows"),
     ],
@@ -143,3 +144,42 @@ def test_minor_means_latest_patch(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix('axes:\n  torch: ["2.1"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
     (cell,) = load_plan(path).cells
     assert (cell.torch, cell.torchvision, cell.torchaudio) == ("2.1.2", "0.16.2", "2.1.2")
+
+
+def test_allow_unknown_admits_a_new_patch_of_a_known_release(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix('allow_unknown: true\naxes:\n  torch: ["2.1.9"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
+    (cell,) = load_plan(path).cells
+    assert cell.torch == "2.1.9" and cell.unknown and cell.numpy_cap == "<2"
+
+
+def test_cuda_full_must_belong_to_the_cells_cuda(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: ["11.8", "12.1"]\ndefaults: {cuda_full: "12.1.1"}\n' + CUDA_BASE
+    )
+    plan = load_plan(path)
+    assert [c.cuda for c in plan.cells] == ["12.1"]
+    assert "cuda_full 12.1.1 is not a CUDA 11.8 release" in plan.refused[0].reason
+
+
+def test_without_a_torch_index_only_pypis_build_exists(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["11.8", "12.1"]\n'
+        + CUDA_BASE
+        + "sources: {pip: {torch_index_url: null}}\n"
+    )
+    plan = load_plan(path)
+    assert [c.cuda for c in plan.cells] == ["12.1"]  # PyPI's torch 2.1 is the cu121 build
+    assert "whose torch 2.1 is the cu121 build, not cu118" in plan.refused[0].reason
+
+
+def test_a_fixed_stack_with_extras_cannot_use_a_wheelhouse(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    (tmp_path / "wh").mkdir()
+    (tmp_path / "wh" / "x.whl").write_bytes(b"x")
+    path = write_matrix(
+        "axes:\n  base: [ngc]\ndefaults: {pip_packages: [numpy]}\nbases:\n  ngc: {stack: ngc-pytorch-23.10}\n"
+        "sources: {pip: {find_links: [wh]}}\n"
+    )
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2 and "a wheelhouse build stage cannot reach" in result.stderr

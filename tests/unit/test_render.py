@@ -93,7 +93,9 @@ def test_template_decisions(tmp_path: Path) -> None:
     old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
     assert "FROM nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04\n" in old
     assert "--index-url https://download.pytorch.org/whl/cu121" in old
-    assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2" in old
+    # torch <= 2.3 was compiled against NumPy 1.x: the cap is installed and stays pinned
+    assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2'" in old
+    assert 'print(chr(10).join(pins + ["numpy<2"]))' in old
     assert "torch.cuda._is_compiled()" in old and "--no-cache-dir" in old
     assert "rm -rf /var/lib/apt/lists/*" in old
     assert "RUN --mount" not in old and "# syntax" not in old
@@ -113,7 +115,8 @@ def test_template_decisions(tmp_path: Path) -> None:
     )
     assert wheel.index("COPY --from=venv-build") > wheel.index("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04\n")
     assert "'s|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g'" in wheel
-    assert "--constraint /tmp/torch-constraints.txt" in wheel and "'numpy<2'" in wheel
+    assert "--constraint /etc/imagekit/constraints.txt" in wheel and "'numpy<2'" in wheel
+    assert "COPY --from=venv-build /etc/imagekit /etc/imagekit" in wheel
     assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
     cpu = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime"]
     assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu and "torch.version.cuda is None" in cpu
@@ -216,6 +219,25 @@ def test_input_digest_covers_every_input(tmp_path: Path) -> None:
     other_args = renderer.render(replace(cell, build_args=(("SITE", "other"),)))
     digests = {changed_file, other_base.input_digest, other_args.input_digest}
     assert len(digests) == 3 and digest not in digests
+
+
+def test_a_mirror_or_pinned_base_keeps_the_cells_identity(tmp_path: Path) -> None:
+    plan = load_plan(REPO / "matrix.yaml")
+    renderer = Renderer(plan)
+    cell = plan.cells[0]
+    mirrored = renderer.render(
+        cell, build_from="127.0.0.1:5000/mirror/nvidia-cuda:11.8.0-cudnn8-devel-ubuntu22.04"
+    )
+    assert "FROM 127.0.0.1:5000/mirror/nvidia-cuda:11.8.0-cudnn8-devel-ubuntu22.04" in mirrored.dockerfile
+    assert mirrored.input_digest == renderer.render(cell).input_digest
+
+
+def test_a_hostile_matrix_file_name_stays_out_of_the_dockerfile(tmp_path: Path) -> None:
+    path = tmp_path / "m\nRUN echo pwned #.yaml"
+    shutil.copy(REPO / "matrix.yaml", path)
+    plan = load_plan(path)
+    text = Renderer(plan).dockerfile(plan.cells[0])
+    assert "RUN echo pwned" not in text and "from the matrix file and" in text
 
 
 def test_local_base_context_is_part_of_the_digest(
