@@ -67,7 +67,7 @@ def write_project(
     env_text = ", ".join(f'{k}: "{v}"' for k, v in env.items())
     (root / "matrix.yaml").write_text(
         textwrap.dedent(f"""\
-        version: "1"
+        version: 1
         templates: templates
         allow_unknown: true
         axes:

@@ -4,8 +4,8 @@
 #
 #   scripts/demo.sh
 #
-# Steps: a venv in .venv with imagekit; scripts/engine.sh docker (Debian's docker.io, dockerd
-# with no bridge network); scripts/base-images.sh (busybox + debootstrap'd Debian with Python);
+# Steps: a venv in .venv with imagekit; scripts/engine.sh install + docker (Debian's docker.io, dockerd
+# with no bridge network); scripts/base-images.sh debian-python (debootstrap'd Debian with Python);
 # examples/offline/setup.sh (wheelhouse via pip download); imagekit build; imagekit report.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +26,10 @@ if [[ ! -x .venv/bin/imagekit ]]; then
 fi
 export PATH="$repo/.venv/bin:$PATH"
 
-# Starts dockerd only when `docker info` fails; installs docker.io when missing.
+# Always (idempotent): installs what is missing by command, so debootstrap and busybox-static are
+# there for base-images.sh even when an engine already runs (docker.io only when no dockerd exists).
+scripts/engine.sh install
+# Starts dockerd only when `docker info` fails.
 docker info >/dev/null 2>&1 || scripts/engine.sh docker
 PYTHON="$repo/.venv/bin/python" examples/offline/setup.sh
 

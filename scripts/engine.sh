@@ -28,7 +28,9 @@ DOCKERD_LOG="${IMAGEKIT_DOCKERD_LOG:-/var/log/imagekit-dockerd.log}"
 DOCKER_TIMEOUT="${IMAGEKIT_DOCKER_TIMEOUT:-60}"
 REGISTRY_TIMEOUT="${IMAGEKIT_REGISTRY_TIMEOUT:-30}"
 DATA_ROOT="/var/lib/docker"
-PACKAGES=(docker.io docker-registry busybox-static debootstrap curl)
+# Debian package -> what it provides. A package is installed only when that is missing, so a
+# dockerd from elsewhere (docker-ce on a GitHub ubuntu runner) is used as it is, never replaced.
+PACKAGES=(docker.io docker-registry busybox-static debootstrap curl procps)
 
 log() { printf '[engine] %s\n' "$*" >&2; }
 die() { printf '[engine] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -46,12 +48,31 @@ docker_cli() {
 }
 
 # ---------------------------------------------------------------- install ----
+# Whether the command(s) a package is installed for are already here.
+package_present() {
+    case "$1" in
+        docker.io)       command -v dockerd >/dev/null 2>&1 ;;
+        docker-registry) registry_bin >/dev/null ;;
+        busybox-static)  static_busybox ;;
+        debootstrap)     command -v debootstrap >/dev/null 2>&1 ;;
+        curl)            command -v curl >/dev/null 2>&1 ;;
+        procps)          command -v pgrep >/dev/null 2>&1 ;;
+        *) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed' ;;
+    esac
+}
+
+# A statically linked busybox (what scripts/base-images.sh copies into its scratch image).
+static_busybox() {
+    local bb=/bin/busybox
+    [[ -x $bb ]] || bb=$(command -v busybox 2>/dev/null || true)
+    [[ -n $bb && -x $bb ]] || return 1
+    ! ldd "$bb" 2>&1 | grep -q '=>'
+}
+
 install_packages() {
     local missing=() p
     for p in "${PACKAGES[@]}"; do
-        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-            missing+=("$p")
-        fi
+        package_present "$p" || missing+=("$p")
     done
     if [[ ${#missing[@]} -eq 0 ]]; then
         log "packages already installed"

@@ -9,11 +9,21 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[test] %s\n' "$*" >&2; }
 
+# apt-get update at most once, and only when something is to be installed.
+apt_updated=0
+apt_install() {
+    if [[ $apt_updated -eq 0 ]]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 # Debian's python3 lacks venv/ensurepip: install it only when a venv cannot be made.
 if [[ ! -x .venv/bin/python ]]; then
     if ! python3 -m venv .venv 2>/dev/null; then
         log "installing python3-venv"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        apt_install python3-venv
         rm -rf .venv
         python3 -m venv .venv
     fi
@@ -21,12 +31,19 @@ fi
 # Headless Chromium for the HTML report test (Debian's package; the test fails without it in CI).
 if ! command -v chromium >/dev/null 2>&1; then
     log "installing chromium"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt_install chromium
 fi
 log "installing imagekit and its dev tools into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 \
-    | grep -v "is ignored: it is neither a file nor a directory" || true
-.venv/bin/python -c "import imagekit" || { log "imagekit failed to install"; exit 1; }
+# The filter only hides a harmless pip warning and never fails itself: with pipefail (set above)
+# pip's own exit status decides.
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }; then
+    log "pip install -e '.[dev]' failed"
+    exit 1
+fi
+# From / (the checkout is then not on sys.path), so a broken install cannot hide behind the sources.
+repo=$PWD
+(cd / && "$repo/.venv/bin/imagekit" --help >/dev/null) || { log "imagekit failed to install"; exit 1; }
 export PATH="$PWD/.venv/bin:$PATH"
 
 # The engine (dockerd --bridge=none --iptables=false) and a registry on 127.0.0.1.

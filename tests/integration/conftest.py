@@ -158,7 +158,7 @@ def write_matrix(project: Project, body: str, *, test_id: str | None = None) -> 
     run = test_id or uuid.uuid4().hex[:8]
     body = body.replace("RUNID", f'"{run}"')
     head = f"""\
-        version: "1"
+        version: 1
         templates: templates
         publish:
           repository: {project.repository}

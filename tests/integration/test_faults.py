@@ -140,42 +140,45 @@ bases:
 {busybox_base()}""",
     )
     root = Path(tempfile.mkdtemp(prefix="ikf-", dir="/tmp"))
-    with private_engine(root / "e", (BUSYBOX,)) as engine:
-        env = {"DOCKER_HOST": engine.host}
-        process = popen(project, *build_args("--jobs", "2"), env=env)
-        seen = wait_for(process, f"{C21}: built")
-        if f"{C22}: building" not in seen and f"{C23}: building" not in seen:
-            wait_for(process, ": building")
-        time.sleep(1.5)  # a RUN step of a sleeping cell is running now
-        engine.kill()
-        _, stderr = process.communicate(timeout=60)
-        assert process.returncode == 1, stderr
-        assert "Traceback" not in stderr
-        first = project.report()
-        assert first[C21]["status"] == "built"
-        for cell in (C22, C23):
-            assert first[cell]["status"] == "failed"
-            assert "stopped answering" in str(first[cell]["error"])
-        assert_lock_free(project.root / ".imagekit")
+    try:
+        with private_engine(root / "e", (BUSYBOX,)) as engine:
+            env = {"DOCKER_HOST": engine.host}
+            process = popen(project, *build_args("--jobs", "2"), env=env)
+            seen = wait_for(process, f"{C21}: built")
+            if f"{C22}: building" not in seen and f"{C23}: building" not in seen:
+                wait_for(process, ": building")
+            time.sleep(1.5)  # a RUN step of a sleeping cell is running now
+            engine.kill()
+            _, stderr = process.communicate(timeout=60)
+            assert process.returncode == 1, stderr
+            assert "Traceback" not in stderr
+            first = project.report()
+            assert first[C21]["status"] == "built"
+            for cell in (C22, C23):
+                assert first[cell]["status"] == "failed"
+                assert "stopped answering" in str(first[cell]["error"])
+            assert_lock_free(project.root / ".imagekit")
 
-        engine.start()  # the engine comes back with its data root
-        api = engine.client()
-        assert image_of(api, f"{project.repository}:busybox-2.1.2") == first[C21]["image_id"]
-        for torch in ("2.2.2", "2.3.1"):
-            assert not has_tag(api, f"{project.repository}:busybox-{torch}")
+            engine.start()  # the engine comes back with its data root
+            api = engine.client()
+            assert image_of(api, f"{project.repository}:busybox-2.1.2") == first[C21]["image_id"]
+            for torch in ("2.2.2", "2.3.1"):
+                assert not has_tag(api, f"{project.repository}:busybox-{torch}")
 
-        again = project.build("--jobs", "2", env=env)
-        assert again.returncode == 0, again.stderr
-        assert "a crash left" in again.stderr, again.stderr  # the killed steps' containers, swept
-        second = project.report()
-        assert second[C21]["status"] == "skipped"
-        assert second[C21]["image_id"] == first[C21]["image_id"]
-        assert second[C22]["status"] == second[C23]["status"] == "built"
-        for cell in (C21, C22, C23):
-            assert set(second[cell]["tags"]) <= set(api.inspect_image(second[cell]["image_id"])["RepoTags"])
-        running = api.containers(all=True)
-        api.close()
-    shutil.rmtree(root, ignore_errors=True)
+            again = project.build("--jobs", "2", env=env)
+            assert again.returncode == 0, again.stderr
+            assert "a crash left" in again.stderr, again.stderr  # the killed steps' containers, swept
+            second = project.report()
+            assert second[C21]["status"] == "skipped"
+            assert second[C21]["image_id"] == first[C21]["image_id"]
+            assert second[C22]["status"] == second[C23]["status"] == "built"
+            for cell in (C21, C22, C23):
+                repo_tags = api.inspect_image(second[cell]["image_id"])["RepoTags"]
+                assert set(second[cell]["tags"]) <= set(repo_tags)
+            running = api.containers(all=True)
+            api.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     # The killed step's container is the engine's own: it is gone after the restart (dockerd
     # removes build containers it finds on start), and imagekit created none of its own.
     assert running == [], running
