@@ -549,9 +549,12 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
             continue
         twin = by_id.get(cell.id)
         if twin is not None:
-            raise InputError(
-                f"{doc.name}: {cell.origin} and {twin.origin} both make cell {cell.id}; remove one of them"
+            where = (
+                "two axis values"  # e.g. torch "2.1" and "2.1.2", the same release
+                if cell.origin == twin.origin == "axes"
+                else f"{twin.origin} and {cell.origin}"
             )
+            raise InputError(f"{doc.name}: {where} make the same cell {cell.id}; list it once")
         tag_twin = by_tag.get(cell.readable_tag)
         if tag_twin is not None:
             raise InputError(

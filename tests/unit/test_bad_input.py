@@ -195,3 +195,9 @@ def test_exclude_matching_nothing_is_a_warning(write_matrix: Callable[[str], Pat
     result = run_cli("plan", "--matrix", str(path))
     assert result.exit_code == 0
     assert "imagekit: warning: " in result.stderr and "exclude[0] matches no combination" in result.stderr
+
+
+def test_two_spellings_of_one_release_are_one_cell(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix('axes:\n  torch: ["2.1", "2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2 and "two axis values make the same cell" in result.stderr
