@@ -34,7 +34,7 @@ from imagekit.context import cell_context
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
 
-LABEL = "imagekit.bench-run"
+LABEL = "imagekit-bench.run"
 WHEELHOUSE = Path(__file__).resolve().parent.parent / "examples" / "offline" / "wheelhouse"
 RUN = uuid.uuid4().hex[:10]
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"

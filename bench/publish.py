@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from imagekit.registry import Registry
 from tests.integration.registry_server import LocalRegistry
 
-LABEL = "imagekit.bench-run"
+LABEL = "imagekit-bench.run"
 RUN = uuid.uuid4().hex[:10]
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 BASE = "imagekit-test/busybox:latest"

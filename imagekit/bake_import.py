@@ -2,8 +2,11 @@
 
 Bake writes one object per target (``containerimage.digest``, ``containerimage.config.digest``,
 ``image.name``...) plus ``buildx.*`` keys of its own (build warnings). Each cell target becomes a
-``built`` record carrying the manifest digest, so verify and publish work from the same report
-as after ``imagekit build``. Cells already in the report and not in the file are kept.
+``built`` record carrying the manifest digest and, as its image id, the config digest (what the
+engine shows for an image bake ``--load``-ed, and what ``verify`` starts), so verify and publish
+work from the same report as after ``imagekit build``. The record's tags are the matrix's final
+tags (what ``publish`` promotes to), not bake's staging tag. Cells already in the report and not
+in the file are kept.
 """
 
 from __future__ import annotations
@@ -76,7 +79,9 @@ def results_from_bake(
                 kind="cell",
                 status="built",
                 image_id=target.config_digest,
-                tags=target.names or tags[item.cell.id],
+                # The matrix's final tags, which publish promotes to; the image itself carries only
+                # bake's staging tag (target.names) until it is verified and published.
+                tags=tags[item.cell.id],
                 size=None,
                 input_digest=item.input_digest,
                 base_image=item.cell.base_image,

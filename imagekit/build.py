@@ -42,7 +42,7 @@ from imagekit.engine import (
     split_reference,
     unreachable,
 )
-from imagekit.errors import InputError
+from imagekit.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.progress import Progress
 from imagekit.render import RenderedCell, Renderer, local_base_digest
@@ -89,6 +89,11 @@ def parse_mapping(pairs: list[str], what: str) -> tuple[tuple[str, str], ...]:
             raise InputError(
                 f"{what} {pair!r}: expected SRC=DST (like nvidia/cuda=127.0.0.1:5000/mirror/nvidia-cuda)"
             )
+        if what == "--label" and source.startswith(LABEL_PREFIX):
+            raise InputError(
+                f"--label {pair!r}: labels under {LABEL_PREFIX}* are imagekit's own (what it checks,"
+                " skips and publishes by); choose another key"
+            )
         out.append((source, target))
     return tuple(out)
 
@@ -111,6 +116,14 @@ class ResolvedBase:
     build_from: str  # what the Dockerfile's FROM says (pinned when asked)
     digest: str | None  # name@sha256:... or the image id
     error: str | None
+
+
+def _previous_report(state_dir: Path) -> BuildReport | None:
+    """The last report in ``state_dir``, or None when there is none (or it is unreadable)."""
+    try:
+        return read_report(state_dir)
+    except InputError:
+        return None
 
 
 def _recorded_digests(state_dir: Path) -> dict[str, str]:
@@ -265,7 +278,7 @@ def plan_jobs(
     for cell in cells:
         resolution = resolved.get(cell.base_image)
         built_from = cell.base_image if resolution is None else resolution.build_from
-        rendered_cells.append((renderer.render(dataclasses.replace(cell, base_image=built_from)), resolution))
+        rendered_cells.append((renderer.render(cell, build_from=built_from), resolution))
     produced = {
         f"{repository}:{tag}": item.cell.id
         for item, _ in rendered_cells
@@ -350,6 +363,7 @@ class Builder:
         self.logs.mkdir(parents=True, exist_ok=True)
         interrupted = False
         jobs: list[Job] = []
+        previous = _previous_report(self.options.state_dir)
         try:
             for container in sweep_crashed_steps(self.api, self.options.state_dir):
                 self.progress.event("engine", "removed", f"build step container {container} a crash left")
@@ -367,7 +381,7 @@ class Builder:
             engine=engine_address(),
             cells=tuple(self._final(c.id, "cell", c.base_image) for c in cells),
             bases=tuple(self._final(j.name, "base", j.base_reference) for j in jobs if j.kind == "base"),
-        )
+        ).keeping_verifications(previous)
         return BuildOutcome(report, interrupted)
 
     def _final(self, name: str, kind: Literal["cell", "base"], base: str) -> CellResult:
@@ -437,6 +451,13 @@ class Builder:
                     future.cancel()
                 self._wait_quietly(running)
                 raise
+            except Exception as exc:
+                # A bug (a worker's unexpected exception): stop the other builds before it
+                # propagates, so nothing more starts or gets tagged while the pool winds down.
+                self.state.stop(f"stopped: imagekit failed ({type(exc).__name__}: {_one_line(exc)})")
+                for future in list(running):
+                    future.cancel()
+                raise
 
     def _wait_quietly(self, running: dict[Future[CellResult], Job]) -> None:
         """Let the workers see the cancellation and finish; a second Ctrl-C is ignored here so
@@ -482,7 +503,12 @@ class Builder:
         clock = time.monotonic()
         log_path = self.logs / f"{job.name}.log"
         tail: deque[str] = deque(maxlen=TAIL_LINES)
-        with log_path.open("w", encoding="utf-8") as log:
+        try:
+            log = log_path.open("w", encoding="utf-8")
+        except OSError as exc:
+            message = f"cannot write the build log {log_path}: {exc.strerror or _one_line(exc)}"
+            return _result(job.name, job.kind, "failed", job.base_reference, error=message)
+        with log:
 
             def write(line: str) -> None:
                 log.write(line if line.endswith("\n") else line + "\n")
@@ -513,6 +539,11 @@ class Builder:
             except _JobFailed as failure:
                 write(f"FAILED: {failure.message}")
                 return done("failed", error=failure.message, error_tail=failure.tail or tuple(tail))
+            except ImagekitError as exc:  # an unreadable context file, an unwritable log, ...
+                if isinstance(exc, EnvironmentProblem):
+                    self.state.stop(exc.message, engine_error=exc.message)
+                write(f"FAILED: {exc.message}")
+                return done("failed", error=exc.message, error_tail=tuple(tail))
             except BuildAborted as aborted:
                 reason = self.state.engine_error or str(aborted)
                 write(f"STOPPED: {reason}")
@@ -559,20 +590,21 @@ class Builder:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
             present = set(existing.get("RepoTags") or ())
             self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
+            # The base the existing image was built from, not the one the engine holds now.
+            built_from = (existing.get("Labels") or {}).get(BASE_DIGEST_LABEL)
             return done(
                 "skipped",
                 image_id=str(existing["Id"]),
                 tags=tags,
                 size=existing.get("Size"),
                 input_digest=rendered.input_digest,
-                base_digest=base_digest,
+                base_digest=built_from or base_digest,
             )
         labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
         if base_digest:
             labels[BASE_DIGEST_LABEL] = base_digest
         request = BuildRequest(
             dockerfile="Dockerfile",
-            tag=None,
             labels=tuple(labels.items()),
             build_args=rendered.build_args,
             cache_from=self._cache_from(rendered, write),
@@ -612,7 +644,6 @@ class Builder:
             )
         request = BuildRequest(
             dockerfile=base.dockerfile,
-            tag=None,
             labels=((CONTEXT_DIGEST_LABEL, job.context_digest), *self.options.extra_labels),
             build_args=base.args,
             cache_from=(),

@@ -310,10 +310,14 @@ def build(
         for result in (*outcome.report.bases, *outcome.report.cells):
             if result.status in ("failed", "cancelled"):
                 _err(result.status, f"{result.id}: {result.error} (log: {result.log})")
+    verification_failed = False
     if then_verify:
         verified = [r.id for r in outcome.report.cells if r.status in ("built", "skipped")]
-        _verify_cells(api, [c for c in cells if c.id in verified], state_dir, gpus, verify_timeout, None)
-    if outcome.report.failed:
+        results = _verify_cells(
+            api, [c for c in cells if c.id in verified], state_dir, gpus, verify_timeout, None
+        )
+        verification_failed = any(r.verdict == "failed" for r in results)
+    if outcome.report.failed or verification_failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
 
 
@@ -488,8 +492,8 @@ def matrix_export(
 
     Example: echo "cells=$(imagekit matrix --matrix matrix.yaml --format github)" >> "$GITHUB_OUTPUT"
     Example: imagekit matrix --format bake --context-dir .imagekit/bake > bake.json
-    && docker buildx bake -f bake.json --metadata-file bake-metadata.json
-    && imagekit bake-import --metadata-file bake-metadata.json
+    && docker buildx bake -f bake.json --load --metadata-file bake-metadata.json
+    && imagekit bake-import --metadata-file bake-metadata.json && imagekit verify && imagekit publish
     """
     from imagekit import export
     from imagekit.render import Renderer
@@ -506,9 +510,7 @@ def matrix_export(
         typer.echo(json.dumps(export.json_export(the_plan, rendered, today()), indent=2, sort_keys=True))
         return
     contexts = export.materialise_contexts(rendered, context_dir)
-    typer.echo(
-        json.dumps(export.bake_file(the_plan, rendered, context_dir, today()), indent=2, sort_keys=True)
-    )
+    typer.echo(json.dumps(export.bake_file(the_plan, rendered, context_dir), indent=2, sort_keys=True))
     typer.echo(f"imagekit: {len(contexts)} build contexts in {context_dir}", err=True)
 
 
@@ -543,7 +545,7 @@ def bake_import(
     if not results:
         raise InputError(f"{metadata_file}: no target is a cell of {matrix}: {', '.join(unknown)}")
     with state_lock(state_dir):
-        merged = importer.merge(importer.previous_report(state_dir), results, matrix.name)
+        merged = importer.merge(importer.previous_report(state_dir), results, the_plan.source_name)
         path = write_report(state_dir, merged)
     for name in unknown:
         _err("warning", f"bake target {name} is no cell of {matrix}; not recorded")
@@ -635,20 +637,26 @@ def publish(
                     typer.echo(f"    {', '.join(candidate.tags)}")
         elif candidates:
             api = connect()
-            publisher = publishing.Publisher(
-                api, publishing.connect_registry(host, options.backoff, lambda m: _err("retry", m)),
-                options, settings.policy, say=lambda m: typer.echo(f"imagekit: {m}", err=True),
-            )  # fmt: skip
-            candidates, missing = publisher.present(candidates)
-            for refusal in missing:
-                _err("refused", f"{refusal.cell}: {refusal.reason}")
-            refused += missing
-            for done in publisher.run(candidates):
-                entry = done.entry
-                published.append(entry.as_json())
-                if not as_json:
-                    typer.echo(f"{entry.cell:<50} {entry.reference}")
-                    typer.echo(f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)")
+            client = publishing.connect_registry(host, options.backoff, lambda m: _err("retry", m))
+            try:
+                publisher = publishing.Publisher(
+                    api, client, options, settings.policy,
+                    say=lambda m: typer.echo(f"imagekit: {m}", err=True),
+                )  # fmt: skip
+                candidates, missing = publisher.present(candidates)
+                for refusal in missing:
+                    _err("refused", f"{refusal.cell}: {refusal.reason}")
+                refused += missing
+                for done in publisher.run(candidates):
+                    entry = done.entry
+                    published.append(entry.as_json())
+                    if not as_json:
+                        typer.echo(f"{entry.cell:<50} {entry.reference}")
+                        typer.echo(
+                            f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)"
+                        )
+            finally:
+                client.close()
     if as_json:
         refusals = [{"cell": r.cell, "reason": r.reason} for r in refused]
         document = {"dry_run": dry_run, "published": published, "refused": refusals}

@@ -160,8 +160,7 @@ def pull(
 
 @dataclass(frozen=True)
 class BuildRequest:
-    dockerfile: str  # path inside the context
-    tag: str | None
+    dockerfile: str  # path inside the context; the image is built untagged (tagged once finished)
     labels: tuple[tuple[str, str], ...]
     build_args: tuple[tuple[str, str], ...]
     cache_from: tuple[str, ...]
@@ -199,8 +198,6 @@ class BuildStream:
             "nocache": False,
             "labels": json.dumps(dict(request.labels)),
         }
-        if request.tag:
-            params["t"] = request.tag
         if request.build_args:
             params["buildargs"] = json.dumps(dict(request.build_args))
         if request.cache_from:

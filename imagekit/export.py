@@ -131,11 +131,20 @@ def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:
     return bases
 
 
-def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path, today: date) -> dict[str, Any]:
+def staging_tag(repository: str, rendered: RenderedCell) -> str:
+    """The one tag a bake target gets: ``<repository>:staging-<input digest, 12>``."""
+    return f"{repository}:staging-{rendered.short_digest}"
+
+
+def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -> dict[str, Any]:
     """A ``docker buildx bake`` JSON file: one target per cell, a target per local base.
 
     A cell on a local base names that base's target as the build context of its FROM image
     (``contexts: {image: "target:..."}``), so bake builds the base first, as ``imagekit build`` does.
+
+    A cell target carries only a staging tag, never the final (readable, moving) tags: ``bake
+    --push`` must not put an unverified image where users pull from. The final tags are written
+    by ``imagekit publish`` after ``bake-import`` and ``verify``.
     """
     repository = image_repository(plan)
     targets: dict[str, dict[str, Any]] = {}
@@ -157,7 +166,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path, t
             "context": str(context_dir / cell.id),
             "dockerfile": DOCKERFILE_NAME,
             "args": dict(item.build_args),
-            "tags": [f"{repository}:{tag}" for tag in item.tags(plan.matrix, today)],
+            "tags": [staging_tag(repository, item)],
             "labels": item.build_labels(),
         }
         if cell.local_base is not None:

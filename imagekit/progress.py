@@ -10,6 +10,7 @@ from typing import Protocol, TextIO
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 
 class Progress(Protocol):
@@ -68,7 +69,9 @@ class LiveProgress:
                     state, ""
                 )
                 elapsed = f"{now - since:.0f}s" if state in ("building", "pulling") else ""
-                table.add_row(name, f"[{style}]{state}[/]" if style else state, elapsed, detail)
+                # Text, never markup: build output such as "[notice] ..." or "COPY [/x]" is
+                # shown as it is, and can neither vanish nor break the refresh.
+                table.add_row(Text(name), Text(state, style=style), elapsed, Text(detail))
         return table
 
     def planned(self, names: list[str]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -49,10 +50,23 @@ ADMITS: Mapping[str, frozenset[str]] = {
 # Tags say how far an image was verified, so nobody mistakes a CPU-checked image for a GPU one.
 SUFFIX: Mapping[str, str] = {"validated": "", "checked": "-checked", "built": "-unverified"}
 EXPECT_LABELS = ("torch", "cuda", "cudnn", "python", "flavour")
-_TRANSIENT_PUSH = (
-    "503", "502", "500", "429", "service unavailable", "bad gateway", "too many requests",
-    "connection refused", "connection reset", "timeout", "eof", "no such host",
-)  # fmt: skip
+# Whole words and status phrases only: a bare "500" or "eof" would match inside a digest, a
+# size ("5001 bytes") or a word ("thereof") and retry a push that can never succeed.
+_TRANSIENT_PUSH = re.compile(
+    r"\b(?:(?:status(?: code)?|http(?:/\d(?:\.\d)?)?|error)[: ]*(?:500|502|503|504|429)\b"
+    r"|(?:500|502|503|504|429) (?:internal server error|bad gateway|service unavailable"
+    r"|gateway time-?out|too many requests)"
+    r"|internal server error|service unavailable|bad gateway|gateway time-?out|too many requests"
+    r"|connection refused|connection reset(?: by peer)?|broken pipe"
+    r"|i/o timeout|tls handshake timeout|timeout exceeded|timed out|(?:unexpected )?eof"
+    r"|context deadline exceeded|no such host|temporary failure in name resolution)\b",
+    re.IGNORECASE,
+)
+
+
+def transient_push_error(text: str) -> bool:
+    """Whether a push error reads like the registry or network having a bad moment."""
+    return _TRANSIENT_PUSH.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -278,7 +292,7 @@ class Publisher:
                     continue
                 if line.get("error"):
                     text = " ".join(str(line["error"]).split())
-                    raise _PushFailed(text, any(h in text.lower() for h in _TRANSIENT_PUSH))
+                    raise _PushFailed(text, transient_push_error(text))
                 aux = line.get("aux")
                 if isinstance(aux, dict) and aux.get("Digest"):
                     digest = str(aux["Digest"])

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -61,10 +62,18 @@ class Credentials:
         return f"Basic {token}"
 
 
+def registry_hostname(registry: str) -> str:
+    """``host[:port]`` (``[v6]:port``, or a bare v6 address) -> the host, without brackets or port."""
+    if registry.startswith("["):
+        return registry[1:].partition("]")[0]
+    if registry.count(":") == 1:
+        return registry.rsplit(":", 1)[0]
+    return registry  # no port, or a bare IPv6 address
+
+
 def is_local(registry: str) -> bool:
     """127.0.0.0/8, ::1 and localhost: plain http (as dockerd itself treats them); else https."""
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    host = host.strip("[]")
+    host = registry_hostname(registry)
     if host == "localhost":
         return True
     try:
@@ -198,6 +207,8 @@ class Registry:
         query = {"service": params.get("service", "")}
         if scope:
             query["scope"] = scope
+        if self.credentials:
+            self._check_realm(params["realm"])
         headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
         response = self.session.get(params["realm"], params=query, headers=headers, timeout=TIMEOUT_S)
         if response.status_code != 200:
@@ -210,6 +221,22 @@ class Registry:
         if not token:
             raise EnvironmentProblem(f"registry {self.host}: token service returned no token")
         return str(token)
+
+    def _check_realm(self, realm: str) -> None:
+        """Refuse to send the password in clear to another host than the registry.
+
+        A token service over plain http on the registry's own host, or for a local registry,
+        is what a test or an in-house registry runs; elsewhere it is a challenge that would
+        hand the credentials to whoever answers (or listens) there.
+        """
+        url = urlsplit(realm)
+        if url.scheme.lower() != "http" or is_local(self.host):
+            return
+        if (url.hostname or "").lower() != registry_hostname(self.host).lower():
+            raise EnvironmentProblem(
+                f"registry {self.host} sends for a token to {url.scheme}://{url.netloc}, another host"
+                " over plain http; refusing to send the credentials there"
+            )
 
     def _check(self, response: requests.Response, what: str) -> None:
         if response.status_code in (401, 403):

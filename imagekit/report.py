@@ -89,6 +89,28 @@ class BuildReport:
         cells = tuple(replace(r, verification=verification) if r.id == cell_id else r for r in self.cells)
         return replace(self, cells=cells)
 
+    def keeping_verifications(self, previous: BuildReport | None) -> BuildReport:
+        """A copy in which each skipped cell whose image is the one ``previous`` recorded (same
+        cell id, same image id) keeps that record's verification; a rebuilt image has none."""
+        if previous is None:
+            return self
+        before = {r.id: r for r in previous.cells}
+
+        def kept(result: CellResult) -> CellResult:
+            old = before.get(result.id)
+            if (
+                result.status == "skipped"
+                and result.verification is None
+                and old is not None
+                and old.verification is not None
+                and result.image_id is not None
+                and old.image_id == result.image_id
+            ):
+                return replace(result, verification=old.verification)
+            return result
+
+        return replace(self, cells=tuple(kept(r) for r in self.cells))
+
     def counts(self) -> dict[str, int]:
         return {status: sum(1 for r in self.cells if r.status == status) for status in STATUSES}
 

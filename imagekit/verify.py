@@ -32,13 +32,15 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 
 from imagekit.atomic import atomic_write
-from imagekit.contract import CHECK_SCRIPT_PATH, LABEL_PREFIX, packaged_check_script
+from imagekit.contract import LABEL_PREFIX, packaged_check_script
 from imagekit.engine import EngineFailure, is_engine_failure, unreachable
 from imagekit.errors import EnvironmentProblem, InputError
 
 Verdict = Literal["validated", "checked", "failed"]
 VERIFY_LABEL = f"{LABEL_PREFIX}verify-run"
 INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
+# The GPU checks a validated verdict needs, each present and passed.
+GPU_CHECKS = ("cuda_available", "gemm_gpu")
 NO_GPU_DRIVER = "could not select device driver"
 GPU_FIX = (
     "the Docker engine has no GPU support ({detail}): install nvidia-container-toolkit, run"
@@ -179,7 +181,7 @@ class Verification:
         return {"validated": "validated", "checked": "checked without GPU", "failed": "failed"}[self.verdict]
 
     def failed_checks(self) -> tuple[CheckRecord, ...]:
-        return tuple(c for c in self.checks if c.status == "fail")
+        return tuple(c for c in self.checks if c.status not in ("pass", "skip"))
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -204,10 +206,15 @@ def verdict_of(
     """Read the script's document: (verdict, checks, gpu visible)."""
     checks = tuple(CheckRecord.from_script(c) for c in document.get("checks") or () if isinstance(c, Mapping))
     gpu_visible = bool(document.get("gpu_visible"))
-    if not checks or any(c.status == "fail" and c.required for c in checks):
+    # Any status other than pass or skip (fail, error, an unknown word) counts as a failure.
+    if not checks or any(c.status not in ("pass", "skip") and c.required for c in checks):
         return "failed", checks, gpu_visible
     if gpus.requested and gpu_visible:
-        return "validated", checks, gpu_visible
+        status = {c.name: c.status for c in checks}
+        if all(status.get(name) == "pass" for name in GPU_CHECKS):
+            return "validated", checks, gpu_visible
+        # A GPU visible but its checks absent or skipped: nothing proved the GPU works.
+        return "failed", checks, gpu_visible
     if gpus.requested:
         # Asked for a GPU, none visible, and yet nothing failed: never read that as a pass.
         return "failed", checks, gpu_visible
@@ -232,24 +239,40 @@ def _metrics(checks: tuple[CheckRecord, ...]) -> dict[str, Any]:
 
 
 def _first_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` that has ``checks`` (the script's document).
+
+    Libraries may print before it (a banner with braces) or after it; each ``{`` is tried as the
+    start of a value and whatever follows the value is ignored.
+    """
+    decoder = json.JSONDecoder()
     start = text.find("{")
-    if start < 0:
-        return None
-    try:
-        value = json.loads(text[start:])
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    while start >= 0:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and "checks" in value:
+            return value
+        start = text.find("{", start + 1)
+    return None
 
 
 # -- running ---------------------------------------------------------------------------------------------
 
 
 def _script_archive() -> bytes:
+    """A tar to extract at ``/``: the injected directory (which the image lacks) and the script."""
     data = packaged_check_script().read_bytes()
+    directory = INJECTED_SCRIPT_DIR.strip("/")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("check.py")
+        parts = directory.split("/")
+        for depth in range(1, len(parts) + 1):
+            folder = tarfile.TarInfo("/".join(parts[:depth]))
+            folder.type = tarfile.DIRTYPE
+            folder.mode = 0o755
+            tar.addfile(folder)
+        info = tarfile.TarInfo(f"{directory}/check.py")
         info.size = len(data)
         info.mode = 0o755
         tar.addfile(info, io.BytesIO(data))
@@ -265,13 +288,11 @@ class Harness:
         gpus: GpuRequest,
         limits: Limits = Limits(),
         logs_dir: Path | None = None,
-        cancel: threading.Event | None = None,
     ) -> None:
         self.api = api
         self.gpus = gpus
         self.limits = limits
         self.logs_dir = logs_dir
-        self.cancel = cancel or threading.Event()
         self.run_id = uuid.uuid4().hex[:12]
         self._live: set[str] = set()
         self._lock = threading.Lock()
@@ -289,7 +310,7 @@ class Harness:
         except NotFound:
             pass
         except (DockerException, requests.RequestException, OSError):
-            return  # engine gone: `imagekit` reports that; the label lets a later run sweep it
+            return  # engine gone: `imagekit` reports that (exit 3); the container stays labelled
         with self._lock:
             self._live.discard(container)
 
@@ -324,7 +345,7 @@ class Harness:
             self._live.add(container)
         try:
             if inject:
-                self.api.put_archive(container, INJECTED_SCRIPT_DIR, _script_archive())
+                self.api.put_archive(container, "/", _script_archive())
             yield container
         finally:
             self._remove(container)
@@ -337,15 +358,15 @@ class Harness:
     def _verify(self, target: Target) -> Verification:
         started = time.monotonic()
         try:
-            image = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
-        except ImageNotFound:
-            return self._failed(target, started, f"image {target.image} not found; build it first")
-        labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
-        script = labels.get(f"{LABEL_PREFIX}check-script")
-        inject = not script
-        script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else script or CHECK_SCRIPT_PATH
-        command = ["python3", script_path, *check_arguments(labels, self.gpus)]
-        try:
+            try:
+                image = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
+            except ImageNotFound:
+                return self._failed(target, started, f"image {target.image} not found; build it first")
+            labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
+            script = labels.get(f"{LABEL_PREFIX}check-script")
+            inject = not script
+            script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else str(script)
+            command = ["python3", script_path, *check_arguments(labels, self.gpus)]
             with self._container(
                 target.image, command, {f"{LABEL_PREFIX}target": target.name}, inject
             ) as cid:
@@ -426,23 +447,9 @@ def verify_all(
     results: list[Verification] = []
     try:
         for target in targets:
-            if harness.cancel.is_set():
-                break
             result = harness.verify(target)
             results.append(result)
             on_result(result)
     finally:
         harness.remove_all()
     return results
-
-
-def sweep(api: docker.APIClient) -> int:
-    """Remove check containers a killed run left behind (found by their label)."""
-    removed = 0
-    for container in api.containers(all=True, filters={"label": VERIFY_LABEL}):
-        try:
-            api.remove_container(container["Id"], force=True)
-            removed += 1
-        except (NotFound, APIError):
-            continue
-    return removed

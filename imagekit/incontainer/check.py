@@ -65,6 +65,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -1430,36 +1431,58 @@ def run_collectives(world: int, backend: str, timeout: float = NCCL_TIMEOUT_S) -
     """Spawn `world` worker processes (this script) that all-reduce and broadcast; bounded by timeout."""
     port = _free_port()
     script = os.path.abspath(__file__)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, "--collective-worker", str(rank), str(world), str(port), backend],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for rank in range(world)
-    ]
-    deadline = time.monotonic() + timeout
+    # Each rank writes to its own temporary file, not a pipe: ranks read one after another
+    # through pipes would block a later rank on a full pipe while an earlier one waits for it
+    # in a collective (a deadlock until the timeout).
+    procs: list[subprocess.Popen[bytes]] = []
     outputs: list[dict[str, Any]] = []
     timed_out = False
-    for rank, proc in enumerate(procs):
+    with contextlib.ExitStack() as stack:
+        files = [
+            (stack.enter_context(tempfile.TemporaryFile()), stack.enter_context(tempfile.TemporaryFile()))
+            for _ in range(world)
+        ]
         try:
-            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            for other in procs:
-                other.kill()
-            out, err = proc.communicate()
-        try:
-            outputs.append(json.loads(out.decode().strip().splitlines()[-1]))
-        except (ValueError, IndexError):
-            outputs.append(
-                {
-                    "rank": rank,
-                    "ok": False,
-                    "rc": proc.returncode,
-                    "stderr": err.decode("utf-8", "replace")[-600:],
-                }
-            )
+            for rank, (out_file, err_file) in enumerate(files):
+                command = [
+                    sys.executable,
+                    script,
+                    "--collective-worker",
+                    str(rank),
+                    str(world),
+                    str(port),
+                    backend,
+                ]
+                procs.append(subprocess.Popen(command, stdout=out_file, stderr=err_file))
+            deadline = time.monotonic() + timeout
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    for other in procs:
+                        other.kill()
+                    proc.wait()
+        finally:
+            for proc in procs:  # also on an exception: no rank outlives the check
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        for rank, (proc, (out_file, err_file)) in enumerate(zip(procs, files)):
+            out_file.seek(0)
+            err_file.seek(0)
+            out, err = out_file.read(), err_file.read()
+            try:
+                outputs.append(json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                outputs.append(
+                    {
+                        "rank": rank,
+                        "ok": False,
+                        "rc": proc.returncode,
+                        "stderr": err.decode("utf-8", "replace")[-600:],
+                    }
+                )
     return {
         "ok": not timed_out and all(o.get("ok") for o in outputs),
         "timed_out": timed_out,
@@ -1617,6 +1640,13 @@ def build_report(ctx: Context) -> dict[str, Any]:
     }
 
 
+def _flush_c_stdio() -> None:
+    """fflush(NULL): flush every C stdio stream (a native library's printf buffer)."""
+    # no libc symbol table (static or unusual runtimes): nothing to flush
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
     environ = dict(os.environ if env is None else env)
     try:
@@ -1639,6 +1669,7 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
         report = build_report(Context(expect, environ))
     finally:
         sys.stdout.flush()
+        _flush_c_stdio()  # C libraries' buffered stdout must land on stderr, not after the JSON
         os.dup2(saved, 1)
         os.close(saved)
     sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")

@@ -1,6 +1,6 @@
 """Integration fixtures: a real Docker engine, small local base images, and cleanup by label.
 
-Every image the tests build carries ``imagekit.test-run=<uuid>`` (through ``imagekit build
+Every image the tests build carries ``imagekit-test.run=<uuid>`` (through ``imagekit build
 --label``); the session removes exactly those at the end, plus the registry tags it pushed.
 """
 
@@ -24,7 +24,7 @@ from docker.errors import APIError, ImageNotFound
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = "imagekit-test/busybox:latest"
-TEST_LABEL = "imagekit.test-run"
+TEST_LABEL = "imagekit-test.run"
 RUN_ID = uuid.uuid4().hex[:12]
 REGISTRY = "127.0.0.1:5000"
 

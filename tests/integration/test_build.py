@@ -14,7 +14,6 @@ from docker.errors import ImageNotFound
 
 from tests.integration.conftest import (
     BUSYBOX,
-    REGISTRY,
     RUN_ID,
     TEST_LABEL,
     Project,
@@ -22,6 +21,7 @@ from tests.integration.conftest import (
     busybox_base,
     write_matrix,
 )
+from tests.integration.registry_server import LocalRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -277,27 +277,24 @@ bases:
 
 
 def test_mirror_mapping_and_pinned_base_digest(project: Project, api: docker.APIClient) -> None:
+    # Its own registry (temporary storage, removed afterwards): nothing is left in a shared one.
+    registry = LocalRegistry().start()
+    mirror_repo = f"{registry.host}/imagekit-test-{RUN_ID}/busybox"
     try:
-        api_registry = __import__("urllib.request").request.urlopen(f"http://{REGISTRY}/v2/", timeout=3)
-        api_registry.close()
-    except OSError as exc:
-        pytest.skip(f"no registry on {REGISTRY} ({exc}); start one with scripts/engine.sh registry")
-    mirror_repo = f"{REGISTRY}/imagekit-test-{RUN_ID}/busybox"
-    api.tag(BUSYBOX, mirror_repo, "latest")
-    for line in api.push(mirror_repo, tag="latest", stream=True, decode=True):
-        assert "error" not in line, line
-    api.remove_image(f"{mirror_repo}:latest")  # so the builder has to pull it from the mirror
-    write_matrix(
-        project,
-        f"""\
+        api.tag(BUSYBOX, mirror_repo, "latest")
+        for line in api.push(mirror_repo, tag="latest", stream=True, decode=True):
+            assert "error" not in line, line
+        api.remove_image(f"{mirror_repo}:latest")  # so the builder has to pull it from the mirror
+        write_matrix(
+            project,
+            f"""\
 axes:
   torch: ["2.1"]
 mirrors:
-  upstream.invalid/library: {REGISTRY}/imagekit-test-{RUN_ID}
+  upstream.invalid/library: {registry.host}/imagekit-test-{RUN_ID}
 bases:
 {busybox_base(image="upstream.invalid/library/busybox:latest")}""",
-    )
-    try:
+        )
         result = project.build("--pin-base-digests")
         assert result.returncode == 0, result.stderr
         cell = project.report()["busybox-torch2.1.2-cpu-py3.11-devel"]
@@ -311,6 +308,7 @@ bases:
             if reference:
                 with contextlib.suppress(ImageNotFound):
                     api.remove_image(reference)
+        registry.remove()
 
 
 def cell_digest_ref(api: docker.APIClient, repository: str) -> str | None:
@@ -343,10 +341,12 @@ bases:
 {busybox_base()}""",
     )
     proxy = SocketProxy(tmp_path / "engine.sock")
-    process = project.popen_build("--jobs", "1", env={"DOCKER_HOST": f"unix://{proxy.path}"})
-    wait_for(process, ": building")
-    time.sleep(1.5)
-    proxy.kill()
+    try:
+        process = project.popen_build("--jobs", "1", env={"DOCKER_HOST": f"unix://{proxy.path}"})
+        wait_for(process, ": building")
+        time.sleep(1.5)
+    finally:
+        proxy.kill()  # also when the build never got going: no proxy thread outlives the test
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1, stderr
     report = project.report()

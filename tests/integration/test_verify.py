@@ -106,7 +106,14 @@ def hang_image(api: docker.APIClient, busybox: str) -> str:
 @pytest.fixture(scope="session")
 def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The offline demo matrix built for real: PyTorch's CPU wheel from a local wheelhouse."""
-    subprocess.run([str(REPO_ROOT / "examples" / "offline" / "setup.sh")], check=True, capture_output=True)
+    setup = subprocess.run(
+        [str(REPO_ROOT / "examples" / "offline" / "setup.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert setup.returncode == 0, f"examples/offline/setup.sh failed (rc={setup.returncode}):\n{setup.stderr}"
     root = tmp_path_factory.mktemp("demo")
     shutil.copytree(REPO_ROOT / "examples" / "offline", root, dirs_exist_ok=True)
     # The test's own image names: a user's demo images (same matrix) must keep their tags.
@@ -129,7 +136,7 @@ def test_real_torch_without_gpu_is_checked_never_validated(demo: Path, api: dock
         "verify", "--matrix", "matrix.yaml", "--gpus", "none", "--junit", str(junit), "--json", cwd=demo
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    (result,) = json.loads(done.stdout[done.stdout.index("[") :])
+    (result,) = json.loads(done.stdout[done.stdout.index("[\n") :])  # after the verdict line
     assert result["verdict"] == "checked" and not result["gpu_requested"]
     checks = {c["name"]: c for c in result["checks"]}
     statuses = {c["status"] for c in result["checks"]}
@@ -179,7 +186,7 @@ def test_gpu_request_path_through_a_fake_nvidia_hook(check_image: str, api: dock
         done = imagekit("verify", check_image, "--gpus", "all", "--json", cwd=root.parent, env=env)
         assert done.returncode == 1, done.stdout + done.stderr
         assert engine.hook_calls() == ["prestart"], "the engine must call the NVIDIA hook as a prestart hook"
-        (result,) = json.loads(done.stdout[done.stdout.index("[") :])
+        (result,) = json.loads(done.stdout[done.stdout.index("[\n") :])  # after the verdict line
         assert result["verdict"] == "failed" and result["gpu_requested"] and not result["gpu_visible"]
         failed = [c for c in result["checks"] if c["status"] == "fail"]
         text = json.dumps(failed).lower()
@@ -203,7 +210,7 @@ def test_a_hanging_check_is_killed_at_the_timeout(
     done = imagekit("verify", hang_image, "--gpus", "none", "--verify-timeout", "3", "--json", cwd=tmp_path)
     assert done.returncode == 1
     assert time.monotonic() - started < 30
-    (result,) = json.loads(done.stdout[done.stdout.index("[") :])
+    (result,) = json.loads(done.stdout[done.stdout.index("[\n") :])  # after the verdict line
     assert result["verdict"] == "failed" and "timed out after 3s" in result["error"]
     assert leftovers(api) == []
 
@@ -243,3 +250,22 @@ def test_an_image_without_python_fails_with_a_reason(
 def _no_leftovers_after(api: docker.APIClient) -> Iterator[None]:
     yield
     assert leftovers(api) == [], "a check container outlived its test"
+
+
+def test_an_image_without_the_check_script_label_gets_the_script_injected(
+    api: docker.APIClient, debian_python: str, tmp_path: Path
+) -> None:
+    """No imagekit labels at all: the script is put into the container (a directory the image
+    lacks) and runs; the run yields the script's checks, not a refused container."""
+    image = build_image(
+        api, f"imagekit-test/unlabelled:{uuid.uuid4().hex[:6]}-{RUN_ID}", f"FROM {debian_python}\n", {}
+    )
+    done = imagekit("verify", image, "--gpus", "none", "--json", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    assert "refused" not in done.stdout + done.stderr
+    (result,) = json.loads(done.stdout[done.stdout.index("[\n") :])  # after the verdict line
+    assert result["error"] is None, result["error"]
+    names = {check["name"] for check in result["checks"]}
+    assert "python" in names or len(names) > 3, names
+    assert result["verdict"] in ("checked", "failed")
+    assert leftovers(api) == []

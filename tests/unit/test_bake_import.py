@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from imagekit.build import image_repository
+from imagekit.cli import today
 from imagekit.export import bake_target_name
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
-from imagekit.report import read_report
+from imagekit.report import read_report, write_report
 from tests.conftest import REPO, run_cli
 
 MATRIX = REPO / "matrix.yaml"
@@ -36,7 +39,7 @@ def metadata(cells: list[str]) -> dict[str, object]:
                 "size": 1234,
             },
             "containerimage.digest": digest,
-            "image.name": f"ghcr.io/imagekit/pytorch:{cell}-x,ghcr.io/imagekit/pytorch:{cell}-y",
+            "image.name": f"ghcr.io/imagekit/pytorch:staging-{cell[:12]}",
         }
     return document
 
@@ -59,9 +62,13 @@ def test_import_records_each_target_as_built_with_its_digest(tmp_path: Path) -> 
     assert first.status == "built"
     assert first.image_digest == DIGEST_A
     assert first.image_id == CONFIG_A
-    assert first.tags == (f"ghcr.io/imagekit/pytorch:{cells[0]}-x", f"ghcr.io/imagekit/pytorch:{cells[0]}-y")
     plan = load_plan(MATRIX)
     rendered = {r.cell.id: r for r in Renderer(plan).render_all()}
+    # the final tags publish promotes to, not bake's staging tag
+    repository = image_repository(plan)
+    assert first.tags == tuple(f"{repository}:{t}" for t in rendered[cells[0]].tags(plan.matrix, today()))
+    assert not any(":staging-" in t for t in first.tags)
+    assert report.matrix == plan.source_name  # as `imagekit build` records it
     assert first.input_digest == rendered[cells[0]].input_digest
     assert by_id[cells[1]].image_digest == DIGEST_B
     assert report.engine == "docker buildx bake"
@@ -129,3 +136,28 @@ def test_bad_metadata_is_an_input_error(tmp_path: Path) -> None:
     missing = run_cli("bake-import", "--metadata-file", str(tmp_path / "absent.json"), "-m", str(MATRIX))
     assert missing.exit_code == 2
     assert "--metadata-file" in missing.stderr
+
+
+def test_a_bake_report_merges_with_a_build_report(tmp_path: Path) -> None:
+    """bake-import names the matrix as `build` does, so merge-reports accepts both."""
+    plan = load_plan(MATRIX)
+    cells = [c.id for c in plan.cells[:2]]
+    path = tmp_path / "bake-metadata.json"
+    path.write_text(json.dumps(metadata([cells[0]])))
+    baked = tmp_path / "baked"
+    assert (
+        run_cli(
+            "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(baked)
+        ).exit_code
+        == 0
+    )
+    built = tmp_path / "built"
+    build_report = replace(
+        read_report(baked), matrix=plan.source_name, engine="unix:///var/run/docker.sock",
+        cells=(replace(read_report(baked).cells[0], id=cells[1]),),
+    )  # fmt: skip
+    write_report(built, build_report)
+    merged = tmp_path / "merged"
+    result = run_cli("merge-reports", str(baked), str(built), "--state-dir", str(merged))
+    assert result.exit_code == 0, result.stderr
+    assert [r.id for r in read_report(merged).cells] == cells

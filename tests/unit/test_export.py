@@ -82,14 +82,13 @@ def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> Non
         for file_name, source in item.context_files:
             assert (context / file_name).read_bytes() == source.read_bytes()
         assert target["labels"] == item.build_labels()
-        assert (
-            target["tags"]
-            == json.loads(
-                run_cli(
-                    "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "json", "--only", item.cell.id
-                ).stdout
-            )["cells"][0]["tags"]
-        )
+        # only a staging tag: `bake --push` must never write the final (moving) tags
+        final = json.loads(
+            run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "json", "--only", item.cell.id).stdout
+        )["cells"][0]["tags"]
+        repository = final[0].rsplit(":", 1)[0]
+        assert target["tags"] == [f"{repository}:staging-{item.input_digest[:12]}"]
+        assert not set(target["tags"]) & set(final)
         assert target["args"] == dict(item.build_args)
 
 

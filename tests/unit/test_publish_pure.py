@@ -74,6 +74,8 @@ def test_tags_say_how_far_an_image_was_verified() -> None:
 
 def test_local_registries_speak_http() -> None:
     assert is_local("127.0.0.1:5000") and is_local("localhost:5000") and is_local("127.1.2.3")
+    assert is_local("[::1]:5000") and is_local("[::1]") and is_local("::1")
+    assert not is_local("[2001:db8::1]:5000")
     assert not is_local("ghcr.io") and not is_local("10.0.0.1:5000")
     assert Backoff(4, 0.5, 2).delays() == [0.5, 1.0, 2.0]
 
@@ -310,3 +312,72 @@ def test_every_job_manifest_is_valid_kubernetes(options: JobOptions) -> None:
             v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
         ]
         assert claims == [c.name for c in options.claims]
+
+
+def test_credentials_never_go_to_a_plain_http_realm_on_another_host() -> None:
+    registry = Registry("registry.example.org:5000", Credentials("u", "p"))
+    try:
+        with pytest.raises(EnvironmentProblem, match="refusing to send the credentials"):
+            registry._bearer({"realm": "http://tokens.example.com/token", "service": "s"}, "")
+        registry._check_realm("https://tokens.example.com/token")  # https: fine
+        registry._check_realm("http://registry.example.org:5001/token")  # the registry's own host
+    finally:
+        registry.close()
+    local = Registry("[::1]:5000", Credentials("u", "p"))
+    try:
+        local._check_realm("http://127.0.0.2:9000/token")  # a local registry's own set-up
+    finally:
+        local.close()
+
+
+def test_transient_push_errors_match_whole_words() -> None:
+    from imagekit.publish import transient_push_error
+
+    for text in (
+        "received unexpected HTTP status: 503 Service Unavailable",
+        "toomanyrequests: too many requests",
+        "Patch https://r/v2/x/blobs/uploads/1: EOF",
+        "dial tcp 1.2.3.4:443: connect: connection refused",
+        "net/http: TLS handshake timeout",
+    ):
+        assert transient_push_error(text), text
+    for text in (
+        "manifest invalid: sha256:5000abc blob unknown",
+        "denied: requested access to the resource is denied",
+        "blob upload invalid: size 5001 exceeds the limit",
+        "name unknown: repository thereof",
+    ):
+        assert not transient_push_error(text), text
+
+
+def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from imagekit import engine
+    from imagekit import publish as publishing
+    from imagekit import report as reports
+    from tests.conftest import REPO, run_cli
+
+    closed: list[bool] = []
+
+    class FakeRegistry:
+        def close(self) -> None:
+            closed.append(True)
+
+    class FakePublisher:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def present(self, candidates: Any) -> Any:
+            raise EnvironmentProblem("registry down")
+
+    candidate = publishing.Candidate("c", "sha256:img", "f" * 64, "validated", ("t",), None)
+    monkeypatch.setattr(reports, "read_report", lambda _: None)
+    monkeypatch.setattr(publishing, "select", lambda *_: ([candidate], []))
+    monkeypatch.setattr(publishing, "connect_registry", lambda *_: FakeRegistry())
+    monkeypatch.setattr(publishing, "Publisher", FakePublisher)
+    monkeypatch.setattr(engine, "connect", lambda **_: object())
+    result = run_cli(
+        "publish", "-m", str(REPO / "matrix.yaml"), "--registry", "127.0.0.1:5000",
+        "--state-dir", str(tmp_path), "--lock", str(tmp_path / "lock.json"),
+    )  # fmt: skip
+    assert result.exit_code == 3, result.stderr
+    assert closed == [True]

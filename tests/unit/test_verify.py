@@ -50,11 +50,17 @@ def test_check_arguments_come_from_labels() -> None:
     assert "--require-gpu" not in check_arguments(labels, GpuRequest.parse("none"))
 
 
-def doc(*statuses: str, gpu_visible: bool, required: bool = True) -> dict[str, Any]:
-    return {
-        "gpu_visible": gpu_visible,
-        "checks": [{"name": f"c{i}", "status": s, "required": required} for i, s in enumerate(statuses)],
-    }
+def doc(
+    *statuses: str,
+    gpu_visible: bool,
+    required: bool = True,
+    gpu: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Generic checks c0, c1... plus the GPU checks (cuda_available, gemm_gpu: pass unless given)."""
+    gpu_checks = {"cuda_available": "pass", "gemm_gpu": "pass"} if gpu is None else gpu
+    checks = [{"name": f"c{i}", "status": s, "required": required} for i, s in enumerate(statuses)]
+    checks += [{"name": name, "status": s, "required": True} for name, s in gpu_checks.items()]
+    return {"gpu_visible": gpu_visible, "checks": checks}
 
 
 @pytest.mark.parametrize(
@@ -70,6 +76,22 @@ def doc(*statuses: str, gpu_visible: bool, required: bool = True) -> dict[str, A
         (doc("pass", gpu_visible=True), "none", "checked"),
         ({"checks": []}, "all", "failed"),
         ({}, "none", "failed"),
+        # validated needs the GPU checks themselves, present and passed
+        (doc("pass", gpu_visible=True, gpu={}), "all", "failed"),
+        (doc("pass", gpu_visible=True, gpu={"cuda_available": "pass"}), "all", "failed"),
+        (doc("pass", gpu_visible=True, gpu={"gemm_gpu": "pass"}), "all", "failed"),
+        (doc("pass", gpu_visible=True, gpu={"cuda_available": "pass", "gemm_gpu": "skip"}), "all", "failed"),
+        (doc("pass", gpu_visible=True, gpu={"cuda_available": "skip", "gemm_gpu": "pass"}), "all", "failed"),
+        # without a GPU asked for, skipped GPU checks are what is expected
+        (
+            doc("pass", gpu_visible=False, gpu={"cuda_available": "skip", "gemm_gpu": "skip"}),
+            "none",
+            "checked",
+        ),
+        # any status but pass or skip counts as a failure
+        (doc("pass", "error", gpu_visible=True), "all", "failed"),
+        (doc("pass", "timeout", gpu_visible=False), "none", "failed"),
+        (doc("pass", gpu_visible=True, gpu={"cuda_available": "pass", "gemm_gpu": "error"}), "all", "failed"),
     ],
 )
 def test_verdicts(document: dict[str, Any], gpus: str, verdict: str) -> None:
@@ -105,6 +127,8 @@ def test_gemm_figure_reaches_the_metrics() -> None:
     document = {
         "gpu_visible": True,
         "checks": [
+            {"name": "cuda_available", "status": "pass", "required": True},
+            {"name": "gemm_gpu", "status": "pass", "required": True},
             {"name": "gemm_perf", "status": "pass", "required": False, "actual": 701.3,
              "detail": {"device": "NVIDIA H200", "floor_tflops": 400}},
         ],
@@ -125,3 +149,80 @@ def test_verification_round_trips_through_json() -> None:
     )  # fmt: skip
     assert Verification.from_json(result.as_json()) == result
     assert result.label == "validated"
+
+
+def test_first_json_object_skips_banners_and_trailing_text() -> None:
+    from imagekit.verify import _first_json_object
+
+    document = {"checks": [{"name": "torch", "status": "pass"}], "gpu_visible": False}
+    import json
+
+    text = 'banner {not json} and {"other": 1}\n' + json.dumps(document, indent=2) + "\nbye {\n"
+    assert _first_json_object(text) == document
+    assert _first_json_object('{"checks": []} trailing') == {"checks": []}
+    assert _first_json_object('{"no": "checks"}') is None
+    assert _first_json_object("no json at all") is None
+
+
+def test_junit_fails_a_failed_verdict_without_a_failing_check(tmp_path: Path) -> None:
+    checks = (CheckRecord("torch", "pass", True), CheckRecord("gemm_gpu", "skip", True, reason="no torch"))
+    results = [Verification("cell-a", "img:a", "all", "failed", True, True, checks, 1.0)]
+    path = tmp_path / "junit.xml"
+    write_junit(path, results)
+    (suite,) = list(junitparser.JUnitXml.fromfile(str(path)))
+    assert (suite.tests, suite.failures) == (3, 1)
+    cases = {case.name: case for case in suite}
+    assert "gemm_gpu" in cases["verdict"].result[0].message
+
+
+def test_junit_drops_characters_xml_forbids(tmp_path: Path) -> None:
+    checks = (
+        CheckRecord(
+            "nvcc\x07",
+            "fail",
+            True,
+            cause="\x1b[31mred\x1b[0m cause\x00",
+            detail="a\x1bb\x0cc\x7f",
+            fix="ok\ttab",
+        ),
+    )
+    results = [
+        Verification("cell\x01", "img\x1b[1m", "none", "failed", False, False, checks, 1.0, error="e\x02")
+    ]
+    path = tmp_path / "junit.xml"
+    write_junit(path, results)
+    text = path.read_text(encoding="utf-8")
+    assert not any(ord(c) < 0x20 and c not in "\t\n\r" for c in text)
+    (suite,) = list(junitparser.JUnitXml.fromfile(str(path)))
+    (case,) = list(suite)
+    assert suite.name == "cell" and case.name == "nvcc"
+    assert case.result[0].message == "red cause"
+
+
+def test_the_injected_script_archive_creates_its_directory() -> None:
+    import io
+    import tarfile
+
+    from imagekit.verify import INJECTED_SCRIPT_DIR, _script_archive
+
+    with tarfile.open(fileobj=io.BytesIO(_script_archive())) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    directory = INJECTED_SCRIPT_DIR.strip("/")
+    assert members[directory].isdir() and members["opt"].isdir()
+    script = members[f"{directory}/check.py"]
+    assert script.isfile() and script.mode & 0o111
+
+
+def test_an_engine_gone_while_inspecting_the_image_is_an_environment_problem() -> None:
+    import requests
+
+    from imagekit.errors import EnvironmentProblem
+    from imagekit.verify import Harness, Target
+
+    class GoneApi:
+        def inspect_image(self, ref: str) -> None:
+            raise requests.ConnectionError("connection refused")
+
+    harness = Harness(GoneApi(), GpuRequest.parse("none"))  # type: ignore[arg-type]
+    with pytest.raises(EnvironmentProblem, match="cannot reach the Docker engine"):
+        harness.verify(Target("t", "img"))

@@ -1,0 +1,200 @@
+"""The builder's run against a fake engine: failures of one job, skips, and what a skip keeps."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from docker.errors import ImageNotFound
+
+from imagekit import build as building
+from imagekit.build import (
+    BASE_DIGEST_LABEL,
+    CONTEXT_DIGEST_LABEL,
+    INPUT_DIGEST_LABEL,
+    Builder,
+    BuildOptions,
+    Job,
+    parse_mapping,
+)
+from imagekit.errors import InputError
+from imagekit.matrix import Plan
+from imagekit.progress import PlainProgress
+from imagekit.render import Renderer, local_base_digest
+from imagekit.report import BuildReport, CellResult, read_report, write_report
+from imagekit.verify import CheckRecord, Verification
+from tests.unit.test_build_pure import TODAY, write_project
+
+PROJECT = {"deb": "FROM busybox:latest\nRUN echo deb\n"}
+
+
+class FakeApi:
+    """The engine calls a build that skips or fails before streaming makes."""
+
+    def __init__(self, plan: Plan, existing: dict[str, Any] | None = None) -> None:
+        base = plan.local_bases[0]
+        digest = local_base_digest(base, Renderer(plan).hasher)
+        self.inspected = {
+            base.image: {
+                "Id": "sha256:base-now",
+                "Size": 1,
+                "Config": {"Labels": {CONTEXT_DIGEST_LABEL: digest}},
+            }
+        }
+        self.existing = existing
+        self.tagged: list[tuple[str, str, str | None]] = []
+
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        if ref in self.inspected:
+            return self.inspected[ref]
+        raise ImageNotFound(ref)
+
+    def images(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        return [self.existing] if self.existing else []
+
+    def tag(self, image: str, repository: str, tag: str | None, force: bool = False) -> bool:
+        self.tagged.append((image, repository, tag))
+        return True
+
+
+@pytest.fixture
+def plan(tmp_path: Path) -> Plan:
+    (tmp_path / "project").mkdir()
+    return write_project(tmp_path / "project", PROJECT, ["deb"])
+
+
+def builder(plan: Plan, api: FakeApi, state: Path, jobs: int = 1) -> Builder:
+    options = BuildOptions(state_dir=state, today=TODAY, jobs=jobs)
+    return Builder(api, plan, options, PlainProgress(io.StringIO()))  # type: ignore[arg-type]
+
+
+def test_an_input_error_in_a_job_fails_that_cell_with_its_message(
+    plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreadable(rendered: object) -> IO[bytes]:
+        raise InputError("cannot read wheel.whl for the build context: Permission denied")
+
+    monkeypatch.setattr(building, "cell_context", unreadable)
+    outcome = builder(plan, FakeApi(plan), tmp_path / "state").run(plan.cells)
+    (cell,) = outcome.report.cells
+    assert cell.status == "failed"
+    assert cell.error == "cannot read wheel.whl for the build context: Permission denied"
+    assert outcome.report.bases[0].status == "skipped"
+
+
+def test_an_unwritable_log_fails_the_job_not_the_run(plan: Plan, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / f"{plan.cells[0].id}.log").mkdir()  # opening it for writing fails
+    outcome = builder(plan, FakeApi(plan), state).run(plan.cells)
+    (cell,) = outcome.report.cells
+    assert cell.status == "failed" and "cannot write the build log" in (cell.error or "")
+
+
+def test_a_workers_bug_stops_the_other_builds_before_it_propagates(
+    plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = builder(plan, FakeApi(plan), tmp_path / "state", jobs=2)
+    saw_cancel: list[bool] = []
+    started = threading.Event()
+
+    def job(self: Builder, job: Job) -> CellResult:
+        if job.name == "broken":
+            started.wait(5)
+            raise RuntimeError("a bug")
+        started.set()
+        saw_cancel.append(self.state.cancel.wait(5))
+        return building._result(job.name, job.kind, "cancelled", job.base_reference, error="stopped")
+
+    monkeypatch.setattr(Builder, "_run_job", job)
+    jobs = [Job("slow", "cell", (), "b"), Job("broken", "cell", (), "b")]
+    with pytest.raises(RuntimeError, match="a bug"):
+        run.schedule(jobs)
+    assert saw_cancel == [True]
+    assert "RuntimeError: a bug" in run.state.cancel_reason
+
+
+def existing_image(plan: Plan) -> dict[str, Any]:
+    rendered = Renderer(plan).render(plan.cells[0])
+    return {
+        "Id": "sha256:existing",
+        "Created": 1,
+        "Size": 5,
+        "RepoTags": [],
+        "Labels": {INPUT_DIGEST_LABEL: rendered.input_digest, BASE_DIGEST_LABEL: "sha256:base-then"},
+    }
+
+
+def test_a_skipped_cell_reports_the_base_it_was_built_from(plan: Plan, tmp_path: Path) -> None:
+    outcome = builder(plan, FakeApi(plan, existing_image(plan)), tmp_path / "state").run(plan.cells)
+    (cell,) = outcome.report.cells
+    assert cell.status == "skipped" and cell.image_id == "sha256:existing"
+    assert cell.base_digest == "sha256:base-then"  # not the base the engine holds now
+
+
+def previous(plan: Plan, state: Path, image_id: str) -> None:
+    cell = plan.cells[0]
+    result = building._result(cell.id, "cell", "built", cell.base_image, image_id=image_id)
+    checks = (CheckRecord("torch_version", "pass", True),)
+    verified = Verification(cell.id, image_id, "none", "checked", False, False, checks, 1.0)
+    report = BuildReport("m", "2024-05-17T00:00:00+00:00", 1.0, "e", (result,), ())
+    write_report(state, report.with_verification(cell.id, verified))
+
+
+@pytest.mark.parametrize(("old_image", "kept"), [("sha256:existing", True), ("sha256:other", False)])
+def test_a_skipped_cell_keeps_the_verification_of_the_same_image(
+    plan: Plan, tmp_path: Path, old_image: str, kept: bool
+) -> None:
+    state = tmp_path / "state"
+    previous(plan, state, old_image)
+    outcome = builder(plan, FakeApi(plan, existing_image(plan)), state).run(plan.cells)
+    (cell,) = outcome.report.cells
+    assert cell.status == "skipped"
+    assert (cell.verification is not None) is kept
+    if kept:
+        assert cell.verification is not None and cell.verification.image == "sha256:existing"
+    assert read_report(state).cells[0].verification is not None  # run() writes nothing itself
+
+
+def test_labels_under_imagekit_are_refused() -> None:
+    with pytest.raises(InputError, match="imagekit's own"):
+        parse_mapping(["team=ml", "imagekit.input-digest=forged"], "--label")
+    assert parse_mapping(["imagekit.x=y"], "--mirror") == (("imagekit.x", "y"),)
+
+
+@pytest.fixture(autouse=True)
+def no_engine_address(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    yield
+
+
+def test_build_verify_exits_1_when_a_verification_failed(
+    plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagekit import cli, engine
+    from tests.conftest import run_cli
+
+    cell = plan.cells[0]
+    built = building._result(cell.id, "cell", "built", cell.base_image, image_id="sha256:new")
+    report = BuildReport("m", "2024-05-17T00:00:00+00:00", 1.0, "e", (built,), ())
+    monkeypatch.setattr(engine, "connect", lambda **_: object())
+    monkeypatch.setattr(Builder, "run", lambda self, cells: building.BuildOutcome(report, False))
+    verdicts: list[str] = []
+
+    def verify_cells(*args: Any, **kwargs: Any) -> list[Verification]:
+        return [Verification(cell.id, "sha256:new", "all", verdicts[0], True, True, (), 1.0)]  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli, "_verify_cells", verify_cells)
+    matrix = str(plan.root / "matrix.yaml")
+    for verdict, code in (("failed", 1), ("validated", 0)):
+        verdicts[:] = [verdict]
+        result = run_cli("build", "-m", matrix, "--state-dir", str(tmp_path / "s"), "--verify")
+        assert result.exit_code == code, (verdict, result.stderr)
+    refused = run_cli(
+        "build", "-m", matrix, "--state-dir", str(tmp_path / "s"), "--label", "imagekit.torch=9"
+    )
+    assert refused.exit_code == 2 and "imagekit's own" in refused.stderr
