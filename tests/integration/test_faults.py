@@ -380,7 +380,12 @@ def test_signal_during_verify_removes_the_check_container_and_keeps_the_verdicts
         *("--state-dir", str(state)),
     )
     deadline = time.monotonic() + 30
-    while not [c for c in check_containers(api, images) if c["State"] == "running"]:
+    # the signal must land while the hanging cell's check runs, after the other cell's finished
+    while not [
+        c
+        for c in check_containers(api, images)
+        if c["State"] == "running" and (c.get("Labels") or {}).get("imagekit.target") == C22  # type: ignore[union-attr]
+    ]:
         assert time.monotonic() < deadline, "the hanging check container never started"
         time.sleep(0.2)
     ended_by_signal(process, signum, code, word)
