@@ -117,7 +117,7 @@ class Stack:
 class OperatingSystem:
     name: str
     pythons: tuple[str, ...]
-    apt_archives: tuple[str, ...]
+    apt_archives: tuple[tuple[str, str], ...]  # (archive URL, what follows the mirror URL)
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,8 @@ def parse_compat(raw: Mapping[str, Any]) -> Compat:
         name: OperatingSystem(
             name=name,
             pythons=tuple(entry["python"]),
-            apt_archives=tuple(entry["apt_archives"]),
+            # longest first: debian-security must be rewritten before its prefix debian
+            apt_archives=tuple(sorted(entry["apt_archives"].items(), key=lambda kv: -len(kv[0]))),
         )
         for name, entry in raw["operating_systems"].items()
         if name != "source"

@@ -56,7 +56,7 @@ class Recipe:
     matrix_name: str
     apt_packages: tuple[str, ...]
     apt_mirror: str | None
-    apt_archives: tuple[str, ...]
+    apt_rewrites: tuple[tuple[str, str], ...]  # (archive URL, mirror URL), longest archive first
     python: str  # the interpreter that creates the venv
     venv: str | None  # None: the base's own Python environment (a fixed stack)
     torch_pip_args: tuple[str, ...]
@@ -168,7 +168,9 @@ def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
     return tuple(labels.items())
 
 
-def make_recipe(cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[str, ...]) -> Recipe:
+def make_recipe(
+    cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
+) -> Recipe:
     pip = matrix.sources.pip
     # A fixed stack installs into its own Python: no venv to carry over from a build stage.
     wheelhouse = bool(pip.find_links) and cell.stack is None
@@ -205,7 +207,11 @@ def make_recipe(cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple
         matrix_name=matrix_name,
         apt_packages=tuple(apt_packages),
         apt_mirror=matrix.sources.apt.mirror,
-        apt_archives=os_archives,
+        apt_rewrites=tuple(
+            (archive, matrix.sources.apt.mirror + suffix)
+            for archive, suffix in os_archives
+            if matrix.sources.apt.mirror
+        ),
         python=f"python{cell.python}" if not cell.python_from_base else "python3",
         venv=None if cell.stack is not None else VENV,
         torch_pip_args=tuple(torch_args),
@@ -400,7 +406,7 @@ class Renderer:
         self._local_base_digests: dict[str, str] = {}
         self._wheelhouse: tuple[tuple[str, Path], ...] | None = None
 
-    def _os_archives(self, cell: Cell) -> tuple[str, ...]:
+    def _os_archives(self, cell: Cell) -> tuple[tuple[str, str], ...]:
         from imagekit.compat import load_compat
 
         system = load_compat().operating_systems.get(cell.os)

@@ -8,7 +8,7 @@ FROM imagekit-local/debian-python:bookworm AS venv-build
 ARG SITE
 ARG DEBIAN_FRONTEND=noninteractive
 # Site mirror: rewrite the OS archive URLs (kept in the image, so derived images use it too).
-RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g' -e 's|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu|g' {} +
+RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g' -e 's|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g' {} +
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
@@ -31,7 +31,7 @@ FROM imagekit-local/debian-python:bookworm
 ARG SITE
 ARG DEBIAN_FRONTEND=noninteractive
 # Site mirror: rewrite the OS archive URLs (kept in the image, so derived images use it too).
-RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g' -e 's|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu|g' {} +
+RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g' -e 's|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g' {} +
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*

@@ -120,7 +120,9 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
     cpu = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime"]
     assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu and "torch.version.cuda is None" in cpu
-    assert "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'" in cpu
+    security = "'s|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g'"
+    main = "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'"
+    assert cpu.index(security) < cpu.index(main), "debian-security must be rewritten before its prefix"
 
 
 def test_hadolint_passes_on_every_rendered_file(tmp_path: Path) -> None:
