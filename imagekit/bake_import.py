@@ -12,19 +12,18 @@ in the file are kept.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from imagekit.contract import DIGEST
 from imagekit.errors import InputError
 from imagekit.export import bake_target_name
 from imagekit.render import RenderedCell
-from imagekit.report import BuildReport, CellResult, read_report
+from imagekit.report import REPORT_NAME, BuildReport, CellResult, read_report
 
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 ENGINE = "docker buildx bake"
 
 
@@ -50,13 +49,13 @@ def read_metadata(path: Path) -> dict[str, BakeTarget]:
         if name.startswith("buildx.") or not isinstance(entry, Mapping):
             continue  # bake's own keys, e.g. buildx.build.warnings
         digest = entry.get("containerimage.digest")
-        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise InputError(f"{path}: target {name}: no valid containerimage.digest ({digest!r})")
         config = entry.get("containerimage.config.digest")
         raw_names = entry.get("image.name")
         names = tuple(n for n in str(raw_names).split(",") if n) if isinstance(raw_names, str) else ()
         targets[name] = BakeTarget(
-            name, digest, config if isinstance(config, str) and _DIGEST.fullmatch(config) else None, names
+            name, digest, config if isinstance(config, str) and DIGEST.fullmatch(config) else None, names
         )
     if not targets:
         raise InputError(f"{path}: no target with a containerimage.digest (was it written by bake?)")
@@ -113,7 +112,7 @@ def merge(previous: BuildReport | None, results: Sequence[CellResult], matrix: s
 
 
 def previous_report(state_dir: Path) -> BuildReport | None:
-    if not (state_dir / "report.json").exists():
+    if not (state_dir / REPORT_NAME).exists():
         return None
     return read_report(state_dir)
 

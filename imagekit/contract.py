@@ -6,6 +6,7 @@ publish) do not import Jinja and the matrix schema.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 LABEL_PREFIX = "imagekit."
@@ -13,6 +14,7 @@ CHECK_SCRIPT_CONTEXT = "imagekit-check.py"  # its name in a build context
 CHECK_SCRIPT_PATH = "/opt/imagekit/check.py"  # its path in every image
 CONSTRAINTS_FILE = "/etc/imagekit/constraints.txt"  # pins torch for every later pip install
 VENV = "/opt/venv"  # where torch lives in images whose base brings no PyTorch of its own
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # an image id or a manifest digest
 
 
 def packaged_check_script() -> Path:

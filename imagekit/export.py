@@ -19,12 +19,12 @@ from typing import Any
 
 from imagekit.atomic import atomic_write
 from imagekit.build import image_repository
+from imagekit.context import DOCKERFILE_NAME
 from imagekit.errors import InputError
 from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.render import RenderedCell
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on the jobs one matrix may generate
-DOCKERFILE_NAME = "Dockerfile"
 _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
-from imagekit.report import BuildReport, CellResult, summary_line
+from imagekit.report import BuildReport, CellResult, format_size, summary_line
 from imagekit.verify import CheckRecord
 
 _CELL_ID = re.compile(
@@ -83,12 +83,6 @@ def status_of(result: CellResult) -> str:
     return result.status
 
 
-def _size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    return f"{size / 1e6:.1f} MB" if size < 1e9 else f"{size / 1e9:.2f} GB"
-
-
 def _row(name: str, value: object) -> str:
     return f"<tr><th>{escape(name)}</th><td>{escape(str(value))}</td></tr>"
 
@@ -129,7 +123,7 @@ def render_cell(placed: Placed) -> str:
     facts = [
         _row("cell", result.id),
         _row("build", result.status),
-        _row("image size", _size(result.size)),
+        _row("image size", format_size(result.size)),
         _row("build time", f"{result.duration_s:.1f}s"),
         _row("image", result.image_id or "-"),
     ]

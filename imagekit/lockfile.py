@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 
 from imagekit.atomic import atomic_write
+from imagekit.contract import DIGEST
 from imagekit.errors import InputError
 
 LOCK_NAME = "images.lock.json"
 LOCK_VERSION = 1
-_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class LockEntry:
             verified = VerifiedBy(**{**verification, "checks": ChecksSummary(**checks)})
         fields = {k: v for k, v in data.items() if k != "reference"}
         entry = cls(**{**fields, "tags": tuple(data["tags"]), "verification": verified})
-        if not _DIGEST.fullmatch(entry.digest):
+        if not DIGEST.fullmatch(entry.digest):
             raise ValueError(f"digest {entry.digest!r} is not sha256:<64 hex>")
         return entry
 

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from imagekit.contract import DIGEST
 from imagekit.errors import EnvironmentProblem
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -35,7 +36,6 @@ MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST
 ACCEPT = ", ".join(MANIFEST_TYPES)
 USER_ENV = "IMAGEKIT_REGISTRY_USER"
 PASSWORD_ENV = "IMAGEKIT_REGISTRY_PASSWORD"
-DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 TIMEOUT_S = 30.0
 _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 

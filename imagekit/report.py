@@ -210,7 +210,7 @@ def state_lock(state_dir: Path) -> Iterator[None]:
 # -- presentation -------------------------------------------------------------------------------------
 
 
-def _size(size: int | None) -> str:
+def format_size(size: int | None) -> str:
     if size is None:
         return "-"
     return f"{size / 1e6:.1f} MB" if size < 1e9 else f"{size / 1e9:.2f} GB"
@@ -252,7 +252,7 @@ def rows(report: BuildReport) -> list[tuple[str, ...]]:
                 result.status,
                 _verified(result) if result.kind == "cell" else "",
                 _short_id(result.image_id),
-                _size(result.size),
+                format_size(result.size),
                 f"{result.duration_s:.1f}s",
                 base,
                 detail,
