@@ -7,6 +7,7 @@ publish) do not import Jinja and the matrix schema.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 LABEL_PREFIX = "imagekit."
@@ -19,3 +20,12 @@ DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # an image id or a manifest digest
 
 def packaged_check_script() -> Path:
     return Path(__file__).parent / "incontainer" / "check.py"
+
+
+# The labels that tell the check script what an image must hold (its --expect-* options).
+EXPECTED_LABELS = ("torch", "cuda", "cudnn", "python", "flavour")
+
+
+def expectations(labels: Mapping[str, str]) -> dict[str, str]:
+    """What an image promises, from its ``imagekit.*`` labels (absent or empty ones left out)."""
+    return {k: labels[f"{LABEL_PREFIX}{k}"] for k in EXPECTED_LABELS if labels.get(f"{LABEL_PREFIX}{k}")}

@@ -30,7 +30,7 @@ import docker
 import requests
 from docker.errors import APIError, DockerException
 
-from imagekit.contract import LABEL_PREFIX
+from imagekit.contract import LABEL_PREFIX, expectations
 from imagekit.engine import inspect_image, split_reference, unreachable
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.lockfile import ChecksSummary, LockEntry, VerifiedBy, merge_lock
@@ -49,7 +49,6 @@ ADMITS: Mapping[str, frozenset[str]] = {
 }
 # Tags say how far an image was verified, so nobody mistakes a CPU-checked image for a GPU one.
 SUFFIX: Mapping[str, str] = {"validated": "", "checked": "-checked", "built": "-unverified"}
-EXPECT_LABELS = ("torch", "cuda", "cudnn", "python", "flavour")
 # Whole words and status phrases only: a bare "500" or "eof" would match inside a digest, a
 # size ("5001 bytes") or a word ("thereof") and retry a push that can never succeed.
 _TRANSIENT_PUSH = re.compile(
@@ -323,7 +322,7 @@ class Publisher:
     def entry(self, candidate: Candidate, digest: str) -> LockEntry:
         image = inspect_image(self.api, candidate.image_id) or {}
         labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
-        expect = {k: labels[f"{LABEL_PREFIX}{k}"] for k in EXPECT_LABELS if labels.get(f"{LABEL_PREFIX}{k}")}
+        expect = expectations(labels)
         return LockEntry(
             cell=candidate.cell,
             registry=self.options.registry,

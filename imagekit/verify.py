@@ -32,7 +32,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 
 from imagekit.atomic import atomic_write
-from imagekit.contract import LABEL_PREFIX, packaged_check_script
+from imagekit.contract import LABEL_PREFIX, expectations, packaged_check_script
 from imagekit.engine import EngineFailure, is_engine_failure, unreachable
 from imagekit.errors import EnvironmentProblem, InputError
 
@@ -107,16 +107,8 @@ class Target:
 def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
     """The check script's expectations, read from the image's ``imagekit.*`` labels."""
     args: list[str] = []
-    for option, label in (
-        ("--expect-torch", "torch"),
-        ("--expect-cuda", "cuda"),
-        ("--expect-cudnn", "cudnn"),
-        ("--expect-python", "python"),
-        ("--flavour", "flavour"),
-    ):
-        value = labels.get(f"{LABEL_PREFIX}{label}")
-        if value:
-            args += [option, value]
+    for name, value in expectations(labels).items():
+        args += ["--flavour" if name == "flavour" else f"--expect-{name}", value]
     if gpus.requested:
         args.append("--require-gpu")
     return args
