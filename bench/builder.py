@@ -30,7 +30,6 @@ from pathlib import Path
 
 import docker
 
-from imagekit.context import cell_context
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
 
@@ -132,7 +131,7 @@ def cli_inputs(matrix: Path) -> list[tuple[bytes, dict[str, str], dict[str, str]
     out = []
     for cell in plan.cells:
         rendered = renderer.render(cell)
-        with cell_context(rendered) as tar:
+        with rendered.context_tar() as tar:
             out.append((tar.read(), dict(rendered.build_args), rendered.build_labels()))
     return out
 

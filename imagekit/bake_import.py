@@ -14,15 +14,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import date
 from pathlib import Path
 from typing import Any
 
-from imagekit.contract import DIGEST
+from imagekit.clock import timestamp
 from imagekit.errors import InputError
 from imagekit.export import bake_target_name
+from imagekit.naming import DIGEST
 from imagekit.render import RenderedCell
-from imagekit.report import REPORT_NAME, BuildReport, CellResult, read_report
+from imagekit.schema import Publish
+from imagekit.store import BuildReport, CellResult
 
 ENGINE = "docker buildx bake"
 
@@ -63,7 +65,7 @@ def read_metadata(path: Path) -> dict[str, BakeTarget]:
 
 
 def results_from_bake(
-    targets: Mapping[str, BakeTarget], rendered: Sequence[RenderedCell], tags: Mapping[str, tuple[str, ...]]
+    targets: Mapping[str, BakeTarget], rendered: Sequence[RenderedCell], publish: Publish, day: date
 ) -> tuple[list[CellResult], list[str]]:
     """(a result per cell target found, target names that are no cell of the matrix)."""
     by_name = {bake_target_name(item.cell.id): item for item in rendered}
@@ -77,17 +79,12 @@ def results_from_bake(
                 id=item.cell.id,
                 kind="cell",
                 status="built",
+                base_image=item.cell.base_image,
                 image_id=target.config_digest,
                 # The matrix's final tags, which publish promotes to; the image itself carries only
                 # bake's staging tag (target.names) until it is verified and published.
-                tags=tags[item.cell.id],
-                size=None,
+                tags=item.names(publish, day).references(),
                 input_digest=item.input_digest,
-                base_image=item.cell.base_image,
-                base_digest=None,
-                duration_s=0.0,
-                log=None,
-                error=None,
                 image_digest=target.digest,
             )
         )
@@ -101,7 +98,7 @@ def merge(previous: BuildReport | None, results: Sequence[CellResult], matrix: s
     if previous is None:
         return BuildReport(
             matrix=matrix,
-            started=datetime.now(tz=timezone.utc).isoformat(timespec="seconds"),
+            started=timestamp(),
             duration_s=0.0,
             engine=ENGINE,
             cells=tuple(results),
@@ -109,12 +106,6 @@ def merge(previous: BuildReport | None, results: Sequence[CellResult], matrix: s
         )
     kept = tuple(fresh.pop(r.id) if r.id in fresh else r for r in previous.cells)
     return replace(previous, cells=kept + tuple(r for r in results if r.id in fresh))
-
-
-def previous_report(state_dir: Path) -> BuildReport | None:
-    if not (state_dir / REPORT_NAME).exists():
-        return None
-    return read_report(state_dir)
 
 
 def as_json(results: Sequence[CellResult], unknown: Sequence[str]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
-"""Compatibility knowledge: which torch x CUDA x Python x base combinations can exist.
+"""Compatibility knowledge as typed records: the facts of ``imagekit/data/compat.yaml``.
 
-The facts live in ``imagekit/data/compat.yaml``; this module only types them and answers
-questions. Each ``refusal_*`` function returns ``None`` when a combination can exist, or the
-reason (a sentence a person can act on) when it cannot.
+This module only types the facts and answers lookups; the rules that refuse combinations which
+cannot exist are ``imagekit.rules``. Facts are data, refreshed from the registries by
+``scripts/refresh-compat.py`` (cibuildwheel keeps its build-platforms table the same way).
 """
 
 from __future__ import annotations
@@ -15,39 +15,13 @@ from typing import Any
 
 import yaml
 
-
-def version_key(version: str) -> tuple[int, ...]:
-    """Numeric sort key of a dotted version (``"12.10" > "12.9"``); stops at the first non-digit."""
-    parts: list[int] = []
-    for piece in version.split("."):
-        digits = ""
-        for char in piece:
-            if not char.isdigit():
-                break
-            digits += char
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(digits) != len(piece):
-            break
-    return tuple(parts)
-
-
-def minor_of(version: str) -> str:
-    """``"2.1.2" -> "2.1"``, ``"12.1.1" -> "12.1"``, ``"2.1.0a0+32f93b1" -> "2.1"``."""
-    key = version_key(version)
-    return ".".join(str(n) for n in key[:2])
-
-
-def cuda_variant(cuda: str) -> str:
-    """The wheel variant of a CUDA minor: ``"12.1" -> "cu121"``; ``"cpu"`` stays ``"cpu"``."""
-    if cuda == "cpu":
-        return "cpu"
-    return "cu" + "".join(str(n) for n in version_key(cuda)[:2])
+from imagekit.versions import minor_of, variant_cuda, version_key
 
 
 @dataclass(frozen=True)
 class TorchPatch:
+    """A torch patch release and the companions released with it (None: there is none)."""
+
     torch: str
     torchvision: str
     torchaudio: str
@@ -80,11 +54,7 @@ class TorchRelease:
 
     def cuda_minors(self) -> tuple[str, ...]:
         """The CUDA minors this release has wheels for, as ``"11.8"`` strings."""
-        out = []
-        for variant in self.variants:
-            digits = variant.removeprefix("cu")
-            out.append(f"{digits[:-1]}.{digits[-1]}")
-        return tuple(out)
+        return tuple(variant_cuda(v) for v in self.variants if v != "cpu")
 
 
 @dataclass(frozen=True)
@@ -134,7 +104,12 @@ class Compat:
         return self.torch.get(minor_of(version))
 
     def newest_torch(self) -> str:
+        """The newest release (minor) the table knows."""
         return max(self.torch, key=version_key)
+
+    def newest_patch(self) -> str:
+        """The newest torch version the table knows: what "newer than the table" is measured by."""
+        return self.torch[self.newest_torch()].latest.torch
 
     def cuda_release(self, cuda: str) -> CudaRelease | None:
         return self.cuda.get(minor_of(cuda))
@@ -151,40 +126,6 @@ class Compat:
         if version_key(cuda) >= version_key(self.plain_cudnn_from):
             return "cudnn-"
         return f"cudnn{cudnn_major}-"
-
-    # -- refusals ----------------------------------------------------------------------------
-
-    def refusal_torch_cuda(self, torch: str, cuda: str) -> str | None:
-        """Why torch ``torch`` has no wheel for ``cuda`` (None: it has one, or we do not know)."""
-        release = self.torch_release(torch)
-        if release is None:
-            return None  # unknown release: handled by the allow_unknown rule
-        variant = cuda_variant(cuda)
-        if variant == "cpu" or variant in release.variants:
-            return None
-        available = ", ".join(release.cuda_minors())
-        return (
-            f"torch {release.minor} has no CUDA {cuda} wheel (its wheels: CUDA {available});"
-            " pick one of those or another torch"
-        )
-
-    def refusal_python(self, torch: str, python: str) -> str | None:
-        release = self.torch_release(torch)
-        if release is None or release.supports_python(python):
-            return None
-        return (
-            f"torch {release.minor} publishes wheels for Python {release.python_min} to"
-            f" {release.python_max}, not {python}"
-        )
-
-    def refusal_os_python(self, os_name: str, python: str) -> str | None:
-        system = self.operating_systems.get(os_name)
-        if system is None or python in system.pythons:
-            return None
-        return (
-            f"{os_name}'s packages carry Python {', '.join(system.pythons)}, not {python};"
-            " pick one of those or a base that brings its own Python"
-        )
 
 
 def _require(mapping: Mapping[str, Any], key: str, where: str) -> Any:

@@ -1,4 +1,4 @@
-"""Build contexts as tar archives: the Dockerfile text plus the files a rendered cell names.
+"""Build contexts: the files a cell or a local base is built from, hashed and packed as tars.
 
 Headers are normalised (mtime 0, uid/gid 0, fixed modes) so the same inputs give the same bytes:
 the engine's layer cache keys COPY steps on file content, and a deterministic tar keeps
@@ -7,19 +7,68 @@ benchmark and test runs comparable. Large contexts (a wheelhouse) spill to a tem
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import os
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from imagekit.errors import InputError
 from imagekit.matrix import LocalBase
-from imagekit.render import RenderedCell, walk_context
 
 DOCKERFILE_NAME = "Dockerfile"
 _SPOOL_LIMIT = 16 << 20
+
+
+class FileHasher:
+    """sha256 of files, each read once per process (a wheelhouse is shared by many cells)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int], str] = {}
+
+    def digest(self, path: Path) -> str:
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        found = self._cache.get(key)
+        if found is None:
+            sha = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    sha.update(block)
+            found = sha.hexdigest()
+            self._cache[key] = found
+        return found
+
+
+def walk_context(root: Path, boundary: Path, where: str) -> Iterator[tuple[str, Path]]:
+    """Files under ``root`` as (relative posix path, path), refusing links that leave ``boundary``."""
+    if not root.is_dir():
+        raise InputError(f"{where}: directory {root} does not exist; create or fill it first")
+    boundary = boundary.resolve()
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if (Path(directory) / d).is_symlink()]:
+            path = Path(directory) / name
+            resolved = path.resolve()
+            if not resolved.is_relative_to(boundary):
+                raise InputError(
+                    f"{where}: {path} links outside {boundary}; copy the file in instead of linking"
+                )
+            if resolved.is_file():
+                yield path.relative_to(root).as_posix(), path
+
+
+def local_base_digest(base: LocalBase, hasher: FileHasher) -> str:
+    """A digest of a local base's context: cells built on it change when it changes."""
+    sha = hashlib.sha256()
+    for name, path in walk_context(base.context, base.context, f"base {base.name}"):
+        sha.update(f"{name}\0{hasher.digest(path)}\n".encode())
+    sha.update(json.dumps([base.image, base.dockerfile, base.args]).encode())
+    return sha.hexdigest()
 
 
 def _info(name: str, size: int, executable: bool) -> tarfile.TarInfo:
@@ -53,10 +102,6 @@ def make_tar(dockerfile: tuple[str, str] | None, files: Iterable[tuple[str, Path
         archive.close()
         raise
     return archive
-
-
-def cell_context(rendered: RenderedCell) -> IO[bytes]:
-    return make_tar((DOCKERFILE_NAME, rendered.dockerfile), rendered.context_files)
 
 
 def local_base_context(base: LocalBase) -> IO[bytes]:

@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
+from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.contract import CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, LABEL_PREFIX, VENV
+from imagekit.contract import CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, VENV
 from imagekit.matrix import Cell
 
 SCHEMA_VERSION = "2.0.0"
@@ -41,7 +42,7 @@ def _labels(cell: Cell) -> list[dict[str, Any]]:
         "flavour": cell.flavour,
         "check-script": CHECK_SCRIPT_PATH,
     }
-    return [{"key": f"{LABEL_PREFIX}{k}", "value": v} for k, v in pairs.items()]
+    return [{"key": naming.label(k), "value": v} for k, v in pairs.items()]
 
 
 def _env(cell: Cell) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils.json_stream import json_stream
 
 from imagekit.errors import EnvironmentProblem
+from imagekit.naming import split_reference
 
 START_HINT = "start one (`sudo dockerd` or `scripts/engine.sh docker`) or set DOCKER_HOST"
 # Read timeout for ordinary calls; builds and pulls stream with no read timeout (a silent
@@ -83,19 +84,6 @@ def inspect_image(api: docker.APIClient, ref: str) -> dict[str, Any] | None:
     except ImageNotFound:
         return None
     return found
-
-
-def split_reference(ref: str) -> tuple[str, str | None]:
-    """``repo[:tag][@digest]`` -> (repository, tag or digest); the tag part never holds a '/'."""
-    if "@" in ref:
-        name, digest = ref.split("@", 1)
-        # name:tag@digest pins the digest; the tag is only a note for people
-        return split_reference(name)[0], digest
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon > slash:
-        return ref[:colon], ref[colon + 1 :]
-    return ref, None
 
 
 def repo_digest(image: dict[str, Any], ref: str) -> str | None:

@@ -40,6 +40,13 @@ class EnvironmentProblem(ImagekitError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception as one bounded line: the engine's own explanation where it gives one."""
+    explanation = getattr(exc, "explanation", None)  # docker's APIError: without the request URL
+    text = " ".join(str(explanation or exc).split())
+    return (text[: limit - 3] + "...") if len(text) > limit else text or type(exc).__name__
+
+
 class DriftError(ImagekitError):
     """Committed generated files differ from what would be rendered now."""
 

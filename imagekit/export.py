@@ -17,8 +17,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.build import image_repository
 from imagekit.context import DOCKERFILE_NAME
 from imagekit.errors import InputError
 from imagekit.matrix import Cell, LocalBase, Plan
@@ -67,18 +67,17 @@ def github_matrix(cells: Sequence[Cell]) -> dict[str, Any]:
 
 def json_export(plan: Plan, rendered: Sequence[RenderedCell], today: date) -> dict[str, Any]:
     """Every cell with what an external tool needs to build it: versions, base, args, tags, labels."""
-    repository = image_repository(plan)
     cells = []
     for item in rendered:
         entry: dict[str, Any] = item.cell.summary()
         entry["readable_tag"] = item.cell.readable_tag
-        entry["tags"] = [f"{repository}:{tag}" for tag in item.tags(plan.matrix, today)]
+        entry["tags"] = list(item.names(plan.matrix.publish, today).references())
         entry["input_digest"] = item.input_digest
         entry["build_args"] = dict(item.build_args)
         entry["build_labels"] = item.build_labels()
         entry["local_base"] = item.cell.local_base.image if item.cell.local_base else None
         cells.append(entry)
-    return {"matrix": plan.source_name, "repository": repository, "cells": cells}
+    return {"matrix": plan.source_name, "repository": plan.repository, "cells": cells}
 
 
 # -- buildx bake -----------------------------------------------------------------------------------
@@ -131,11 +130,6 @@ def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:
     return bases
 
 
-def staging_tag(repository: str, rendered: RenderedCell) -> str:
-    """The one tag a bake target gets: ``<repository>:staging-<input digest, 12>``."""
-    return f"{repository}:staging-{rendered.short_digest}"
-
-
 def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -> dict[str, Any]:
     """A ``docker buildx bake`` JSON file: one target per cell, a target per local base.
 
@@ -146,7 +140,6 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
     --push`` must not put an unverified image where users pull from. The final tags are written
     by ``imagekit publish`` after ``bake-import`` and ``verify``.
     """
-    repository = image_repository(plan)
     targets: dict[str, dict[str, Any]] = {}
     group: list[str] = []
     for name, base in sorted(_local_bases(rendered).items()):
@@ -155,7 +148,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "dockerfile": base.dockerfile,
             "args": dict(base.args),
             "tags": [base.image],
-            "labels": {"imagekit.base": name},
+            "labels": {naming.LOCAL_BASE_LABEL: name},
         }
     for item in rendered:
         cell = item.cell
@@ -166,7 +159,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "context": str(context_dir / cell.id),
             "dockerfile": DOCKERFILE_NAME,
             "args": dict(item.build_args),
-            "tags": [staging_tag(repository, item)],
+            "tags": [naming.reference(plan.repository, naming.staging_tag(item.input_digest))],
             "labels": item.build_labels(),
         }
         if cell.local_base is not None:

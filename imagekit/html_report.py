@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
-from imagekit.report import BuildReport, CellResult, format_size, summary_line
-from imagekit.verify import CheckRecord
+from imagekit.report_text import format_size, summary_line
+from imagekit.store import BuildReport, CellResult, CheckRecord
+from imagekit.versions import display_key
 
 _CELL_ID = re.compile(
     r"^(?P<base>.+?)-torch(?P<torch>.+)-(?P<accel>cuda[0-9.]+|cpu)-py(?P<python>[0-9.]+)-(?P<flavour>[A-Za-z0-9_]+)$"
@@ -69,12 +70,8 @@ def place(result: CellResult) -> Placed:
     )
 
 
-def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-+]", text))
-
-
-def accel_key(accel: str) -> tuple[int, tuple[tuple[int, int | str], ...]]:
-    return (0, ()) if accel == "cpu" else (1, version_key(accel.removeprefix("cuda")))
+def accel_key(accel: str) -> tuple[int, tuple[tuple[int, ...], str]]:
+    return (0, ((), "")) if accel == "cpu" else (1, display_key(accel.removeprefix("cuda")))
 
 
 def status_of(result: CellResult) -> str:
@@ -163,7 +160,7 @@ def render_cell(placed: Placed) -> str:
 
 
 def render_grid(base: str, placed: list[Placed]) -> str:
-    torches = sorted({p.torch for p in placed}, key=version_key)
+    torches = sorted({p.torch for p in placed}, key=display_key)
     accels = sorted({p.accel for p in placed}, key=accel_key)
     slots: dict[tuple[str, str], list[Placed]] = defaultdict(list)
     for item in placed:

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from imagekit.contract import CHECK_SCRIPT_PATH, LABEL_PREFIX
+from imagekit import naming
+from imagekit.contract import CHECK_SCRIPT_PATH
 from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
 from imagekit.verify import GpuRequest, check_arguments
@@ -116,7 +117,7 @@ def job_name(cell: str) -> str:
 
 
 def check_command(entry: LockEntry, gpus: int) -> list[str]:
-    labels = {f"{LABEL_PREFIX}{k}": v for k, v in entry.expect.items()}
+    labels = {naming.label(k): v for k, v in entry.expect.items()}
     request = GpuRequest(str(gpus), gpus)
     return ["python3", entry.check_script or CHECK_SCRIPT_PATH, *check_arguments(labels, request)]
 
@@ -127,9 +128,9 @@ def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
     name = job_name(entry.cell)
     labels = {"app.kubernetes.io/name": "imagekit", "app.kubernetes.io/component": "gpu-check", "job": name}
     annotations = {
-        f"{LABEL_PREFIX.rstrip('.')}/cell": entry.cell,
-        f"{LABEL_PREFIX.rstrip('.')}/input-digest": entry.input_digest,
-        f"{LABEL_PREFIX.rstrip('.')}/verified": entry.level,
+        naming.annotation("cell"): entry.cell,
+        naming.annotation("input-digest"): entry.input_digest,
+        naming.annotation("verified"): entry.level,
     }
     limits: dict[str, str | int] = {}
     requests: dict[str, str | int] = {}

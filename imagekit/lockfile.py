@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from imagekit.atomic import atomic_write
-from imagekit.contract import DIGEST
 from imagekit.errors import InputError
+from imagekit.naming import DIGEST, by_digest
 
 LOCK_NAME = "images.lock.json"
 LOCK_VERSION = 1
@@ -64,7 +64,7 @@ class LockEntry:
 
     @property
     def reference(self) -> str:
-        return f"{self.repository}@{self.digest}"
+        return by_digest(self.repository, self.digest)
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -6,26 +6,21 @@ each combination against the compatibility data into a frozen ``Cell`` or a ``Re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from itertools import product
 from pathlib import Path
 from typing import Any
 
-from imagekit.compat import Compat, Stack, cuda_variant, load_compat, minor_of, version_key
+from imagekit import naming, rules
+from imagekit.compat import Compat, Stack, load_compat
 from imagekit.errors import InputError
 from imagekit.schema import AXIS_KEYS, BaseSpec, Matrix, validate_matrix
+from imagekit.versions import cuda_variant, minor_of, version_key
 from imagekit.yamlsource import SourceDocument, as_mapping, format_path, read_yaml_file
 
 Combination = dict[str, Any]
-
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_REFERENCE = re.compile(
-    r"(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?"
-)
 
 
 # -- expansion (GitHub Actions semantics) ---------------------------------------------------------
@@ -163,11 +158,27 @@ class Plan:
     # every base built from a local context, also one that only other bases derive from
     local_bases: tuple[LocalBase, ...] = field(default=())
 
+    @property
+    def repository(self) -> str:
+        """Where this matrix's images are named: ``registry/repository`` (or a local name)."""
+        return naming.repository(self.matrix.publish.registry, self.matrix.publish.repository)
+
     def select(self, patterns: Sequence[str]) -> tuple[Cell, ...]:
         """The cells whose id matches any shell-style pattern (all cells when none given)."""
-        if not patterns:
-            return self.cells
-        return tuple(c for c in self.cells if any(fnmatchcase(c.id, p) for p in patterns))
+        chosen = set(select_ids([c.id for c in self.cells], patterns, self.source_name))
+        return tuple(c for c in self.cells if c.id in chosen)
+
+
+def select_ids(ids: Sequence[str], patterns: Sequence[str], source: str) -> list[str]:
+    """The ids matching any of ``patterns`` (every id when none given): what ``--only`` means
+    everywhere. A pattern list that matches nothing is an input error, never an empty result."""
+    if not patterns:
+        return list(ids)
+    chosen = [i for i in ids if any(fnmatchcase(i, p) for p in patterns)]
+    if not chosen:
+        shown = " ".join(f"--only {p}" for p in patterns)
+        raise InputError(f"{shown} matches no cell of {source}; see `imagekit plan`")
+    return chosen
 
 
 # -- resolution -----------------------------------------------------------------------------------
@@ -179,34 +190,15 @@ class _Refused(Exception):
         self.reason = reason
 
 
-def _tag_safe(version: str) -> str:
-    return version.replace("+", "-")
-
-
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-
-
-def fill_placeholders(pattern: str, values: Mapping[str, str], where: str) -> str:
-    """Replace ``{name}`` with ``values[name]``; nothing else (no attributes, no format specs).
-
-    ``str.format`` would let a pattern reach attributes (``{torch.__class__}``) or ask for a
-    billion-character padding; user patterns get plain substitution only.
-    """
-
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in values:
-            known = ", ".join("{" + k + "}" for k in values)
-            raise InputError(f"{where}: unknown placeholder {{{name}}} in {pattern!r}; use {known}")
-        return values[name]
-
-    filled = _PLACEHOLDER.sub(substitute, pattern)
-    if "{" in filled or "}" in filled:
-        raise InputError(f"{where}: unbalanced brace in {pattern!r}")
-    return filled
+def _refuse_unless(order: tuple[rules.Rule, ...], request: rules.Request, compat: Compat) -> None:
+    reason = rules.first_refusal(order, request, compat)
+    if reason is not None:
+        raise _Refused(reason)
 
 
 class _Resolver:
+    """Turns one combination into a Cell: defaults merged, versions resolved, rules applied."""
+
     def __init__(self, matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat) -> None:
         self.matrix = matrix
         self.root = root
@@ -214,6 +206,11 @@ class _Resolver:
         self.compat = compat
         self.warnings: list[str] = []
         self.local_bases: dict[str, LocalBase] = {}
+        pip = matrix.sources.pip
+        self.wheelhouse = bool(pip.find_links or pip.no_index)
+        self.torch_source: rules.TorchSource = (
+            "wheelhouse" if pip.find_links else "index" if pip.torch_index_url else "pypi"
+        )
 
     def where(self, path: tuple[str | int, ...]) -> str:
         return f"{self.doc.where(path)}: {format_path(path)}"
@@ -254,10 +251,9 @@ class _Resolver:
                 f"{self.doc.name}: {origin} names base {base_name!r}, which `bases` does not"
                 f" define (defined: {', '.join(self.matrix.bases)})"
             )
-        allow_unknown = bool(merged.get("allow_unknown", self.matrix.allow_unknown))
         if spec.stack is not None:
             return self._stack_cell(merged, origin, base_name, spec)
-        return self._wheel_cell(merged, origin, base_name, spec, allow_unknown)
+        return self._wheel_cell(merged, origin, base_name, spec)
 
     def _stack_cell(self, merged: Combination, origin: str, base_name: str, spec: BaseSpec) -> Cell:
         assert spec.stack is not None
@@ -267,260 +263,165 @@ class _Resolver:
                 f"{self.where(('bases', base_name, 'stack'))}: unknown stack {spec.stack!r};"
                 f" imagekit knows {', '.join(self.compat.stacks)}"
             )
-        image = spec.image or stack.image
-        fixed = f"{image} is a fixed stack (torch {stack.torch}, CUDA {stack.cuda}, Python {stack.python})"
-        cuda = minor_of(stack.cuda)
-        if merged.get("cuda") not in (None, cuda, stack.cuda):
-            raise _Refused(
-                f"{fixed}: it never crosses the CUDA axis, so CUDA {merged['cuda']} cannot exist;"
-                " give it its own row through include"
-            )
-        if merged.get("torch") not in (None, stack.torch):
-            raise _Refused(f"{fixed}: installing torch {merged['torch']} would replace NVIDIA's build")
-        if merged.get("python") not in (None, stack.python):
-            raise _Refused(f"{fixed}: it has no Python {merged['python']}")
-        pip = self.matrix.sources.pip
-        if merged.get("pip_packages") and (pip.find_links or pip.no_index):
-            raise _Refused(
-                f"{fixed}: its extra pip packages go into the base's own Python, which a wheelhouse"
-                " build stage cannot reach; install them from an index for this row"
-            )
-        flavour = merged.get("flavour") or "devel"
-        if flavour not in stack.flavours:
-            raise _Refused(f"{fixed}: it has no {flavour} flavour (only {', '.join(stack.flavours)})")
-        cudnn_major = version_key(stack.cudnn)[0]
-        return self._cell(
-            merged,
-            origin,
-            base_name,
-            spec,
-            image=image,
-            os_name=spec.os or stack.os,
-            flavour=flavour,
+        request = rules.Request(
+            base=base_name,
             torch=stack.torch,
-            vision_audio=(None, None),
-            cuda=cuda,
-            cuda_full=stack.cuda,
-            cudnn=stack.cudnn,
-            cudnn_major=cudnn_major,
+            cuda=minor_of(stack.cuda),
             python=stack.python,
-            python_from_base=True,
+            flavour=merged.get("flavour") or "devel",
+            cuda_full=stack.cuda,
+            base_python=stack.python,
+            os=spec.os or stack.os,
             stack=stack,
-            unknown=False,
+            image=spec.image or stack.image,
+            asked_torch=merged.get("torch"),
+            asked_cuda=merged.get("cuda"),
+            asked_python=merged.get("python"),
+            pip_packages=tuple(merged.get("pip_packages") or ()),
+            wheelhouse=self.wheelhouse,
         )
+        _refuse_unless(rules.STACK_RULES, request, self.compat)
+        return self._cell(merged, origin, spec, request, cudnn=stack.cudnn, companions=(None, None))
 
-    def _wheel_cell(
-        self, merged: Combination, origin: str, base_name: str, spec: BaseSpec, allow_unknown: bool
-    ) -> Cell:
-        compat = self.compat
+    def _wheel_request(
+        self, merged: Combination, origin: str, base_name: str, spec: BaseSpec
+    ) -> rules.Request:
         requested = merged.get("torch")
         if requested is None:
             raise InputError(f"{self.doc.name}: {origin} gives a combination without `torch`")
-        torch = compat.resolve_torch(requested)
-        release = compat.torch_release(torch)
-        unknown = False
-        if release is None or release.patch(torch) is None:
-            newest = compat.newest_torch()
-            if len(version_key(torch)) < 3:
-                raise _Refused(
-                    f"torch {torch} is not in imagekit's table, so its latest patch is unknown;"
-                    f" write the full version ({torch}.0)"
-                )
-            if release is None and version_key(torch) < version_key(newest):
-                raise _Refused(f"torch {torch} is not a release imagekit knows (2.0 to {newest})")
-            if not allow_unknown:
-                what = "newer than" if release is None else "a patch missing from"
-                raise _Refused(
-                    f"torch {torch} is {what} imagekit's compatibility table (newest {newest});"
-                    " set allow_unknown: true to build it anyway"
-                )
-            unknown = True
-            self.warnings.append(
-                f"torch {torch} is not in the compatibility table; admitted by allow_unknown"
-            )
-
         carries_cuda = spec.cuda if spec.cuda is not None else "{cuda" in (spec.image or "")
         if carries_cuda and not merged.get("cuda"):
             raise InputError(f"{self.doc.name}: {origin} gives a combination on {base_name} without `cuda`")
         cuda = str(merged.get("cuda") or "cpu")
-        if carries_cuda and cuda == "cpu":
-            raise _Refused(f"base {base_name} carries CUDA; a cpu build belongs on a base without it")
-        if not carries_cuda and cuda != "cpu":
-            raise _Refused(f"base {base_name} has no CUDA toolkit; use cuda: cpu or a CUDA base")
-        if "cuda" in merged and cuda != "cpu":
-            cuda = minor_of(cuda)
-        reason = compat.refusal_torch_cuda(torch, cuda)
-        if reason:
-            raise _Refused(reason)
-        pip = self.matrix.sources.pip
-        if release is not None and pip.torch_index_url is None and not pip.find_links:
-            # torch then comes from the general index (PyPI), which carries one build per release
-            wanted = cuda_variant(cuda)
-            if wanted != release.pypi_default:
-                raise _Refused(
-                    f"with no torch_index_url torch comes from PyPI, whose torch {release.minor} is the"
-                    f" {release.pypi_default} build, not {wanted}; set sources.pip.torch_index_url"
-                )
-
-        cuda_full: str | None = None
-        if cuda != "cpu":
-            cuda_release = compat.cuda_release(cuda)
-            if merged.get("cuda_full"):
-                cuda_full = str(merged["cuda_full"])
-                if minor_of(cuda_full) != cuda:
-                    raise _Refused(f"cuda_full {cuda_full} is not a CUDA {cuda} release")
-            elif cuda_release is not None:
-                cuda_full = cuda_release.image_version
-            elif allow_unknown:
-                raise _Refused(
-                    f"CUDA {cuda} is not in the compatibility table; set cuda_full (e.g. {cuda}.0)"
-                )
-            else:
-                raise _Refused(
-                    f"CUDA {cuda} is not in imagekit's compatibility table; set allow_unknown: true"
-                    " and cuda_full"
-                )
-
-        python_from_base = spec.python is not None
         os_name = spec.os
         assert os_name is not None  # schema: a non-stack base names its OS
         python = merged.get("python") or spec.python
         if python is None:
-            system = compat.operating_systems.get(os_name)
+            system = self.compat.operating_systems.get(os_name)
             if system is None:
                 raise InputError(
                     f"{self.where(('bases', base_name))}: imagekit does not know {os_name}'s Python;"
                     " set python on the base or the cell"
                 )
             python = system.pythons[0]
-        if python_from_base and python != spec.python:
-            raise _Refused(f"base {base_name} brings Python {spec.python}, not {python}")
-        if not python_from_base:
-            reason = compat.refusal_os_python(os_name, python)
-            if reason:
-                raise _Refused(reason)
-        reason = compat.refusal_python(torch, python)
-        if reason:
-            raise _Refused(reason)
+        return rules.Request(
+            base=base_name,
+            torch=self.compat.resolve_torch(requested),
+            cuda=cuda if cuda == "cpu" else minor_of(cuda),
+            python=python,
+            flavour=merged.get("flavour") or "devel",
+            allow_unknown=bool(merged.get("allow_unknown", self.matrix.allow_unknown)),
+            cuda_written=merged.get("cuda"),
+            cuda_full=str(merged["cuda_full"]) if merged.get("cuda_full") else None,
+            carries_cuda=carries_cuda,
+            base_python=spec.python,
+            base_flavours=tuple(spec.flavours) if spec.flavours is not None else None,
+            os=os_name,
+            torch_source=self.torch_source,
+            image=spec.image or "",
+        )
 
-        flavour = merged.get("flavour") or "devel"
-        if spec.flavours is not None and flavour not in spec.flavours:
-            raise _Refused(f"base {base_name} serves only {', '.join(spec.flavours)}")
-
-        cudnn_major = (release.cudnn_major if release else 9) if cuda != "cpu" else None
+    def _wheel_cell(self, merged: Combination, origin: str, base_name: str, spec: BaseSpec) -> Cell:
+        request = self._wheel_request(merged, origin, base_name, spec)
+        _refuse_unless(rules.WHEEL_RULES, request, self.compat)
+        torch = request.torch
+        release = self.compat.torch_release(torch)
         patch = release.patch(torch) if release else None
+        if patch is None:
+            self.warnings.append(
+                f"torch {torch} is not in the compatibility table; admitted by allow_unknown"
+            )
+        cudnn: str | None = None
+        if request.cuda != "cpu":
+            known = self.compat.cuda_release(request.cuda)
+            request = replace(
+                request, cuda_full=request.cuda_full or (known.image_version if known else None)
+            )
+            cudnn = str(release.cudnn_major if release else 9)
         vision = merged.get("torchvision") or (patch.torchvision if patch else None)
         audio = merged.get("torchaudio") or (patch.torchaudio if patch else None)
-        if unknown and (vision is None or audio is None):
+        if patch is None and (vision is None or audio is None):
             self.warnings.append(
                 f"torch {torch}: no known torchvision/torchaudio pairing; set torchvision and"
                 " torchaudio (or 'none') to install them"
             )
-        return self._cell(
-            merged,
-            origin,
-            base_name,
-            spec,
-            image=spec.image or "",
-            os_name=os_name,
-            flavour=flavour,
-            torch=torch,
-            vision_audio=(vision, audio),
-            cuda=cuda,
-            cuda_full=cuda_full,
-            cudnn=str(cudnn_major) if cudnn_major else None,
-            cudnn_major=cudnn_major,
-            python=python,
-            python_from_base=python_from_base,
-            stack=None,
-            unknown=unknown,
-        )
+        return self._cell(merged, origin, spec, request, cudnn=cudnn, companions=(vision, audio))
 
     def _cell(
         self,
         merged: Combination,
         origin: str,
-        base_name: str,
         spec: BaseSpec,
+        request: rules.Request,
         *,
-        image: str,
-        os_name: str,
-        flavour: str,
-        torch: str,
-        vision_audio: tuple[str | None, str | None],
-        cuda: str,
-        cuda_full: str | None,
         cudnn: str | None,
-        cudnn_major: int | None,
-        python: str,
-        python_from_base: bool,
-        stack: Stack | None,
-        unknown: bool,
+        companions: tuple[str | None, str | None],
     ) -> Cell:
+        """Assemble the admitted ``request``: its base image, readable tag and id."""
+        torch, cuda, flavour, python, os_name = (
+            request.torch,
+            request.cuda,
+            request.flavour,
+            request.python,
+            request.os,
+        )
         release = self.compat.torch_release(torch)
+        cudnn_major = version_key(cudnn)[0] if cudnn else None
         cudnn_tag = ""
         if cudnn_major == 8 and cuda != "cpu":
             cudnn_tag = self.compat.cudnn_tag(cuda, cudnn_major)
         image_values = {
             "cuda": cuda,
-            "cuda_full": cuda_full or "",
+            "cuda_full": request.cuda_full or "",
             "cudnn": str(cudnn_major or ""),
             "cudnn_tag": cudnn_tag,
             "flavour": flavour,
             "os": os_name,
             "python": python,
         }
-        base_image = fill_placeholders(image, image_values, self.where(("bases", base_name, "image")))
-        if not _REFERENCE.fullmatch(base_image):
-            raise InputError(
-                f"{self.where(('bases', base_name, 'image'))}: {base_image!r} is not a valid image reference"
-            )
-        stack_label = (
-            "cpu" if cuda == "cpu" else f"cuda{cuda}" + (f"-cudnn{cudnn_major}" if cudnn_major else "")
+        image_where = self.where(("bases", request.base, "image"))
+        base_image = naming.fill_placeholders(request.image, image_values, image_where)
+        if not naming.is_reference(base_image):
+            raise InputError(f"{image_where}: {base_image!r} is not a valid image reference")
+        tag_path = ("bases", request.base, "tag") if spec.tag else ("publish", "tags", "readable")
+        readable = naming.readable_tag(
+            spec.tag or self.matrix.publish.tags.readable,
+            naming.tag_values(
+                torch=torch,
+                cuda=cuda,
+                cudnn_major=cudnn_major,
+                flavour=flavour,
+                os=os_name,
+                python=python,
+                base=request.base,
+            ),
+            self.where(tag_path),
         )
-        tag_values = {
-            "torch": _tag_safe(torch),
-            "cuda": cuda,
-            "cudnn": str(cudnn_major or "none"),
-            "stack": stack_label,
-            "flavour": flavour,
-            "os": os_name,
-            "python": f"py{python}",
-            "base": base_name,
-        }
-        tag_path = ("bases", base_name, "tag") if spec.tag else ("publish", "tags", "readable")
-        readable = fill_placeholders(
-            spec.tag or self.matrix.publish.tags.readable, tag_values, self.where(tag_path)
-        )
-        if not _TAG.fullmatch(readable):
-            raise InputError(f"{self.where(tag_path)}: {readable!r} is not a valid image tag")
-        vision, audio = vision_audio
-        accel = "cpu" if cuda == "cpu" else f"cuda{cuda}"
-        cell_id = f"{base_name}-torch{_tag_safe(torch)}-{accel}-py{python}-{flavour}"
+        vision, audio = companions
         return Cell(
-            id=cell_id,
+            id=naming.cell_id(request.base, torch, cuda, python, flavour),
             origin=origin,
-            base=base_name,
+            base=request.base,
             base_image=base_image,
-            local_base=self.local_base(base_name, spec),
+            local_base=self.local_base(request.base, spec),
             os=os_name,
             flavour=flavour,
             torch=torch,
             torchvision=None if vision in (None, "none") else vision,
             torchaudio=None if audio in (None, "none") else audio,
             cuda=cuda,
-            cuda_full=cuda_full,
+            cuda_full=request.cuda_full,
             variant=cuda_variant(cuda),
             cudnn=cudnn,
             python=python,
-            python_from_base=python_from_base,
-            stack=stack,
+            python_from_base=request.base_python is not None,
+            stack=request.stack,
             pip_packages=tuple(merged.get("pip_packages") or ()),
             apt_packages=tuple(merged.get("apt_packages") or ()),
             env=tuple(sorted((merged.get("env") or {}).items())),
             build_args=tuple(sorted((merged.get("build_args") or {}).items())),
             readable_tag=readable,
-            unknown=unknown,
+            unknown=request.stack is None and (release is None or release.patch(torch) is None),
             numpy_cap=release.numpy if release else None,
         )
 

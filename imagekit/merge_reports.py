@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from imagekit.errors import InputError
-from imagekit.report import BuildReport, CellResult
+from imagekit.store import BuildReport, CellResult
 
 
 def _last_wins(groups: Sequence[Sequence[CellResult]]) -> tuple[CellResult, ...]:

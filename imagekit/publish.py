@@ -19,10 +19,8 @@ import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,15 +28,15 @@ import docker
 import requests
 from docker.errors import APIError, DockerException
 
-from imagekit.contract import LABEL_PREFIX, expectations
-from imagekit.engine import inspect_image, split_reference, unreachable
-from imagekit.errors import EnvironmentProblem, InputError
+from imagekit import naming
+from imagekit.clock import timestamp
+from imagekit.engine import connect, inspect_image, unreachable
+from imagekit.errors import EnvironmentProblem
 from imagekit.lockfile import ChecksSummary, LockEntry, VerifiedBy, merge_lock
 from imagekit.matrix import Cell, Plan
 from imagekit.registry import USER_ENV, Backoff, Manifest, Registry, RegistryError, find_credentials
 from imagekit.render import Renderer
-from imagekit.report import BuildReport, CellResult
-from imagekit.verify import Verification
+from imagekit.store import BuildReport, CellResult, Verification
 
 Level = Literal["validated", "checked", "built"]
 # What a policy admits, by what the image actually passed.
@@ -47,8 +45,6 @@ ADMITS: Mapping[str, frozenset[str]] = {
     "checked": frozenset({"validated", "checked"}),
     "built": frozenset({"validated", "checked", "built"}),
 }
-# Tags say how far an image was verified, so nobody mistakes a CPU-checked image for a GPU one.
-SUFFIX: Mapping[str, str] = {"validated": "", "checked": "-checked", "built": "-unverified"}
 # Whole words and status phrases only: a bare "500" or "eof" would match inside a digest, a
 # size ("5001 bytes") or a word ("thereof") and retry a push that can never succeed.
 _TRANSIENT_PUSH = re.compile(
@@ -100,7 +96,6 @@ class PublishOptions:
     lock_path: Path
     dry_run: bool = False
     backoff: Backoff = field(default_factory=Backoff)
-    run_id: str = ""
 
 
 def level_of(result: CellResult) -> Level | None:
@@ -147,19 +142,8 @@ def _failed_names(verification: Verification) -> str:
 
 def final_tags(result: CellResult, level: Level) -> tuple[str, ...]:
     """The build's tags (readable first, the dated one with the build's date), suffixed by level."""
-    out: list[str] = []
-    for reference in result.tags:
-        tag = split_reference(reference)[1]
-        if not tag:
-            continue
-        tag += SUFFIX[level]
-        if len(tag) > 128:
-            raise InputError(f"{result.id}: tag {tag!r} would be longer than 128 characters")
-        if tag not in out:
-            out.append(tag)
-    if not out:
-        raise InputError(f"{result.id}: the build report names no tag for it; run `imagekit build`")
-    return tuple(out)
+    tags = [tag for ref in result.tags if (tag := naming.split_reference(ref)[1])]
+    return naming.published_tags(tags, level, result.id)
 
 
 def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list[Candidate], list[Refusal]]:
@@ -188,10 +172,6 @@ def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list
 
 
 # -- pushing and promoting ------------------------------------------------------------------------------
-
-
-def _now() -> str:
-    return datetime.now(tz=timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _verified_by(verification: Verification | None) -> VerifiedBy | None:
@@ -231,8 +211,7 @@ class Publisher:
         self.policy = policy
         self.say = say
         self.sleep = sleep
-        self.run_id = options.run_id or uuid.uuid4().hex[:8]
-        self.target = f"{options.registry}/{options.repository}"
+        self.target = naming.repository(options.registry, options.repository)
 
     def _auth_config(self) -> dict[str, str] | None:
         # docker-py reads the Docker config's auths itself; the environment's pair it cannot see.
@@ -253,12 +232,9 @@ class Publisher:
                 here.append(candidate)
         return here, gone
 
-    def staging_tag(self, candidate: Candidate) -> str:
-        return f"staging-{candidate.input_digest[:12]}-{self.run_id}"
-
     def stage(self, candidate: Candidate) -> str:
         """Push the image under its staging tag; returns the manifest digest docker reports."""
-        tag = self.staging_tag(candidate)
+        tag = naming.staging_tag(candidate.input_digest)
         self.api.tag(candidate.image_id, self.target, tag)
         try:
             delays = self.options.backoff.delays()
@@ -267,8 +243,9 @@ class Publisher:
                     return self._push(tag)
                 except _PushFailed as failed:
                     if not failed.transient or not delays:
+                        where = naming.reference(self.target, tag)
                         raise EnvironmentProblem(
-                            f"pushing {candidate.cell} to {self.target}:{tag} failed: {failed}"
+                            f"pushing {candidate.cell} to {where} failed: {failed}"
                         ) from None
                     delay = delays.pop(0)
                     self.say(f"push {candidate.cell}: {failed}; retrying in {delay:g}s")
@@ -276,9 +253,9 @@ class Publisher:
         finally:
             # The staging tag exists only to push; the local engine keeps just the build's tags.
             try:
-                self.api.remove_image(f"{self.target}:{tag}", noprune=True)
+                self.api.remove_image(naming.reference(self.target, tag), noprune=True)
             except (APIError, DockerException):
-                self.say(f"could not remove the local tag {self.target}:{tag}")
+                self.say(f"could not remove the local tag {naming.reference(self.target, tag)}")
 
     def _push(self, tag: str) -> str:
         digest: str | None = None
@@ -311,7 +288,8 @@ class Publisher:
         config = _config_digest(manifest)
         if config is not None and config != candidate.image_id:
             raise RegistryError(
-                f"{self.target}@{digest} holds image {config}, not the verified {candidate.image_id};"
+                f"{naming.by_digest(self.target, digest)} holds image {config}, not the verified"
+                f" {candidate.image_id};"
                 " nothing promoted for this cell"
             )
         # Immutable tags first, the moving readable tag last: it moves only once the rest exist.
@@ -322,7 +300,7 @@ class Publisher:
     def entry(self, candidate: Candidate, digest: str) -> LockEntry:
         image = inspect_image(self.api, candidate.image_id) or {}
         labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
-        expect = expectations(labels)
+        expect = naming.expectations(labels)
         return LockEntry(
             cell=candidate.cell,
             registry=self.options.registry,
@@ -333,19 +311,21 @@ class Publisher:
             input_digest=candidate.input_digest,
             policy=self.policy,
             level=candidate.level,
-            published_at=_now(),
+            published_at=timestamp(),
             verification=_verified_by(candidate.verification),
             expect=expect,
-            check_script=labels.get(f"{LABEL_PREFIX}check-script"),
+            check_script=labels.get(naming.CHECK_SCRIPT_LABEL),
         )
 
-    def run(self, candidates: Sequence[Candidate]) -> list[Published]:
+    def run(
+        self, candidates: Sequence[Candidate], on_published: Callable[[Published], None] = lambda _: None
+    ) -> list[Published]:
         self.registry.ping()
         staged: list[tuple[Candidate, str, float]] = []
         for candidate in candidates:
             started = time.monotonic()
             digest = self.stage(candidate)
-            self.say(f"staged {candidate.cell} as {self.target}@{digest}")
+            self.say(f"staged {candidate.cell} as {naming.by_digest(self.target, digest)}")
             staged.append((candidate, digest, time.monotonic() - started))
         published: list[Published] = []
         for candidate, digest, push_s in staged:
@@ -357,9 +337,11 @@ class Publisher:
             entry = self.entry(candidate, digest)
             # After each cell, so the lock names every tag that exists even if a later cell fails.
             merge_lock(self.options.lock_path, {candidate.cell: entry})
-            published.append(
-                Published(entry, self.staging_tag(candidate), push_s + time.monotonic() - started)
+            done = Published(
+                entry, naming.staging_tag(candidate.input_digest), push_s + time.monotonic() - started
             )
+            published.append(done)
+            on_published(done)
         return published
 
 
@@ -381,3 +363,45 @@ def _config_digest(manifest: Manifest) -> str | None:
 
 def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
     return Registry(host, find_credentials(host), backoff=backoff, on_retry=say)
+
+
+@dataclass(frozen=True)
+class PublishRun:
+    """What one ``imagekit publish`` did (or, dry, would do)."""
+
+    candidates: tuple[Candidate, ...]
+    published: tuple[Published, ...]
+    refused: tuple[Refusal, ...]
+
+
+def publish_cells(
+    plan: Plan,
+    cells: Sequence[Cell],
+    report: BuildReport,
+    options: PublishOptions,
+    say: Callable[[str], None],
+    on_retry: Callable[[str], None],
+    on_refused: Callable[[Refusal], None],
+    on_published: Callable[[Published], None],
+) -> PublishRun:
+    """Decide from the report, then (unless dry) push, stage and promote what was admitted.
+
+    ``say`` hears progress, ``on_retry`` each retried registry request, ``on_refused`` and
+    ``on_published`` each cell's outcome as it is known.
+    """
+    candidates, refused = select(plan, cells, report)
+    for refusal in refused:
+        on_refused(refusal)
+    if options.dry_run or not candidates:
+        return PublishRun(tuple(candidates), (), tuple(refused))
+    api = connect()
+    client = connect_registry(options.registry, options.backoff, on_retry)
+    try:
+        publisher = Publisher(api, client, options, plan.matrix.publish.policy, say)
+        candidates, missing = publisher.present(candidates)
+        for refusal in missing:
+            on_refused(refusal)
+        published = publisher.run(candidates, on_published)
+    finally:
+        client.close()
+    return PublishRun(tuple(candidates), tuple(published), (*refused, *missing))

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from imagekit.contract import DIGEST
-from imagekit.errors import EnvironmentProblem
+from imagekit.errors import EnvironmentProblem, one_line
+from imagekit.naming import DIGEST
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -168,7 +168,7 @@ class Registry:
                 if not delays:
                     raise EnvironmentProblem(
                         f"registry {self.host} unreachable after {self.backoff.attempts} attempts:"
-                        f" {_one_line(exc)}"
+                        f" {one_line(exc)}"
                     ) from None
                 problem = type(exc).__name__
             else:
@@ -321,7 +321,3 @@ def _pull(repository: str) -> str:
 
 def _push(repository: str) -> str:
     return f"repository:{repository}:pull,push"
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__

@@ -19,25 +19,28 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 
+from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.contract import LABEL_PREFIX, expectations, packaged_check_script
+from imagekit.clock import timestamp
+from imagekit.contract import packaged_check_script
 from imagekit.engine import EngineFailure, is_engine_failure, unreachable
 from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification
 
-Verdict = Literal["validated", "checked", "failed"]
-VERIFY_LABEL = f"{LABEL_PREFIX}verify-run"
+if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
+    from imagekit.matrix import Cell
+
 INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
 # The GPU checks a validated verdict needs, each present and passed.
 GPU_CHECKS = ("cuda_available", "gemm_gpu")
@@ -107,7 +110,7 @@ class Target:
 def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
     """The check script's expectations, read from the image's ``imagekit.*`` labels."""
     args: list[str] = []
-    for name, value in expectations(labels).items():
+    for name, value in naming.expectations(labels).items():
         args += ["--flavour" if name == "flavour" else f"--expect-{name}", value]
     if gpus.requested:
         args.append("--require-gpu")
@@ -115,81 +118,6 @@ def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
 
 
 # -- what came back --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckRecord:
-    name: str
-    status: str  # pass | fail | skip
-    required: bool
-    reason: str | None = None
-    expected: str | None = None
-    actual: str | None = None
-    detail: str | None = None
-    cause: str | None = None
-    fix: str | None = None
-    duration_s: float = 0.0
-
-    @classmethod
-    def from_script(cls, raw: Mapping[str, Any]) -> CheckRecord:
-        def text(key: str) -> str | None:
-            value = raw.get(key)
-            if value is None:
-                return None
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-        return cls(
-            name=str(raw.get("name", "?")),
-            status=str(raw.get("status", "fail")),
-            required=bool(raw.get("required", True)),
-            reason=text("reason"),
-            expected=text("expected"),
-            actual=text("actual"),
-            detail=text("detail"),
-            cause=text("cause"),
-            fix=text("fix"),
-            duration_s=float(raw.get("duration_s") or 0.0),
-        )
-
-
-@dataclass(frozen=True)
-class Verification:
-    target: str
-    image: str
-    gpus: str
-    verdict: Verdict
-    gpu_requested: bool
-    gpu_visible: bool
-    checks: tuple[CheckRecord, ...]
-    duration_s: float
-    error: str | None = None  # one line: why the run itself failed (timeout, no JSON, ...)
-    exit_code: int | None = None
-    log: str | None = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-    finished_at: str | None = None  # ISO 8601 UTC; when the verdict was reached
-
-    @property
-    def label(self) -> str:
-        return {"validated": "validated", "checked": "checked without GPU", "failed": "failed"}[self.verdict]
-
-    def failed_checks(self) -> tuple[CheckRecord, ...]:
-        return tuple(c for c in self.checks if c.status not in ("pass", "skip"))
-
-    def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["checks"] = [asdict(c) for c in self.checks]
-        data["metrics"] = dict(self.metrics)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verification:
-        return cls(
-            **{
-                **data,
-                "checks": tuple(CheckRecord(**c) for c in data["checks"]),
-                "metrics": dict(data.get("metrics") or {}),
-            }
-        )
 
 
 def verdict_of(
@@ -328,7 +256,7 @@ class Harness:
             image,
             command=command,
             host_config=host_config,
-            labels={VERIFY_LABEL: self.run_id, **labels},
+            labels={naming.VERIFY_RUN_LABEL: self.run_id, **labels},
             environment={"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp", **gpu_env},
             network_disabled=True,
         )
@@ -344,8 +272,7 @@ class Harness:
 
     def verify(self, target: Target) -> Verification:
         result = self._verify(target)
-        finished = datetime.now(tz=timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        return replace(result, finished_at=finished)
+        return replace(result, finished_at=timestamp())
 
     def _verify(self, target: Target) -> Verification:
         started = time.monotonic()
@@ -355,13 +282,11 @@ class Harness:
             except ImageNotFound:
                 return self._failed(target, started, f"image {target.image} not found; build it first")
             labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
-            script = labels.get(f"{LABEL_PREFIX}check-script")
+            script = labels.get(naming.CHECK_SCRIPT_LABEL)
             inject = not script
             script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else str(script)
             command = ["python3", script_path, *check_arguments(labels, self.gpus)]
-            with self._container(
-                target.image, command, {f"{LABEL_PREFIX}target": target.name}, inject
-            ) as cid:
+            with self._container(target.image, command, {naming.TARGET_LABEL: target.name}, inject) as cid:
                 return self._run(target, cid, started)
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
@@ -445,3 +370,54 @@ def verify_all(
     finally:
         harness.remove_all()
     return results
+
+
+# -- a matrix's cells --------------------------------------------------------------------------------
+
+
+def targets_for(cells: Sequence[Cell], report: BuildReport) -> tuple[list[Target], list[tuple[str, str]]]:
+    """(images to verify, [(cell id, why it cannot be verified)]).
+
+    The images come from the build report (the image id each cell was built or skipped as), so
+    what is verified is exactly what the build produced.
+    """
+    by_id = {result.id: result for result in report.cells}
+    targets: list[Target] = []
+    missing: list[tuple[str, str]] = []
+    for cell in cells:
+        result = by_id.get(cell.id)
+        if result is None:
+            missing.append((cell.id, "not in the build report; run `imagekit build` first"))
+        elif result.status not in ("built", "skipped") or not result.image_id:
+            missing.append((cell.id, f"its build {result.status}; nothing to verify"))
+        else:
+            targets.append(Target(cell.id, result.image_id))
+    return targets, missing
+
+
+def verify_cells(
+    harness: Harness,
+    cells: Sequence[Cell],
+    store: ReportStore,
+    on_result: Callable[[Verification], None] = lambda _: None,
+) -> list[Verification]:
+    """Verify ``cells`` one after another, recording each verdict in the report as it comes:
+    an interrupted run leaves a whole report that says which cells were verified."""
+    report = store.require()
+    targets, missing = targets_for(cells, report)
+    results = [
+        Verification(cell_id, "-", harness.gpus.text, "failed", harness.gpus.requested, False, (), 0.0, why)
+        for cell_id, why in missing
+    ]
+    for result in results:
+        report = report.with_verification(result.target, result)
+        on_result(result)
+    store.save(report)
+
+    def record(result: Verification) -> None:
+        nonlocal report
+        report = report.with_verification(result.target, result)
+        store.save(report)
+        on_result(result)
+
+    return results + verify_all(harness, targets, on_result=record)

@@ -11,15 +11,15 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import pytest
+import yaml
 from docker.errors import APIError, ImageNotFound
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -162,30 +162,53 @@ def project(tmp_path: Path, busybox: str) -> Iterator[Project]:
     yield Project(tmp_path, name)
 
 
-def write_matrix(project: Project, body: str, *, test_id: str | None = None) -> None:
-    """The common head (templates, publish) plus ``body``; RUN_ID goes into every cell's env.
+def busybox_base(
+    name: str = "busybox", image: str = BUSYBOX, build: str | None = None
+) -> dict[str, dict[str, object]]:
+    """A `bases` entry on the busybox test image (or ``image``); ``build`` names a local context."""
+    spec: dict[str, object] = {"image": image, "os": "debian12", "python": "3.11", "cuda": False}
+    if build:
+        spec["build"] = {"context": build}
+    return {name: spec}
 
-    An include's ``env`` replaces the default one, so bodies write ``RUN_ID: RUNID`` there too.
+
+def write_cells(
+    project: Project,
+    torch: Sequence[str] = ("2.1",),
+    *,
+    steer: Mapping[str, Mapping[str, str]] | None = None,
+    bases: Mapping[str, Mapping[str, object]] | None = None,
+    base_axis: Sequence[str] | None = None,
+    publish: Mapping[str, object] | None = None,
+    extra: Mapping[str, object] | None = None,
+    test_id: str | None = None,
+) -> None:
+    """A test matrix on the test template: the torch axis, and what steers each cell's build.
+
+    ``steer`` maps a torch value (or "*" for every cell) to the environment the template reads:
+    FAIL=1 fails a step, SLEEP=N sleeps in one, HANG=1 makes the image's check hang; any other
+    variable just changes the cell's inputs. RUN_ID (every test's own layers) is always set.
     """
     run = test_id or uuid.uuid4().hex[:8]
-    body = body.replace("RUNID", f'"{run}"')
-    head = f"""\
-        version: 1
-        templates: templates
-        publish:
-          repository: {project.repository}
-          tags: {{readable: "{{base}}-{{torch}}"}}
-        defaults:
-          env: {{RUN_ID: "{run}"}}
-        """
-    (project.root / "matrix.yaml").write_text(textwrap.dedent(head) + textwrap.dedent(body))
-
-
-def busybox_base(name: str = "busybox", image: str = BUSYBOX, build: str | None = None) -> str:
-    lines = [f"  {name}:", f"    image: {image}", "    os: debian12", '    python: "3.11"', "    cuda: false"]
-    if build:
-        lines.append(f"    build: {{context: {build}}}")
-    return "\n".join(lines) + "\n"
+    document: dict[str, object] = {
+        "version": 1,
+        "templates": "templates",
+        "publish": {
+            "repository": project.repository,
+            "tags": {"readable": "{base}-{torch}"},
+            **(publish or {}),
+        },
+        "defaults": {"env": {"RUN_ID": run}},
+        "axes": {"torch": list(torch), **({"base": list(base_axis)} if base_axis else {})},
+        "bases": dict(bases or busybox_base()),
+        **(extra or {}),
+    }
+    if steer:
+        document["include"] = [
+            {**({} if key == "*" else {"torch": key}), "env": {**env, "RUN_ID": run}}
+            for key, env in steer.items()
+        ]
+    (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 class SocketProxy:

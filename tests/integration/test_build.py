@@ -19,7 +19,7 @@ from tests.integration.conftest import (
     Project,
     SocketProxy,
     busybox_base,
-    write_matrix,
+    write_cells,
 )
 from tests.integration.registry_server import LocalRegistry
 
@@ -61,14 +61,11 @@ def test_build_skip_force_only_labels_tags(project: Project, api: docker.APIClie
     (project.root / "local").mkdir()
     (project.root / "local" / "Dockerfile").write_text(f"FROM {BUSYBOX}\nRUN echo local > /etc/local-base\n")
     local_image = f"{project.repository}-base:dev"
-    write_matrix(
+    write_cells(
         project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2"]
-  base: [busybox, local]
-bases:
-{busybox_base()}{busybox_base("local", local_image, build="local")}""",
+        ["2.1", "2.2"],
+        base_axis=["busybox", "local"],
+        bases={**busybox_base(), **busybox_base("local", local_image, build="local")},
     )
     planned = json.loads(project.run("plan", "--matrix", "matrix.yaml", "--json").stdout)["cells"]
 
@@ -126,17 +123,7 @@ bases:
 
 
 def test_failure_isolation_and_report(project: Project, api: docker.APIClient) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2", "2.3"]
-include:
-  - torch: "2.2"
-    env: {{FAIL: "1", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, ["2.1", "2.2", "2.3"], steer={"2.2": {"FAIL": "1"}})
     result = project.build("--jobs", "2")
     assert result.returncode == 1
     report = project.report()
@@ -159,17 +146,7 @@ bases:
 
 
 def test_fail_fast_cancels_the_rest(project: Project) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2", "2.3"]
-include:
-  - torch: "2.1"
-    env: {{FAIL: "1", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, ["2.1", "2.2", "2.3"], steer={"2.1": {"FAIL": "1"}})
     result = project.build("--jobs", "1", "--fail-fast")
     assert result.returncode == 1
     statuses = {k: v["status"] for k, v in project.report().items()}
@@ -178,16 +155,7 @@ bases:
 
 
 def test_parallel_builds_overlap(project: Project) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2"]
-defaults:
-  env: {{SLEEP: "3", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""".replace("defaults:\n  env: {SLEEP", "include:\n  - env: {SLEEP"),
-    )
+    write_cells(project, ["2.1", "2.2"], steer={"*": {"SLEEP": "3"}})
     result = project.build("--jobs", "2")
     assert result.returncode == 0, result.stderr
     events = [
@@ -206,14 +174,10 @@ def test_local_bases_build_in_dependency_order(project: Project, api: docker.API
     for name, parent in (("inner", BUSYBOX), ("outer", inner)):
         (project.root / name).mkdir()
         (project.root / name / "Dockerfile").write_text(f"FROM {parent}\nRUN echo {name} >> /etc/layers\n")
-    write_matrix(
+    write_cells(
         project,
-        f"""\
-axes:
-  torch: ["2.1"]
-  base: [outer, inner]
-bases:
-{busybox_base("outer", outer, build="outer")}{busybox_base("inner", inner, build="inner")}""",
+        base_axis=["outer", "inner"],
+        bases={**busybox_base("outer", outer, build="outer"), **busybox_base("inner", inner, build="inner")},
     )
     result = project.build("--jobs", "3")
     assert result.returncode == 0, result.stderr
@@ -231,16 +195,7 @@ bases:
 
 
 def test_ctrl_c_cancels_and_tags_nothing_unfinished(project: Project, api: docker.APIClient) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2"]
-include:
-  - env: {{SLEEP: "60", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, ["2.1", "2.2"], steer={"*": {"SLEEP": "60"}})
     before = containers_now(api)
     process = project.popen_build("--jobs", "1")
     wait_for(process, "busybox-torch2.1.2-cpu-py3.11-devel: building")
@@ -258,16 +213,7 @@ bases:
 
 
 def test_timeout_fails_the_cell(project: Project, api: docker.APIClient) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1"]
-include:
-  - env: {{SLEEP: "60", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, steer={"*": {"SLEEP": "60"}})
     result = project.build("--timeout", "3")
     assert result.returncode == 1
     cell = project.report()["busybox-torch2.1.2-cpu-py3.11-devel"]
@@ -285,15 +231,10 @@ def test_mirror_mapping_and_pinned_base_digest(project: Project, api: docker.API
         for line in api.push(mirror_repo, tag="latest", stream=True, decode=True):
             assert "error" not in line, line
         api.remove_image(f"{mirror_repo}:latest")  # so the builder has to pull it from the mirror
-        write_matrix(
+        write_cells(
             project,
-            f"""\
-axes:
-  torch: ["2.1"]
-mirrors:
-  upstream.invalid/library: {registry.host}/imagekit-test-{RUN_ID}
-bases:
-{busybox_base(image="upstream.invalid/library/busybox:latest")}""",
+            bases=busybox_base(image="upstream.invalid/library/busybox:latest"),
+            extra={"mirrors": {"upstream.invalid/library": f"{registry.host}/imagekit-test-{RUN_ID}"}},
         )
         result = project.build("--pin-base-digests")
         assert result.returncode == 0, result.stderr
@@ -319,7 +260,7 @@ def cell_digest_ref(api: docker.APIClient, repository: str) -> str | None:
 
 
 def test_unreachable_engine_is_exit_3(project: Project) -> None:
-    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}')
+    write_cells(project)
     result = project.build(env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
@@ -330,16 +271,7 @@ def test_unreachable_engine_is_exit_3(project: Project) -> None:
 
 
 def test_engine_dying_mid_run_fails_the_rest(project: Project, api: docker.APIClient, tmp_path: Path) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2", "2.3"]
-include:
-  - env: {{SLEEP: "60", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, ["2.1", "2.2", "2.3"], steer={"*": {"SLEEP": "60"}})
     proxy = SocketProxy(tmp_path / "engine.sock")
     try:
         process = project.popen_build("--jobs", "1", env={"DOCKER_HOST": f"unix://{proxy.path}"})
@@ -357,9 +289,9 @@ bases:
 
 
 def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> None:
-    from imagekit.report import state_lock
+    from imagekit.store import state_lock
 
-    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}')
+    write_cells(project)
     with state_lock(project.root / ".imagekit"):
         result = project.build()
     assert result.returncode == 3

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import TEMPLATE, Project, write_matrix
+from tests.integration.conftest import TEMPLATE, Project, busybox_base, write_cells
 
 pytestmark = pytest.mark.integration
 
@@ -49,17 +49,12 @@ def run_cst(image: str, config: Path, report: Path) -> dict[str, bool]:
 
 def test_cst_config_against_a_built_image(project: Project, debian_python: str) -> None:
     (project.root / "templates" / "Dockerfile.j2").write_text(CST_TEMPLATE)
-    write_matrix(
+    write_cells(
         project,
-        f"""\
-        axes: {{torch: ["2.5.1"], cuda: [cpu], base: [deb], flavour: [runtime]}}
-        bases:
-          deb:
-            image: {debian_python}
-            os: debian12
-            python: "3.11"
-            cuda: false
-        """,
+        ["2.5.1"],
+        base_axis=["deb"],
+        bases=busybox_base("deb", debian_python),
+        extra={"defaults": {"cuda": "cpu", "flavour": "runtime"}},
     )
     built = project.build()
     assert built.returncode == 0, built.stderr

@@ -25,8 +25,8 @@ import docker
 import pytest
 from docker.errors import ImageNotFound
 
-from imagekit.report import state_lock
-from imagekit.verify import VERIFY_LABEL
+from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
+from imagekit.store import state_lock
 from tests.integration.conftest import (
     BUSYBOX,
     RUN_ID,
@@ -34,7 +34,7 @@ from tests.integration.conftest import (
     TEST_LABEL,
     Project,
     busybox_base,
-    write_matrix,
+    write_cells,
 )
 from tests.integration.private_engine import private_engine
 
@@ -126,19 +126,7 @@ def no_temporaries(directory: Path) -> list[Path]:
 
 
 def test_engine_killed_mid_build_then_the_next_run_builds_only_what_is_missing(project: Project) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2", "2.3"]
-include:
-  - torch: "2.2"
-    env: {{SLEEP: "10", RUN_ID: RUNID}}
-  - torch: "2.3"
-    env: {{SLEEP: "10", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, ["2.1", "2.2", "2.3"], steer={"2.2": {"SLEEP": "10"}, "2.3": {"SLEEP": "10"}})
     root = Path(tempfile.mkdtemp(prefix="ikf-", dir="/tmp"))
     try:
         with private_engine(root / "e", (BUSYBOX,)) as engine:
@@ -194,17 +182,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory, busybox: str) -> Project:
     (root / "templates").mkdir()
     (root / "templates" / "Dockerfile.j2").write_text(CHECK_TEMPLATE)
     project = Project(root, f"imagekit-test/faults-{RUN_ID}-{uuid.uuid4().hex[:6]}")
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1", "2.2"]
-include:
-  - torch: "2.2"
-    env: {{HANG: "1", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, ["2.1", "2.2"], steer={"2.2": {"HANG": "1"}})
     done = project.build()
     assert done.returncode == 0, done.stderr
     return project
@@ -297,7 +275,7 @@ def ended_by_signal(process: subprocess.Popen[str], signum: int, code: int, word
 def test_signal_during_render_keeps_the_old_files(
     project: Project, signum: int, code: int, word: str
 ) -> None:
-    write_matrix(project, f'axes:\n  torch: ["2.1", "2.2"]\nbases:\n{busybox_base()}')
+    write_cells(project, ["2.1", "2.2"])
     first = project.run("render", "--matrix", "matrix.yaml", "--out", "out")
     assert first.returncode == 0, first.stderr
     out = project.root / "out"
@@ -333,7 +311,7 @@ def test_signal_during_build_moves_no_tag_and_leaves_no_container(
     project: Project, api: docker.APIClient, signum: int, code: int, word: str
 ) -> None:
     test_id = uuid.uuid4().hex[:8]
-    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}', test_id=test_id)
+    write_cells(project, test_id=test_id)
     first = project.build()
     assert first.returncode == 0, first.stderr
     tag = f"{project.repository}:busybox-2.1.2"
@@ -341,16 +319,7 @@ def test_signal_during_build_moves_no_tag_and_leaves_no_container(
     assert old_image == project.report()[C21]["image_id"]
 
     # The same cell, changed (so it must be rebuilt), and slow.
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1"]
-include:
-  - env: {{SLEEP: "60", RUN_ID: "{test_id}", CHANGED: "1"}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, steer={"*": {"SLEEP": "60", "CHANGED": "1"}}, test_id=test_id)
     before = {str(c["Id"]) for c in api.containers(all=True)}
     process = project.popen_build()
     wait_for(process, f"{C21}: building")
@@ -402,16 +371,7 @@ def test_signal_during_verify_removes_the_check_container_and_keeps_the_verdicts
 
 
 def test_two_processes_on_one_working_directory(project: Project) -> None:
-    write_matrix(
-        project,
-        f"""\
-axes:
-  torch: ["2.1"]
-include:
-  - env: {{SLEEP: "6", RUN_ID: RUNID}}
-bases:
-{busybox_base()}""",
-    )
+    write_cells(project, steer={"*": {"SLEEP": "6"}})
     first = project.popen_build()
     wait_for(first, f"{C21}: building")
     second = project.build()
@@ -463,7 +423,7 @@ def fill(directory: Path) -> None:
 def test_report_disk_full_or_read_only_is_a_clear_error_and_keeps_the_old_report(
     project: Project, fault: str
 ) -> None:
-    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}')
+    write_cells(project)
     state = project.root / ".imagekit"
     with small_filesystem(state):
         first = project.build()
@@ -500,7 +460,7 @@ def test_a_context_symlink_pointing_outside_is_refused(
     else:
         (context / "etc").symlink_to("/etc", target_is_directory=True)
     image = f"{project.repository}-base:dev"
-    write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base("local", image, build="local")}')
+    write_cells(project, bases=busybox_base("local", image, build="local"))
     done = project.build()  # the context is only read (and refused) by the build; render never ships it
     assert done.returncode == 2, done.stderr
     assert "links outside" in done.stderr and "Traceback" not in done.stderr
@@ -517,9 +477,7 @@ def test_registry_down_in_the_middle_of_a_push(project: Project, api: docker.API
     registry = LocalRegistry().start()
     proxy = FlakyProxy(registry.host)
     try:
-        write_matrix(project, f'axes:\n  torch: ["2.1"]\nbases:\n{busybox_base()}')
-        path = project.root / "matrix.yaml"
-        path.write_text(path.read_text().replace("publish:\n", "publish:\n  policy: built\n", 1))
+        write_cells(project, publish={"policy": "built"})
         assert project.build().returncode == 0
         report_before = (project.root / ".imagekit" / "report.json").read_text()
 

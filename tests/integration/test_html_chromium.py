@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.html_report import COLOURS, render_html
-from tests.unit.html_fixtures import HOSTILE, sample_report
+from tests.unit.report_samples import HOSTILE, sample_report
 
 pytestmark = pytest.mark.integration
 

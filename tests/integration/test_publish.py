@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from imagekit.registry import ACCEPT
-from tests.integration.conftest import Project, busybox_base, write_matrix
+from tests.integration.conftest import Project, write_cells
 from tests.integration.registry_server import FlakyProxy, LocalRegistry, free_port
 
 pytestmark = pytest.mark.integration
@@ -43,11 +43,7 @@ def proxy(registry: LocalRegistry) -> Iterator[FlakyProxy]:
 
 def make_cells(project: Project, policy: str | None, torches: tuple[str, ...] = ("2.1", "2.2")) -> list[str]:
     """Write and build a matrix of busybox cells; returns the cell ids."""
-    versions = ", ".join(f'"{t}"' for t in torches)
-    write_matrix(project, f"axes:\n  torch: [{versions}]\nbases:\n{busybox_base()}")
-    if policy is not None:
-        path = project.root / "matrix.yaml"
-        path.write_text(path.read_text().replace("publish:\n", f"publish:\n  policy: {policy}\n", 1))
+    write_cells(project, torches, publish={"policy": policy} if policy else None)
     built = project.build()
     assert built.returncode == 0, built.stderr
     return sorted(project.report())
@@ -182,7 +178,9 @@ def test_push_promote_pull_back_list_tags_and_export(
 
     # A changed cell no longer matches its report entry: refused until rebuilt.
     path = project.root / "matrix.yaml"
-    path.write_text(path.read_text().replace('RUN_ID: "', 'RUN_ID: "changed-', 1))
+    document = yaml.safe_load(path.read_text())
+    document["defaults"]["env"]["RUN_ID"] = "changed-" + document["defaults"]["env"]["RUN_ID"]
+    path.write_text(yaml.safe_dump(document))
     stale = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
     assert stale.returncode == 1
     assert stale.stderr.count("built from other inputs") == 2

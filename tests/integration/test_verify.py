@@ -20,7 +20,7 @@ import junitparser
 import pytest
 
 from imagekit.contract import CHECK_SCRIPT_PATH, packaged_check_script
-from imagekit.verify import VERIFY_LABEL
+from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
 from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 from tests.integration.fake_gpu_engine import fake_gpu_engine
 

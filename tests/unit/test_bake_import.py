@@ -6,12 +6,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.build import image_repository
-from imagekit.cli import today
+from imagekit.clock import today
 from imagekit.export import bake_target_name
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
-from imagekit.report import read_report, write_report
+from imagekit.store import read_report, write_report
 from tests.conftest import REPO, run_cli
 
 MATRIX = REPO / "matrix.yaml"
@@ -65,8 +64,8 @@ def test_import_records_each_target_as_built_with_its_digest(tmp_path: Path) -> 
     plan = load_plan(MATRIX)
     rendered = {r.cell.id: r for r in Renderer(plan).render_all()}
     # the final tags publish promotes to, not bake's staging tag
-    repository = image_repository(plan)
-    assert first.tags == tuple(f"{repository}:{t}" for t in rendered[cells[0]].tags(plan.matrix, today()))
+    assert first.tags == rendered[cells[0]].names(plan.matrix.publish, today()).references()
+    assert first.tags[0] == f"{plan.repository}:{rendered[cells[0]].cell.readable_tag}"
     assert not any(":staging-" in t for t in first.tags)
     assert report.matrix == plan.source_name  # as `imagekit build` records it
     assert first.input_digest == rendered[cells[0]].input_digest

@@ -7,9 +7,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from imagekit.html_report import render_html
-from imagekit.report import write_report
+from imagekit.store import write_report
 from tests.conftest import run_cli
-from tests.unit.html_fixtures import HOSTILE, sample_report
+from tests.unit.report_samples import HOSTILE, sample_report
 
 
 class Collect(HTMLParser):

@@ -6,9 +6,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.report import read_report, write_report
+from imagekit.store import read_report, write_report
 from tests.conftest import run_cli
-from tests.unit.html_fixtures import sample_report
+from tests.unit.report_samples import sample_report
 
 
 def test_merge_takes_every_cell_once_and_the_newest_record(tmp_path: Path) -> None:

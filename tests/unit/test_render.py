@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.drift import dockerfile_path
 from imagekit.errors import InputError
 from imagekit.matrix import Plan, load_plan
-from imagekit.render import Renderer, dockerfile_path
+from imagekit.render import Renderer
 from tests.conftest import REPO, run_cli
 
 GOLDEN = REPO / "tests" / "golden"
@@ -275,7 +276,7 @@ def test_context_symlink_outside_is_refused(write_matrix: Callable[[str], Path],
 def test_tags(tmp_path: Path) -> None:
     plan = load_plan(REPO / "matrix.yaml")
     rendered = Renderer(plan).render(plan.cells[1])
-    tags = rendered.tags(plan.matrix, date(2026, 11, 29))
+    tags = rendered.names(plan.matrix.publish, date(2026, 11, 29)).tags
     assert tags == (
         "2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04",
         "2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04-20261129",

@@ -10,7 +10,8 @@ import pytest
 
 from imagekit.errors import InputError
 from imagekit.junit import write_junit
-from imagekit.verify import CheckRecord, GpuRequest, Verification, check_arguments, verdict_of
+from imagekit.store import CheckRecord, Verification
+from imagekit.verify import GpuRequest, check_arguments, verdict_of
 
 
 @pytest.mark.parametrize(

@@ -12,22 +12,26 @@ import pytest
 from docker.errors import ImageNotFound
 
 from imagekit import build as building
-from imagekit.build import (
-    BASE_DIGEST_LABEL,
-    CONTEXT_DIGEST_LABEL,
-    INPUT_DIGEST_LABEL,
-    Builder,
-    BuildOptions,
-    Job,
-    parse_mapping,
-)
+from imagekit.build import Builder, BuildOptions
+from imagekit.cli.app import parse_mapping
+from imagekit.context import local_base_digest
 from imagekit.errors import InputError
+from imagekit.jobs import Job
 from imagekit.matrix import Plan
+from imagekit.naming import BASE_DIGEST_LABEL, CONTEXT_DIGEST_LABEL, INPUT_DIGEST_LABEL
 from imagekit.progress import PlainProgress
-from imagekit.render import Renderer, local_base_digest
-from imagekit.report import BuildReport, CellResult, read_report, write_report
-from imagekit.verify import CheckRecord, Verification
-from tests.unit.test_build_pure import TODAY, write_project
+from imagekit.render import RenderedCell, Renderer
+from imagekit.store import (
+    BuildReport,
+    CellResult,
+    CheckRecord,
+    ReportStore,
+    Verification,
+    read_previous,
+    read_report,
+    write_report,
+)
+from tests.unit.projects import TODAY, write_project
 
 PROJECT = {"deb": "FROM busybox:latest\nRUN echo deb\n"}
 
@@ -68,8 +72,9 @@ def plan(tmp_path: Path) -> Plan:
 
 
 def builder(plan: Plan, api: FakeApi, state: Path, jobs: int = 1) -> Builder:
-    options = BuildOptions(state_dir=state, today=TODAY, jobs=jobs)
-    return Builder(api, plan, options, PlainProgress(io.StringIO()))  # type: ignore[arg-type]
+    options = BuildOptions(today=TODAY, jobs=jobs)
+    store = ReportStore(state, read_previous(state))
+    return Builder(api, plan, options, PlainProgress(io.StringIO()), store)  # type: ignore[arg-type]
 
 
 def test_an_input_error_in_a_job_fails_that_cell_with_its_message(
@@ -78,7 +83,7 @@ def test_an_input_error_in_a_job_fails_that_cell_with_its_message(
     def unreadable(rendered: object) -> IO[bytes]:
         raise InputError("cannot read wheel.whl for the build context: Permission denied")
 
-    monkeypatch.setattr(building, "cell_context", unreadable)
+    monkeypatch.setattr(RenderedCell, "context_tar", unreadable)
     outcome = builder(plan, FakeApi(plan), tmp_path / "state").run(plan.cells)
     (cell,) = outcome.report.cells
     assert cell.status == "failed"
@@ -108,7 +113,7 @@ def test_a_workers_bug_stops_the_other_builds_before_it_propagates(
             raise RuntimeError("a bug")
         started.set()
         saw_cancel.append(self.state.cancel.wait(5))
-        return building._result(job.name, job.kind, "cancelled", job.base_reference, error="stopped")
+        return job.result("cancelled", error="stopped")
 
     monkeypatch.setattr(Builder, "_run_job", job)
     jobs = [Job("slow", "cell", (), "b"), Job("broken", "cell", (), "b")]
@@ -138,7 +143,9 @@ def test_a_skipped_cell_reports_the_base_it_was_built_from(plan: Plan, tmp_path:
 
 def previous(plan: Plan, state: Path, image_id: str) -> None:
     cell = plan.cells[0]
-    result = building._result(cell.id, "cell", "built", cell.base_image, image_id=image_id)
+    result = CellResult(
+        id=cell.id, kind="cell", status="built", base_image=cell.base_image, image_id=image_id
+    )
     checks = (CheckRecord("torch_version", "pass", True),)
     verified = Verification(cell.id, image_id, "none", "checked", False, False, checks, 1.0)
     report = BuildReport("m", "2024-05-17T00:00:00+00:00", 1.0, "e", (result,), ())
@@ -160,9 +167,8 @@ def test_a_skipped_cell_keeps_the_verification_of_the_same_image(
     assert read_report(state).cells[0].verification is not None  # run() writes nothing itself
 
 
-def test_labels_under_imagekit_are_refused() -> None:
-    with pytest.raises(InputError, match="imagekit's own"):
-        parse_mapping(["team=ml", "imagekit.input-digest=forged"], "--label")
+def test_mappings_parse_any_key() -> None:
+    # --label refuses imagekit.* keys itself (test_build_verify_exits_1_...); a mirror may use any
     assert parse_mapping(["imagekit.x=y"], "--mirror") == (("imagekit.x", "y"),)
 
 
@@ -175,11 +181,13 @@ def no_engine_address(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_build_verify_exits_1_when_a_verification_failed(
     plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagekit import cli, engine
+    from imagekit import engine
     from tests.conftest import run_cli
 
     cell = plan.cells[0]
-    built = building._result(cell.id, "cell", "built", cell.base_image, image_id="sha256:new")
+    built = CellResult(
+        id=cell.id, kind="cell", status="built", base_image=cell.base_image, image_id="sha256:new"
+    )
     report = BuildReport("m", "2024-05-17T00:00:00+00:00", 1.0, "e", (built,), ())
     monkeypatch.setattr(engine, "connect", lambda **_: object())
     monkeypatch.setattr(Builder, "run", lambda self, cells: building.BuildOutcome(report, False))
@@ -188,7 +196,7 @@ def test_build_verify_exits_1_when_a_verification_failed(
     def verify_cells(*args: Any, **kwargs: Any) -> list[Verification]:
         return [Verification(cell.id, "sha256:new", "all", verdicts[0], True, True, (), 1.0)]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cli, "_verify_cells", verify_cells)
+    monkeypatch.setattr(building, "verify_cells", verify_cells)
     matrix = str(plan.root / "matrix.yaml")
     for verdict, code in (("failed", 1), ("validated", 0)):
         verdicts[:] = [verdict]

@@ -13,9 +13,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from imagekit.drift import expected_files, output_dir, write_rendered
 from imagekit.errors import ImagekitError
 from imagekit.matrix import load_plan
-from imagekit.render import Renderer, expected_files, output_dir, write_rendered
+from imagekit.render import Renderer
 
 KEYS = [
     "version", "axes", "bases", "include", "exclude", "publish", "templates", "output", "sources",

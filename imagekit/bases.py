@@ -1,0 +1,92 @@
+"""Base images: where each cell's base comes from (mirrors), that it is in the engine, its digest.
+
+Pulled bases are resolved once per run before any build: mirrored (a site mirror, or a tag deleted
+upstream), pulled with retries when the engine lacks them, and recorded by digest so a later run
+can pin ``FROM name@sha256:...`` to exactly what an earlier one used.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import docker
+import requests
+from docker.errors import APIError
+
+from imagekit.engine import alive, inspect_image, is_engine_failure, pull, repo_digest, unreachable
+from imagekit.errors import InputError, one_line
+from imagekit.matrix import LocalBase
+from imagekit.naming import split_reference
+from imagekit.store import BuildReport
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+def apply_mirrors(ref: str, mirrors: tuple[tuple[str, str], ...]) -> str:
+    """Replace the longest matching name prefix (at a path, tag or digest boundary)."""
+    name, _ = split_reference(ref)
+    best: tuple[str, str] | None = None
+    for source, target in mirrors:
+        if (name == source or name.startswith(source + "/")) and (best is None or len(source) > len(best[0])):
+            best = (source, target)
+    if best is None:
+        return ref
+    return best[1] + ref[len(best[0]) :]
+
+
+@dataclass(frozen=True)
+class ResolvedBase:
+    reference: str  # after mirroring, before pinning: what the report records
+    build_from: str  # what the Dockerfile's FROM says (pinned when asked)
+    digest: str | None  # name@sha256:... or the image id
+    error: str | None
+
+
+def recorded_digests(previous: BuildReport | None) -> dict[str, str]:
+    """base reference -> repo digest from the previous report, for reproducible pinning."""
+    if previous is None:
+        return {}
+    return {
+        r.base_image: r.base_digest for r in previous.cells if r.base_digest and "@sha256:" in r.base_digest
+    }
+
+
+def resolve_base(
+    api: docker.APIClient, reference: str, pin: bool, recorded: Mapping[str, str], log: Callable[[str], None]
+) -> ResolvedBase:
+    """Make sure the base is in the engine (pulling with retries) and learn its digest."""
+    wanted = recorded.get(reference) if pin else None
+    target = wanted or reference
+    try:
+        image = inspect_image(api, target)
+        if image is None:
+            log(f"pulling {target}")
+            pull(api, target)
+            image = inspect_image(api, target)
+        if image is None:
+            return ResolvedBase(reference, reference, None, f"{target} is not in the engine after pulling it")
+    except (APIError, requests.RequestException, OSError) as exc:
+        if is_engine_failure(exc) and not alive(api):
+            raise unreachable(exc) from None
+        return ResolvedBase(reference, reference, None, f"cannot pull base {target}: {one_line(exc)}")
+    digest = wanted or repo_digest(image, reference)
+    if pin and digest is None:
+        log(f"{reference} has no registry digest (a local image); built from its name, not pinned")
+    return ResolvedBase(
+        reference=reference,
+        build_from=digest if pin and digest else reference,
+        digest=digest or str(image["Id"]),
+        error=None,
+    )
+
+
+def local_base_froms(base: LocalBase) -> tuple[str, ...]:
+    try:
+        text = (base.context / base.dockerfile).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(
+            f"base {base.name}: cannot read {base.context / base.dockerfile}: {exc.strerror}"
+        ) from None
+    return tuple(_FROM.findall(text))

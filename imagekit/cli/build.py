@@ -1,0 +1,251 @@
+"""Commands that build and verify images and show the result: build, verify, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from imagekit.cli.app import (
+    DEFAULT_MATRIX,
+    DEFAULT_STATE_DIR,
+    GpusOption,
+    JsonOption,
+    MatrixOption,
+    OnlyOption,
+    StateDirOption,
+    VerifyTimeoutOption,
+    app,
+    parse_mapping,
+    reports_errors,
+    say,
+    select_cells,
+)
+from imagekit.clock import today
+from imagekit.errors import ExitCode, InputError
+from imagekit.naming import LABEL_PREFIX
+
+if TYPE_CHECKING:
+    import docker
+
+    from imagekit.store import Verification
+    from imagekit.verify import Harness
+
+
+def _echo_verification(result: Verification) -> None:
+    line = f"{result.label:<20} {result.target}"
+    if result.verdict == "failed":
+        failed = result.failed_checks()
+        reason = result.error or "; ".join(
+            f"{c.name}: {c.cause or c.reason or 'failed'}" + (f" (fix: {c.fix})" if c.fix else "")
+            for c in failed[:3]
+        )
+        line += f": {reason}"
+    typer.echo(line)
+
+
+def _harness(api: docker.APIClient, gpus: str, timeout: float, memory: str, logs: Path | None) -> Harness:
+    from imagekit.verify import GpuRequest, Harness, Limits
+
+    return Harness(api, GpuRequest.parse(gpus), Limits(timeout_s=timeout, memory=memory), logs_dir=logs)
+
+
+@app.command()
+@reports_errors
+def build(
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    only: OnlyOption = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Builds running at once.")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild cells whose image is up to date.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=1, help="Seconds one image may take to build.")
+    ] = None,
+    fail_fast: Annotated[
+        bool, typer.Option("--fail-fast", help="Stop every build at the first failure.")
+    ] = False,
+    pin_base_digests: Annotated[
+        bool,
+        typer.Option(
+            "--pin-base-digests",
+            help="Build FROM image@sha256:... (the previous report's digest, else the engine's).",
+        ),
+    ] = False,
+    mirror: Annotated[
+        list[str] | None,
+        typer.Option("--mirror", help="SRC=DST base image prefix mapping; overrides the matrix's `mirrors`."),
+    ] = None,
+    cache_from: Annotated[
+        bool, typer.Option("--cache-from/--no-cache-from", help="Reuse the last published image's layers.")
+    ] = True,
+    network: Annotated[
+        str | None, typer.Option("--network", help="Network mode of RUN steps (default: the engine's).")
+    ] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="KEY=VALUE label added to every image (repeatable).")
+    ] = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    as_json: JsonOption = False,
+    then_verify: Annotated[
+        bool, typer.Option("--verify", help="Verify the built cells afterwards (see `imagekit verify`).")
+    ] = False,
+    gpus: GpusOption = "all",
+    verify_timeout: VerifyTimeoutOption = 900.0,
+) -> None:
+    """Build every cell (local bases first) on the Docker engine at DOCKER_HOST and write a report.
+
+    Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
+    """
+    from imagekit.build import Builder, BuildOptions, build_and_verify
+    from imagekit.engine import connect
+    from imagekit.progress import make_progress
+    from imagekit.report_text import summary_line
+    from imagekit.store import open_store
+
+    extra_labels = parse_mapping(label or [], "--label")
+    for key, _ in extra_labels:
+        if key.startswith(LABEL_PREFIX):
+            raise InputError(
+                f"--label {key}: labels under {LABEL_PREFIX}* are imagekit's own (what it checks,"
+                " skips and publishes by); choose another key"
+            )
+    the_plan, cells = select_cells(matrix, only)
+    options = BuildOptions(
+        today=today(),
+        jobs=jobs,
+        force=force,
+        timeout_s=timeout,
+        fail_fast=fail_fast,
+        pin_base_digests=pin_base_digests,
+        mirrors=parse_mapping(mirror or [], "--mirror"),
+        cache_from=cache_from,
+        network_mode=network,
+        extra_labels=extra_labels,
+    )
+    api = connect(pool_size=jobs + 8)
+    with open_store(state_dir) as store:
+        progress = make_progress(live=sys.stderr.isatty() and not as_json)
+        harness = _harness(api, gpus, verify_timeout, "16g", store.logs) if then_verify else None
+        try:
+            outcome = build_and_verify(
+                Builder(api, the_plan, options, progress, store), cells, store, harness, _echo_verification
+            )
+        finally:
+            progress.close()
+    if as_json:
+        typer.echo(store.path.read_text(encoding="utf-8"), nl=False)
+    typer.echo(f"imagekit: {summary_line(outcome.report)}; report: {store.path}", err=True)
+    if outcome.interrupted:
+        say("error", "interrupted; finished images are kept, unfinished ones carry no tag")
+        raise typer.Exit(130)
+    for result in (*outcome.report.bases, *outcome.report.cells):
+        if result.status in ("failed", "cancelled"):
+            say(result.status, f"{result.id}: {result.error} (log: {result.log})")
+    if outcome.failed:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+@app.command()
+@reports_errors
+def report(
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="GitHub-flavoured Markdown (for $GITHUB_STEP_SUMMARY).")
+    ] = False,
+    as_json: JsonOption = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write one self-contained HTML page of the report here.", dir_okay=False
+        ),
+    ] = None,
+) -> None:
+    """Print the last build's report as a table; exit 1 when a cell failed.
+
+    Example: imagekit report --markdown >> "$GITHUB_STEP_SUMMARY"
+    Example: imagekit report --html site/index.html
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from imagekit import report_text
+    from imagekit.store import read_report
+
+    the_report = read_report(state_dir)
+    if html is not None:
+        from imagekit.atomic import atomic_write
+        from imagekit.html_report import render_html
+
+        atomic_write(html, render_html(the_report))
+        typer.echo(f"imagekit: HTML report: {html}", err=True)
+    if as_json:
+        typer.echo(json.dumps(the_report.as_json(), indent=2, sort_keys=True))
+    elif markdown:
+        typer.echo(report_text.markdown(the_report), nl=False)
+    else:
+        table = Table(box=None, header_style="bold")
+        for header in report_text.ROW_HEADERS:
+            table.add_column(header, overflow="fold")
+        for row in report_text.rows(the_report):
+            table.add_row(*row)
+        console = Console(width=None if sys.stdout.isatty() else 200)
+        console.print(table)
+        console.print(report_text.summary_line(the_report))
+    if the_report.failed:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+@app.command()
+@reports_errors
+def verify(
+    images: Annotated[
+        list[str] | None,
+        typer.Argument(help="Images to verify instead of a matrix's cells.", show_default=False),
+    ] = None,
+    matrix: Annotated[
+        Path | None, typer.Option("--matrix", "-m", help="Verify this matrix's built cells.", dir_okay=False)
+    ] = None,
+    only: OnlyOption = None,
+    gpus: GpusOption = "all",
+    timeout: VerifyTimeoutOption = 900.0,
+    memory: Annotated[str, typer.Option("--memory", help="Memory limit of a check container.")] = "16g",
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML here (one test case per check).")
+    ] = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    as_json: JsonOption = False,
+) -> None:
+    """Start each image with --gpus and run its in-image checks; validated needs a visible GPU.
+
+    Example: imagekit verify --matrix matrix.yaml --gpus all --junit verify.xml
+    Example: imagekit verify 2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04 --gpus none
+    """
+    from imagekit.engine import connect
+    from imagekit.junit import write_junit
+    from imagekit.store import open_store
+    from imagekit.verify import Target, verify_all, verify_cells
+
+    if images and matrix is not None:
+        raise InputError("give images or --matrix, not both")
+    if images:
+        harness = _harness(connect(), gpus, timeout, memory, None)
+        results = verify_all(harness, [Target(i, i) for i in images], on_result=_echo_verification)
+    else:
+        _, cells = select_cells(matrix or DEFAULT_MATRIX, only)
+        api = connect()
+        with open_store(state_dir) as store:
+            harness = _harness(api, gpus, timeout, memory, store.logs)
+            results = verify_cells(harness, cells, store, on_result=_echo_verification)
+    if junit is not None:
+        write_junit(junit, results)
+    if as_json:
+        typer.echo(json.dumps([r.as_json() for r in results], indent=2, sort_keys=True))
+    counts = {
+        label: sum(1 for r in results if r.label == label)
+        for label in ("validated", "checked without GPU", "failed")
+    }
+    typer.echo("imagekit: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n), err=True)
+    if counts["failed"]:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))

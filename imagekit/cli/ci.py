@@ -1,0 +1,87 @@
+"""Commands that join imagekit to other CI engines: bake-import, merge-reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagekit.cli.app import (
+    DEFAULT_MATRIX,
+    DEFAULT_STATE_DIR,
+    JsonOption,
+    MatrixOption,
+    StateDirOption,
+    app,
+    load_plan,
+    reports_errors,
+    say,
+)
+from imagekit.clock import today
+from imagekit.errors import InputError
+
+
+@app.command("bake-import")
+@reports_errors
+def bake_import(
+    metadata_file: Annotated[
+        Path, typer.Option("--metadata-file", help="The file `docker buildx bake --metadata-file` wrote.")
+    ],
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    as_json: JsonOption = False,
+) -> None:
+    """Record the image digests a bake run produced in the report (status built), cell by cell.
+
+    Example: imagekit bake-import --metadata-file bake-metadata.json && imagekit report
+    """
+    from imagekit import bake_import as importer
+    from imagekit.render import Renderer
+    from imagekit.store import open_store
+
+    the_plan = load_plan(matrix)
+    targets = importer.read_metadata(metadata_file)
+    rendered = Renderer(the_plan).render_all()
+    results, unknown = importer.results_from_bake(targets, rendered, the_plan.matrix.publish, today())
+    if not results:
+        raise InputError(f"{metadata_file}: no target is a cell of {matrix}: {', '.join(unknown)}")
+    with open_store(state_dir) as store:
+        path = store.save(importer.merge(store.previous, results, the_plan.source_name))
+    for name in unknown:
+        say("warning", f"bake target {name} is no cell of {matrix}; not recorded")
+    if as_json:
+        typer.echo(json.dumps(importer.as_json(results, unknown), indent=2, sort_keys=True))
+    else:
+        for result in results:
+            typer.echo(f"{result.id:<50} {result.image_digest}")
+    typer.echo(f"imagekit: {len(results)} cells recorded as built in {path}", err=True)
+
+
+@app.command("merge-reports")
+@reports_errors
+def merge_reports(
+    sources: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Directories holding a report.json (e.g. downloaded CI artifacts).", show_default=False
+        ),
+    ],
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    as_json: JsonOption = False,
+) -> None:
+    """Merge the reports of per-cell CI jobs into STATE_DIR/report.json (for report and publish).
+
+    Example: imagekit merge-reports --state-dir .imagekit cells/*
+    """
+    from imagekit.merge_reports import merge_reports as merge
+    from imagekit.report_text import summary_line
+    from imagekit.store import open_store, read_report
+
+    merged = merge([read_report(source) for source in sources])
+    with open_store(state_dir) as store:
+        path = store.save(merged)
+    if as_json:
+        typer.echo(json.dumps(merged.as_json(), indent=2, sort_keys=True))
+    typer.echo(f"imagekit: merged {len(sources)} reports: {summary_line(merged)}; report: {path}", err=True)

@@ -1,0 +1,175 @@
+"""Commands that read the matrix and write no image: plan, render, schema, matrix (exports)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from imagekit.cli.app import (
+    DEFAULT_MATRIX,
+    JsonOption,
+    MatrixOption,
+    OnlyOption,
+    app,
+    load_plan,
+    reports_errors,
+    select_cells,
+)
+from imagekit.clock import today
+from imagekit.errors import InputError
+from imagekit.export_format import ExportFormat
+
+
+@app.command()
+@reports_errors
+def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> None:
+    """List the cells the matrix makes and the combinations it refuses, with reasons.
+
+    Example: imagekit plan --matrix matrix.yaml --json | jq '.cells[].id'
+    """
+    from imagekit.drift import dockerfile_path, output_dir
+    from imagekit.render import Renderer
+
+    the_plan = load_plan(matrix)
+    out = output_dir(the_plan, None)
+    day = today()
+    cells = []
+    for item in Renderer(the_plan).render_all():
+        entry: dict[str, Any] = item.cell.summary()
+        entry["tags"] = list(item.names(the_plan.matrix.publish, day).tags)
+        entry["input_digest"] = item.input_digest
+        entry["dockerfile"] = str(dockerfile_path(out, item.cell))
+        cells.append(entry)
+    refused = [
+        {"combination": dict(r.combination), "origin": r.origin, "reason": r.reason} for r in the_plan.refused
+    ]
+    if as_json:
+        typer.echo(json.dumps({"cells": cells, "refused": refused}, indent=2, sort_keys=True))
+        return
+    columns = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
+    rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(columns)]
+    typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(columns, widths, strict=True)).rstrip())
+    for row, cell in zip(rows, cells, strict=True):
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        typer.echo(f"    tags: {', '.join(cell['tags'])}")
+    typer.echo(f"\n{len(cells)} cells, {len(refused)} refused")
+    for refusal in the_plan.refused:
+        typer.echo(f"  refused {refusal.describe()}")
+
+
+@app.command()
+@reports_errors
+def render(
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the Dockerfiles (default: the matrix's `output`).", file_okay=False),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 when a file differs (CI drift check).")
+    ] = False,
+    cst: Annotated[
+        Path | None,
+        typer.Option(
+            "--cst", help="Also write a container-structure-test config per cell here.", file_okay=False
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Render one Dockerfile per cell to OUT/<cell-id>/Dockerfile.
+
+    Example: imagekit render --matrix matrix.yaml --check
+    Example: imagekit render --matrix matrix.yaml --cst cst/   # then: container-structure-test test
+    --image IMAGE --config cst/<cell-id>.yaml
+    """
+    from imagekit.drift import check_drift, expected_files, output_dir, raise_on_drift, write_rendered
+    from imagekit.render import Renderer
+
+    if cst is not None and check:
+        raise InputError("--cst writes files; run it without --check")
+    the_plan = load_plan(matrix)
+    target = output_dir(the_plan, out)
+    # Everything is rendered (and so validated) before the first file is touched.
+    expected = expected_files(the_plan, Renderer(the_plan), target)
+    drift = check_drift(expected, target) if check else write_rendered(expected, target)
+    if as_json:
+        document = {
+            "out": str(target),
+            "dockerfiles": len(expected),
+            "check": check,
+            "changed": [str(p) for p in drift.changed],
+            "missing": [str(p) for p in drift.missing],
+            "stale": [str(p) for p in drift.stale],
+        }
+        typer.echo(json.dumps(document, indent=2))
+    if check:
+        raise_on_drift(drift, matrix.name)
+        if not as_json:
+            typer.echo(f"{len(expected)} Dockerfiles in {target} are up to date")
+        return
+    if cst is not None:
+        from imagekit.cst import write_cst
+
+        written = write_cst(the_plan.cells, cst)
+        if not as_json:
+            typer.echo(f"{len(written)} container-structure-test configs in {cst}")
+    if not as_json:
+        typer.echo(
+            f"{len(expected)} Dockerfiles in {target}: {len(drift.changed)} updated,"
+            f" {len(drift.missing)} added, {len(drift.stale)} stale removed"
+        )
+
+
+@app.command()
+def schema() -> None:
+    """Print the matrix file's JSON Schema (for editors and validators)."""
+    from imagekit.schema import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+
+@app.command("matrix")
+@reports_errors
+def matrix_export(
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    output_format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            help="github: one line for strategy.matrix; json: every cell in full; bake: a buildx bake file.",
+        ),
+    ] = ExportFormat.JSON,
+    only: OnlyOption = None,
+    context_dir: Annotated[
+        Path,
+        typer.Option(
+            "--context-dir", help="bake: where each cell's build context is written.", file_okay=False
+        ),
+    ] = Path(".imagekit/bake"),
+) -> None:
+    """Export the cells for another engine: GitHub Actions, plain JSON or docker buildx bake.
+
+    Example: echo "cells=$(imagekit matrix --matrix matrix.yaml --format github)" >> "$GITHUB_OUTPUT"
+    Example: imagekit matrix --format bake --context-dir .imagekit/bake > bake.json
+    && docker buildx bake -f bake.json --load --metadata-file bake-metadata.json
+    && imagekit bake-import --metadata-file bake-metadata.json && imagekit verify && imagekit publish
+    """
+    from imagekit import export
+    from imagekit.render import Renderer
+
+    the_plan, cells = select_cells(matrix, only)
+    if output_format is ExportFormat.GITHUB:
+        typer.echo(json.dumps(export.github_matrix(cells), separators=(",", ":")))
+        return
+    rendered = Renderer(the_plan).render_all(cells)
+    if output_format is ExportFormat.JSON:
+        typer.echo(json.dumps(export.json_export(the_plan, rendered, today()), indent=2, sort_keys=True))
+        return
+    contexts = export.materialise_contexts(rendered, context_dir)
+    typer.echo(json.dumps(export.bake_file(the_plan, rendered, context_dir), indent=2, sort_keys=True))
+    typer.echo(f"imagekit: {len(contexts)} build contexts in {context_dir}", err=True)

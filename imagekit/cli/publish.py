@@ -1,0 +1,223 @@
+"""Commands that publish and hand images on: publish, images, k8s."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from imagekit.cli.app import (
+    DEFAULT_LOCK,
+    DEFAULT_MATRIX,
+    DEFAULT_STATE_DIR,
+    JsonOption,
+    LockOption,
+    MatrixOption,
+    OnlyOption,
+    StateDirOption,
+    app,
+    reports_errors,
+    say,
+    select_cells,
+)
+from imagekit.errors import ExitCode, InputError
+
+
+def _registry_host(value: str) -> str:
+    from pydantic import TypeAdapter, ValidationError
+
+    from imagekit.schema import Registry
+
+    try:
+        return str(TypeAdapter(Registry).validate_python(value))
+    except ValidationError as exc:
+        raise InputError(f"--registry {value!r}: {exc.errors()[0]['msg']}") from None
+
+
+@app.command()
+@reports_errors
+def publish(
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    registry: Annotated[
+        str | None, typer.Option("--registry", help="Registry host[:port]; overrides publish.registry.")
+    ] = None,
+    only: OnlyOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be pushed and tagged; touch nothing.")
+    ] = False,
+    retries: Annotated[
+        int, typer.Option("--retries", min=1, max=20, help="Attempts per registry request or push.")
+    ] = 5,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    lock: LockOption = DEFAULT_LOCK,
+    as_json: JsonOption = False,
+) -> None:
+    """Push the cells that pass the matrix's publish policy, then promote them by digest.
+
+    Each image goes to a staging tag first; only when every push succeeded are the readable and
+    immutable tags written, as the same manifest by digest. Exit 1 when a cell was refused.
+
+    Example: imagekit publish --matrix matrix.yaml --registry ghcr.io --dry-run
+    """
+    from imagekit import naming
+    from imagekit.publish import Published, PublishOptions, Refusal, publish_cells
+    from imagekit.registry import Backoff
+    from imagekit.store import open_store
+
+    the_plan, cells = select_cells(matrix, only)
+    settings = the_plan.matrix.publish
+    host = _registry_host(registry) if registry else settings.registry
+    if not host:
+        raise InputError(f"{matrix}: no registry; set publish.registry or pass --registry HOST[:PORT]")
+    options = PublishOptions(
+        registry=host,
+        repository=settings.repository,
+        lock_path=lock,
+        dry_run=dry_run,
+        backoff=Backoff(attempts=retries),
+    )
+
+    def refused(refusal: Refusal) -> None:
+        say("refused", f"{refusal.cell}: {refusal.reason}")
+
+    def published(done: Published) -> None:
+        if not as_json:
+            entry = done.entry
+            typer.echo(f"{entry.cell:<50} {entry.reference}")
+            typer.echo(f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)")
+
+    with open_store(state_dir) as store:
+        run = publish_cells(
+            the_plan,
+            cells,
+            store.require(),
+            options,
+            say=lambda m: typer.echo(f"imagekit: {m}", err=True),
+            on_retry=lambda m: say("retry", m),
+            on_refused=refused,
+            on_published=published,
+        )
+    target = naming.repository(host, settings.repository)
+    if dry_run and not as_json:
+        for candidate in run.candidates:
+            typer.echo(f"would publish {candidate.cell} ({candidate.level}) as {target}:")
+            typer.echo(f"    {', '.join(candidate.tags)}")
+    if as_json:
+        entries: list[dict[str, Any]] = (
+            [{"cell": c.cell, "level": c.level, "tags": list(c.tags)} for c in run.candidates]
+            if dry_run
+            else [p.entry.as_json() for p in run.published]
+        )
+        refusals = [{"cell": r.cell, "reason": r.reason} for r in run.refused]
+        document = {"dry_run": dry_run, "published": entries, "refused": refusals}
+        typer.echo(json.dumps(document, indent=2, sort_keys=True))
+    verb = "would publish" if dry_run else "published"
+    typer.echo(f"imagekit: {verb} {len(run.candidates)}, refused {len(run.refused)}; lock: {lock}", err=True)
+    if run.refused:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+@app.command()
+@reports_errors
+def images(
+    output_format: Annotated[
+        str,
+        typer.Option("--format", "-f", help="json, yaml, or env (IMAGEKIT_IMAGE_<CELL>=repo@sha256:...)."),
+    ] = "json",
+    only: OnlyOption = None,
+    lock: LockOption = DEFAULT_LOCK,
+) -> None:
+    """Print the published images (images.lock.json) for other tools.
+
+    Example: eval "$(imagekit images --format env)"; docker pull "$IMAGEKIT_IMAGE_..."
+    """
+    from imagekit.lockfile import read_lock, render_lock
+    from imagekit.matrix import select_ids
+
+    if not lock.is_file():
+        raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
+    entries = read_lock(lock)
+    chosen = select_ids(sorted(entries), only or [], str(lock))
+    typer.echo(render_lock({c: entries[c] for c in chosen}, output_format), nl=False)
+
+
+@app.command()
+@reports_errors
+def k8s(
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    only: OnlyOption = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory for the Job manifests.", file_okay=False)
+    ] = Path("k8s"),
+    lock: LockOption = DEFAULT_LOCK,
+    gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="nvidia.com/gpu per Job.")] = 1,
+    node_selector: Annotated[
+        list[str] | None, typer.Option("--node-selector", help="key=value (repeatable).")
+    ] = None,
+    toleration: Annotated[
+        list[str] | None, typer.Option("--toleration", help="key=value:Effect or key:Effect (repeatable).")
+    ] = None,
+    runtime_class: Annotated[
+        str | None, typer.Option("--runtime-class", help="RuntimeClass, e.g. nvidia.")
+    ] = None,
+    pvc: Annotated[
+        list[str] | None,
+        typer.Option("--pvc", help="NAME[:/mount]: a claim for data and checkpoints (default /data)."),
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option("--command", help="Run this (shell-split) instead of the check script.")
+    ] = None,
+    cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request and limit (8, 500m).")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="Memory request and limit (64Gi).")] = None,
+    backoff_limit: Annotated[int, typer.Option("--backoff-limit", min=0, help="Job retries.")] = 0,
+    deadline: Annotated[
+        int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of each Job.")
+    ] = 3600,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace.")] = None,
+) -> None:
+    """Write one Kubernetes Job per published cell, referencing the image by digest.
+
+    By default each Job runs the image's own check script with the GPUs requested, so a cluster's
+    GPU nodes are validated by the same checks as the build machine.
+
+    Example: imagekit k8s --only '*cu121*' --gpus 8 --runtime-class nvidia --pvc ckpt:/checkpoints
+    """
+    import shlex
+
+    from imagekit import k8s as kube
+    from imagekit.lockfile import read_lock
+
+    _, cells = select_cells(matrix, only)
+    entries = read_lock(lock)
+    missing = [c.id for c in cells if c.id not in entries]
+    if missing:
+        raise InputError(
+            f"{lock} has no digest for {', '.join(missing[:3])}"
+            + (f" and {len(missing) - 3} more cells" if len(missing) > 3 else "")
+            + "; run `imagekit publish` (or narrow --only)"
+        )
+    try:
+        argv = tuple(shlex.split(command)) if command is not None else ()
+    except ValueError as exc:
+        raise InputError(f"--command: {exc}") from None
+    if command is not None and not argv:
+        raise InputError("--command is empty")
+    options = kube.JobOptions(
+        gpus=gpus,
+        node_selector=kube.parse_node_selector(node_selector or []),
+        tolerations=tuple(kube.Toleration.parse(t) for t in toleration or []),
+        runtime_class=runtime_class,
+        claims=tuple(kube.Claim.parse(p) for p in pvc or []),
+        command=argv,
+        cpu=kube.check_quantity("--cpu", cpu),
+        memory=kube.check_quantity("--memory", memory),
+        backoff_limit=backoff_limit,
+        deadline_s=deadline,
+        namespace=namespace,
+    )
+    files = kube.render_jobs({c.id: entries[c.id] for c in cells}, options)
+    for path in kube.write_jobs(files, out):
+        typer.echo(str(path))
+    typer.echo(f"imagekit: {len(files)} Job manifests in {out}", err=True)

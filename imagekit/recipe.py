@@ -1,0 +1,203 @@
+"""What a cell's Dockerfile must do, decided in Python: the recipe the templates lay out.
+
+Every decision lives here (what to install, from where, which pins, guards and labels); the
+Jinja2 templates in ``dockerfiles/templates`` only arrange a ``Recipe``'s fields into lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from imagekit import naming
+from imagekit.contract import CHECK_SCRIPT_CONTEXT, CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, VENV
+from imagekit.errors import InputError
+from imagekit.matrix import Cell
+from imagekit.schema import Matrix
+
+WHEELHOUSE_CONTEXT = "wheelhouse"
+WHEELHOUSE_DIR = "/tmp/wheelhouse"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    matrix_name: str
+    apt_packages: tuple[str, ...]
+    apt_mirror: str | None
+    apt_rewrites: tuple[tuple[str, str], ...]  # (archive URL, mirror URL), longest archive first
+    python: str  # the interpreter that creates the venv
+    venv: str | None  # None: the base's own Python environment (a fixed stack)
+    torch_pip_args: tuple[str, ...]
+    torch_requirements: tuple[str, ...]
+    extra_pip_args: tuple[str, ...]
+    extra_requirements: tuple[str, ...]
+    pin_script: str
+    constraints_dir: str
+    constraints_file: str
+    build_guard: str
+    wheelhouse: bool
+    wheelhouse_context: str
+    wheelhouse_dir: str
+    env: tuple[tuple[str, str], ...]
+    build_args: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    check_script_context: str
+    check_script_path: str
+
+
+def _build_guard(cell: Cell) -> str:
+    """Python run right after the install: the build fails unless torch is what the cell says.
+
+    For a CUDA variant this is PyTorch's own release check (``torch.cuda._is_compiled()``, no GPU
+    needed) plus the CUDA version torch was built for, which catches a wrong-variant wheel.
+    String literals use double quotes (JSON) so the shell-quoted command stays readable.
+    """
+    want = json.dumps(cell.torch)
+    lines = [
+        "import sys, torch",
+        f"want = {want}",
+        "got = torch.__version__",
+        "ok = got == want" if cell.stack is not None else 'ok = got.split("+")[0] == want',
+    ]
+    if cell.is_cuda:
+        lines += [
+            "ok = ok and torch.cuda._is_compiled()",
+            'cuda = ".".join((torch.version.cuda or "").split(".")[:2])',
+            f"ok = ok and cuda == {json.dumps(cell.cuda)}",
+        ]
+        expectation = f"built for CUDA {cell.cuda}"
+    else:
+        lines.append("ok = ok and torch.version.cuda is None")
+        expectation = "CPU build"
+    lines.append(
+        'sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}),'
+        f' expected {{want}} {expectation}")'
+    )
+    return "; ".join(lines)
+
+
+def _requirements(cell: Cell) -> tuple[str, ...]:
+    pins = [f"torch=={cell.torch}"]
+    if cell.torchvision:
+        pins.append(f"torchvision=={cell.torchvision}")
+    if cell.torchaudio:
+        pins.append(f"torchaudio=={cell.torchaudio}")
+    if cell.numpy_cap:
+        pins.append(f"numpy{cell.numpy_cap}")
+    return tuple(pins)
+
+
+def _pin_script(cell: Cell) -> str:
+    """Python that prints the constraints file from what is installed, local versions included.
+
+    Pinning ``torch==2.1.2`` would still admit PyPI's 2.1.2 or a ``+cpu`` build; the installed
+    ``2.1.2+cu121`` admits nothing else. A NumPy cap stays too where torch needs NumPy 1.x.
+    """
+    extra = [f"numpy{cell.numpy_cap}"] if cell.numpy_cap else []
+    return (
+        "import importlib.metadata as m; "
+        'names = {"torch", "torchvision", "torchaudio"}; '
+        'pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions()'
+        ' if (d.metadata["Name"] or "").lower() in names); '
+        f"print(chr(10).join(pins + {extra!r}))".replace("'", '"')
+    )
+
+
+def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
+    """Static labels. Build-time ones (input digest, created, base digest) come from the builder:
+    the input digest hashes this very file, so it cannot be written into it."""
+    accel = "CPU" if cell.cuda == "cpu" else f"CUDA {cell.cuda_full}"
+    oci = naming.OCI_PREFIX
+    labels = {
+        f"{oci}title": f"pytorch-{cell.readable_tag}",
+        f"{oci}description": f"PyTorch {cell.torch} {accel} Python {cell.python} "
+        f"({cell.flavour}) on {cell.base_image}",
+        f"{oci}version": cell.readable_tag,
+        f"{oci}base.name": cell.base_image,
+        f"{oci}vendor": "imagekit",
+        naming.CELL_LABEL: cell.id,
+        naming.label("torch"): cell.torch,
+        naming.label("torchvision"): cell.torchvision or "",
+        naming.label("torchaudio"): cell.torchaudio or "",
+        naming.label("cuda"): cell.cuda,
+        naming.label("cuda-full"): cell.cuda_full or "",
+        naming.label("cudnn"): cell.cudnn or "",
+        naming.label("python"): cell.python,
+        naming.label("flavour"): cell.flavour,
+        naming.label("os"): cell.os,
+        naming.label("base-image"): cell.base_image,
+        naming.label("variant"): cell.variant,
+        naming.CHECK_SCRIPT_LABEL: CHECK_SCRIPT_PATH,
+    }
+    labels = {name: value for name, value in labels.items() if value}
+    for key, value in labels.items():
+        # Every part was validated by the schema; this guards the label syntax itself.
+        if '"' in value or "\n" in value or "\\" in value or "$" in value:
+            raise InputError(f"cell {cell.id}: label {key} would hold {value!r}")
+    return tuple(labels.items())
+
+
+def make_recipe(
+    cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
+) -> Recipe:
+    pip = matrix.sources.pip
+    # A fixed stack installs into its own Python: no venv to carry over from a build stage.
+    wheelhouse = bool(pip.find_links) and cell.stack is None
+    common: list[str] = ["--no-cache-dir", "--disable-pip-version-check"]
+    for host in pip.trusted_hosts:
+        common += ["--trusted-host", host]
+    if wheelhouse:
+        common += ["--find-links", WHEELHOUSE_DIR]
+    torch_args = list(common)
+    extra_args = list(common)
+    if pip.no_index:
+        torch_args.append("--no-index")
+        extra_args.append("--no-index")
+    else:
+        if pip.torch_index_url:
+            index = naming.fill_placeholders(
+                pip.torch_index_url, {"variant": cell.variant}, "sources.pip.torch_index_url"
+            )
+            torch_args += ["--index-url", index]
+        elif pip.index_url:
+            torch_args += ["--index-url", pip.index_url]
+        if pip.index_url:
+            extra_args += ["--index-url", pip.index_url]
+        for url in pip.extra_index_urls:
+            torch_args += ["--extra-index-url", url]
+            extra_args += ["--extra-index-url", url]
+
+    pins = _requirements(cell)
+    apt_packages: list[str] = []
+    if not cell.python_from_base:
+        apt_packages += [f"python{cell.python}", f"python{cell.python}-venv", "ca-certificates"]
+    apt_packages += [p for p in cell.apt_packages if p not in apt_packages]
+    return Recipe(
+        matrix_name=matrix_name,
+        apt_packages=tuple(apt_packages),
+        apt_mirror=matrix.sources.apt.mirror,
+        apt_rewrites=tuple(
+            (archive, matrix.sources.apt.mirror + suffix)
+            for archive, suffix in os_archives
+            if matrix.sources.apt.mirror
+        ),
+        python=f"python{cell.python}" if not cell.python_from_base else "python3",
+        venv=None if cell.stack is not None else VENV,
+        torch_pip_args=tuple(torch_args),
+        torch_requirements=pins,
+        extra_pip_args=tuple(extra_args),
+        extra_requirements=cell.pip_packages,
+        pin_script=_pin_script(cell),
+        constraints_dir=str(PurePosixPath(CONSTRAINTS_FILE).parent),
+        constraints_file=CONSTRAINTS_FILE,
+        build_guard=_build_guard(cell),
+        wheelhouse=wheelhouse,
+        wheelhouse_context=WHEELHOUSE_CONTEXT,
+        wheelhouse_dir=WHEELHOUSE_DIR,
+        env=cell.env,
+        build_args=tuple(name for name, _ in cell.build_args),
+        labels=_labels(cell),
+        check_script_context=CHECK_SCRIPT_CONTEXT,
+        check_script_path=CHECK_SCRIPT_PATH,
+    )

@@ -1,0 +1,92 @@
+"""The build report as text: a table for terminals, Markdown for a CI job summary.
+
+Values come from a state file that may have been edited: every one is escaped for the format it
+lands in (Markdown table cells, HTML inside <details>).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from imagekit.store import STATUSES, BuildReport, CellResult
+
+
+def format_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    return f"{size / 1e6:.1f} MB" if size < 1e9 else f"{size / 1e9:.2f} GB"
+
+
+def _short_id(image_id: str | None) -> str:
+    return image_id.split(":", 1)[-1][:12] if image_id else "-"
+
+
+ROW_HEADERS = ("cell", "status", "verified", "image", "size", "time", "base digest", "detail")
+
+
+def _verified(result: CellResult) -> str:
+    verification = result.verification
+    if verification is None:
+        return "-"
+    tflops = next((v for k, v in verification.metrics.items() if k.endswith(".tflops")), None)
+    return verification.label + (f" ({tflops:.0f} TFLOP/s)" if isinstance(tflops, int | float) else "")
+
+
+def rows(report: BuildReport) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for result in (*report.bases, *report.cells):
+        base = result.base_digest or "-"
+        if "@sha256:" in base:
+            base = "@" + base.split("@", 1)[1][:19]
+        elif base.startswith("sha256:"):
+            base = base[:19]
+        detail = result.error or (result.tags[0] if result.tags else "")
+        if result.verification and result.verification.verdict == "failed":
+            failed = result.verification.failed_checks()
+            detail = result.verification.error or "; ".join(
+                f"{c.name}: {c.cause or c.reason or 'failed'}" for c in failed[:2]
+            )
+        name = result.id if result.kind == "cell" else f"{result.id} (base)"
+        out.append(
+            (
+                name,
+                result.status,
+                _verified(result) if result.kind == "cell" else "",
+                _short_id(result.image_id),
+                format_size(result.size),
+                f"{result.duration_s:.1f}s",
+                base,
+                detail,
+            )
+        )
+    return out
+
+
+def summary_line(report: BuildReport) -> str:
+    counts = report.counts()
+    parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
+    return f"{len(report.cells)} cells: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
+
+
+def markdown(report: BuildReport) -> str:
+    """A GitHub job summary: a table, then each failure's last lines in a details block."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"### imagekit build: {report.matrix}", "", summary_line(report), ""]
+    lines.append("| " + " | ".join(ROW_HEADERS) + " |")
+    lines.append("|" + "---|" * len(ROW_HEADERS))
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows(report)]
+    for result in (*report.bases, *report.cells):
+        if result.status == "failed" and result.error_tail:
+            summary = html.escape(f"{result.id}: {cell(result.error or '')}", quote=False)
+            # a fence longer than any backtick run in the log, so the log cannot close it
+            longest = max(
+                (len(run) for line in result.error_tail for run in re.findall("`+", line)), default=0
+            )
+            fence = "`" * max(3, longest + 1)
+            lines += ["", f"<details><summary>{summary}</summary>", ""]
+            lines += [fence, *result.error_tail, fence, "", "</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,282 @@
+"""The rules that refuse combinations which cannot exist, in order, each small and named.
+
+A rule reads one ``Request`` (a combination with its versions resolved as far as the table
+allows) and the compatibility facts, and returns the reason a person can act on when the
+combination cannot exist, or ``None``. ``first_refusal`` runs them in order: the first reason
+wins, so each rule may assume the ones before it passed. The matrix module only expands and
+assembles cells; every refusal it reports comes from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from imagekit.compat import Compat, Stack, TorchRelease
+from imagekit.versions import cuda_variant, minor_of, version_key
+
+TorchSource = Literal["index", "pypi", "wheelhouse"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one combination asks for, after defaults and before any cell exists."""
+
+    base: str  # the key in `bases`
+    torch: str  # "2.1" already resolved to its latest patch; a stack's own version for a stack
+    cuda: str  # CUDA minor ("12.1") or "cpu"
+    python: str
+    flavour: str
+    allow_unknown: bool = False
+    cuda_written: str | None = None  # the cuda value as written ("12.1.1"), when one was given
+    cuda_full: str | None = None  # an explicit cuda_full
+    carries_cuda: bool = False  # the base image has a CUDA toolkit
+    base_python: str | None = None  # the Python the base brings, if it brings one
+    base_flavours: tuple[str, ...] | None = None
+    os: str = ""
+    torch_source: TorchSource = "index"
+    # fixed stacks (NGC): what the combination asked of the stack, unresolved
+    stack: Stack | None = None
+    image: str = ""
+    asked_torch: str | None = None
+    asked_cuda: str | None = None
+    asked_python: str | None = None
+    pip_packages: tuple[str, ...] = ()
+    wheelhouse: bool = False
+
+
+Rule = Callable[[Request, Compat], "str | None"]
+
+
+def _release(request: Request, compat: Compat) -> TorchRelease | None:
+    return compat.torch_release(request.torch)
+
+
+def _known_patch(request: Request, compat: Compat) -> bool:
+    release = _release(request, compat)
+    return release is not None and release.patch(request.torch) is not None
+
+
+# -- torch -------------------------------------------------------------------------------------------
+
+
+def torch_written_in_full(request: Request, compat: Compat) -> str | None:
+    """A release the table does not know has no "latest patch": it must be written in full."""
+    if _known_patch(request, compat) or len(version_key(request.torch)) >= 3:
+        return None
+    return (
+        f"torch {request.torch} is not in imagekit's table, so its latest patch is unknown;"
+        f" write the full version ({request.torch}.0)"
+    )
+
+
+def torch_is_a_release(request: Request, compat: Compat) -> str | None:
+    """An unknown minor older than the table's newest never existed (or predates the table)."""
+    newest = compat.newest_torch()
+    if _release(request, compat) is None and version_key(request.torch) < version_key(newest):
+        return f"torch {request.torch} is not a release imagekit knows (2.0 to {newest})"
+    return None
+
+
+def torch_in_table(request: Request, compat: Compat) -> str | None:
+    """A version the table lacks needs allow_unknown (the escape hatch for new releases)."""
+    if _known_patch(request, compat) or request.allow_unknown:
+        return None
+    what = "newer than" if _release(request, compat) is None else "a patch missing from"
+    return (
+        f"torch {request.torch} is {what} imagekit's compatibility table (newest"
+        f" {compat.newest_torch()}); set allow_unknown: true to build it anyway"
+    )
+
+
+# -- CUDA --------------------------------------------------------------------------------------------
+
+
+def base_matches_accelerator(request: Request, compat: Compat) -> str | None:
+    """A CUDA base carries CUDA builds, a plain base CPU builds."""
+    if request.carries_cuda and request.cuda == "cpu":
+        return f"base {request.base} carries CUDA; a cpu build belongs on a base without it"
+    if not request.carries_cuda and request.cuda != "cpu":
+        return f"base {request.base} has no CUDA toolkit; use cuda: cpu or a CUDA base"
+    return None
+
+
+def torch_has_cuda_wheel(request: Request, compat: Compat) -> str | None:
+    """PyTorch publishes each release for a few CUDA variants only (FACTS: wheel variants)."""
+    release = _release(request, compat)
+    variant = cuda_variant(request.cuda)
+    if release is None or variant == "cpu" or variant in release.variants:
+        return None
+    available = ", ".join(release.cuda_minors())
+    return (
+        f"torch {release.minor} has no CUDA {request.cuda} wheel (its wheels: CUDA {available});"
+        " pick one of those or another torch"
+    )
+
+
+def pypi_serves_one_variant(request: Request, compat: Compat) -> str | None:
+    """Without a torch index, torch comes from PyPI, which carries one build per release."""
+    release = _release(request, compat)
+    if release is None or request.torch_source != "pypi":
+        return None
+    wanted = cuda_variant(request.cuda)
+    if wanted == release.pypi_default:
+        return None
+    return (
+        f"with no torch_index_url torch comes from PyPI, whose torch {release.minor} is the"
+        f" {release.pypi_default} build, not {wanted}; set sources.pip.torch_index_url"
+    )
+
+
+def cuda_full_of_the_cells_cuda(request: Request, compat: Compat) -> str | None:
+    """An explicit cuda_full names a toolkit of the cell's own CUDA minor."""
+    if request.cuda == "cpu" or not request.cuda_full or minor_of(request.cuda_full) == request.cuda:
+        return None
+    return f"cuda_full {request.cuda_full} is not a CUDA {request.cuda} release"
+
+
+def cuda_in_table(request: Request, compat: Compat) -> str | None:
+    """A CUDA minor the table lacks has no known base tag: it needs allow_unknown and cuda_full."""
+    if request.cuda == "cpu" or request.cuda_full or compat.cuda_release(request.cuda) is not None:
+        return None
+    if request.allow_unknown:
+        return f"CUDA {request.cuda} is not in the compatibility table; set cuda_full (e.g. {request.cuda}.0)"
+    return (
+        f"CUDA {request.cuda} is not in imagekit's compatibility table; set allow_unknown: true and cuda_full"
+    )
+
+
+# -- Python and flavour ---------------------------------------------------------------------------------
+
+
+def base_brings_that_python(request: Request, compat: Compat) -> str | None:
+    """A base that brings its own Python serves only that one."""
+    if request.base_python is None or request.python == request.base_python:
+        return None
+    return f"base {request.base} brings Python {request.base_python}, not {request.python}"
+
+
+def os_packages_python(request: Request, compat: Compat) -> str | None:
+    """Where imagekit installs Python, the OS's package archive must carry that version."""
+    system = compat.operating_systems.get(request.os)
+    if request.base_python is not None or system is None or request.python in system.pythons:
+        return None
+    return (
+        f"{request.os}'s packages carry Python {', '.join(system.pythons)}, not {request.python};"
+        " pick one of those or a base that brings its own Python"
+    )
+
+
+def torch_supports_python(request: Request, compat: Compat) -> str | None:
+    """Each torch release publishes wheels for a range of CPython versions."""
+    release = _release(request, compat)
+    if release is None or release.supports_python(request.python):
+        return None
+    return (
+        f"torch {release.minor} publishes wheels for Python {release.python_min} to"
+        f" {release.python_max}, not {request.python}"
+    )
+
+
+def base_serves_flavour(request: Request, compat: Compat) -> str | None:
+    if request.base_flavours is None or request.flavour in request.base_flavours:
+        return None
+    return f"base {request.base} serves only {', '.join(request.base_flavours)}"
+
+
+# -- fixed stacks (NGC) ------------------------------------------------------------------------------
+
+
+def _stack(request: Request) -> Stack:
+    assert request.stack is not None  # the stack rules run on stack requests only
+    return request.stack
+
+
+def _unless(possible: bool, request: Request, why: str) -> str | None:
+    """None when ``possible``, else ``why`` after what the fixed stack is."""
+    if possible:
+        return None
+    stack = _stack(request)
+    fixed = (
+        f"{request.image} is a fixed stack (torch {stack.torch}, CUDA {stack.cuda}, Python {stack.python})"
+    )
+    return f"{fixed}: {why}"
+
+
+def stack_keeps_its_cuda(request: Request, compat: Compat) -> str | None:
+    """A stack is its own row: it never crosses the CUDA axis."""
+    cuda = _stack(request).cuda
+    return _unless(
+        request.asked_cuda in (None, minor_of(cuda), cuda),
+        request,
+        f"it never crosses the CUDA axis, so CUDA {request.asked_cuda} cannot exist; give it its own row"
+        " through include",
+    )
+
+
+def stack_keeps_its_torch(request: Request, compat: Compat) -> str | None:
+    """Installing another torch over a stack silently replaces the vendor's build."""
+    return _unless(
+        request.asked_torch in (None, _stack(request).torch),
+        request,
+        f"installing torch {request.asked_torch} would replace NVIDIA's build",
+    )
+
+
+def stack_keeps_its_python(request: Request, compat: Compat) -> str | None:
+    """A stack brings one Python; there is no other to install torch into."""
+    possible = request.asked_python in (None, _stack(request).python)
+    return _unless(possible, request, f"it has no Python {request.asked_python}")
+
+
+def stack_extras_from_an_index(request: Request, compat: Compat) -> str | None:
+    """A stack's extra packages go into its own Python, which a wheelhouse stage cannot reach."""
+    return _unless(
+        not (request.pip_packages and request.wheelhouse),
+        request,
+        "its extra pip packages go into the base's own Python, which a wheelhouse build stage cannot"
+        " reach; install them from an index for this row",
+    )
+
+
+def stack_serves_flavour(request: Request, compat: Compat) -> str | None:
+    """A stack comes in the flavours its vendor publishes."""
+    flavours = _stack(request).flavours
+    why = f"it has no {request.flavour} flavour (only {', '.join(flavours)})"
+    return _unless(request.flavour in flavours, request, why)
+
+
+# -- the order ----------------------------------------------------------------------------------------
+
+WHEEL_RULES: tuple[Rule, ...] = (
+    torch_written_in_full,
+    torch_is_a_release,
+    torch_in_table,
+    base_matches_accelerator,
+    torch_has_cuda_wheel,
+    pypi_serves_one_variant,
+    cuda_full_of_the_cells_cuda,
+    cuda_in_table,
+    base_brings_that_python,
+    os_packages_python,
+    torch_supports_python,
+    base_serves_flavour,
+)
+
+STACK_RULES: tuple[Rule, ...] = (
+    stack_keeps_its_cuda,
+    stack_keeps_its_torch,
+    stack_keeps_its_python,
+    stack_extras_from_an_index,
+    stack_serves_flavour,
+)
+
+
+def first_refusal(rules: tuple[Rule, ...], request: Request, compat: Compat) -> str | None:
+    """The first rule's reason that ``request`` cannot exist, or None when every rule passes."""
+    for rule in rules:
+        reason = rule(request, compat)
+        if reason is not None:
+            return reason
+    return None

@@ -1,0 +1,52 @@
+"""Version strings as imagekit compares them: numerically, component by component.
+
+``"12.10" > "12.9"``, ``"2.1.0a0+32f93b1"`` is 2.1.0 followed by a local part. Every module that
+orders or buckets versions (compatibility rules, the HTML grid, tags) asks here.
+"""
+
+from __future__ import annotations
+
+# Versions longer than this are no versions: refusing them keeps int() away from Python's
+# 4300-digit conversion limit and keeps sort keys small.
+MAX_COMPONENT_DIGITS = 9
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Numeric sort key of a dotted version; stops at the first component that is not all digits
+    (keeping that component's leading digits: ``"0a0" -> 0``)."""
+    parts: list[int] = []
+    for piece in version.split("."):
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits[:MAX_COMPONENT_DIGITS]))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts)
+
+
+def display_key(version: str) -> tuple[tuple[int, ...], str]:
+    """Sort key for showing versions in order: numeric first, the text breaks ties."""
+    return version_key(version), version
+
+
+def minor_of(version: str) -> str:
+    """``"2.1.2" -> "2.1"``, ``"12.1.1" -> "12.1"``, ``"2.1.0a0+32f93b1" -> "2.1"``."""
+    return ".".join(str(n) for n in version_key(version)[:2])
+
+
+def cuda_variant(cuda: str) -> str:
+    """The wheel variant of a CUDA minor: ``"12.1" -> "cu121"``; ``"cpu"`` stays ``"cpu"``."""
+    if cuda == "cpu":
+        return "cpu"
+    return "cu" + "".join(str(n) for n in version_key(cuda)[:2])
+
+
+def variant_cuda(variant: str) -> str:
+    """The CUDA minor of a wheel variant: ``"cu121" -> "12.1"``, ``"cu130" -> "13.0"``."""
+    digits = variant.removeprefix("cu")
+    return f"{digits[:-1]}.{digits[-1]}"

@@ -1,0 +1,142 @@
+"""Image naming: references, tags of every kind, label keys."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+import pytest
+
+from imagekit import naming
+from imagekit.engine import repo_digest
+from imagekit.errors import InputError
+from imagekit.naming import split_reference
+
+# -- references ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("busybox", ("busybox", None)),
+        ("busybox:1.36", ("busybox", "1.36")),
+        ("nvidia/cuda:12.1.1-devel-ubuntu22.04", ("nvidia/cuda", "12.1.1-devel-ubuntu22.04")),
+        ("localhost:5000/team/app", ("localhost:5000/team/app", None)),
+        ("localhost:5000/team/app:v1", ("localhost:5000/team/app", "v1")),
+        ("127.0.0.1:5000/app@sha256:" + "b" * 64, ("127.0.0.1:5000/app", "sha256:" + "b" * 64)),
+        ("app@sha256:" + "c" * 64, ("app", "sha256:" + "c" * 64)),
+    ],
+)
+def test_split_reference(ref: str, expected: tuple[str, str | None]) -> None:
+    assert split_reference(ref) == expected
+
+
+def test_split_reference_with_tag_and_digest() -> None:
+    ref = "nvidia/cuda:12.1@sha256:" + "d" * 64
+    assert split_reference(ref) == ("nvidia/cuda", "sha256:" + "d" * 64)
+
+
+def test_repo_digest_picks_the_references_repository() -> None:
+    image = {
+        "RepoDigests": [
+            "mirror.local/cuda@sha256:" + "1" * 64,
+            "nvidia/cuda@sha256:" + "2" * 64,
+        ]
+    }
+    assert repo_digest(image, "nvidia/cuda:12.1") == "nvidia/cuda@sha256:" + "2" * 64
+    assert repo_digest(image, "mirror.local/cuda") == "mirror.local/cuda@sha256:" + "1" * 64
+    assert repo_digest(image, "nvidia/cudax:12.1") is None
+    assert repo_digest(image, "nvidia:12.1") is None
+
+
+@pytest.mark.parametrize("image", [{}, {"RepoDigests": None}, {"RepoDigests": []}])
+def test_repo_digest_of_a_local_image_is_none(image: dict[str, Any]) -> None:
+    assert repo_digest(image, "busybox:latest") is None
+
+
+# -- tags ------------------------------------------------------------------------------------------------
+
+
+def test_every_tag_kind_comes_from_one_place() -> None:
+    digest = "0123456789ab" + "f" * 52
+    tags = naming.immutable_tags(
+        "2.1.2-cuda12.1",
+        ["{readable}-{date}", "{readable}-{digest}", "{readable}"],
+        date(2026, 11, 30),
+        digest,
+    )
+    assert tags == ("2.1.2-cuda12.1", "2.1.2-cuda12.1-20261130", "2.1.2-cuda12.1-0123456789ab")
+    assert naming.staging_tag(digest) == "staging-0123456789ab"
+    assert naming.staging_tag("sha256:" + digest) == "staging-0123456789ab"
+    assert naming.published_tags(tags[:2], "checked", "c") == (
+        "2.1.2-cuda12.1-checked",
+        "2.1.2-cuda12.1-20261130-checked",
+    )
+    assert naming.published_tags(tags[:1], "validated", "c") == ("2.1.2-cuda12.1",)
+    names = naming.ImageNames(naming.repository("ghcr.io", "acme/pytorch"), tags[:2])
+    assert names.readable == "2.1.2-cuda12.1"
+    assert names.references() == (
+        "ghcr.io/acme/pytorch:2.1.2-cuda12.1",
+        "ghcr.io/acme/pytorch:2.1.2-cuda12.1-20261130",
+    )
+    assert (
+        naming.by_digest("ghcr.io/acme/pytorch", "sha256:" + digest)
+        == f"ghcr.io/acme/pytorch@sha256:{digest}"
+    )
+
+
+def test_tags_over_the_engines_limit_or_malformed_are_refused() -> None:
+    with pytest.raises(InputError, match="longer than 128"):
+        naming.immutable_tags("x" * 120, ["{readable}-{date}"], date(2026, 11, 30), "a" * 64)
+    with pytest.raises(InputError, match="not a valid image tag"):
+        naming.immutable_tags("x", ["-{readable}"], date(2026, 11, 30), "a" * 64)
+    with pytest.raises(InputError, match="would be longer than 128"):
+        naming.published_tags(["x" * 125], "built", "cell")
+    with pytest.raises(InputError, match="names no tag"):
+        naming.published_tags([], "built", "cell")
+
+
+def test_readable_tags_and_cell_ids() -> None:
+    values = naming.tag_values(
+        torch="2.1.0a0+32f93b1",
+        cuda="12.2",
+        cudnn_major=8,
+        flavour="devel",
+        os="ubuntu22.04",
+        python="3.10",
+        base="ngc",
+    )
+    assert naming.readable_tag("{torch}-{stack}-{flavour}-{os}", values, "here") == (
+        "2.1.0a0-32f93b1-cuda12.2-cudnn8-devel-ubuntu22.04"
+    )
+    assert naming.stack_label("cpu", None) == "cpu"
+    assert naming.cell_id("deb", "2.5.1", "cpu", "3.11", "runtime") == "deb-torch2.5.1-cpu-py3.11-runtime"
+    with pytest.raises(InputError, match=r"here: unknown placeholder \{nope\}"):
+        naming.readable_tag("{nope}", values, "here")
+    with pytest.raises(InputError, match="not a valid image tag"):
+        naming.readable_tag("{os}/{torch}", values, "here")
+
+
+def test_placeholders_are_plain_substitution() -> None:
+    with pytest.raises(InputError, match="unknown placeholder"):
+        naming.fill_placeholders("{torch.__class__}", {"torch": "2.1"}, "here")
+    with pytest.raises(InputError, match="unbalanced brace"):
+        naming.fill_placeholders("{torch", {"torch": "2.1"}, "here")
+    assert naming.fill_placeholders("{a}-{a}", {"a": "x"}, "here") == "x-x"
+    with pytest.raises(InputError, match="unbalanced brace"):  # a value never brings new placeholders
+        naming.fill_placeholders("{a}", {"a": "{b}"}, "here")
+
+
+def test_labels_and_expectations() -> None:
+    labels = {
+        naming.label("torch"): "2.1.2",
+        naming.label("cuda"): "12.1",
+        naming.label("cudnn"): "",
+        "x": "y",
+    }
+    assert naming.expectations(labels) == {"torch": "2.1.2", "cuda": "12.1"}
+    assert naming.CHECK_SCRIPT_LABEL == "imagekit.check-script"
+    assert naming.annotation("cell") == "imagekit/cell"
+    assert naming.is_reference("nvidia/cuda:12.1.1-devel-ubuntu22.04")
+    assert not naming.is_reference("a" * 256)
+    assert not naming.is_reference("Nvidia/cuda")

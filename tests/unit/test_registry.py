@@ -1,0 +1,174 @@
+"""The registry client against a tiny local HTTP server: auth, credentials, retries."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from imagekit.errors import EnvironmentProblem
+from imagekit.registry import Backoff, Credentials, Registry, find_credentials, is_local
+
+
+def test_local_registries_speak_http() -> None:
+    assert is_local("127.0.0.1:5000") and is_local("localhost:5000") and is_local("127.1.2.3")
+    assert is_local("[::1]:5000") and is_local("[::1]") and is_local("::1")
+    assert not is_local("[2001:db8::1]:5000")
+    assert not is_local("ghcr.io") and not is_local("10.0.0.1:5000")
+    assert Backoff(4, 0.5, 2).delays() == [0.5, 1.0, 2.0]
+
+
+def test_credentials_from_env_then_docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = base64.b64encode(b"robot:hunter2").decode()
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {"https://ghcr.io": {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    found = find_credentials("ghcr.io", environ={})
+    assert found == Credentials("robot", "hunter2")
+    assert "hunter2" not in repr(found)
+    assert find_credentials("quay.io", environ={}) is None
+    env = {"IMAGEKIT_REGISTRY_USER": "u", "IMAGEKIT_REGISTRY_PASSWORD": "p"}
+    assert find_credentials("ghcr.io", environ=env) == Credentials("u", "p")
+
+
+class Stub:
+    """A registry-shaped HTTP server on 127.0.0.1: bearer auth, a token endpoint, N failures."""
+
+    def __init__(self, fail: int = 0, status: int = 503) -> None:
+        self.fail, self.status = fail, status
+        self.manifests: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str, str | None]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def reply(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+                self.send_response(code)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def handle_any(self) -> None:
+                auth = self.headers.get("Authorization")
+                stub.requests.append((self.command, self.path, auth))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if stub.fail > 0:
+                    stub.fail -= 1
+                    return self.reply(stub.status)
+                if self.path.startswith("/token"):
+                    ok = auth == "Basic " + base64.b64encode(b"u:p").decode()
+                    return self.reply(200 if ok else 401, json.dumps({"token": "T0K"}).encode())
+                if auth != "Bearer T0K":
+                    realm = f"http://{stub.host}/token"
+                    challenge = f'Bearer realm="{realm}",service="stub",scope="repository:r:pull"'
+                    return self.reply(401, b"{}", {"WWW-Authenticate": challenge})
+                if self.command == "PUT":
+                    import hashlib
+
+                    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+                    stub.manifests[self.path.rsplit("/", 1)[1]] = body
+                    stub.manifests[digest] = body
+                    return self.reply(201, b"", {"Docker-Content-Digest": digest})
+                if "/tags/list" in self.path:
+                    return self.reply(200, json.dumps({"tags": sorted(stub.manifests)}).encode())
+                if "/manifests/" in self.path:
+                    data = stub.manifests.get(self.path.rsplit("/", 1)[1])
+                    if data is None:
+                        return self.reply(404, b"{}")
+                    ctype = "application/vnd.docker.distribution.manifest.v2+json"
+                    return self.reply(200, data, {"Content-Type": ctype})
+                return self.reply(200, b"{}")
+
+            do_GET = do_PUT = do_HEAD = handle_any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    server = Stub()
+    yield server
+    server.close()
+
+
+def client(host: str, attempts: int = 4) -> tuple[Registry, list[float]]:
+    slept: list[float] = []
+    registry = Registry(host, Credentials("u", "p"), Backoff(attempts, 0.1, 2), sleep=slept.append)
+    return registry, slept
+
+
+def test_bearer_flow_and_promotion_by_digest(stub: Stub) -> None:
+    registry, _ = client(stub.host)
+    from imagekit.registry import Manifest
+
+    body = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:cfg"}}).encode()
+    import hashlib
+
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    manifest = Manifest(digest, "application/vnd.docker.distribution.manifest.v2+json", body)
+    assert registry.put_manifest("r", "staging", manifest) == digest
+    fetched = registry.get_manifest("r", digest)
+    assert fetched.body == body and fetched.digest == digest
+    registry.put_manifest("r", "2.1.2", fetched)
+    assert stub.manifests["2.1.2"] == body
+    assert "2.1.2" in registry.tags("r")
+    assert registry.head_manifest("r", "nope") is None
+    # The password only ever went to the token endpoint, as Basic auth.
+    sent = [auth for _, path, auth in stub.requests if auth and auth.startswith("Basic")]
+    assert sent and all(path.startswith("/token") for _, path, auth in stub.requests if auth in sent)
+
+
+def test_transient_errors_are_retried_with_backoff() -> None:
+    server = Stub(fail=3)
+    try:
+        registry, slept = client(server.host)
+        registry.ping()
+        assert slept == [0.1, 0.2, 0.4] and registry.retries == 3
+    finally:
+        server.close()
+
+
+def test_a_registry_that_stays_down_is_an_environment_problem() -> None:
+    server = Stub(fail=100)
+    try:
+        registry, slept = client(server.host, attempts=3)
+        with pytest.raises(EnvironmentProblem, match="kept answering HTTP 503"):
+            registry.ping()
+        assert len(slept) == 2
+    finally:
+        server.close()
+    registry, _ = client(server.host, attempts=2)  # now closed
+    with pytest.raises(EnvironmentProblem, match="unreachable after 2 attempts"):
+        registry.ping()
+
+
+def test_credentials_never_go_to_a_plain_http_realm_on_another_host() -> None:
+    registry = Registry("registry.example.org:5000", Credentials("u", "p"))
+    try:
+        with pytest.raises(EnvironmentProblem, match="refusing to send the credentials"):
+            registry._bearer({"realm": "http://tokens.example.com/token", "service": "s"}, "")
+        registry._check_realm("https://tokens.example.com/token")  # https: fine
+        registry._check_realm("http://registry.example.org:5001/token")  # the registry's own host
+    finally:
+        registry.close()
+    local = Registry("[::1]:5000", Credentials("u", "p"))
+    try:
+        local._check_realm("http://127.0.0.2:9000/token")  # a local registry's own set-up
+    finally:
+        local.close()

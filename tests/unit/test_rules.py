@@ -1,0 +1,294 @@
+"""The compatibility rules: each named rule on its own, then their order through a whole plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagekit import rules
+from imagekit.compat import load_compat
+from imagekit.matrix import load_plan
+from imagekit.rules import Request
+from tests.conftest import CUDA_BASE, run_cli
+
+COMPAT = load_compat()
+NGC = COMPAT.stacks["ngc-pytorch-23.10"]
+WHEEL = Request(
+    base="cuda",
+    torch="2.1.2",
+    cuda="12.1",
+    python="3.10",
+    flavour="devel",
+    carries_cuda=True,
+    os="ubuntu22.04",
+)
+STACK = Request(
+    base="ngc", torch=NGC.torch, cuda="12.2", python=NGC.python, flavour="devel", stack=NGC, image=NGC.image
+)
+
+
+def test_a_possible_wheel_cell_passes_every_rule() -> None:
+    assert rules.first_refusal(rules.WHEEL_RULES, WHEEL, COMPAT) is None
+    assert rules.first_refusal(rules.STACK_RULES, STACK, COMPAT) is None
+
+
+# Each rule: one request it refuses (with words of its reason) and one it lets pass.
+CASES: list[tuple[rules.Rule, Request, str, Request]] = [
+    (
+        rules.torch_written_in_full,
+        replace(WHEEL, torch="2.99"),
+        "write the full version (2.99.0)",
+        replace(WHEEL, torch="2.99.0"),
+    ),
+    (
+        rules.torch_is_a_release,
+        replace(WHEEL, torch="1.13.1"),
+        "not a release imagekit knows",
+        replace(WHEEL, torch="2.99.0"),
+    ),
+    (
+        rules.torch_in_table,
+        replace(WHEEL, torch="2.99.0"),
+        "newer than imagekit's compatibility table",
+        replace(WHEEL, torch="2.99.0", allow_unknown=True),
+    ),
+    (
+        rules.base_matches_accelerator,
+        replace(WHEEL, cuda="cpu"),
+        "a cpu build belongs on a base without it",
+        replace(WHEEL, cuda="cpu", carries_cuda=False),
+    ),
+    (
+        rules.torch_has_cuda_wheel,
+        replace(WHEEL, torch="2.6.0", cuda="12.1"),
+        "torch 2.6 has no CUDA 12.1 wheel",
+        replace(WHEEL, torch="2.6.0", cuda="12.4"),
+    ),
+    (
+        rules.pypi_serves_one_variant,
+        replace(WHEEL, cuda="11.8", torch_source="pypi"),
+        "whose torch 2.1 is the cu121 build, not cu118",
+        replace(WHEEL, cuda="11.8", torch_source="index"),
+    ),
+    (
+        rules.cuda_full_of_the_cells_cuda,
+        replace(WHEEL, cuda_full="11.8.0"),
+        "cuda_full 11.8.0 is not a CUDA 12.1 release",
+        replace(WHEEL, cuda_full="12.1.0"),
+    ),
+    (
+        rules.cuda_in_table,
+        replace(WHEEL, cuda="99.1"),
+        "set allow_unknown: true and cuda_full",
+        replace(WHEEL, cuda="99.1", cuda_full="99.1.0"),
+    ),
+    (
+        rules.base_brings_that_python,
+        replace(WHEEL, base_python="3.11"),
+        "brings Python 3.11, not 3.10",
+        replace(WHEEL, base_python="3.10"),
+    ),
+    (
+        rules.os_packages_python,
+        replace(WHEEL, python="3.12"),
+        "ubuntu22.04's packages carry Python 3.10, 3.11, not 3.12",
+        replace(WHEEL, python="3.12", base_python="3.12"),
+    ),
+    (
+        rules.torch_supports_python,
+        replace(WHEEL, python="3.13"),
+        "torch 2.1 publishes wheels for Python 3.8 to 3.11, not 3.13",
+        replace(WHEEL, python="3.11"),
+    ),
+    (
+        rules.base_serves_flavour,
+        replace(WHEEL, base_flavours=("runtime",)),
+        "serves only runtime",
+        replace(WHEEL, base_flavours=("runtime", "devel")),
+    ),
+    (
+        rules.stack_keeps_its_cuda,
+        replace(STACK, asked_cuda="11.8"),
+        "never crosses the CUDA axis, so CUDA 11.8 cannot exist",
+        replace(STACK, asked_cuda="12.2.2"),
+    ),
+    (
+        rules.stack_keeps_its_torch,
+        replace(STACK, asked_torch="2.1.2"),
+        "would replace NVIDIA's build",
+        replace(STACK, asked_torch=NGC.torch),
+    ),
+    (
+        rules.stack_keeps_its_python,
+        replace(STACK, asked_python="3.11"),
+        "it has no Python 3.11",
+        replace(STACK, asked_python="3.10"),
+    ),
+    (
+        rules.stack_extras_from_an_index,
+        replace(STACK, pip_packages=("numpy",), wheelhouse=True),
+        "a wheelhouse build stage cannot reach",
+        replace(STACK, pip_packages=("numpy",)),
+    ),
+    (
+        rules.stack_serves_flavour,
+        replace(STACK, flavour="runtime"),
+        "it has no runtime flavour (only devel)",
+        STACK,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "refused", "reason", "admitted"), CASES, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_each_rule_refuses_with_its_reason_and_admits_the_fixed_request(
+    rule: rules.Rule, refused: Request, reason: str, admitted: Request
+) -> None:
+    found = rule(refused, COMPAT)
+    assert found is not None and reason in found
+    assert rule(admitted, COMPAT) is None
+
+
+def test_every_rule_is_in_an_order_and_has_a_case() -> None:
+    ordered = set(rules.WHEEL_RULES) | set(rules.STACK_RULES)
+    assert {case[0] for case in CASES} == ordered
+    assert all(rule.__doc__ or rule.__name__ for rule in ordered)
+
+
+def test_the_first_refusal_wins() -> None:
+    # torch 2.6 has no cu121 wheel, and ubuntu22.04 has no Python 3.13: the torch rule comes first
+    request = replace(WHEEL, torch="2.6.0", python="3.13")
+    assert "no CUDA 12.1 wheel" in (rules.first_refusal(rules.WHEEL_RULES, request, COMPAT) or "")
+
+
+# -- the rules through a whole plan ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("torch", "cuda", "reason"),
+    [
+        ("2.9.1", "11.8", "torch 2.9 has no CUDA 11.8 wheel (its wheels: CUDA 12.6, 12.8, 13.0)"),
+        ("2.6.0", "12.1", "torch 2.6 has no CUDA 12.1 wheel"),
+        ("2.0.1", "12.1", "torch 2.0 has no CUDA 12.1 wheel"),
+        ("2.1.9", "12.1", "torch 2.1.9 is a patch missing from imagekit's compatibility table"),
+        ("2.10", "12.8", "so its latest patch is unknown; write the full version (2.10.0)"),
+        ("2.10.0", "12.8", "torch 2.10.0 is newer than imagekit's compatibility table"),
+        ("1.13.1", "11.7", "torch 1.13.1 is not a release imagekit knows"),
+    ],
+)
+def test_impossible_cells_are_refused(
+    torch: str, cuda: str, reason: str, write_matrix: Callable[[str], Path]
+) -> None:
+    path = write_matrix(f'axes:\n  torch: ["{torch}", "2.5.1"]\n  cuda: ["{cuda}", "12.4"]\n' + CUDA_BASE)
+    plan = load_plan(path)
+    reasons = [
+        r.reason for r in plan.refused if r.combination["torch"] == torch and r.combination["cuda"] == cuda
+    ]
+    assert reasons and reason in reasons[0]
+
+
+def test_ngc_never_crosses_the_cuda_axis(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  base: [ngc]\n  cuda: ["11.8", "12.2"]\nbases:\n  ngc: {stack: ngc-pytorch-23.10}\n'
+    )
+    plan = load_plan(path)
+    assert [c.cuda_full for c in plan.cells] == ["12.2.2"]
+    assert "never crosses the CUDA axis, so CUDA 11.8 cannot exist" in plan.refused[0].reason
+
+
+def test_ngc_refuses_runtime_and_other_torch(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        "axes:\n  base: [ngc]\n  flavour: [devel, runtime]\n  torch: [2.1.0a0+32f93b1, 2.1.2]\n"
+        "bases:\n  ngc: {stack: ngc-pytorch-23.10}\n"
+    )
+    plan = load_plan(path)
+    assert len(plan.cells) == 1 and plan.cells[0].torch == "2.1.0a0+32f93b1"
+    reasons = " | ".join(r.reason for r in plan.refused)
+    assert "no runtime flavour" in reasons and "would replace NVIDIA's build" in reasons
+
+
+def test_allow_unknown_admits_with_warning(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'allow_unknown: true\naxes:\n  torch: ["2.10.0"]\n  cuda: ["12.8"]\n'
+        "defaults: {torchvision: '0.25.0', torchaudio: none}\n" + CUDA_BASE
+    )
+    plan = load_plan(path)
+    (cell,) = plan.cells
+    assert cell.unknown and cell.torchvision == "0.25.0" and cell.torchaudio is None
+    assert any("admitted by allow_unknown" in w for w in plan.warnings)
+    # a combination the table knows is impossible stays refused, escape hatch or not
+    path = write_matrix(
+        'allow_unknown: true\naxes:\n  torch: ["2.9.1"]\n  cuda: ["11.8", "12.8"]\n' + CUDA_BASE
+    )
+    assert "no CUDA 11.8 wheel" in load_plan(path).refused[0].reason
+
+
+def test_python_refusals(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.1.2", "2.4.1"]\n  cuda: ["12.1"]\n  python: ["3.10", "3.12"]\n' + CUDA_BASE
+    )
+    plan = load_plan(path)
+    assert sorted((c.torch, c.python) for c in plan.cells) == [("2.1.2", "3.10"), ("2.4.1", "3.10")]
+    reasons = sorted(r.reason for r in plan.refused)
+    assert any("ubuntu22.04's packages carry Python 3.10, 3.11, not 3.12" in r for r in reasons)
+
+
+def test_cpu_and_cuda_bases_do_not_mix(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: ["cpu", "12.1"]\n  base: [cuda, deb]\n'
+        + CUDA_BASE
+        + "  deb: {image: debian:bookworm, os: debian12}\n"
+    )
+    plan = load_plan(path)
+    assert sorted((c.base, c.cuda) for c in plan.cells) == [("cuda", "12.1"), ("deb", "cpu")]
+    reasons = " | ".join(r.reason for r in plan.refused)
+    assert "a cpu build belongs on a base without it" in reasons and "has no CUDA toolkit" in reasons
+
+
+def test_minor_means_latest_patch(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix('axes:\n  torch: ["2.1"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
+    (cell,) = load_plan(path).cells
+    assert (cell.torch, cell.torchvision, cell.torchaudio) == ("2.1.2", "0.16.2", "2.1.2")
+
+
+def test_allow_unknown_admits_a_new_patch_of_a_known_release(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix('allow_unknown: true\naxes:\n  torch: ["2.1.9"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
+    (cell,) = load_plan(path).cells
+    assert cell.torch == "2.1.9" and cell.unknown and cell.numpy_cap == "<2"
+
+
+def test_cuda_full_must_belong_to_the_cells_cuda(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: ["11.8", "12.1"]\ndefaults: {cuda_full: "12.1.1"}\n' + CUDA_BASE
+    )
+    plan = load_plan(path)
+    assert [c.cuda for c in plan.cells] == ["12.1"]
+    assert "cuda_full 12.1.1 is not a CUDA 11.8 release" in plan.refused[0].reason
+
+
+def test_without_a_torch_index_only_pypis_build_exists(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["11.8", "12.1"]\n'
+        + CUDA_BASE
+        + "sources: {pip: {torch_index_url: null}}\n"
+    )
+    plan = load_plan(path)
+    assert [c.cuda for c in plan.cells] == ["12.1"]  # PyPI's torch 2.1 is the cu121 build
+    assert "whose torch 2.1 is the cu121 build, not cu118" in plan.refused[0].reason
+
+
+def test_a_fixed_stack_with_extras_cannot_use_a_wheelhouse(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    (tmp_path / "wh").mkdir()
+    (tmp_path / "wh" / "x.whl").write_bytes(b"x")
+    path = write_matrix(
+        "axes:\n  base: [ngc]\ndefaults: {pip_packages: [numpy]}\nbases:\n  ngc: {stack: ngc-pytorch-23.10}\n"
+        "sources: {pip: {find_links: [wh]}}\n"
+    )
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2 and "a wheelhouse build stage cannot reach" in result.stderr
