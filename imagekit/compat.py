@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
@@ -103,9 +103,13 @@ class Compat:
     def torch_release(self, version: str) -> TorchRelease | None:
         return self.torch.get(minor_of(version))
 
+    @cached_property
+    def newest(self) -> str:
+        return max(self.torch, key=version_key)
+
     def newest_torch(self) -> str:
         """The newest release (minor) the table knows."""
-        return max(self.torch, key=version_key)
+        return self.newest
 
     def newest_patch(self) -> str:
         """The newest torch version the table knows: what "newer than the table" is measured by."""

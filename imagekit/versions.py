@@ -6,11 +6,15 @@ orders or buckets versions (compatibility rules, the HTML grid, tags) asks here.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 # Versions longer than this are no versions: refusing them keeps int() away from Python's
 # 4300-digit conversion limit and keeps sort keys small.
 MAX_COMPONENT_DIGITS = 9
 
 
+# A plan asks about the same few versions for every cell: the answers are cached (bounded).
+@lru_cache(maxsize=4096)
 def version_key(version: str) -> tuple[int, ...]:
     """Numeric sort key of a dotted version; stops at the first component that is not all digits
     (keeping that component's leading digits: ``"0a0" -> 0``)."""
@@ -34,6 +38,7 @@ def display_key(version: str) -> tuple[tuple[int, ...], str]:
     return version_key(version), version
 
 
+@lru_cache(maxsize=4096)
 def minor_of(version: str) -> str:
     """``"2.1.2" -> "2.1"``, ``"12.1.1" -> "12.1"``, ``"2.1.0a0+32f93b1" -> "2.1"``."""
     return ".".join(str(n) for n in version_key(version)[:2])
