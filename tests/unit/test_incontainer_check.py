@@ -28,6 +28,7 @@ WHEEL_DIRS = (Path("/opt/wheels"), REPO / "examples" / "offline" / "wheelhouse")
 TORCH_VENV = Path("/tmp/imagekit-check-torch-venv")
 PYTHON_3_8 = Path("/root/.pyenv/versions/3.8.18/bin/python")
 GPU_CHECKS = ("nvidia_smi", "driver", "require", "cuda_available", "arch", "gemm_gpu", "gemm_perf", "nccl")
+TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "train_step")
 
 
 def torch_wheel() -> Path | None:
@@ -204,7 +205,7 @@ def test_parse_nvidia_smi_list_and_brands() -> None:
     assert [g["name"] for g in gpus] == ["NVIDIA TITAN V", "NVIDIA RTX 5880 Ada Generation"]
     assert gpus[0]["uuid"] == "GPU-b5169cef-2205-c30e-f2b3-220cfa14bafd"
     # `nvidia-smi -q` line layout as in https://github.com/anderskm/gputil/issues/38
-    assert check.parse_nvidia_smi_brands("    Product Brand                   : GeForce\n") == ["geforce"]
+    assert check.parse_nvidia_smi_brands("    Product Brand                   : GeForce\n") == ["GeForce"]
 
 
 def test_parse_cudnn_header_and_torch_ints() -> None:
@@ -263,17 +264,55 @@ def test_require_new_driver_passes_old_fails() -> None:
 def test_require_numeric_comparison_and_operators() -> None:
     assert check.evaluate_require("cuda>=12.10", props(cuda="12.9")) is False  # not string order
     assert check.evaluate_require("cuda>=9.0", props(cuda="12.2")) is True  # NGC 23.10's requirement
-    assert check.evaluate_require("driver==535.104.05", props(driver="535.104.05")) is True
+    assert check.evaluate_require("driver=535.104.05", props(driver="535.104.05")) is True
     assert check.evaluate_require("driver!=535", props(driver="535.0")) is False
     assert check.evaluate_require("arch>=8.0", props(arch="9.0")) is True
     assert check.evaluate_require("arch<8.0", props(arch="9.0")) is False
+    assert check.evaluate_require("CUDA>=12.1", props(cuda="12.2")) is True  # dsl.c: str_case_equal
 
 
-def test_require_unknown_property_is_not_satisfied() -> None:
-    assert check.evaluate_require("gpu_mem>=80", props(cuda="13.0")) is False
-    # the other OR branch still holds
-    assert check.evaluate_require("gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is True
-    assert check.evaluate_require("brand>=tesla", props(brand="tesla")) is False
+def test_require_double_equals_is_an_invalid_expression() -> None:
+    # dsl.c's operator table is = != < <= > >=, matched on the whole run of <>=! characters
+    verdict = check.evaluate_require_verdict("driver==535.104.05", props(driver="535.104.05"))
+    assert verdict.satisfied is False
+    assert verdict.invalid is not None and "'=='" in verdict.invalid
+    for bad in ("cuda=>12.1", "cuda>12.1x", "cuda>=", ">=12.1", "brand>=tesla", "cuda>=12.1a"):
+        result = check.evaluate_require_verdict(bad, props(cuda="12.2", brand="Tesla"))
+        assert result.satisfied is False and result.invalid, bad
+
+
+def test_require_unknown_property_fails_when_reached_only() -> None:
+    # dsl.c: an unknown property is "invalid expression" (the container does not start) ...
+    assert check.evaluate_require_verdict("gpu_mem>=80", props(cuda="13.0")).invalid
+    assert check.evaluate_require("gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is False
+    # ... but evaluation stops at the first group that holds, and an AND group at its first false term
+    assert check.evaluate_require("cuda>=12.0 gpu_mem>=80", props(cuda="13.0")) is True
+    assert check.evaluate_require("cuda>=14.0,gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is True
+
+
+@pytest.mark.parametrize(
+    ("left", "op", "right", "expected"),
+    [
+        ("12.1", "=", "12.1.0", True),
+        ("12.10", ">", "12.9", True),
+        ("470.57.02", "<", "471", True),
+        ("525.60.13", ">=", "525", True),
+        ("525", "<", "525.60", True),
+        ("525.60.13", "<", "526", True),
+        ("12.01", "=", "12.1", True),
+        ("13.0", "!=", "13", False),
+        ("9.0", "<=", "8.9", False),
+    ],
+)
+def test_dsl_compare_version(left: str, op: str, right: str, expected: bool) -> None:
+    assert check.dsl_compare_version(left, op, right) is expected
+
+
+def test_dsl_compare_version_rejects_non_numeric() -> None:
+    with pytest.raises(check.InvalidRequirement):
+        check.dsl_compare_version("12.1", ">=", "12.1a")
+    with pytest.raises(check.InvalidRequirement):
+        check.dsl_compare_version("", ">=", "12")
 
 
 def test_require_variables_all_and_legacy_cuda_version() -> None:
@@ -321,11 +360,35 @@ def test_arch_supported() -> None:
     assert check.arch_supported(["sm_37", "sm_50"], (12, 0))[0] is False
 
 
-def test_gemm_floor() -> None:
-    assert check.gemm_floor("NVIDIA H200") == 400.0
-    assert check.gemm_floor("NVIDIA H100 80GB HBM3") == 350.0
-    assert check.gemm_floor("NVIDIA GeForce RTX 4090") == 70.0
-    assert check.gemm_floor("NVIDIA TITAN V") is None
+def test_gemm_floor_exact_names() -> None:
+    assert check.gemm_floor("NVIDIA H200")[0] == 400.0
+    assert check.gemm_floor("NVIDIA H100 80GB HBM3")[0] == 350.0
+    assert check.gemm_floor("NVIDIA GeForce RTX 4090")[0] == 70.0
+    assert check.gemm_floor("NVIDIA A100-SXM4-80GB")[0] == 140.0
+    assert check.gemm_floor("NVIDIA TITAN V")[0] is None
+    # the substring match of old gave this Ampere laptop-class card the A100 floor
+    floor, how = check.gemm_floor("NVIDIA RTX A1000")
+    assert floor is None and "exact device name" in how
+    assert check.gemm_floor("NVIDIA A100")[0] is None
+    assert check.gemm_floor("Tesla T4")[0] == 20.0 and check.GEMM_FLOORS["Tesla T4"].dtype == "float16"
+
+
+def test_gemm_floor_mig_slices_scale_by_sms() -> None:
+    # torch's name for a MIG slice: the board, " MIG ", the profile (published PyTorch output)
+    floor, how = check.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14)
+    assert floor == round(140.0 * 14 / 108, 1) and "14/108" in how
+    assert check.gemm_floor("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 98)[0] == round(140.0 * 98 / 108, 1)
+    floor, how = check.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+    assert floor is None and "cannot be scaled" in how
+    floor, how = check.gemm_floor("NVIDIA A30 MIG 1g.6gb", 14)
+    assert floor is None and "no floor known for the board" in how
+
+
+def test_perf_dtype() -> None:
+    assert check.perf_dtype("NVIDIA H200", (9, 0)) == "bfloat16"
+    assert check.perf_dtype("Tesla V100-SXM2-16GB", (7, 0)) == "float16"
+    assert check.perf_dtype("Some Future GPU", (7, 5)) == "float16"
+    assert check.perf_dtype("Some Future GPU", (10, 0)) == "bfloat16"
 
 
 def test_exception_in_a_check_becomes_its_failure() -> None:
@@ -339,7 +402,14 @@ def test_exception_in_a_check_becomes_its_failure() -> None:
 
 
 def test_bad_arguments_exit_2() -> None:
-    for args in (["--expect-cuda", "twelve"], ["--flavour", "slim"], ["--bogus"]):
+    for args in (
+        ["--expect-cuda", "twelve"],
+        ["--flavour", "slim"],
+        ["--bogus"],
+        ["--only", "gemm,nope"],
+        ["--skip", "compiles"],
+        ["--task", "compile"],  # an internal role without its --result-file
+    ):
         proc = subprocess.run(
             [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=clean_env(), check=False
         )
@@ -382,8 +452,9 @@ def test_host_run_without_torch_fails_clearly() -> None:
     assert "cannot be imported" in torch_check["cause"] and torch_check["fix"]
     assert report["summary"]["required_failed"] == ["torch"]
     # nothing that needs torch pretends to have run
-    for name in ("torch_cuda", "cudnn", "gemm_cpu"):
-        assert by_name(report)[name]["status"] == "skip"
+    for name in TORCH_CHECKS:
+        assert by_name(report)[name]["status"] == "skip", name
+    assert report["telemetry"] is None
     assert report["inventory"]["packages"]
     assert_no_gpu_pass(report)
 
@@ -517,13 +588,45 @@ def torch_python() -> str:
     return str(python)
 
 
-def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str) -> None:
+def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str, tmp_path: Path) -> None:
+    """The whole script on the real CPU wheel, devel flavour: torch.compile (inductor C++), a C++
+    extension built with load_inline and a bf16 training step run for real; nothing written to HOME
+    or left in the temporary directory."""
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    env = clean_env(HOME=str(home), TMPDIR=str(tmp))
     rc, report, stderr = run_script(
-        torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu", "--expect-python", "3.11"
+        torch_python,
+        *(
+            "--expect-torch",
+            "2.13.0",
+            "--expect-cuda",
+            "cpu",
+            "--expect-python",
+            "3.11",
+            "--flavour",
+            "devel",
+        ),
+        env=env,
     )
     assert "Traceback" not in stderr
     checks = by_name(report)
     assert rc == 0, report["summary"]
+    compiled = checks["compile"]
+    assert compiled["status"] == "pass", compiled
+    cpu = compiled["detail"]["parts"]["cpu"]
+    assert cpu["generated_files"] > 0 and cpu["max_abs_error"] < 1e-4
+    assert compiled["detail"]["parts"]["cuda"] == {"status": "skip", "reason": "no GPU requested"}
+    extension = checks["extension"]
+    assert extension["status"] == "pass", extension
+    assert (
+        extension["detail"]["parts"]["cpu"]["built"]
+        and extension["detail"]["parts"]["cpu"]["max_abs_error"] == 0
+    )
+    train = checks["train_step"]["detail"]["parts"]["cpu/bfloat16"]
+    assert train["status"] == "pass" and train["final_loss"] < 0.5 * train["initial_loss"]
+    assert list(home.iterdir()) == [] and list(tmp.iterdir()) == []
     assert checks["torch"]["status"] == "pass"
     assert checks["torch"]["actual"] == "2.13.0+cpu"
     assert checks["torch_cuda"]["status"] == "pass"
@@ -538,18 +641,34 @@ def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str) -> None:
 
 def test_real_torch_require_gpu_fails(torch_python: str) -> None:
     rc, report, _ = run_script(
-        torch_python, "--expect-torch", "2.13.0", "--expect-cuda", "cpu", "--require-gpu"
+        torch_python,
+        "--expect-torch",
+        "2.13.0",
+        "--expect-cuda",
+        "cpu",
+        "--require-gpu",
+        "--skip",
+        "extension",
     )
     assert rc == 1
     checks = by_name(report)
     for name in ("cuda_available", "arch", "gemm_gpu", "nccl"):
         assert checks[name]["status"] == "fail", name
+    # the CPU parts ran and passed; the GPU parts of the same checks fail, never read as a pass
+    for name in ("compile", "train_step"):
+        assert checks[name]["status"] == "fail", name
+        parts = checks[name]["detail"]["parts"]
+        assert parts["cuda"]["status"] == "fail" and "--gpus missing" in parts["cuda"]["cause"]
+        assert [p["status"] for key, p in parts.items() if key.startswith("cpu")] == ["pass"]
+        assert "--gpus missing" in checks[name]["cause"]
     assert checks["gemm_cpu"]["status"] == "pass"
     assert_no_gpu_pass(report)
 
 
 def test_real_torch_wrong_version_and_wrong_variant(torch_python: str) -> None:
-    rc, report, _ = run_script(torch_python, "--expect-torch", "2.12.0", "--expect-cuda", "12.1")
+    rc, report, _ = run_script(
+        torch_python, "--expect-torch", "2.12.0", "--expect-cuda", "12.1", "--skip", "compile,train_step"
+    )
     checks = by_name(report)
     assert rc == 1
     assert checks["torch"]["status"] == "fail"

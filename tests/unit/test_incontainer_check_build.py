@@ -1,0 +1,108 @@
+"""compile and extension on the real PyTorch CPU wheel when a piece of the toolchain is missing: the
+failure must name it (compiler, Python.h, ninja). Runs where the torch CPU wheel is (see
+tests/unit/test_incontainer_check.py's torch_python fixture); the toolchain is taken away by PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from imagekit.incontainer import check
+from tests.unit.test_incontainer_check import by_name, clean_env, run_script, torch_python
+
+__all__ = ["torch_python"]
+
+NO_TOOLS = ("g++", "gcc", "cc", "c++", "clang", "clang++", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc")
+
+# gcc's own message when the interpreter's headers are not installed; every other call goes through.
+GXX_WITHOUT_PYTHON_H = """#!/bin/sh
+for arg in "$@"; do
+  case "$arg" in
+    *.cpp|*.cxx|*.cc) echo "$arg:1:10: fatal error: Python.h: No such file or directory" >&2
+                      echo "compilation terminated." >&2; exit 1 ;;
+  esac
+done
+exec {real} "$@"
+"""
+
+
+def bin_dir(tmp_path: Path, leave_out: tuple[str, ...], keep_only: tuple[str, ...] | None = None) -> Path:
+    """A PATH directory of links to /usr/bin's programs, without `leave_out` (or only `keep_only`)."""
+    target = tmp_path / "bin"
+    target.mkdir()
+    for entry in Path("/usr/bin").iterdir():
+        if keep_only is not None and entry.name not in keep_only:
+            continue
+        if entry.name in leave_out or entry.name.startswith(("x86_64-linux-gnu-g", "x86_64-linux-gnu-c")):
+            continue
+        (target / entry.name).symlink_to(entry.resolve() if entry.is_symlink() else entry)
+    return target
+
+
+def run_build_checks(python: str, tmp_path: Path, path: str, *args: str) -> dict[str, Any]:
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    env = clean_env(PATH=path, HOME=str(home), TMPDIR=str(tmp))
+    _, report, stderr = run_script(python, "--expect-cuda", "cpu", *args, env=env)
+    assert "Traceback" not in stderr
+    assert list(home.iterdir()) == [] and list(tmp.iterdir()) == []  # nothing left behind, even failing
+    return by_name(report)
+
+
+def test_compile_without_a_compiler_names_it(torch_python: str, tmp_path: Path) -> None:
+    tools = bin_dir(tmp_path, NO_TOOLS)
+    checks = run_build_checks(torch_python, tmp_path, str(tools), "--flavour", "devel", "--only", "compile")
+    compiled = checks["compile"]
+    assert compiled["status"] == "fail" and compiled["required"] is True
+    assert "no C/C++ compiler" in compiled["cause"] and "inductor C++ on the CPU" in compiled["cause"]
+    assert "apt-get install -y g++" in compiled["fix"]
+    assert compiled["detail"]["toolchain"]["cxx"] is None
+
+
+def test_compile_failure_in_a_runtime_image_is_reported_not_required(
+    torch_python: str, tmp_path: Path
+) -> None:
+    tools = bin_dir(tmp_path, NO_TOOLS)
+    checks = run_build_checks(
+        torch_python, tmp_path, str(tools), "--flavour", "runtime", "--only", "compile,extension"
+    )
+    assert checks["compile"]["status"] == "fail" and checks["compile"]["required"] is False
+    assert checks["extension"]["status"] == "skip" and "runtime flavour" in checks["extension"]["reason"]
+
+
+def test_compile_without_python_h_names_the_dev_package(torch_python: str, tmp_path: Path) -> None:
+    tools = bin_dir(tmp_path, ("g++", "c++"))
+    real = shutil.which("g++")
+    assert real is not None
+    for name in ("g++", "c++"):
+        wrapper = tools / name
+        wrapper.write_text(GXX_WITHOUT_PYTHON_H.format(real=real), encoding="utf-8")
+        wrapper.chmod(0o755)
+    checks = run_build_checks(torch_python, tmp_path, str(tools), "--flavour", "devel", "--only", "compile")
+    compiled = checks["compile"]
+    assert compiled["status"] == "fail"
+    assert "Python.h missing" in compiled["cause"]
+    version = check.toolchain(dict(os.environ))["python"]  # the test host's 3.11, as the venv's
+    assert f"python{version}-dev" in compiled["fix"]
+
+
+def test_extension_without_ninja_names_it(torch_python: str, tmp_path: Path) -> None:
+    tools = bin_dir(tmp_path, ("ninja",))
+    checks = run_build_checks(torch_python, tmp_path, str(tools), "--flavour", "devel", "--only", "extension")
+    extension = checks["extension"]
+    assert extension["status"] == "fail"
+    assert "ninja is missing" in extension["cause"] and "pip install ninja" in extension["fix"]
+    assert extension["detail"]["parts"]["cpu"]["missing"] == "ninja"
+
+
+def test_extension_without_a_compiler_names_it(torch_python: str, tmp_path: Path) -> None:
+    tools = bin_dir(tmp_path, NO_TOOLS)
+    checks = run_build_checks(torch_python, tmp_path, str(tools), "--flavour", "devel", "--only", "extension")
+    extension = checks["extension"]
+    assert extension["status"] == "fail"
+    assert "no C/C++ compiler" in extension["cause"] and "g++" in extension["fix"]
+    # no nvcc on that PATH nor a GPU: the CUDA part says why it did not run
+    assert extension["detail"]["parts"]["cuda"]["status"] == "skip"
