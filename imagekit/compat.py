@@ -2,7 +2,9 @@
 
 This module only types the facts and answers lookups; the rules that refuse combinations which
 cannot exist are ``imagekit.rules``. Facts are data, refreshed from the registries by
-``scripts/refresh-compat.py`` (cibuildwheel keeps its build-platforms table the same way).
+``scripts/refresh-compat.py`` (cibuildwheel keeps its build-platforms table the same way). The
+file is validated when it is read: a malformed entry (a hand edit, a bad refresh) fails loudly
+instead of turning into a wrong refusal.
 """
 
 from __future__ import annotations
@@ -11,11 +13,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from imagekit.versions import minor_of, variant_cuda, version_key
+
+Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?$")]
+Variant = Annotated[str, StringConstraints(pattern=r"^(cpu|cu[0-9]{3})$")]
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 @dataclass(frozen=True)
@@ -23,30 +33,45 @@ class TorchPatch:
     """A torch patch release and the companions released with it (None: there is none)."""
 
     torch: str
-    torchvision: str
-    torchaudio: str
+    torchvision: str | None
+    torchaudio: str | None
 
 
-@dataclass(frozen=True)
-class TorchRelease:
+class Libraries(_Facts):
+    """What one variant's wheel pins: the CUDA libraries torch brings itself (None: not read)."""
+
+    cudnn: Version
+    nccl: Version | None = None
+    cudart: Version | None = None
+
+
+class TorchRelease(_Facts):
     minor: str
-    variants: tuple[str, ...]
-    pypi_default: str
+    variants: tuple[Variant, ...]  # the CUDA variants PyTorch's index publishes
+    pypi_default: Variant  # the variant PyPI's wheel is built for
     cudnn_major: int
-    python_min: str
-    python_max: str
-    patches: tuple[TorchPatch, ...]
-    numpy: str | None  # a cap for the NumPy its wheels were compiled against ("<2"), if any
+    python: tuple[Version, Version]  # oldest and newest CPython with wheels
+    numpy: str | None = None  # a cap for the NumPy its wheels were compiled against ("<2"), if any
+    libraries: dict[Variant, Libraries] = Field(default_factory=dict)
+    patches: dict[Version, tuple[Version | None, Version | None]]  # -> (torchvision, torchaudio)
+    checked: bool = True
 
     @property
+    def python_min(self) -> str:
+        return self.python[0]
+
+    @property
+    def python_max(self) -> str:
+        return self.python[1]
+
+    @cached_property
     def latest(self) -> TorchPatch:
-        return max(self.patches, key=lambda p: version_key(p.torch))
+        newest = max(self.patches, key=version_key)
+        return self.patch(newest)  # type: ignore[return-value]  # a key of patches
 
     def patch(self, version: str) -> TorchPatch | None:
-        for candidate in self.patches:
-            if candidate.torch == version:
-                return candidate
-        return None
+        pair = self.patches.get(version)
+        return None if pair is None else TorchPatch(version, *pair)
 
     def supports_python(self, python: str) -> bool:
         key = version_key(python)[:2]
@@ -56,37 +81,39 @@ class TorchRelease:
         """The CUDA minors this release has wheels for, as ``"11.8"`` strings."""
         return tuple(variant_cuda(v) for v in self.variants if v != "cpu")
 
+    def companion_of(self, name: str, version: str) -> str | None:
+        """The torch patch whose companion ``name`` (torchvision/torchaudio) is ``version``."""
+        index = 0 if name == "torchvision" else 1
+        return next((torch for torch, pair in self.patches.items() if pair[index] == version), None)
 
-@dataclass(frozen=True)
-class CudaRelease:
+
+class CudaRelease(_Facts):
     minor: str
-    image_version: str  # the nvidia/cuda tag version serving this minor, e.g. 12.1.1
-    driver_min: str  # driver the toolkit shipped with (full compatibility)
-    driver_minor_floor: str  # floor under minor-version compatibility
-    checked: bool
+    image_version: Version = Field(alias="image")  # the nvidia/cuda tag version serving this minor
+    driver_min: Version = Field(alias="driver")  # driver the toolkit shipped with (full compatibility)
+    driver_minor_floor: Version = Field(alias="minor_floor")  # floor under minor-version compatibility
+    checked: bool = True
 
 
-@dataclass(frozen=True)
-class Stack:
+class Stack(_Facts):
     """A base image that brings its own PyTorch build (NGC): a fixed matrix row."""
 
     name: str
     image: str
-    torch: str
-    cuda: str
-    cudnn: str
-    nccl: str
-    cublas: str
-    python: str
+    torch: Version
+    cuda: Version
+    cudnn: Version
+    nccl: Version
+    cublas: Version
+    python: Version
     os: str
     require_cuda: str
     flavours: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class OperatingSystem:
+class OperatingSystem(_Facts):
     name: str
-    pythons: tuple[str, ...]
+    pythons: tuple[Version, ...] = Field(alias="python")
     apt_archives: tuple[tuple[str, str], ...]  # (archive URL, what follows the mirror URL)
 
 
@@ -95,8 +122,10 @@ class Compat:
     torch: Mapping[str, TorchRelease]
     cuda: Mapping[str, CudaRelease]
     plain_cudnn_from: str
+    base_cudnn: Mapping[str, str]  # CUDA minor -> the cuDNN its nvidia/cuda `cudnn` images carry
     stacks: Mapping[str, Stack]
     operating_systems: Mapping[str, OperatingSystem]
+    checked_on: str  # when the torch table was last refreshed from the registries
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -113,7 +142,7 @@ class Compat:
 
     def newest_patch(self) -> str:
         """The newest torch version the table knows: what "newer than the table" is measured by."""
-        return self.torch[self.newest_torch()].latest.torch
+        return self.torch[self.newest].latest.torch
 
     def cuda_release(self, cuda: str) -> CudaRelease | None:
         return self.cuda.get(minor_of(cuda))
@@ -132,72 +161,29 @@ class Compat:
         return f"cudnn{cudnn_major}-"
 
 
-def _require(mapping: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in mapping:
-        raise KeyError(f"compat data: {where} lacks {key!r}")
-    return mapping[key]
-
-
 def parse_compat(raw: Mapping[str, Any]) -> Compat:
-    torch_section = _require(raw, "torch", "top level")
-    releases: dict[str, TorchRelease] = {}
-    for minor, entry in torch_section["releases"].items():
-        patches = tuple(
-            TorchPatch(torch=torch, torchvision=pair[0], torchaudio=pair[1])
-            for torch, pair in entry["patches"].items()
-        )
-        releases[minor] = TorchRelease(
-            minor=minor,
-            variants=tuple(entry["variants"]),
-            pypi_default=entry["pypi_default"],
-            cudnn_major=int(entry["cudnn_major"]),
-            python_min=entry["python"][0],
-            python_max=entry["python"][1],
-            patches=patches,
-            numpy=entry.get("numpy"),
-        )
-    cuda = {
-        minor: CudaRelease(
-            minor=minor,
-            image_version=entry["image"],
-            driver_min=entry["driver"],
-            driver_minor_floor=entry["minor_floor"],
-            checked=bool(entry.get("checked", True)),
-        )
-        for minor, entry in raw["cuda"]["releases"].items()
-    }
-    stacks = {
-        name: Stack(
-            name=name,
-            image=entry["image"],
-            torch=entry["torch"],
-            cuda=entry["cuda"],
-            cudnn=entry["cudnn"],
-            nccl=entry["nccl"],
-            cublas=entry["cublas"],
-            python=entry["python"],
-            os=entry["os"],
-            require_cuda=entry["require_cuda"],
-            flavours=tuple(entry["flavours"]),
-        )
-        for name, entry in raw["stacks"].items()
-    }
-    systems = {
-        name: OperatingSystem(
-            name=name,
-            pythons=tuple(entry["python"]),
-            # longest first: debian-security must be rewritten before its prefix debian
-            apt_archives=tuple(sorted(entry["apt_archives"].items(), key=lambda kv: -len(kv[0]))),
-        )
-        for name, entry in raw["operating_systems"].items()
-        if name != "source"
-    }
+    """The data file's mapping as validated records (a malformed entry raises ValidationError)."""
+    torch = raw["torch"]
+    systems = {name: entry for name, entry in raw["operating_systems"].items() if name != "source"}
     return Compat(
-        torch=releases,
-        cuda=cuda,
-        plain_cudnn_from=raw["nvidia_cuda_image"]["plain_cudnn_from"],
-        stacks=stacks,
-        operating_systems=systems,
+        torch={m: TorchRelease(minor=m, **entry) for m, entry in torch["releases"].items()},
+        cuda={m: CudaRelease(minor=m, **entry) for m, entry in raw["cuda"]["releases"].items()},
+        plain_cudnn_from=str(raw["nvidia_cuda_image"]["plain_cudnn_from"]),
+        base_cudnn={str(k): str(v) for k, v in (raw["nvidia_cuda_image"].get("cudnn") or {}).items()},
+        stacks={
+            name: Stack(name=name, **{k: v for k, v in entry.items() if k != "source"})
+            for name, entry in raw["stacks"].items()
+        },
+        operating_systems={
+            name: OperatingSystem(
+                name=name,
+                pythons=entry["python"],
+                # longest first: debian-security must be rewritten before its prefix debian
+                apt_archives=tuple(sorted(entry["apt_archives"].items(), key=lambda kv: -len(kv[0]))),
+            )
+            for name, entry in systems.items()
+        },
+        checked_on=str(torch.get("checked_on", "")),
     )
 
 

@@ -100,7 +100,7 @@ class Cell:
     torchvision: str | None
     torchaudio: str | None
     cuda: str  # CUDA minor ("12.1") or "cpu"
-    cuda_full: str | None  # full toolkit version in the base (12.1.1), None for cpu
+    cuda_full: str | None  # full toolkit version in the base (12.1.1); None for cpu and plain bases
     variant: str  # wheel variant: cu121, cpu
     cudnn: str | None  # cuDNN major torch uses ("8"), or the stack's full version
     python: str
@@ -113,6 +113,9 @@ class Cell:
     readable_tag: str
     unknown: bool  # admitted through allow_unknown
     numpy_cap: str | None = None  # "<2" where torch was compiled against NumPy 1.x
+    # The base image brings CUDA and the NVIDIA environment (nvidia/cuda, NGC); on a plain base a
+    # CUDA wheel brings CUDA's libraries itself and the image sets the NVIDIA environment.
+    base_carries_cuda: bool = False
 
     @property
     def is_cuda(self) -> bool:
@@ -157,6 +160,7 @@ class Plan:
     warnings: tuple[str, ...] = field(default=())
     # every base built from a local context, also one that only other bases derive from
     local_bases: tuple[LocalBase, ...] = field(default=())
+    compat: Compat = field(default_factory=load_compat, compare=False, repr=False)  # the facts it used
 
     @property
     def repository(self) -> str:
@@ -270,6 +274,7 @@ class _Resolver:
             python=stack.python,
             flavour=merged.get("flavour") or "devel",
             cuda_full=stack.cuda,
+            carries_cuda=True,
             base_python=stack.python,
             os=spec.os or stack.os,
             stack=stack,
@@ -318,6 +323,8 @@ class _Resolver:
             base_flavours=tuple(spec.flavours) if spec.flavours is not None else None,
             os=os_name,
             torch_source=self.torch_source,
+            torchvision=merged.get("torchvision"),
+            torchaudio=merged.get("torchaudio"),
             image=spec.image or "",
         )
 
@@ -334,9 +341,8 @@ class _Resolver:
         cudnn: str | None = None
         if request.cuda != "cpu":
             known = self.compat.cuda_release(request.cuda)
-            request = replace(
-                request, cuda_full=request.cuda_full or (known.image_version if known else None)
-            )
+            table = known.image_version if known and request.carries_cuda else None
+            request = replace(request, cuda_full=request.cuda_full or table)
             cudnn = str(release.cudnn_major if release else 9)
         vision = merged.get("torchvision") or (patch.torchvision if patch else None)
         audio = merged.get("torchaudio") or (patch.torchaudio if patch else None)
@@ -376,6 +382,9 @@ class _Resolver:
             "cudnn": str(cudnn_major or ""),
             "cudnn_tag": cudnn_tag,
             "flavour": flavour,
+            # nvidia/cuda's own flavours: a runtime cell needs only `base` (the NVIDIA environment
+            # and cudart), since torch's wheel brings every other CUDA library itself
+            "image_flavour": "devel" if flavour == "devel" else "base",
             "os": os_name,
             "python": python,
         }
@@ -383,6 +392,7 @@ class _Resolver:
         base_image = naming.fill_placeholders(request.image, image_values, image_where)
         if not naming.is_reference(base_image):
             raise InputError(f"{image_where}: {base_image!r} is not a valid image reference")
+        _refuse_unless(rules.IMAGE_RULES, replace(request, image=base_image), self.compat)
         tag_path = ("bases", request.base, "tag") if spec.tag else ("publish", "tags", "readable")
         readable = naming.readable_tag(
             spec.tag or self.matrix.publish.tags.readable,
@@ -423,6 +433,7 @@ class _Resolver:
             readable_tag=readable,
             unknown=request.stack is None and (release is None or release.patch(torch) is None),
             numpy_cap=release.numpy if release else None,
+            base_carries_cuda=request.carries_cuda,
         )
 
 
@@ -479,6 +490,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         refused=tuple(refused),
         warnings=tuple(warnings + resolver.warnings),
         local_bases=local_bases,
+        compat=resolver.compat,
     )
 
 

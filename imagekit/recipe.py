@@ -7,6 +7,7 @@ Jinja2 templates in ``dockerfiles/templates`` only arrange a ``Recipe``'s fields
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -40,6 +41,9 @@ class Recipe:
     wheelhouse_context: str
     wheelhouse_dir: str
     env: tuple[tuple[str, str], ...]
+    nvidia_env: tuple[tuple[str, str], ...]  # what an image on a plain base needs to see a GPU
+    toolchain: tuple[str, ...]  # OS packages a devel image on a base with its own Python may lack
+    toolchain_probe: str  # Python that exits 0 when the base already has them
     build_args: tuple[str, ...]
     labels: tuple[tuple[str, str], ...]
     check_script_context: str
@@ -77,6 +81,11 @@ def _build_guard(cell: Cell) -> str:
     return "; ".join(lines)
 
 
+def project_name(requirement: str) -> str:
+    """The normalised project name of a pip requirement: ``Torch_Vision[x]>=1`` -> ``torch-vision``."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~;@ ]", requirement, maxsplit=1)[0]).lower()
+
+
 def _requirements(cell: Cell) -> tuple[str, ...]:
     pins = [f"torch=={cell.torch}"]
     if cell.torchvision:
@@ -88,26 +97,67 @@ def _requirements(cell: Cell) -> tuple[str, ...]:
     return tuple(pins)
 
 
+# The distributions pinned for every later pip install: torch's family, and the CUDA libraries
+# its wheel brought. CUDA 12 wheels are nvidia-<lib>-cu12; CUDA 13 ones are nvidia-<lib> without a
+# suffix (nvidia-cublas, nvidia-cuda-runtime), nvidia-cudnn-cu13 and nvidia-nccl-cu13, pulled in
+# through the cuda-toolkit metapackage with cuda-bindings: the prefixes cover both layouts.
+PINNED_NAMES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
+PINNED_PREFIXES = ("nvidia-", "cuda-")
+
+
 def _pin_script(cell: Cell) -> str:
     """Python that prints the constraints file from what is installed, local versions included.
 
     Pinning ``torch==2.1.2`` would still admit PyPI's 2.1.2 or a ``+cpu`` build; the installed
-    ``2.1.2+cu121`` admits nothing else. A NumPy cap stays too where torch needs NumPy 1.x.
+    ``2.1.2+cu121`` admits nothing else, and neither can a later install swap the cuDNN or NCCL
+    wheel torch was built against. A NumPy cap stays too where torch needs NumPy 1.x.
     """
     extra = [f"numpy{cell.numpy_cap}"] if cell.numpy_cap else []
     return (
         "import importlib.metadata as m; "
-        'names = {"torch", "torchvision", "torchaudio"}; '
-        'pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions()'
-        ' if (d.metadata["Name"] or "").lower() in names); '
+        f"names = {PINNED_NAMES!r}; prefixes = {PINNED_PREFIXES!r}; "
+        'found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version'
+        " for d in m.distributions()}; "
+        "pins = sorted(n + '==' + v for n, v in found.items() if n in names or n.startswith(prefixes)); "
         f"print(chr(10).join(pins + {extra!r}))".replace("'", '"')
     )
+
+
+def _nvidia_env(cell: Cell) -> tuple[tuple[str, str], ...]:
+    """On a plain base the image must ask for the GPU itself: the container toolkit reads these.
+    Unset capabilities mean `utility` alone (nvidia-smi, no compute library mounted: torch sees
+    no GPU); nvidia/cuda images set them, any other base must."""
+    if not cell.is_cuda or cell.base_carries_cuda:
+        return ()
+    return (
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
+        ("NVIDIA_REQUIRE_CUDA", f"cuda>={cell.cuda}"),
+    )
+
+
+def _toolchain(cell: Cell) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(OS packages to install, packages to install only where the base lacks them) for a devel
+    image: torch.compile (Triton, inductor) and cpp_extension need a C++ compiler and Python.h."""
+    if cell.flavour != "devel" or cell.stack is not None:
+        return (), ()
+    if cell.python_from_base:
+        return (), ("g++", "python3-dev")
+    return ("g++", f"python{cell.python}-dev"), ()
+
+
+# Exits 0 when a C++ compiler and the interpreter's Python.h are there (offline bases bring them).
+TOOLCHAIN_PROBE = (
+    "import os, shutil, sys, sysconfig; "
+    'sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"],'
+    ' "Python.h")) else 1)'
+)
 
 
 def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
     """Static labels. Build-time ones (input digest, created, base digest) come from the builder:
     the input digest hashes this very file, so it cannot be written into it."""
-    accel = "CPU" if cell.cuda == "cpu" else f"CUDA {cell.cuda_full}"
+    accel = "CPU" if cell.cuda == "cpu" else f"CUDA {cell.cuda_full or cell.cuda}"
     oci = naming.OCI_PREFIX
     labels = {
         f"{oci}title": f"pytorch-{cell.readable_tag}",
@@ -169,10 +219,14 @@ def make_recipe(
             extra_args += ["--extra-index-url", url]
 
     pins = _requirements(cell)
+    toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
     if not cell.python_from_base:
         apt_packages += [f"python{cell.python}", f"python{cell.python}-venv", "ca-certificates"]
-    apt_packages += [p for p in cell.apt_packages if p not in apt_packages]
+    apt_packages += [p for p in (*toolchain, *cell.apt_packages) if p not in apt_packages]
+    extras = list(cell.pip_packages)
+    if (toolchain or toolchain_if_missing) and "ninja" not in {project_name(r) for r in extras}:
+        extras.append("ninja")  # torch.utils.cpp_extension refuses to build without it
     return Recipe(
         matrix_name=matrix_name,
         apt_packages=tuple(apt_packages),
@@ -187,7 +241,7 @@ def make_recipe(
         torch_pip_args=tuple(torch_args),
         torch_requirements=pins,
         extra_pip_args=tuple(extra_args),
-        extra_requirements=cell.pip_packages,
+        extra_requirements=tuple(extras),
         pin_script=_pin_script(cell),
         constraints_dir=str(PurePosixPath(CONSTRAINTS_FILE).parent),
         constraints_file=CONSTRAINTS_FILE,
@@ -196,6 +250,9 @@ def make_recipe(
         wheelhouse_context=WHEELHOUSE_CONTEXT,
         wheelhouse_dir=WHEELHOUSE_DIR,
         env=cell.env,
+        nvidia_env=_nvidia_env(cell),
+        toolchain=toolchain_if_missing,
+        toolchain_probe=TOOLCHAIN_PROBE,
         build_args=tuple(name for name, _ in cell.build_args),
         labels=_labels(cell),
         check_script_context=CHECK_SCRIPT_CONTEXT,

@@ -154,9 +154,7 @@ class Renderer:
         self._wheelhouse: tuple[tuple[str, Path], ...] | None = None
 
     def _os_archives(self, cell: Cell) -> tuple[tuple[str, str], ...]:
-        from imagekit.compat import load_compat
-
-        system = load_compat().operating_systems.get(cell.os)
+        system = self.plan.compat.operating_systems.get(cell.os)
         if system is None and self.plan.matrix.sources.apt.mirror:
             raise InputError(
                 f"{self.plan.source_name}: sources.apt.mirror: imagekit does not know {cell.os}'s"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from imagekit.store import STATUSES, BuildReport, CellResult
 
@@ -25,12 +27,24 @@ def _short_id(image_id: str | None) -> str:
 ROW_HEADERS = ("cell", "status", "verified", "image", "size", "time", "base digest", "detail")
 
 
+def throttle_note(metrics: Mapping[str, Any]) -> str:
+    """``throttled: sw_power_cap`` when a GPU spent samples of the timed GEMM clock-limited: a low
+    TFLOP/s figure is then the device's state, not the image's."""
+    gpus = [g for g in metrics.get("gpus") or () if isinstance(g, Mapping) and g.get("throttled_samples")]
+    if not gpus:
+        return ""
+    reasons = sorted({str(k) for g in gpus for k, v in (g.get("throttle") or {}).items() if v})
+    return f"throttled: {', '.join(reasons) or 'yes'}"
+
+
 def _verified(result: CellResult) -> str:
     verification = result.verification
     if verification is None:
         return "-"
-    tflops = next((v for k, v in verification.metrics.items() if k.endswith(".tflops")), None)
-    return verification.label + (f" ({tflops:.0f} TFLOP/s)" if isinstance(tflops, int | float) else "")
+    tflops = verification.metrics.get("gemm_perf.tflops")
+    figures = [f"{tflops:.0f} TFLOP/s"] if isinstance(tflops, int | float) else []
+    figures += [note] if (note := throttle_note(verification.metrics)) else []
+    return verification.label + (f" ({'; '.join(figures)})" if figures else "")
 
 
 def rows(report: BuildReport) -> list[tuple[str, ...]]:

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from imagekit import naming
 from imagekit.compat import Compat, Stack, TorchRelease
 from imagekit.versions import cuda_variant, minor_of, version_key
 
 TorchSource = Literal["index", "pypi", "wheelhouse"]
+REFRESH_COMMAND = "scripts/refresh-compat.py --write"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Request:
     base_flavours: tuple[str, ...] | None = None
     os: str = ""
     torch_source: TorchSource = "index"
+    torchvision: str | None = None  # a companion version asked for explicitly ("none": skip it)
+    torchaudio: str | None = None
     # fixed stacks (NGC): what the combination asked of the stack, unresolved
     stack: Stack | None = None
     image: str = ""
@@ -86,7 +90,8 @@ def torch_in_table(request: Request, compat: Compat) -> str | None:
     what = "newer than" if _release(request, compat) is None else "a patch missing from"
     return (
         f"torch {request.torch} is {what} imagekit's compatibility table (newest"
-        f" {compat.newest_torch()}); set allow_unknown: true to build it anyway"
+        f" {compat.newest_torch()}, refreshed {compat.checked_on}); refresh it"
+        f" ({REFRESH_COMMAND}) or set allow_unknown: true to build it anyway"
     )
 
 
@@ -94,11 +99,16 @@ def torch_in_table(request: Request, compat: Compat) -> str | None:
 
 
 def base_matches_accelerator(request: Request, compat: Compat) -> str | None:
-    """A CUDA base carries CUDA builds, a plain base CPU builds."""
+    """A CUDA base carries CUDA builds. A plain base carries CPU builds, and runtime images of a
+    CUDA wheel (the wheel brings CUDA's libraries, the container toolkit the driver), but no
+    devel image: that needs nvcc at the cell's CUDA, which only a CUDA base has."""
     if request.carries_cuda and request.cuda == "cpu":
         return f"base {request.base} carries CUDA; a cpu build belongs on a base without it"
-    if not request.carries_cuda and request.cuda != "cpu":
-        return f"base {request.base} has no CUDA toolkit; use cuda: cpu or a CUDA base"
+    if not request.carries_cuda and request.cuda != "cpu" and request.flavour == "devel":
+        return (
+            f"base {request.base} has no CUDA toolkit, and a devel image needs nvcc {request.cuda};"
+            " use flavour runtime (the wheel brings CUDA's libraries) or a CUDA devel base"
+        )
     return None
 
 
@@ -140,6 +150,8 @@ def cuda_in_table(request: Request, compat: Compat) -> str | None:
     """A CUDA minor the table lacks has no known base tag: it needs allow_unknown and cuda_full."""
     if request.cuda == "cpu" or request.cuda_full or compat.cuda_release(request.cuda) is not None:
         return None
+    if not request.carries_cuda and request.allow_unknown:
+        return None  # a plain base: the wheel brings CUDA, no nvidia/cuda tag is needed
     if request.allow_unknown:
         return f"CUDA {request.cuda} is not in the compatibility table; set cuda_full (e.g. {request.cuda}.0)"
     return (
@@ -177,6 +189,33 @@ def torch_supports_python(request: Request, compat: Compat) -> str | None:
         f"torch {release.minor} publishes wheels for Python {release.python_min} to"
         f" {release.python_max}, not {request.python}"
     )
+
+
+def companions_pair(request: Request, compat: Compat) -> str | None:
+    """torchvision and torchaudio are built against one torch release: another pairing breaks at
+    import (undefined symbols) or is refused by pip. "none" always passes (the cell skips it)."""
+    release = _release(request, compat)
+    patch = release.patch(request.torch) if release else None
+    if release is None or patch is None:
+        return None  # unknown torch: the cell names its companions itself
+    for name, asked, paired in (
+        ("torchvision", request.torchvision, patch.torchvision),
+        ("torchaudio", request.torchaudio, patch.torchaudio),
+    ):
+        if asked in (None, "none", paired):
+            continue
+        if paired is None:
+            return (
+                f"torch {request.torch} has no {name} release to pair with ({name} {asked} was built for"
+                f" another torch); set {name}: none"
+            )
+        belongs = release.companion_of(name, asked)
+        built_for = f"; {name} {asked} pairs with torch {belongs}" if belongs else ""
+        return (
+            f"{name} {asked} does not pair with torch {request.torch}: its {name} is {paired}{built_for};"
+            f" leave {name} unset (or write {paired})"
+        )
+    return None
 
 
 def base_serves_flavour(request: Request, compat: Compat) -> str | None:
@@ -247,6 +286,34 @@ def stack_serves_flavour(request: Request, compat: Compat) -> str | None:
     return _unless(request.flavour in flavours, request, why)
 
 
+# -- the resolved base image ------------------------------------------------------------------------
+
+
+def one_cudnn_in_the_image(request: Request, compat: Compat) -> str | None:
+    """torch's wheel brings its own cuDNN; an nvidia/cuda `cudnn` base brings another. Two majors
+    (or minors) in one image load side by side and crash, and the image carries cuDNN twice:
+    such a base is kept only where its cuDNN is the wheel's, at the same major.minor."""
+    tag = naming.split_reference(request.image)[1] or ""
+    if (
+        request.cuda == "cpu"
+        or "cudnn" not in tag
+        or not naming.split_reference(request.image)[0].endswith("nvidia/cuda")
+    ):
+        return None
+    release = _release(request, compat)
+    libraries = release.libraries.get(cuda_variant(request.cuda)) if release else None
+    base_cudnn = compat.base_cudnn.get(minor_of(request.cuda))
+    if libraries is None or base_cudnn is None:
+        return None  # one of the two cuDNN versions is not known: the in-image check compares them
+    if version_key(libraries.cudnn)[:2] == version_key(base_cudnn)[:2]:
+        return None
+    return (
+        f"{request.image} carries cuDNN {base_cudnn} and torch {request.torch}'s {cuda_variant(request.cuda)}"
+        f" wheel brings cuDNN {libraries.cudnn}: two cuDNN in one image; use the plain"
+        f" nvidia/cuda:{{cuda_full}}-{{image_flavour}} base (the wheel brings its own cuDNN)"
+    )
+
+
 # -- the order ----------------------------------------------------------------------------------------
 
 WHEEL_RULES: tuple[Rule, ...] = (
@@ -261,6 +328,7 @@ WHEEL_RULES: tuple[Rule, ...] = (
     base_brings_that_python,
     os_packages_python,
     torch_supports_python,
+    companions_pair,
     base_serves_flavour,
 )
 
@@ -271,6 +339,10 @@ STACK_RULES: tuple[Rule, ...] = (
     stack_extras_from_an_index,
     stack_serves_flavour,
 )
+
+
+# Run once the base image is resolved (its tag says which cuDNN it carries).
+IMAGE_RULES: tuple[Rule, ...] = (one_cudnn_in_the_image,)
 
 
 def first_refusal(rules: tuple[Rule, ...], request: Request, compat: Compat) -> str | None:

@@ -141,8 +141,50 @@ def verdict_of(
     return "checked", checks, gpu_visible
 
 
+# Telemetry the check sampled during the timed GEMM (nvidia-smi's names -> the report's).
+TELEMETRY = {
+    "clocks_sm_mhz": "sm_clock_mhz",
+    "power_draw_w": "power_w",
+    "temperature_gpu_c": "temperature_c",
+    "utilization_gpu_pct": "utilization_pct",
+    "memory_used_mib": "memory_used_mib",
+}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _gpu_figures(device: Mapping[str, Any]) -> dict[str, Any]:
+    """One device of the timed GEMM: its TFLOP/s against its floor and what the GPU did meanwhile,
+    so a low figure can be told apart from a throttled device."""
+    figures: dict[str, Any] = {
+        "index": device.get("index"),
+        "device": str(device.get("device") or "?")[:120],
+        "tflops": _number(device.get("tflops")),
+        "floor_tflops": _number(device.get("floor_tflops")),
+        "status": str(device.get("status") or "?")[:16],
+    }
+    telemetry = device.get("telemetry")
+    if not isinstance(telemetry, Mapping):
+        return figures
+    sampled = telemetry.get("metrics")
+    for source, name in TELEMETRY.items():
+        stats = sampled.get(source) if isinstance(sampled, Mapping) else None
+        if isinstance(stats, Mapping):
+            figures[name] = {k: _number(stats.get(k)) for k in ("min", "max", "mean")}
+    reasons = telemetry.get("throttle_reasons")
+    if isinstance(reasons, Mapping):
+        counts = reasons.get("counts")
+        if isinstance(counts, Mapping):
+            figures["throttle"] = {str(k)[:40]: int(v) for k, v in counts.items() if _number(v)}
+        figures["throttled_samples"] = _number(reasons.get("perf_limiting_samples"))
+    return figures
+
+
 def _metrics(checks: tuple[CheckRecord, ...]) -> dict[str, Any]:
-    """Figures worth a column in the report: the timed GEMM's TFLOP/s, device and floor."""
+    """Figures worth a column in the report: the timed GEMM's TFLOP/s (the slowest device), device
+    and floor, and per GPU its figure with the telemetry sampled while it ran."""
     out: dict[str, Any] = {}
     for check in checks:
         if check.name != "gemm_perf" or check.actual is None:
@@ -155,6 +197,9 @@ def _metrics(checks: tuple[CheckRecord, ...]) -> dict[str, Any]:
         if isinstance(detail, dict):
             out["gemm_perf.device"] = detail.get("device")
             out["gemm_perf.floor_tflops"] = detail.get("floor_tflops")
+            devices = detail.get("devices")
+            if isinstance(devices, list):
+                out["gpus"] = [_gpu_figures(d) for d in devices[:64] if isinstance(d, Mapping)]
     return out
 
 
@@ -249,7 +294,9 @@ class Harness:
             security_opt=["no-new-privileges"],
             # a script injected into an image without one needs a writable root to land in
             read_only=not inject,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.limits.tmp_size}"},
+            # exec: torch.compile and cpp_extension load the libraries they compile from /tmp (Docker
+            # mounts a tmpfs noexec by default); the root stays read-only and nothing is setuid.
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={self.limits.tmp_size}"},
             shm_size=self.limits.shm_size,
         )
         created = self.api.create_container(

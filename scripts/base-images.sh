@@ -10,21 +10,30 @@
 #                                          symlinks, LABEL imagekit.test=true
 #   imagekit-local/debian-python:bookworm  debootstrap --variant=minbase bookworm
 #                                          + python3 python3-venv python3-pip
-#                                          ca-certificates, via `docker import`
+#                                          ca-certificates openssh-server (for the
+#                                          ssh front end; no host keys: every
+#                                          container makes its own), via
+#                                          `docker import`
 #
-# Idempotent: an image that already exists is skipped unless --force is given.
+# Idempotent: an image that already exists is skipped unless --force is given
+# (debian-python: or unless its imagekit.packages label names another package list).
 # Needs a running dockerd (scripts/engine.sh docker) and the busybox-static /
 # debootstrap packages (installed by scripts/engine.sh install).
 #
 # Environment overrides:
 #   IMAGEKIT_DEBIAN_MIRROR    mirror URL (default: taken from apt sources)
 #   IMAGEKIT_SECURITY_MIRROR  security mirror URL (default: from apt sources)
+#   IMAGEKIT_PYTHON_IMAGE     name of the debian-python image (default above;
+#                             an experiment can build its own without
+#                             replacing the one other builds use)
 set -euo pipefail
 
 BUSYBOX_IMAGE="imagekit-test/busybox:latest"
-PYTHON_IMAGE="imagekit-local/debian-python:bookworm"
+PYTHON_IMAGE="${IMAGEKIT_PYTHON_IMAGE:-imagekit-local/debian-python:bookworm}"
 SUITE="bookworm"
-PY_PACKAGES="python3,python3-venv,python3-pip,ca-certificates"
+# openssh-server: the ssh front end (imagekit/frontends) runs sshd from the base when it has one.
+# python3-dev and g++: torch.compile (inductor) and cpp_extension build C++ against Python.h.
+PY_PACKAGES="python3,python3-venv,python3-pip,python3-dev,g++,ca-certificates,openssh-server"
 
 log() { printf '[base-images] %s\n' "$*" >&2; }
 die() { printf '[base-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -40,7 +49,7 @@ for arg in "$@"; do
     case "$arg" in
         --force|-f) FORCE=1 ;;
         busybox|debian-python|all) TARGET=$arg ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg" ;;
     esac
 done
@@ -155,8 +164,14 @@ first_line() { head -n1; }
 
 build_debian_python() {
     if image_exists "$PYTHON_IMAGE" && [[ $FORCE -eq 0 ]]; then
-        log "$PYTHON_IMAGE exists (use --force to rebuild)"
-        return 0
+        # An image made from another package list (before openssh-server joined it) is rebuilt.
+        local have
+        have=$($DOCKER image inspect -f '{{index .Config.Labels "imagekit.packages"}}' "$PYTHON_IMAGE" 2>/dev/null || true)
+        if [[ $have == "$PY_PACKAGES" ]]; then
+            log "$PYTHON_IMAGE exists (use --force to rebuild)"
+            return 0
+        fi
+        log "$PYTHON_IMAGE has packages '${have:-?}', not '$PY_PACKAGES': rebuilding"
     fi
     command -v debootstrap >/dev/null 2>&1 || die "debootstrap not installed"
     local mirror sec_mirror
@@ -214,6 +229,11 @@ EOF
     find "$root/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete 2>/dev/null || true
     find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete 2>/dev/null || true
     find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} + 2>/dev/null || true
+    # openssh-server's postinst generated host keys: a key baked into an image is shared by every
+    # container made from it (anyone with the image can impersonate any of them). The ssh front
+    # end generates a container's own keys at its first start.
+    rm -f "$root"/etc/ssh/ssh_host_*
+    if compgen -G "$root/etc/ssh/ssh_host_*" >/dev/null; then die "host keys left in $root/etc/ssh"; fi
     : > "$root/etc/resolv.conf"
     : > "$root/etc/machine-id" 2>/dev/null || true
     echo "localhost" > "$root/etc/hostname"
@@ -225,7 +245,7 @@ EOF
             --change 'CMD ["/bin/bash"]' \
             --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
             --change 'ENV LANG=C.UTF-8' \
-            --change 'LABEL imagekit.base=debian-python imagekit.suite=bookworm' \
+            --change "LABEL imagekit.base=debian-python imagekit.suite=bookworm imagekit.packages=$PY_PACKAGES" \
             --message "debootstrap --variant=minbase $SUITE + $PY_PACKAGES" \
             - "$PYTHON_IMAGE" >/dev/null
     rm -rf --one-file-system "$WORK"; WORK=""

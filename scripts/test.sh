@@ -52,8 +52,8 @@ export IMAGEKIT_TEST_REGISTRY="${IMAGEKIT_TEST_REGISTRY:-127.0.0.1:5000}"
 bash scripts/engine.sh registry "${IMAGEKIT_TEST_REGISTRY##*:}"
 
 log "ruff"
-ruff check imagekit tests bench
-ruff format --check imagekit tests bench
+ruff check imagekit tests bench scripts
+ruff format --check imagekit tests bench scripts
 log "mypy --strict imagekit/"
 mypy imagekit
 log "drift check: committed Dockerfiles equal what matrix.yaml renders"

@@ -21,6 +21,7 @@ from imagekit.cli.app import (
 from imagekit.clock import today
 from imagekit.errors import InputError
 from imagekit.export_format import ExportFormat
+from imagekit.rules import REFRESH_COMMAND
 
 
 @app.command()
@@ -46,8 +47,10 @@ def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> 
     refused = [
         {"combination": dict(r.combination), "origin": r.origin, "reason": r.reason} for r in the_plan.refused
     ]
+    compat = the_plan.compat
+    table = {"checked_on": compat.checked_on, "newest_torch": compat.newest_patch()}
     if as_json:
-        typer.echo(json.dumps({"cells": cells, "refused": refused}, indent=2, sort_keys=True))
+        typer.echo(json.dumps({"cells": cells, "refused": refused, "table": table}, indent=2, sort_keys=True))
         return
     columns = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
     rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
@@ -56,7 +59,10 @@ def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> 
     for row, cell in zip(rows, cells, strict=True):
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
         typer.echo(f"    tags: {', '.join(cell['tags'])}")
-    typer.echo(f"\n{len(cells)} cells, {len(refused)} refused")
+    typer.echo(
+        f"\n{len(cells)} cells, {len(refused)} refused; compatibility table of {compat.checked_on}"
+        f" (torch up to {compat.newest_patch()}; {REFRESH_COMMAND} refreshes it)"
+    )
     for refusal in the_plan.refused:
         typer.echo(f"  refused {refusal.describe()}")
 

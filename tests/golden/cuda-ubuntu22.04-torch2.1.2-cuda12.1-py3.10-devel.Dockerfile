@@ -2,10 +2,10 @@
 # Change those and run `imagekit render --matrix matrix.yaml`; CI fails when this file drifts.
 # Cell cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel: torch 2.1.2, CUDA 12.1.1, Python 3.10, devel.
 # Build context: this Dockerfile, imagekit-check.py (`imagekit build` assembles it).
-FROM nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04
+FROM nvidia/cuda:12.1.1-devel-ubuntu22.04
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates \
+ && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates g++ python3.10-dev \
  && rm -rf /var/lib/apt/lists/*
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
@@ -13,17 +13,23 @@ RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 \
       torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2' \
  && python -c 'import sys, torch; want = "2.1.2"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "12.1"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 12.1")'
-# torch, torchvision and torchaudio stay pinned, local version included (2.1.2+cu121), for every
-# later `pip install` in this image and in images built from it: no dependency can swap in another
-# torch build, the way a plain `pip install` over NGC's torch does.
+# torch, its companions and the CUDA library wheels it brought stay pinned, local version
+# included, for every later `pip install` in this image and in images built from it: no dependency
+# can swap in another torch build, the way a plain `pip install` over NGC's torch does. A
+# constraints file the base already names (newer NGC releases set PIP_CONSTRAINT) is kept, nested.
 RUN mkdir -p /etc/imagekit \
- && python -c 'import importlib.metadata as m; names = {"torch", "torchvision", "torchaudio"}; pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions() if (d.metadata["Name"] or "").lower() in names); print(chr(10).join(pins + ["numpy<2"]))' > /etc/imagekit/constraints.txt
+ && python -c 'import importlib.metadata as m; names = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton"); prefixes = ("nvidia-", "cuda-"); found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version for d in m.distributions()}; pins = sorted(n + "==" + v for n, v in found.items() if n in names or n.startswith(prefixes)); print(chr(10).join(pins + ["numpy<2"]))' > /etc/imagekit/constraints.txt \
+ && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
+      for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
+    fi
+RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/imagekit/constraints.txt \
+      ninja
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04" \
-      org.opencontainers.image.description="PyTorch 2.1.2 CUDA 12.1.1 Python 3.10 (devel) on nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04" \
+      org.opencontainers.image.description="PyTorch 2.1.2 CUDA 12.1.1 Python 3.10 (devel) on nvidia/cuda:12.1.1-devel-ubuntu22.04" \
       org.opencontainers.image.version="2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04" \
-      org.opencontainers.image.base.name="nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04" \
+      org.opencontainers.image.base.name="nvidia/cuda:12.1.1-devel-ubuntu22.04" \
       org.opencontainers.image.vendor="imagekit" \
       imagekit.cell="cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel" \
       imagekit.torch="2.1.2" \
@@ -35,6 +41,6 @@ LABEL org.opencontainers.image.title="pytorch-2.1.2-cuda12.1-cudnn8-devel-ubuntu
       imagekit.python="3.10" \
       imagekit.flavour="devel" \
       imagekit.os="ubuntu22.04" \
-      imagekit.base-image="nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04" \
+      imagekit.base-image="nvidia/cuda:12.1.1-devel-ubuntu22.04" \
       imagekit.variant="cu121" \
       imagekit.check-script="/opt/imagekit/check.py"

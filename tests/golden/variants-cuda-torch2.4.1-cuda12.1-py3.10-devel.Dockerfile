@@ -10,7 +10,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # Site mirror: rewrite the OS archive URLs (kept in the image, so derived images use it too).
 RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://security.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' -e 's|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' {} +
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates git \
+ && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates g++ python3.10-dev git \
  && rm -rf /var/lib/apt/lists/*
 COPY wheelhouse/ /tmp/wheelhouse/
 ENV VIRTUAL_ENV=/opt/venv \
@@ -19,13 +19,17 @@ RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pytorch/whl/cu121 \
       torch==2.4.1 torchvision==0.19.1 torchaudio==2.4.1 \
  && python -c 'import sys, torch; want = "2.4.1"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "12.1"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 12.1")'
-# torch, torchvision and torchaudio stay pinned, local version included (2.1.2+cu121), for every
-# later `pip install` in this image and in images built from it: no dependency can swap in another
-# torch build, the way a plain `pip install` over NGC's torch does.
+# torch, its companions and the CUDA library wheels it brought stay pinned, local version
+# included, for every later `pip install` in this image and in images built from it: no dependency
+# can swap in another torch build, the way a plain `pip install` over NGC's torch does. A
+# constraints file the base already names (newer NGC releases set PIP_CONSTRAINT) is kept, nested.
 RUN mkdir -p /etc/imagekit \
- && python -c 'import importlib.metadata as m; names = {"torch", "torchvision", "torchaudio"}; pins = sorted(d.metadata["Name"].lower() + "==" + d.version for d in m.distributions() if (d.metadata["Name"] or "").lower() in names); print(chr(10).join(pins + []))' > /etc/imagekit/constraints.txt
+ && python -c 'import importlib.metadata as m; names = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton"); prefixes = ("nvidia-", "cuda-"); found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version for d in m.distributions()}; pins = sorted(n + "==" + v for n, v in found.items() if n in names or n.startswith(prefixes)); print(chr(10).join(pins + []))' > /etc/imagekit/constraints.txt \
+ && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
+      for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
+    fi
 RUN pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple --constraint /etc/imagekit/constraints.txt \
-      'numpy<2' pillow
+      'numpy<2' pillow ninja
 
 FROM nvidia/cuda:12.1.1-devel-ubuntu22.04
 ARG SITE
@@ -33,7 +37,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # Site mirror: rewrite the OS archive URLs (kept in the image, so derived images use it too).
 RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://security.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' -e 's|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' {} +
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates git \
+ && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates g++ python3.10-dev git \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=venv-build /opt/venv /opt/venv
 COPY --from=venv-build /etc/imagekit /etc/imagekit

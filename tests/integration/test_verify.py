@@ -75,7 +75,9 @@ def check_image(api: docker.APIClient, debian_python: str) -> str:
     return build_image(
         api,
         f"imagekit-test/check:{RUN_ID}",
-        f"FROM {debian_python}\nCOPY check.py {CHECK_SCRIPT_PATH}\nLABEL {label_line}\n",
+        f"FROM {debian_python}\nCOPY check.py {CHECK_SCRIPT_PATH}\nLABEL {label_line}\n"
+        # what imagekit sets in an image of a CUDA wheel on a plain base
+        "ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\n",
         {"check.py": packaged_check_script().read_bytes()},
     )
 

@@ -29,6 +29,8 @@ axes:
   base: [cuda]
 include:
   - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime }
+  - { base: deb, cuda: "12.1", torch: "2.5.1", flavour: runtime }
+  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: devel }
 defaults:
   pip_packages: ["numpy<2", "pillow"]
   apt_packages: [git]
@@ -68,6 +70,7 @@ def golden_cases(tmp_path: Path) -> dict[str, str]:
     wanted = {
         "cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel",
         "cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime",
+        "cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel",
         "ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel",
     }
     cases = {c.id: renderer.dockerfile(c) for c in shipped.cells if c.id in wanted}
@@ -79,7 +82,7 @@ def golden_cases(tmp_path: Path) -> dict[str, str]:
 
 def test_golden_dockerfiles(tmp_path: Path) -> None:
     cases = golden_cases(tmp_path)
-    assert len(cases) == 5
+    assert len(cases) == 8
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(exist_ok=True)
         for name, text in cases.items():
@@ -92,11 +95,20 @@ def test_golden_dockerfiles(tmp_path: Path) -> None:
 def test_template_decisions(tmp_path: Path) -> None:
     cases = golden_cases(tmp_path)
     old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
-    assert "FROM nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04\n" in old
+    # torch's wheel brings cuDNN 8.9.2 itself: a plain devel base, never a second cuDNN
+    assert "FROM nvidia/cuda:12.1.1-devel-ubuntu22.04\n" in old
     assert "--index-url https://download.pytorch.org/whl/cu121" in old
     # torch <= 2.3 was compiled against NumPy 1.x: the cap is installed and stays pinned
     assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2'" in old
     assert 'print(chr(10).join(pins + ["numpy<2"]))' in old
+    # the CUDA library wheels torch brought stay pinned too, in both wheel layouts (cu12, cu13)
+    assert 'prefixes = ("nvidia-", "cuda-")' in old and '"triton"' in old
+    # a constraints file the base names (newer NGC releases) is kept, nested in imagekit's
+    assert 'echo "-c $file" >> /etc/imagekit/constraints.txt' in old
+    assert "(2.1.2+cu121)" not in old  # no example version hard-coded into every Dockerfile
+    # devel: torch.compile and cpp_extension need a compiler, Python.h and ninja
+    assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in old
+    assert "--constraint /etc/imagekit/constraints.txt \\\n      ninja" in old
     assert "torch.cuda._is_compiled()" in old and "--no-cache-dir" in old
     assert "rm -rf /var/lib/apt/lists/*" in old
     assert "RUN --mount" not in old and "# syntax" not in old
@@ -105,7 +117,12 @@ def test_template_decisions(tmp_path: Path) -> None:
     # nothing may override the base's NVIDIA environment
     assert "NVIDIA_" not in old.replace("nvidia/", "") and "LD_LIBRARY_PATH" not in old
     runtime = cases["cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime"]
-    assert "FROM nvidia/cuda:11.8.0-runtime-ubuntu22.04\n" in runtime  # torch >= 2.4 brings cuDNN 9
+    # the smallest nvidia/cuda image with the NVIDIA environment: the wheel brings the libraries
+    assert "FROM nvidia/cuda:11.8.0-base-ubuntu22.04\n" in runtime
+    assert "g++" not in runtime and "ninja" not in runtime
+    current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
+    assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
+    assert "torch==2.15.0 \\\n" in current and "torchvision==" not in current  # 2.15 has none
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
     assert 'want = "2.1.0a0+32f93b1"' in ngc
@@ -119,7 +136,15 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "--constraint /etc/imagekit/constraints.txt" in wheel and "'numpy<2'" in wheel
     assert "COPY --from=venv-build /etc/imagekit /etc/imagekit" in wheel
     assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
+    plain = cases["variants-deb-torch2.5.1-cuda12.1-py3.11-runtime"]
+    # a CUDA wheel on a plain base asks for the GPU itself: unset capabilities mean utility only
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in plain and "NVIDIA_VISIBLE_DEVICES=all" in plain
+    assert "NVIDIA_REQUIRE_CUDA='cuda>=12.1'" in plain and "CUDA 12.1 (the wheel's)" in plain
+    devel = cases["variants-deb-torch2.5.1-cpu-py3.11-devel"]
+    # a base with its own Python: the toolchain from the base when it has one, else its archive
+    assert "RUN python3 -c " in devel and "|| (apt-get update" in devel and "g++ python3-dev" in devel
     cpu = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime"]
+    assert "NVIDIA_" not in cpu
     assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu and "torch.version.cuda is None" in cpu
     security = "'s|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g'"
     main = "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'"
@@ -173,7 +198,7 @@ def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
     out = tmp_path / "dockerfiles" / "generated"
     assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
     files = sorted(out.glob("*/Dockerfile"))
-    assert len(files) == 13
+    assert len(files) == 15
     assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
 
     files[0].write_text(files[0].read_text() + "RUN echo hand-edited\n")
@@ -304,11 +329,12 @@ def test_plan_json_contract() -> None:
     import json
 
     document = json.loads(result.stdout)
-    assert set(document) == {"cells", "refused"}
+    assert set(document) == {"cells", "refused", "table"}
+    assert document["table"]["checked_on"] and document["table"]["newest_torch"] == "2.15.0"
     cell = document["cells"][0]
     for key in ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest"):
         assert key in cell
-    assert len(document["cells"]) == 13 and document["refused"] == []
+    assert len(document["cells"]) == 15 and document["refused"] == []
     assert dockerfile_path(
         REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
     ).is_file()
@@ -320,7 +346,7 @@ def test_render_json_reports_drift(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     shutil.copy(REPO / "matrix.yaml", matrix)
     first = run_cli("render", "--matrix", str(matrix), "--json")
-    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 13
+    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 15
     again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
     document = json.loads(again.stdout)
     assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []

@@ -104,6 +104,12 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(WHEEL, python="3.11"),
     ),
     (
+        rules.companions_pair,
+        replace(WHEEL, torchvision="0.14.0"),
+        "torchvision 0.14.0 does not pair with torch 2.1.2: its torchvision is 0.16.2",
+        replace(WHEEL, torchvision="0.16.2", torchaudio="none"),
+    ),
+    (
         rules.base_serves_flavour,
         replace(WHEEL, base_flavours=("runtime",)),
         "serves only runtime",
@@ -175,8 +181,10 @@ def test_the_first_refusal_wins() -> None:
         ("2.6.0", "12.1", "torch 2.6 has no CUDA 12.1 wheel"),
         ("2.0.1", "12.1", "torch 2.0 has no CUDA 12.1 wheel"),
         ("2.1.9", "12.1", "torch 2.1.9 is a patch missing from imagekit's compatibility table"),
-        ("2.10", "12.8", "so its latest patch is unknown; write the full version (2.10.0)"),
-        ("2.10.0", "12.8", "torch 2.10.0 is newer than imagekit's compatibility table"),
+        ("2.16", "13.2", "so its latest patch is unknown; write the full version (2.16.0)"),
+        ("2.16.0", "13.2", "torch 2.16.0 is newer than imagekit's compatibility table"),
+        ("2.12.0", "12.1", "torch 2.12 has no CUDA 12.1 wheel (its wheels: CUDA 12.6, 12.9, 13.0, 13.2)"),
+        ("2.15.0", "12.8", "torch 2.15 has no CUDA 12.8 wheel (its wheels: CUDA 13.2)"),
         ("1.13.1", "11.7", "torch 1.13.1 is not a release imagekit knows"),
     ],
 )
@@ -213,12 +221,12 @@ def test_ngc_refuses_runtime_and_other_torch(write_matrix: Callable[[str], Path]
 
 def test_allow_unknown_admits_with_warning(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix(
-        'allow_unknown: true\naxes:\n  torch: ["2.10.0"]\n  cuda: ["12.8"]\n'
-        "defaults: {torchvision: '0.25.0', torchaudio: none}\n" + CUDA_BASE
+        'allow_unknown: true\naxes:\n  torch: ["2.16.0"]\n  cuda: ["13.2"]\n'
+        "defaults: {torchvision: '0.30.0', torchaudio: none}\n" + CUDA_BASE
     )
     plan = load_plan(path)
     (cell,) = plan.cells
-    assert cell.unknown and cell.torchvision == "0.25.0" and cell.torchaudio is None
+    assert cell.unknown and cell.torchvision == "0.30.0" and cell.torchaudio is None
     assert any("admitted by allow_unknown" in w for w in plan.warnings)
     # a combination the table knows is impossible stays refused, escape hatch or not
     path = write_matrix(

@@ -143,6 +143,55 @@ def test_gemm_figure_reaches_the_metrics() -> None:
     }  # fmt: skip
 
 
+def test_each_gpus_figure_and_telemetry_reach_the_metrics_and_the_report() -> None:
+    """A low TFLOP/s figure next to the GPU's clock, power and throttle samples (the check's shape)."""
+    telemetry = {
+        "samples": 12,
+        "metrics": {
+            "clocks_sm_mhz": {"min": 1100, "max": 1980, "mean": 1320.5, "n": 12},
+            "power_draw_w": {"min": 310.0, "max": 700.2, "mean": 690.1, "n": 12},
+            "temperature_gpu_c": {"min": 41, "max": 83, "mean": 79, "n": 12},
+        },
+        "throttle_reasons": {
+            "sampled": 12,
+            "counts": {"sw_power_cap": 9, "hw_slowdown": 0},
+            "perf_limiting_samples": 9,
+        },
+    }
+    detail = {
+        "device": "NVIDIA H200",
+        "floor_tflops": 400,
+        "devices": [
+            {"index": 0, "device": "NVIDIA H200", "tflops": 702.0, "floor_tflops": 400, "status": "pass"},
+            {"index": 1, "device": "NVIDIA H200", "tflops": 288.4, "floor_tflops": 400, "status": "fail",
+             "telemetry": telemetry},
+        ],
+    }  # fmt: skip
+    document = {
+        "gpu_visible": True,
+        "checks": [
+            {"name": "cuda_available", "status": "pass", "required": True},
+            {"name": "gemm_gpu", "status": "pass", "required": True},
+            {"name": "gemm_perf", "status": "fail", "required": False, "actual": 288.4, "detail": detail},
+        ],
+    }
+    verdict, checks, _ = verdict_of(document, GpuRequest.parse("all"))
+    from imagekit.html_report import _gpus
+    from imagekit.report_text import throttle_note
+    from imagekit.verify import _metrics
+
+    metrics = _metrics(checks)
+    assert verdict == "validated"  # performance never fails an image
+    first, second = metrics["gpus"]
+    assert (first["tflops"], "throttle" in first) == (702.0, False)
+    assert second["sm_clock_mhz"] == {"min": 1100.0, "max": 1980.0, "mean": 1320.5}
+    assert second["throttle"] == {"sw_power_cap": 9} and second["throttled_samples"] == 9
+    assert throttle_note(metrics) == "throttled: sw_power_cap"
+    assert throttle_note({"gpus": [first]}) == ""
+    page = _gpus(metrics)
+    assert "288.4 (floor 400)" in page and "1100-1980 MHz (mean 1320)" in page and "sw_power_cap (9)" in page
+
+
 def test_verification_round_trips_through_json() -> None:
     result = Verification(
         "cell", "img", "all", "validated", True, True, (CheckRecord("torch", "pass", True),), 2.0,

@@ -1,0 +1,276 @@
+"""scripts/refresh-compat.py, run offline on the registry metadata recorded in tests/fixtures/compat/.
+
+The recording (see its NOTES.md) holds pip's dry-run reports for torch 2.9.0 ... 2.15.0 and the
+torchvision / torchaudio releases of that time, PyPI's file lists, and compat.yaml as it stood
+before the refresh (compat-before.yaml). PyTorch's own index was not reachable when it was made.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "refresh-compat.py"
+FIXTURES = REPO / "tests" / "fixtures" / "compat"
+TODAY = "2026-11-30"
+
+
+def load_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("refresh_compat", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["refresh_compat"] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+
+
+def run(compat: Path, *args: str, reports: Path = FIXTURES) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(SCRIPT), "--from-reports", str(reports), "--compat", str(compat)]
+    return subprocess.run(
+        [*command, "--today", TODAY, *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+@pytest.fixture
+def compat(tmp_path: Path) -> Path:
+    path = tmp_path / "compat.yaml"
+    shutil.copy(FIXTURES / "compat-before.yaml", path)
+    return path
+
+
+def torch_section(path: Path) -> dict[str, Any]:
+    section: dict[str, Any] = yaml.safe_load(path.read_text())["torch"]
+    return section
+
+
+def test_the_refresh_prints_a_diff_and_leaves_the_file_alone(compat: Path) -> None:
+    before = compat.read_text()
+    result = run(compat, "--since", "2.9")
+    assert result.returncode == 0, result.stderr
+    assert compat.read_text() == before
+    diff = result.stdout
+    assert diff.startswith("--- a/compat.yaml\n+++ b/compat.yaml\n")
+    for line in (
+        '+  checked_on: "2026-11-30"  # date of the last refresh',
+        '+    "2.15":',
+        "+      pypi_default: cu132",
+        '+        cu132: {cudnn: "9.26.0.51", nccl: "2.30.7", cudart: "13.2.86"}',
+        '+        "2.15.0": [null, null]',  # 0.29.2 and 2.11.1 went out with it, built for 2.14 / 2.11
+        '+        "2.12.0": ["0.27.0", null]',
+    ):
+        assert line in diff.splitlines(), line
+    # What the registries cannot say is kept, and said so.
+    assert "kept: 2.9: variants cu126, cu128, cu130" in result.stderr
+    assert "kept: 2.15: variants unknown, only PyPI's cu132 listed" in result.stderr
+
+
+def test_write_produces_the_new_entries(compat: Path) -> None:
+    before = yaml.safe_load(compat.read_text())
+    result = run(compat, "--since", "2.9", "--write")
+    assert result.returncode == 0, result.stderr
+    after = yaml.safe_load(compat.read_text())
+    releases = after["torch"]["releases"]
+    assert after["torch"]["checked_on"] == TODAY
+    assert list(releases) == [f"2.{minor}" for minor in range(16)]
+
+    assert releases["2.10"] == {
+        "variants": ["cu128"],
+        "pypi_default": "cu128",
+        "cudnn_major": 9,
+        "python": ["3.10", "3.14"],
+        "libraries": {"cu128": {"cudnn": "9.10.2.21", "nccl": "2.27.5", "cudart": "12.8.90"}},
+        "patches": {"2.10.0": ["0.25.0", "2.10.0"]},
+        "checked": False,  # the variant list needs PyTorch's index
+    }
+    # torch 2.11 moved PyPI to CUDA 13 (cuda-toolkit 13.0.2); torchaudio 2.11.0 pins no torch.
+    assert releases["2.11"]["pypi_default"] == "cu130"
+    assert releases["2.11"]["libraries"]["cu130"] == {
+        "cudnn": "9.19.0.56",
+        "nccl": "2.28.9",
+        "cudart": "13.0.96",
+    }
+    assert releases["2.11"]["patches"] == {"2.11.0": ["0.26.0", "2.11.0"]}
+    # No torchaudio release went out with 2.12 ... 2.14.
+    assert releases["2.12"]["patches"] == {"2.12.0": ["0.27.0", None], "2.12.1": ["0.27.1", None]}
+    assert releases["2.14"]["patches"] == {"2.14.0": ["0.29.0", None], "2.14.1": ["0.29.1", None]}
+    # torch 2.15: CUDA 13.2 on PyPI, Python 3.11 ... 3.15.
+    assert releases["2.15"]["pypi_default"] == "cu132"
+    assert releases["2.15"]["python"] == ["3.11", "3.15"]
+    assert releases["2.15"]["cudnn_major"] == 9
+
+    # 2.9 was re-read: the registries agree with the table and add what it lacked.
+    old_29 = before["torch"]["releases"]["2.9"]
+    assert {k: releases["2.9"][k] for k in old_29} == old_29
+    assert releases["2.9"]["libraries"] == {
+        "cu128": {"cudnn": "9.10.2.21", "nccl": "2.27.5", "cudart": "12.8.90"}
+    }
+    assert releases["2.9"]["checked"] is True
+    # Older releases keep their values; only the shape grows.
+    for minor in (f"2.{n}" for n in range(9)):
+        assert releases[minor] == {**before["torch"]["releases"][minor], "checked": True}
+    # The rest of the file is untouched.
+    assert {k: v for k, v in after.items() if k != "torch"} == {
+        k: v for k, v in before.items() if k != "torch"
+    }
+    text = compat.read_text()
+    assert text.split("\ntorch:\n")[0] == (FIXTURES / "compat-before.yaml").read_text().split("\ntorch:\n")[0]
+    assert text.split("\ncuda:\n")[1] == (FIXTURES / "compat-before.yaml").read_text().split("\ncuda:\n")[1]
+
+
+def test_a_second_run_on_its_own_output_changes_nothing(compat: Path) -> None:
+    assert run(compat, "--since", "2.9", "--write").returncode == 0
+    written = compat.read_text()
+    again = run(compat, "--since", "2.9", "--check")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout == ""
+    assert "no change" in again.stderr
+    assert compat.read_text() == written
+
+
+def test_check_fails_while_the_table_is_stale(compat: Path) -> None:
+    result = run(compat, "--since", "2.9", "--check")
+    assert result.returncode == 1
+    assert result.stdout.startswith("--- a/compat.yaml")
+
+
+def test_since_defaults_to_the_newest_release_in_the_table(compat: Path, tmp_path: Path) -> None:
+    explicit = tmp_path / "explicit.yaml"
+    shutil.copy(compat, explicit)
+    assert run(compat, "--write").returncode == 0
+    assert run(explicit, "--since", "2.9", "--write").returncode == 0
+    assert compat.read_text() == explicit.read_text()
+
+
+def test_facts_the_registries_cannot_give_are_kept(compat: Path) -> None:
+    assert run(compat, "--since", "2.9", "--write").returncode == 0
+    data = yaml.safe_load(compat.read_text())
+    entry = data["torch"]["releases"]["2.12"]
+    entry["variants"] = ["cu126", "cu130", "cu132"]
+    entry["checked"] = True
+    entry["libraries"]["cu126"] = {"cudnn": "9.10.2.21", "nccl": "2.29.3"}
+    del data["torch"]["releases"]["2.12"]["python"]  # a fact the registries do give: it comes back
+    text = compat.read_text()
+    compat.write_text(
+        text.split("\ntorch:\n")[0] + "\n" + yaml.safe_dump({"torch": data["torch"]}, sort_keys=False)
+    )
+    result = run(compat, "--since", "2.9", "--write")
+    assert result.returncode == 0, result.stderr
+    entry = torch_section(compat)["releases"]["2.12"]
+    assert entry["variants"] == ["cu126", "cu130", "cu132"]
+    assert entry["checked"] is True
+    assert entry["python"] == ["3.10", "3.14"]
+    assert entry["libraries"] == {
+        "cu126": {"cudnn": "9.10.2.21", "nccl": "2.29.3"},
+        "cu130": {"cudnn": "9.20.0.48", "nccl": "2.29.7", "cudart": "13.0.96"},
+    }
+    assert "kept: 2.12: variants cu126, cu130, cu132 (PyTorch's index not read)" in result.stderr
+    assert "kept: 2.12: libraries of cu126 (not read from PyTorch's index)" in result.stderr
+    assert "kept: 2.12: libraries of cu132" not in result.stderr  # none were recorded: nothing to keep
+
+
+def test_a_missing_recording_is_an_error_not_a_guess(compat: Path, tmp_path: Path) -> None:
+    partial = tmp_path / "partial"
+    shutil.copytree(FIXTURES, partial)
+    (partial / "torch-2.13.0.json").unlink()
+    before = compat.read_text()
+    result = run(compat, "--since", "2.9", "--write", reports=partial)
+    assert result.returncode == 2
+    assert "torch-2.13.0.json is not recorded" in result.stderr
+    assert compat.read_text() == before
+
+
+def test_the_recording_is_pips_own_output() -> None:
+    reports = sorted(FIXTURES.glob("torch-2.*.json"))
+    assert len(reports) == 10
+    for path in reports:
+        report = yaml.safe_load(path.read_text())  # JSON is YAML
+        assert report["version"] == "1" and report["pip_version"]
+        (torch,) = [i for i in report["install"] if i["metadata"]["name"] == "torch"]
+        assert torch["download_info"]["url"].startswith("https://files.pythonhosted.org/packages/")
+        assert torch["requested"] is True
+
+
+def test_pairing_rules() -> None:
+    patch = tool.Patch("2.15.0", tool.parse_time("2026-10-28T15:17:10Z"))
+    near = tool.parse_time("2026-10-28T15:21:45Z")
+    long_before = tool.parse_time("2026-03-23T18:13:23Z")
+    companions = [
+        tool.Companion("2.11.0", long_before, None),  # pins no torch, but went out with 2.11.0
+        tool.Companion("2.11.1", near, ">=2.11"),
+    ]
+    # uploaded with 2.15.0 and admitting it, but built for torch 2.11: no pair
+    assert tool.pair(patch, companions, "torchaudio") is None
+    same_line = [tool.Companion("2.15.1", near, ">=2.15")]
+    assert tool.pair(patch, same_line, "torchaudio") == "2.15.1"
+    assert (
+        tool.pair(tool.Patch("2.12.0", tool.parse_time("2026-05-13T16:00:00Z")), companions, "torchaudio")
+        is None
+    )
+    exact = [tool.Companion("0.29.0", long_before, "==2.14.0"), tool.Companion("0.29.1", near, ">=2.14.0")]
+    assert tool.pair(tool.Patch("2.14.0", near), exact, "torchvision") == "0.29.0"  # an exact pin wins
+    assert tool.pair(tool.Patch("2.14.1", near), exact, "torchvision") == "0.29.1"  # 0.29 is 2.14's line
+    assert tool.pair(tool.Patch("2.15.0", near), exact, "torchvision") is None
+
+
+def test_requirements_and_specifiers() -> None:
+    assert tool.parse_requirement("torch (==2.9.1)").specifier == "==2.9.1"
+    assert tool.parse_requirement("torch (>=2.14.0)").specifier == ">=2.14.0"
+    assert tool.torch_requirement(["numpy", "scipy ; extra == 'scipy'"]) is None
+    assert tool.torch_requirement(["torch>=2.11"]) == ">=2.11"
+    assert tool.admits(">=2.14.0", "2.15.0") and not tool.admits(">=2.14.0", "2.13.0")
+    assert tool.admits(">=3.10,!=3.14.1", "3.14.2") and not tool.admits(">=3.10,!=3.14.1", "3.14.1")
+    assert tool.admits("==2.1.*", "2.1.2") and tool.admits("~=2.1", "2.9") and not tool.admits("~=2.1", "3.0")
+    assert tool.exact_pin("==2.10.0") == "2.10.0" and tool.exact_pin(">=2.10") is None
+    assert tool.variant_of("13.0.96") == "cu130" and tool.variant_of("11.7.99") == "cu117"
+
+
+def test_wheel_names() -> None:
+    wheel = tool.parse_wheel("torch-2.10.0-3-cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert (wheel.version, wheel.python, wheel.x86_64_manylinux) == ("2.10.0", (3, 12), True)
+    assert tool.parse_wheel("torch-2.15.0-cp314-cp314t-manylinux_2_28_x86_64.whl").python is None
+    assert not tool.parse_wheel("torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64.whl").x86_64_manylinux
+    local = tool.parse_wheel("torch-2.12.1+cu132-cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert local.version == "2.12.1+cu132"
+
+
+def test_an_html_index_page_is_read() -> None:
+    # The shape of a PEP 503 page such as download.pytorch.org/whl/torch/ (made up for the test).
+    page = (
+        b"<html><body>\n"
+        b'<a href="/whl/cu130/torch-2.12.1%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl#sha256=00" '
+        b'data-requires-python="&gt;=3.10">torch-2.12.1+cu130-cp312-cp312-manylinux_2_28_x86_64.whl</a><br/>\n'
+        b'<a href="/whl/cu126/torch-2.12.1%2Bcu126-cp312-cp312-manylinux_2_28_x86_64.whl" data-yanked="">'
+        b"torch-2.12.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl</a>\n</body></html>"
+    )
+    files = tool.parse_listing(page, "text/html")
+    assert files[0] == {
+        "filename": "torch-2.12.1+cu130-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "requires-python": ">=3.10",
+        "yanked": False,
+    }
+    assert files[1]["yanked"] is True
+    names = [f["filename"] for f in files]
+    assert tool.index_variants(names, "torch", {"2.12.1"}) == {"cu126", "cu130"}
+    assert tool.by_cuda({"cu130", "cu126", "cu132"}) == ["cu126", "cu130", "cu132"]
+
+
+def test_splice_replaces_only_the_torch_section() -> None:
+    text = "# head\n\ntorch:\n  old: 1\n  # owned comment\n\n# about cuda\ncuda:\n  x: 1\n"
+    assert (
+        tool.splice(text, "torch:\n  new: 2\n")
+        == "# head\n\ntorch:\n  new: 2\n\n# about cuda\ncuda:\n  x: 1\n"
+    )
+    with pytest.raises(tool.RefreshError):
+        tool.splice("cuda: {}\n", "torch:\n")
