@@ -165,6 +165,7 @@ class Builder:
     # -- the whole run
 
     def run(self, cells: tuple[Cell, ...]) -> BuildOutcome:
+        cells = self.plan.with_parents(cells)  # a front end is built FROM its cell: that one first
         started = timestamp()
         clock = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)

@@ -164,6 +164,9 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
         }
         if cell.local_base is not None:
             target["contexts"] = {cell.local_base.image: f"target:{base_target_name(cell.local_base)}"}
+        elif cell.parent is not None:
+            # a front end: FROM its cell's image, which this bake file builds as another target
+            target["contexts"] = {cell.base_image: f"target:{bake_target_name(cell.parent)}"}
         targets[name] = target
         group.append(name)
     return {"group": {"default": {"targets": group}}, "target": targets}

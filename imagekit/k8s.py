@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from imagekit import naming
-from imagekit.contract import CHECK_SCRIPT_PATH
+from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
 from imagekit.verify import GpuRequest, check_arguments
@@ -89,6 +89,9 @@ class JobOptions:
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
+    secret: str | None = None  # front ends: the Secret with the token / authorized keys
+    workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
+    workspace_size: str = "50Gi"
 
 
 def parse_node_selector(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -107,13 +110,17 @@ def check_quantity(option: str, value: str | None) -> str | None:
     return value
 
 
-def job_name(cell: str) -> str:
+def dns_name(prefix: str, cell: str) -> str:
     """A DNS label (<= 63) from the cell id; a hash keeps truncated names distinct."""
-    base = re.sub(r"[^a-z0-9-]+", "-", f"imagekit-check-{cell}".lower()).strip("-")
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{cell}".lower()).strip("-")
     if len(base) <= 63:
         return base
     suffix = hashlib.sha256(cell.encode()).hexdigest()[:8]
     return f"{base[: 63 - 9].rstrip('-')}-{suffix}"
+
+
+def job_name(cell: str) -> str:
+    return dns_name("imagekit-check", cell)
 
 
 def check_command(entry: LockEntry, gpus: int) -> list[str]:
@@ -122,16 +129,23 @@ def check_command(entry: LockEntry, gpus: int) -> list[str]:
     return ["python3", entry.check_script or CHECK_SCRIPT_PATH, *check_arguments(labels, request)]
 
 
-def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
-    if not entry.digest.startswith("sha256:"):
+def _metadata(name: str, entry: LockEntry, options: JobOptions, component: str) -> dict[str, Any]:
+    if not naming.DIGEST.fullmatch(entry.digest):
         raise InputError(f"{entry.cell}: the lock file names no digest; run `imagekit publish` first")
-    name = job_name(entry.cell)
-    labels = {"app.kubernetes.io/name": "imagekit", "app.kubernetes.io/component": "gpu-check", "job": name}
+    labels = {"app.kubernetes.io/name": "imagekit", "app.kubernetes.io/component": component, "job": name}
     annotations = {
         naming.annotation("cell"): entry.cell,
         naming.annotation("input-digest"): entry.input_digest,
         naming.annotation("verified"): entry.level,
     }
+    metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
+    if options.namespace:
+        metadata["namespace"] = options.namespace
+    return metadata
+
+
+def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, Any]:
+    """The image by digest, the resources asked for (GPUs: request == limit), no privileges."""
     limits: dict[str, str | int] = {}
     requests: dict[str, str | int] = {}
     if options.gpus:
@@ -141,52 +155,156 @@ def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
         limits["cpu"] = requests["cpu"] = options.cpu
     if options.memory:
         limits["memory"] = requests["memory"] = options.memory
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": options.shm}}
-    ]
-    for index, claim in enumerate(options.claims):
-        volume = f"data-{index}"
-        mounts.append({"name": volume, "mountPath": claim.mount})
-        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.name}})
-    container: dict[str, Any] = {
-        "name": "check",
+    return {
+        "name": name,
         "image": entry.reference,
         "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
-        "command": list(options.command) or check_command(entry, options.gpus),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {"limits": limits, "requests": requests},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": mounts,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
+
+
+def _pod(container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": options.shm}}, *volumes]
+    for index, claim in enumerate(options.claims):
+        volume = f"data-{index}"
+        container["volumeMounts"].append({"name": volume, "mountPath": claim.mount})
+        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.name}})
+    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if options.runtime_class:
         pod["runtimeClassName"] = options.runtime_class
     if options.node_selector:
         pod["nodeSelector"] = dict(options.node_selector)
     if options.tolerations:
         pod["tolerations"] = [t.as_json() for t in options.tolerations]
-    metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
-    if options.namespace:
-        metadata["namespace"] = options.namespace
+    return pod
+
+
+def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
+    name = job_name(entry.cell)
+    metadata = _metadata(name, entry, options, "gpu-check")
+    container = _container("check", entry, options)
+    container["command"] = list(options.command) or check_command(entry, options.gpus)
+    pod = {"restartPolicy": "Never", **_pod(container, options, [])}
     spec: dict[str, Any] = {
         "backoffLimit": options.backoff_limit,
         "activeDeadlineSeconds": options.deadline_s,
-        "template": {"metadata": {"labels": labels}, "spec": pod},
+        "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod},
     }
     if options.ttl_s is not None:
         spec["ttlSecondsAfterFinished"] = options.ttl_s
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 
 
+# -- front ends: a Deployment, its Service and its workspace --------------------------------------
+
+# Where a front end reads its secret (the image's entrypoint takes these variables), and the key
+# of the Kubernetes Secret that holds it: `kubectl create secret generic NAME --from-file=KEY=...`.
+SECRET_DIR = "/run/secrets/imagekit"
+FRONTEND_SECRETS = {
+    "jupyter": ("JUPYTER_TOKEN_FILE", "token"),
+    "ssh": ("SSH_AUTHORIZED_KEYS_FILE", "authorized_keys"),
+}
+SERVICE_PORTS = {"jupyter": 8888, "ssh": 22}  # what a client connects to; the container's is higher
+
+
+def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, Any]]:
+    """A front-end cell as a long-running service: Deployment (one replica, by digest, non-root,
+    the secret from a Secret reference, never inline), a ClusterIP Service and, unless a claim is
+    named, a PersistentVolumeClaim whose code/, data/ and checkpoints/ mount below the workspace."""
+    frontend = entry.frontend
+    assert frontend in FRONTEND_SECRETS
+    name = dns_name(f"imagekit-{frontend}", entry.cell)
+    metadata = _metadata(name, entry, options, frontend)
+    claim = options.workspace_claim or f"{name}-workspace"
+    secret = options.secret or f"{name}-secret"
+    variable, key = FRONTEND_SECRETS[frontend]
+    port = FRONTEND.port(frontend)
+    container = _container(frontend, entry, options)
+    container["env"].append({"name": variable, "value": f"{SECRET_DIR}/{key}"})
+    container["ports"] = [{"name": frontend, "containerPort": port}]
+    container["volumeMounts"] += [
+        {"name": "secret", "mountPath": SECRET_DIR, "readOnly": True},
+        *(
+            {"name": "workspace", "mountPath": f"{FRONTEND.workspace}/{d}", "subPath": d}
+            for d in FRONTEND.workspace_dirs
+        ),
+    ]
+    probe = {"exec": {"command": ["python3", f"{FRONTEND.files_dir}/healthcheck.py"]}, "timeoutSeconds": 10}
+    container["readinessProbe"] = {**probe, "initialDelaySeconds": 10, "periodSeconds": 15}
+    container["livenessProbe"] = {**probe, "initialDelaySeconds": 60, "periodSeconds": 30}
+    volumes = [
+        {"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o440}},
+        {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
+    ]
+    pod = _pod(container, options, volumes)
+    pod["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": FRONTEND.uid,
+        "runAsGroup": FRONTEND.uid,
+        "fsGroup": FRONTEND.uid,  # the claim and the secret readable by the image's user
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    selector = {"app.kubernetes.io/name": "imagekit", "job": name}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},  # one writer of the workspace at a time
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**metadata, "name": name},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": frontend, "port": SERVICE_PORTS[frontend], "targetPort": frontend}],
+        },
+    }
+    manifests = [deployment, service]
+    if options.workspace_claim is None:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {**metadata, "name": claim},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": options.workspace_size}},
+                },
+            }
+        )
+    return manifests
+
+
 def render_jobs(entries: Mapping[str, LockEntry], options: JobOptions) -> dict[str, str]:
-    """File name -> YAML, for every entry; raises before anything is written."""
+    """File name -> YAML, for every entry (a Job, or a front end's workloads); raises before
+    anything is written."""
     if options.runtime_class is not None and not _DNS_LABEL.fullmatch(options.runtime_class):
         raise InputError(f"--runtime-class {options.runtime_class!r}: not a DNS label")
+    for value, option in ((options.secret, "--secret"), (options.workspace_claim, "--workspace-claim")):
+        if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
+            raise InputError(f"{option} {value!r}: not a Kubernetes name (lower-case, digits, '-')")
+    check_quantity("--workspace-size", options.workspace_size)
     out: dict[str, str] = {}
     for cell in sorted(entries):
-        manifest = job_manifest(entries[cell], options)
-        out[f"{manifest['metadata']['name']}.yaml"] = yaml.safe_dump(manifest, sort_keys=False)
+        entry = entries[cell]
+        if entry.frontend:
+            manifests = frontend_manifests(entry, options)
+            name = manifests[0]["metadata"]["name"]
+            out[f"{name}.yaml"] = yaml.safe_dump_all(manifests, sort_keys=False)
+        else:
+            manifest = job_manifest(entry, options)
+            out[f"{manifest['metadata']['name']}.yaml"] = yaml.safe_dump(manifest, sort_keys=False)
     return out
 
 

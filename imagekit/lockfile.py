@@ -61,6 +61,7 @@ class LockEntry:
     verification: VerifiedBy | None
     expect: Mapping[str, str] = field(default_factory=dict)  # the check script's expectations
     check_script: str | None = None
+    frontend: str | None = None  # jupyter | ssh: served as a Deployment, not run as a Job
 
     @property
     def reference(self) -> str:

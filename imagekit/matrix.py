@@ -116,6 +116,8 @@ class Cell:
     # The base image brings CUDA and the NVIDIA environment (nvidia/cuda, NGC); on a plain base a
     # CUDA wheel brings CUDA's libraries itself and the image sets the NVIDIA environment.
     base_carries_cuda: bool = False
+    frontend: str | None = None  # jupyter | ssh: built FROM its parent cell's image
+    parent: str | None = None  # the id of that cell
 
     @property
     def is_cuda(self) -> bool:
@@ -166,6 +168,19 @@ class Plan:
     def repository(self) -> str:
         """Where this matrix's images are named: ``registry/repository`` (or a local name)."""
         return naming.repository(self.matrix.publish.registry, self.matrix.publish.repository)
+
+    def cell(self, cell_id: str) -> Cell:
+        found = next((c for c in self.cells if c.id == cell_id), None)
+        if found is None:
+            raise InputError(f"{self.source_name}: no cell {cell_id}; see `imagekit plan`")
+        return found
+
+    def with_parents(self, cells: Sequence[Cell]) -> tuple[Cell, ...]:
+        """``cells`` and, first, the cells their front ends are built FROM that are not among them."""
+        chosen = {c.id for c in cells}
+        parents = [self.cell(c.parent) for c in cells if c.parent and c.parent not in chosen]
+        unique = {p.id: p for p in parents}
+        return (*unique.values(), *cells)
 
     def select(self, patterns: Sequence[str]) -> tuple[Cell, ...]:
         """The cells whose id matches any shell-style pattern (all cells when none given)."""
@@ -239,8 +254,10 @@ class _Resolver:
             )
         return self.local_bases[name]
 
-    def resolve(self, combination: Combination, origin: str) -> Cell:
+    def resolve(self, combination: Combination, origin: str) -> tuple[Cell, ...]:
+        """The combination's cell; for a front end, the cell it is built FROM first, then it."""
         merged: Combination = {**self.matrix.defaults.set_keys(), **combination}
+        frontend = merged.pop("frontend", None) or "none"
         base_name = merged.get("base")
         if base_name is None:
             if len(self.matrix.bases) != 1:
@@ -256,10 +273,38 @@ class _Resolver:
                 f" define (defined: {', '.join(self.matrix.bases)})"
             )
         if spec.stack is not None:
-            return self._stack_cell(merged, origin, base_name, spec)
-        return self._wheel_cell(merged, origin, base_name, spec)
+            cell = self._stack_cell(merged, origin, base_name, spec, frontend)
+        else:
+            cell = self._wheel_cell(merged, origin, base_name, spec)
+        if frontend == "none":
+            return (cell,)
+        return cell, self._frontend_cell(cell, frontend, origin)
 
-    def _stack_cell(self, merged: Combination, origin: str, base_name: str, spec: BaseSpec) -> Cell:
+    def _frontend_cell(self, parent: Cell, frontend: str, origin: str) -> Cell:
+        """A front end FROM its parent cell's image (shares every layer below); its tags say which."""
+        where = self.where(("publish", "tags", "readable"))
+        publish = self.matrix.publish
+        return replace(
+            parent,
+            id=naming.cell_id(
+                parent.base, parent.torch, parent.cuda, parent.python, parent.flavour, frontend
+            ),
+            origin=origin,
+            base_image=naming.reference(
+                naming.repository(publish.registry, publish.repository), parent.readable_tag
+            ),
+            local_base=None,
+            readable_tag=naming.readable_tag(f"{parent.readable_tag}-{frontend}", {}, where),
+            pip_packages=(),
+            apt_packages=(),
+            build_args=(),
+            frontend=frontend,
+            parent=parent.id,
+        )
+
+    def _stack_cell(
+        self, merged: Combination, origin: str, base_name: str, spec: BaseSpec, frontend: str
+    ) -> Cell:
         assert spec.stack is not None
         stack = self.compat.stacks.get(spec.stack)
         if stack is None:
@@ -284,6 +329,7 @@ class _Resolver:
             asked_python=merged.get("python"),
             pip_packages=tuple(merged.get("pip_packages") or ()),
             wheelhouse=self.wheelhouse,
+            frontend=frontend,
         )
         _refuse_unless(rules.STACK_RULES, request, self.compat)
         return self._cell(merged, origin, spec, request, cudnn=stack.cudnn, companions=(None, None))
@@ -453,29 +499,44 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
     refused: list[Refusal] = []
     by_id: dict[str, Cell] = {}
     by_tag: dict[str, Cell] = {}
+    implied: set[str] = set()  # cells added as a front end's parent, not listed themselves
     for combination, origin in zip(expansion.combinations, expansion.origins, strict=True):
         try:
-            cell = resolver.resolve(combination, origin)
+            resolved = resolver.resolve(combination, origin)
         except _Refused as refusal:
             refused.append(Refusal(combination, origin, refusal.reason))
             continue
-        twin = by_id.get(cell.id)
-        if twin is not None:
-            where = (
-                "two axis values"  # e.g. torch "2.1" and "2.1.2", the same release
-                if cell.origin == twin.origin == "axes"
-                else f"{twin.origin} and {cell.origin}"
-            )
-            raise InputError(f"{doc.name}: {where} make the same cell {cell.id}; list it once")
-        tag_twin = by_tag.get(cell.readable_tag)
-        if tag_twin is not None:
-            raise InputError(
-                f"{doc.name}: cells {tag_twin.id} and {cell.id} would share the tag"
-                f" {cell.readable_tag!r}; add {{python}} or {{base}} to publish.tags.readable"
-            )
-        by_id[cell.id] = cell
-        by_tag[cell.readable_tag] = cell
-        cells.append(cell)
+        for cell in resolved:
+            parent_of_frontend = len(resolved) > 1 and cell is resolved[0]
+            twin = by_id.get(cell.id)
+            if twin is not None and (parent_of_frontend or twin.id in implied):
+                if replace(twin, origin="") != replace(cell, origin=""):
+                    raise InputError(
+                        f"{doc.name}: {origin} asks for a front end of {cell.id} with other settings than"
+                        " the cell itself (env, packages, build args); give them to the cell without"
+                        " the front end, which the front end is built FROM"
+                    )
+                if not parent_of_frontend:
+                    implied.discard(cell.id)  # listed after all: it keeps its place
+                continue
+            if twin is not None:
+                where = (
+                    "two axis values"  # e.g. torch "2.1" and "2.1.2", the same release
+                    if cell.origin == twin.origin == "axes"
+                    else f"{twin.origin} and {cell.origin}"
+                )
+                raise InputError(f"{doc.name}: {where} make the same cell {cell.id}; list it once")
+            tag_twin = by_tag.get(cell.readable_tag)
+            if tag_twin is not None:
+                raise InputError(
+                    f"{doc.name}: cells {tag_twin.id} and {cell.id} would share the tag"
+                    f" {cell.readable_tag!r}; add {{python}} or {{base}} to publish.tags.readable"
+                )
+            if parent_of_frontend:
+                implied.add(cell.id)
+            by_id[cell.id] = cell
+            by_tag[cell.readable_tag] = cell
+            cells.append(cell)
     if not cells:
         detail = f"; first refusal: {refused[0].describe()}" if refused else ""
         raise InputError(f"{doc.name}: the matrix has no buildable cell{detail}")

@@ -43,6 +43,8 @@ def label(name: str) -> str:
 
 
 CELL_LABEL = label("cell")
+FRONTEND_LABEL = label("frontend")  # jupyter | ssh on a front-end image
+FRONTEND_CHECK_LABEL = label("frontend-check")  # its front-end check script
 CHECK_SCRIPT_LABEL = label("check-script")
 INPUT_DIGEST_LABEL = label("input-digest")  # what the image was built from (the skip decision)
 CONTEXT_DIGEST_LABEL = label("context-digest")  # a local base's context

@@ -315,6 +315,7 @@ class Publisher:
             verification=_verified_by(candidate.verification),
             expect=expect,
             check_script=labels.get(naming.CHECK_SCRIPT_LABEL),
+            frontend=labels.get(naming.FRONTEND_LABEL),
         )
 
     def run(

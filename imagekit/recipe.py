@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from imagekit import naming
-from imagekit.contract import CHECK_SCRIPT_CONTEXT, CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, VENV
+from imagekit.contract import (
+    CHECK_SCRIPT_CONTEXT,
+    CHECK_SCRIPT_PATH,
+    CONSTRAINTS_FILE,
+    FRONTEND,
+    VENV,
+    FrontendLayout,
+)
 from imagekit.errors import InputError
 from imagekit.matrix import Cell
 from imagekit.schema import Matrix
@@ -188,9 +195,8 @@ def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
     return tuple(labels.items())
 
 
-def make_recipe(
-    cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
-) -> Recipe:
+def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
+    """pip's options for torch (its variant's index) and for everything else, in this cell."""
     pip = matrix.sources.pip
     # A fixed stack installs into its own Python: no venv to carry over from a build stage.
     wheelhouse = bool(pip.find_links) and cell.stack is None
@@ -217,7 +223,14 @@ def make_recipe(
         for url in pip.extra_index_urls:
             torch_args += ["--extra-index-url", url]
             extra_args += ["--extra-index-url", url]
+    return torch_args, extra_args
 
+
+def make_recipe(
+    cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
+) -> Recipe:
+    torch_args, extra_args = pip_arguments(cell, matrix)
+    wheelhouse = bool(matrix.sources.pip.find_links) and cell.stack is None
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
@@ -257,4 +270,73 @@ def make_recipe(
         labels=_labels(cell),
         check_script_context=CHECK_SCRIPT_CONTEXT,
         check_script_path=CHECK_SCRIPT_PATH,
+    )
+
+
+# -- front ends ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrontendRecipe:
+    """What a front-end Dockerfile (``templates/frontend``) does: FROM the parent cell's image, add
+    the front end's packages (only add: every installed version stays), a user and a workspace."""
+
+    matrix_name: str
+    frontend: str  # jupyter | ssh
+    parent_image: str  # the cell's image the front end is built FROM
+    wheelhouse: bool
+    wheelhouse_context: str
+    wheelhouse_dir: str
+    pip_args: tuple[str, ...]
+    python_prefix: str  # the environment the packages go into
+    requirements: tuple[str, ...]
+    freeze_script: str  # prints every installed distribution as name==version: the pins
+    port: int
+    command: str  # the entrypoint's mode: start-jupyter | start-sshd
+    layout: FrontendLayout  # the user, the workspace, where the front-end files go
+    labels: tuple[tuple[str, str], ...]
+
+
+FREEZE_SCRIPT = (
+    "import importlib.metadata as m; "
+    'print(chr(10).join(sorted({d.metadata["Name"] + "==" + d.version for d in m.distributions()'
+    ' if d.metadata["Name"]})))'
+)
+
+
+def make_frontend_recipe(cell: Cell, matrix: Matrix, matrix_name: str) -> FrontendRecipe:
+    assert cell.frontend is not None
+    versions = matrix.frontends
+    requirements = [f"dumb-init=={versions.dumb_init}"]
+    labels = {
+        f"{naming.OCI_PREFIX}title": f"pytorch-{cell.readable_tag}",
+        f"{naming.OCI_PREFIX}version": cell.readable_tag,
+        f"{naming.OCI_PREFIX}base.name": cell.base_image,
+        naming.CELL_LABEL: cell.id,
+        naming.FRONTEND_LABEL: cell.frontend,
+        naming.label("frontend-user"): FRONTEND.user,
+        naming.label("frontend-uid"): str(FRONTEND.uid),
+        naming.label("frontend-port"): str(FRONTEND.port(cell.frontend)),
+        naming.FRONTEND_CHECK_LABEL: FRONTEND.check_path,
+        naming.label("workspace"): FRONTEND.workspace,
+        naming.label("dumb-init"): versions.dumb_init,
+    }
+    if cell.frontend == "jupyter":
+        requirements.append(f"jupyterlab=={versions.jupyterlab}")
+        labels[naming.label("jupyterlab")] = versions.jupyterlab
+    return FrontendRecipe(
+        matrix_name=matrix_name,
+        frontend=cell.frontend,
+        parent_image=cell.base_image,
+        wheelhouse=bool(matrix.sources.pip.find_links),
+        wheelhouse_context=WHEELHOUSE_CONTEXT,
+        wheelhouse_dir=WHEELHOUSE_DIR,
+        pip_args=tuple(pip_arguments(cell, matrix)[1]),
+        python_prefix=VENV,
+        requirements=tuple(requirements),
+        freeze_script=FREEZE_SCRIPT,
+        port=FRONTEND.port(cell.frontend),
+        command="start-jupyter" if cell.frontend == "jupyter" else "start-sshd",
+        layout=FRONTEND,
+        labels=tuple(labels.items()),
     )

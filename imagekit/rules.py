@@ -48,6 +48,7 @@ class Request:
     asked_python: str | None = None
     pip_packages: tuple[str, ...] = ()
     wheelhouse: bool = False
+    frontend: str = "none"
 
 
 Rule = Callable[[Request, Compat], "str | None"]
@@ -279,6 +280,17 @@ def stack_extras_from_an_index(request: Request, compat: Compat) -> str | None:
     )
 
 
+def stack_has_no_frontend(request: Request, compat: Compat) -> str | None:
+    """A front end installs into the cell's venv under the torch pins; a stack's Python is the
+    vendor's own environment (NGC brings its own JupyterLab), which imagekit does not change."""
+    return _unless(
+        request.frontend == "none",
+        request,
+        f"imagekit adds a {request.frontend} front end only to images with its own venv; start the"
+        " stack's own tools, or use a wheel cell",
+    )
+
+
 def stack_serves_flavour(request: Request, compat: Compat) -> str | None:
     """A stack comes in the flavours its vendor publishes."""
     flavours = _stack(request).flavours
@@ -337,6 +349,7 @@ STACK_RULES: tuple[Rule, ...] = (
     stack_keeps_its_torch,
     stack_keeps_its_python,
     stack_extras_from_an_index,
+    stack_has_no_frontend,
     stack_serves_flavour,
 )
 

@@ -209,6 +209,8 @@ BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret)]
 SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0")]
 
 Flavour = Literal["devel", "runtime"]
+# What a person reaches the image through: none (today's image), JupyterLab, or an SSH server.
+Frontend = Literal["none", "jupyter", "ssh"]
 PublishPolicy = Literal["gpu-validated", "checked", "built"]
 
 
@@ -264,6 +266,9 @@ class CellSpec(StrictModel):
     cuda: CudaVersion | None = Field(None, description="CUDA minor (12.1), or cpu")
     base: Name | None = Field(None, description="a key of `bases`")
     flavour: Flavour | None = Field(None, description="devel (with nvcc) or runtime")
+    frontend: Frontend | None = Field(
+        None, description="none, or a jupyter / ssh image built FROM the cell's image"
+    )
     python: PythonVersion | None = Field(None, description="Python minor installed where the base lacks one")
     torchvision: PackageVersion | None = Field(
         None, description="override the paired version; 'none' skips it"
@@ -291,7 +296,7 @@ class CellSpec(StrictModel):
         return {key: getattr(self, key) for key in self.model_fields_set if getattr(self, key) is not None}
 
 
-AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python")
+AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python", "frontend")
 
 
 def _axis(description: str) -> Any:
@@ -306,6 +311,7 @@ class Axes(StrictModel):
     base: list[Name] | None = _axis("keys of `bases`")
     flavour: list[Flavour] | None = _axis("devel and/or runtime")
     python: list[PythonVersion] | None = _axis("Python minors")
+    frontend: list[Frontend] | None = _axis("none, jupyter and/or ssh")
 
     @field_validator("*")
     @classmethod
@@ -424,6 +430,13 @@ class Publish(StrictModel):
     tags: TagScheme = TagScheme()
 
 
+class Frontends(StrictModel):
+    """What the front-end images install (exact versions: an image says what it holds)."""
+
+    jupyterlab: PackageVersion = Field("4.6.6", description="JupyterLab, in the cell's environment")
+    dumb_init: PackageVersion = Field("1.2.5.post1", description="the init that runs as PID 1")
+
+
 class Matrix(StrictModel):
     """A build matrix: axes crossed into cells, GitHub-Actions-style include/exclude."""
 
@@ -435,6 +448,7 @@ class Matrix(StrictModel):
     bases: dict[Name, BaseSpec]
     sources: Sources = Sources()
     publish: Publish = Publish()
+    frontends: Frontends = Frontends()
     mirrors: dict[ImagePrefix, ImagePrefix] = Field(
         default_factory=dict,
         description="base image prefix -> replacement used when pulling and building, for"

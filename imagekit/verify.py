@@ -244,6 +244,67 @@ def _script_archive() -> bytes:
     return buffer.getvalue()
 
 
+@dataclass(frozen=True)
+class CheckRun:
+    """What one check container printed: its document (None when the run itself failed)."""
+
+    document: dict[str, Any] | None
+    error: str | None
+    exit_code: int | None
+    log: str | None
+
+    def joined(self, other: CheckRun, *extra: dict[str, Any]) -> CheckRun:
+        """This run's checks, then ``other``'s and ``extra``; the first error wins."""
+        if self.document is None or other.document is None:
+            return self if self.document is None else other
+        checks = [*(self.document.get("checks") or ()), *(other.document.get("checks") or ()), *extra]
+        exit_code = self.exit_code or other.exit_code
+        return CheckRun({**self.document, "checks": checks}, None, exit_code, self.log)
+
+
+def frontend_arguments(labels: Mapping[str, str]) -> list[str]:
+    """The front-end check's command, from the image's labels."""
+    script, frontend = labels[naming.FRONTEND_CHECK_LABEL], labels.get(naming.FRONTEND_LABEL, "")
+    command = ["python3", script, "--frontend", frontend]
+    for option, name in (("--expect-user", "frontend-user"), ("--expect-uid", "frontend-uid")):
+        if labels.get(naming.label(name)):
+            command += [option, labels[naming.label(name)]]
+    if labels.get(naming.label("jupyterlab")):
+        command += ["--expect-jupyterlab", labels[naming.label("jupyterlab")]]
+    return command
+
+
+# What a secret looks like in an image's history, environment or labels (values, not names).
+_SECRET = re.compile(
+    r"(?i)(?:token|password|passwd|secret|api[_-]?key)\s*=\s*['\"]?[^\s'\"$]{6,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|ssh-(?:ed25519|rsa) AAAA"
+)
+
+
+def image_secrets(image: Mapping[str, Any], api: docker.APIClient) -> dict[str, Any]:
+    """A check of the image's metadata, from the engine: no token, key or password in its history
+    (every RUN/ENV/ARG line), environment or labels. The front-end check looks inside the image."""
+    config = image.get("Config") or {}
+    places = [("env", str(v)) for v in config.get("Env") or ()]
+    places += [("label", f"{k}={v}") for k, v in (config.get("Labels") or {}).items()]
+    try:
+        history = api.history(image["Id"])  # type: ignore[no-untyped-call]
+    except (APIError, requests.RequestException):
+        history = []
+    places += [("history", str(step.get("CreatedBy") or "")) for step in history]
+    found = sorted({place for place, text in places if _SECRET.search(text)})
+    record: dict[str, Any] = {"name": "image_secrets", "required": True, "expected": "none", "actual": found}
+    if not found:
+        return {**record, "status": "pass", "actual": [], "detail": {"scanned": len(places)}}
+    return {
+        **record,
+        "status": "fail",
+        "cause": f"a token, key or password is in the image's {', '.join(found)} (docker history / inspect)",
+        "fix": "give secrets at run time (a mounted file or an environment variable), never in ENV, ARG,"
+        " LABEL or a RUN line",
+    }
+
+
 class Harness:
     """Runs check containers; tracks every container it creates so none outlives it."""
 
@@ -333,8 +394,15 @@ class Harness:
             inject = not script
             script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else str(script)
             command = ["python3", script_path, *check_arguments(labels, self.gpus)]
-            with self._container(target.image, command, {naming.TARGET_LABEL: target.name}, inject) as cid:
-                return self._run(target, cid, started)
+            mark = {naming.TARGET_LABEL: target.name}
+            with self._container(target.image, command, mark, inject) as cid:
+                run = self._run(target, cid, started, "verify")
+            if run.document is not None and labels.get(naming.FRONTEND_CHECK_LABEL):
+                # A front end: its own checks, behind the image's entrypoint, on loopback only.
+                with self._container(target.image, frontend_arguments(labels), mark, False) as cid:
+                    frontend = self._run(target, cid, started, "frontend")
+                run = run.joined(frontend, image_secrets(image, self.api))
+            return self._verification(target, run, started)
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:
@@ -345,7 +413,7 @@ class Harness:
         except (requests.ConnectionError, EngineFailure) as exc:
             raise unreachable(exc) from None
 
-    def _run(self, target: Target, container: str, started: float) -> Verification:
+    def _run(self, target: Target, container: str, started: float, log_kind: str) -> CheckRun:
         self.api.start(container)
         exit_code: int | None = None
         error: str | None = None
@@ -362,18 +430,21 @@ class Harness:
                 self.api.kill(container)
         stdout = self.api.logs(container, stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = self.api.logs(container, stdout=False, stderr=True).decode("utf-8", "replace")
-        log = self._write_log(target, stdout, stderr)
-        duration = time.monotonic() - started
+        log = self._write_log(target, stdout, stderr, log_kind)
         document = _first_json_object(stdout)
         if error is None and document is None:
             tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no output"
-            error = f"the check script printed no JSON (exit {exit_code}): {tail}"
-        if error is not None or document is None:
+            error = f"the {log_kind} script printed no JSON (exit {exit_code}): {tail}"
+        return CheckRun(None if error else document, error, exit_code, log)
+
+    def _verification(self, target: Target, run: CheckRun, started: float) -> Verification:
+        duration = round(time.monotonic() - started, 3)
+        if run.error is not None or run.document is None:
             return Verification(
                 target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
-                round(duration, 3), error, exit_code, log,
+                duration, run.error, run.exit_code, run.log,
             )  # fmt: skip
-        verdict, checks, gpu_visible = verdict_of(document, self.gpus)
+        verdict, checks, gpu_visible = verdict_of(run.document, self.gpus)
         return Verification(
             target=target.name,
             image=target.image,
@@ -382,9 +453,9 @@ class Harness:
             gpu_requested=self.gpus.requested,
             gpu_visible=gpu_visible,
             checks=checks,
-            duration_s=round(duration, 3),
-            exit_code=exit_code,
-            log=log,
+            duration_s=duration,
+            exit_code=run.exit_code,
+            log=run.log,
             metrics=_metrics(checks),
         )
 
@@ -394,10 +465,10 @@ class Harness:
             round(time.monotonic() - started, 3), error,
         )  # fmt: skip
 
-    def _write_log(self, target: Target, stdout: str, stderr: str) -> str | None:
+    def _write_log(self, target: Target, stdout: str, stderr: str, kind: str) -> str | None:
         if self.logs_dir is None:
             return None
-        path = self.logs_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', target.name)}.verify.log"
+        path = self.logs_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', target.name)}.{kind}.log"
         atomic_write(path, f"# stdout\n{stdout}\n# stderr\n{stderr}")
         return str(path)
 

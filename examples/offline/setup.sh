@@ -7,9 +7,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+# The front-end cells (frontend: jupyter | ssh): JupyterLab, pinned exactly, and dumb-init, the
+# init that runs as PID 1 in front-end images. They resolve to 92 wheels, 50 MB (JupyterLab 17 MB,
+# babel 11 MB, debugpy 5 MB, jedi 5 MB, the rest small; jinja2, MarkupSafe and typing-extensions
+# are torch's too), next to the 219 MB of torch, numpy and their dependencies.
+JUPYTERLAB_VERSION=${JUPYTERLAB_VERSION:-4.6.6}
+DUMB_INIT_VERSION=${DUMB_INIT_VERSION:-1.2.5.post1}
+WHEELHOUSE=${WHEELHOUSE:-$here/wheelhouse}
 
+# The base has openssh-server (the ssh front end), without host keys.
 "$repo/scripts/base-images.sh" debian-python
-mkdir -p "$here/wheelhouse"
+mkdir -p "$WHEELHOUSE"
 # The image's Python is 3.11 on x86_64 Linux: ask pip for exactly those wheels, whatever the host.
 # The CPU build of torch (torch-X+cpu) by name, from PyTorch's CPU index (an extra index: numpy and
 # torch's dependencies still come from the host's usual index, and a find-links dir or local index
@@ -20,8 +28,16 @@ index_args=()
 if [[ -n "$TORCH_INDEX_URL" ]]; then
     index_args=(--extra-index-url "$TORCH_INDEX_URL")
 fi
-"$PYTHON" -m pip download --dest "$here/wheelhouse" --only-binary=:all: \
+"$PYTHON" -m pip download --dest "$WHEELHOUSE" --only-binary=:all: \
     --python-version 3.11 --platform manylinux_2_28_x86_64 --implementation cp \
     --retries 1 --timeout 15 "${index_args[@]}" \
     "torch==${TORCH_VERSION}+cpu" numpy
-ls -la "$here/wheelhouse"
+# Front ends, from the usual index. pip does not widen a --platform of manylinux_2_28 to older
+# glibc tags, and dumb-init (and some of JupyterLab's dependencies) ship only manylinux2014
+# (glibc 2.17) wheels: name those platforms too (bookworm's glibc 2.36 runs all of them).
+"$PYTHON" -m pip download --dest "$WHEELHOUSE" --only-binary=:all: \
+    --python-version 3.11 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --implementation cp --retries 1 --timeout 15 \
+    "jupyterlab==${JUPYTERLAB_VERSION}" "dumb-init==${DUMB_INIT_VERSION}"
+ls -la "$WHEELHOUSE"
+du -sh "$WHEELHOUSE"

@@ -172,6 +172,8 @@ def matrix_export(
     if output_format is ExportFormat.GITHUB:
         typer.echo(json.dumps(export.github_matrix(cells), separators=(",", ":")))
         return
+    if output_format is ExportFormat.BAKE:
+        cells = the_plan.with_parents(cells)  # bake builds a front end's cell as its own target
     rendered = Renderer(the_plan).render_all(cells)
     if output_format is ExportFormat.JSON:
         typer.echo(json.dumps(export.json_export(the_plan, rendered, today()), indent=2, sort_keys=True))

@@ -176,13 +176,28 @@ def k8s(
         int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of each Job.")
     ] = 3600,
     namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace.")] = None,
+    secret: Annotated[
+        str | None,
+        typer.Option("--secret", help="Front ends: the Secret holding `token` or `authorized_keys`."),
+    ] = None,
+    workspace_claim: Annotated[
+        str | None,
+        typer.Option("--workspace-claim", help="Front ends: an existing claim for /workspace/* (else one)."),
+    ] = None,
+    workspace_size: Annotated[
+        str, typer.Option("--workspace-size", help="Front ends: the size of the claim written.")
+    ] = "50Gi",
 ) -> None:
-    """Write one Kubernetes Job per published cell, referencing the image by digest.
+    """Write one Kubernetes Job per published cell, referencing the image by digest; a front-end
+    cell (jupyter, ssh) gets a Deployment, a ClusterIP Service and its workspace claim instead.
 
     By default each Job runs the image's own check script with the GPUs requested, so a cluster's
-    GPU nodes are validated by the same checks as the build machine.
+    GPU nodes are validated by the same checks as the build machine. A front end's token or SSH
+    keys come from a Secret (never written into a manifest): `kubectl create secret generic NAME
+    --from-file=token=./token` or `--from-file=authorized_keys=$HOME/.ssh/id_ed25519.pub`.
 
     Example: imagekit k8s --only '*cu121*' --gpus 8 --runtime-class nvidia --pvc ckpt:/checkpoints
+    Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     """
     import shlex
 
@@ -216,8 +231,11 @@ def k8s(
         backoff_limit=backoff_limit,
         deadline_s=deadline,
         namespace=namespace,
+        secret=secret,
+        workspace_claim=workspace_claim,
+        workspace_size=workspace_size,
     )
     files = kube.render_jobs({c.id: entries[c.id] for c in cells}, options)
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
-    typer.echo(f"imagekit: {len(files)} Job manifests in {out}", err=True)
+    typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)

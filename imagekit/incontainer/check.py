@@ -3292,7 +3292,8 @@ CHECK_NAMES = tuple(name for name, _ in CHECKS)
 NOT_REQUIRED = frozenset({"gemm_perf"})  # reported, never fails an image (a shared device may be busy)
 
 
-def run_check(name: str, fn: Callable[[Context], CheckResult], ctx: Context) -> CheckResult:
+def run_check(name: str, fn: Callable[[Any], CheckResult], ctx: Any) -> CheckResult:
+    """One check, timed; an exception inside it is that check's failure (frontend_check.py too)."""
     started = time.monotonic()
     try:
         result = fn(ctx)

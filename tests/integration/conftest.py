@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -258,3 +259,50 @@ class SocketProxy:
                 with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
                 connection.close()
+
+
+# The offline demo's cell; its front ends are this id with -jupyter and -ssh.
+DEMO_CELL = "debian-local-torch2.13.0-cpu-py3.11-runtime"
+
+
+def imagekit(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The offline demo matrix built for real: PyTorch's CPU wheel from a local wheelhouse."""
+    setup = subprocess.run(
+        [str(REPO_ROOT / "examples" / "offline" / "setup.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert setup.returncode == 0, f"examples/offline/setup.sh failed (rc={setup.returncode}):\n{setup.stderr}"
+    root = tmp_path_factory.mktemp("demo")
+    # what a user's runs left in the example (report, rendered files) stays out of the test's copy
+    ignored = shutil.ignore_patterns(".imagekit", "generated")
+    shutil.copytree(REPO_ROOT / "examples" / "offline", root, dirs_exist_ok=True, ignore=ignored)
+    # The test's own image names: a user's demo images (same matrix) must keep their tags.
+    matrix = root / "matrix.yaml"
+    text = matrix.read_text()
+    for name in ("imagekit-demo/pytorch", "imagekit-local/debian-python-demo"):
+        assert name in text
+        text = text.replace(name, f"imagekit-test/{name.split('/')[1]}-{RUN_ID}")
+    matrix.write_text(text)
+    done = imagekit(
+        "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    return root

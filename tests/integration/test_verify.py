@@ -4,8 +4,6 @@ path through a test engine with a fake NVIDIA hook, timeouts, Ctrl-C, and no lef
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,24 +19,10 @@ import pytest
 
 from imagekit.contract import CHECK_SCRIPT_PATH, packaged_check_script
 from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
+from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL, imagekit
 from tests.integration.fake_gpu_engine import fake_gpu_engine
 
 pytestmark = pytest.mark.integration
-
-
-def imagekit(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imagekit", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def leftovers(api: docker.APIClient) -> list[str]:
@@ -93,38 +77,12 @@ def hang_image(api: docker.APIClient, busybox: str) -> str:
     )
 
 
-@pytest.fixture(scope="session")
-def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The offline demo matrix built for real: PyTorch's CPU wheel from a local wheelhouse."""
-    setup = subprocess.run(
-        [str(REPO_ROOT / "examples" / "offline" / "setup.sh")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert setup.returncode == 0, f"examples/offline/setup.sh failed (rc={setup.returncode}):\n{setup.stderr}"
-    root = tmp_path_factory.mktemp("demo")
-    shutil.copytree(REPO_ROOT / "examples" / "offline", root, dirs_exist_ok=True)
-    # The test's own image names: a user's demo images (same matrix) must keep their tags.
-    matrix = root / "matrix.yaml"
-    text = matrix.read_text()
-    for name in ("imagekit-demo/pytorch", "imagekit-local/debian-python-demo"):
-        assert name in text
-        text = text.replace(name, f"imagekit-test/{name.split('/')[1]}-{RUN_ID}")
-    matrix.write_text(text)
-    done = imagekit(
-        "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=900
-    )
-    assert done.returncode == 0, done.stderr
-    return root
-
-
 def test_real_torch_without_gpu_is_checked_never_validated(demo: Path, api: docker.APIClient) -> None:
     junit = demo / "verify.xml"
     done = imagekit(
-        "verify", "--matrix", "matrix.yaml", "--gpus", "none", "--junit", str(junit), "--json", cwd=demo
-    )
+        "verify", "--matrix", "matrix.yaml", "--only", DEMO_CELL, "--gpus", "none", "--junit", str(junit),
+        "--json", cwd=demo,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (result,) = json.loads(done.stdout[done.stdout.index("[\n") :])  # after the verdict line
     assert result["verdict"] == "checked" and not result["gpu_requested"]
@@ -145,7 +103,7 @@ def test_real_torch_without_gpu_is_checked_never_validated(demo: Path, api: dock
     )
 
     report = json.loads((demo / ".imagekit" / "report.json").read_text())
-    (cell,) = report["cells"]
+    (cell,) = [c for c in report["cells"] if c["id"] == DEMO_CELL]
     assert cell["verification"]["verdict"] == "checked"
     suites = list(junitparser.JUnitXml.fromfile(str(junit)))
     assert suites[0].tests == len(result["checks"]) and suites[0].failures == 0
@@ -158,7 +116,7 @@ def test_real_torch_without_gpu_is_checked_never_validated(demo: Path, api: dock
 
 def test_gpu_requested_on_an_engine_without_gpu_support_is_exit_3(demo: Path, api: docker.APIClient) -> None:
     before = (demo / ".imagekit" / "report.json").read_text()
-    done = imagekit("verify", "--matrix", "matrix.yaml", "--gpus", "all", cwd=demo)
+    done = imagekit("verify", "--matrix", "matrix.yaml", "--only", DEMO_CELL, "--gpus", "all", cwd=demo)
     assert done.returncode == 3, done.stderr
     assert done.stderr.count("imagekit: error:") == 1
     assert "no GPU support" in done.stderr and "nvidia-container-toolkit" in done.stderr

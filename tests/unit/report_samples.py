@@ -162,7 +162,12 @@ def build_report() -> BuildReport:
 LOCK_DIGEST = "sha256:" + "ab" * 32
 
 
-def lock_entry(cell: str = "torch2.1.2-cu121", digest: str = LOCK_DIGEST, verified: bool = True) -> LockEntry:
+def lock_entry(
+    cell: str = "torch2.1.2-cu121",
+    digest: str = LOCK_DIGEST,
+    verified: bool = True,
+    frontend: str | None = None,
+) -> LockEntry:
     verification = VerifiedBy(
         "validated", "all", True, True, "2026-11-29T12:00:00Z", 42.0, ChecksSummary(12, 0, 1, (), {"x": 1.0})
     )
@@ -180,4 +185,5 @@ def lock_entry(cell: str = "torch2.1.2-cu121", digest: str = LOCK_DIGEST, verifi
         verification=verification if verified else None,
         expect={"torch": "2.1.2", "cuda": "12.1", "cudnn": "8", "python": "3.10", "flavour": "devel"},
         check_script="/opt/imagekit/check.py",
+        frontend=frontend,
     )

@@ -1,4 +1,4 @@
-"""Kubernetes Jobs from the lock file: options checked, every manifest valid."""
+"""Kubernetes from the lock file: Jobs, and front ends as Deployments; every manifest valid."""
 
 from __future__ import annotations
 
@@ -71,3 +71,51 @@ def test_every_job_manifest_is_valid_kubernetes(options: JobOptions) -> None:
             v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
         ]
         assert claims == [c.name for c in options.claims]
+
+
+@pytest.mark.parametrize("frontend", ["jupyter", "ssh"])
+def test_a_front_end_is_a_deployment_with_its_service_and_workspace(frontend: str) -> None:
+    cell = f"cuda-torch2.5.1-cuda12.1-py3.10-runtime-{frontend}"
+    files = render_jobs({cell: entry(cell, frontend=frontend)}, JobOptions(gpus=1, runtime_class="nvidia"))
+    ((name, text),) = files.items()
+    manifests = list(yaml.safe_load_all(text))
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+    deployment, service, claim = manifests
+    assert [m["kind"] for m in manifests] == ["Deployment", "Service", "PersistentVolumeClaim"]
+    assert name == f"{deployment['metadata']['name']}.yaml"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"ghcr.io/acme/pytorch@{DIGEST}"  # by digest, never a tag
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and pod["runtimeClassName"] == "nvidia"
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    # the secret comes from a Secret reference, never inline
+    secret_volume = next(v for v in pod["volumes"] if v["name"] == "secret")
+    assert secret_volume["secret"]["secretName"].endswith("-secret")
+    variable = "JUPYTER_TOKEN_FILE" if frontend == "jupyter" else "SSH_AUTHORIZED_KEYS_FILE"
+    # only a path and a switch in the environment: the token or keys are read from the mounted Secret
+    assert {e["name"] for e in container["env"]} == {"PYTHONDONTWRITEBYTECODE", variable}
+    assert {
+        "name": variable,
+        "value": f"/run/secrets/imagekit/{'token' if frontend == 'jupyter' else 'authorized_keys'}",
+    } in container["env"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for sub in ("code", "data", "checkpoints"):
+        assert mounts[f"/workspace/{sub}"]["subPath"] == sub
+    assert (
+        claim["metadata"]["name"]
+        == next(v for v in pod["volumes"] if v["name"] == "workspace")["persistentVolumeClaim"]["claimName"]
+    )
+    port = 8888 if frontend == "jupyter" else 22
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["port"] == port
+    assert container["readinessProbe"]["exec"]["command"][-1] == "/opt/imagekit/frontend/healthcheck.py"
+
+
+def test_a_named_claim_and_secret_are_referenced_not_written() -> None:
+    cell = "c-jupyter"
+    options = JobOptions(secret="team-token", workspace_claim="team-ws")
+    (text,) = render_jobs({cell: entry(cell, frontend="jupyter")}, options).values()
+    kinds = [m["kind"] for m in yaml.safe_load_all(text)]
+    assert kinds == ["Deployment", "Service"] and "team-token" in text and "team-ws" in text
+    with pytest.raises(InputError, match="--secret"):
+        render_jobs({cell: entry(cell, frontend="jupyter")}, JobOptions(secret="Bad_Name"))

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import product
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagekit.matrix import expand
+from imagekit.errors import InputError
+from imagekit.matrix import expand, load_plan
 
 
 def reference(
@@ -120,3 +124,30 @@ def test_expand_invariants(
         else:
             index = int(origin.removeprefix("include[").rstrip("]"))
             assert combination == include[index]
+
+
+def test_a_front_end_is_built_from_its_cell(write_matrix: Callable[[str], Path]) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n  frontend: [jupyter, ssh]\n'
+        "bases:\n  deb: {image: debian:bookworm, os: debian12, python: '3.11'}\n"
+        "publish: {registry: ghcr.io, repository: acme/pytorch}\n"
+    )
+    plan = load_plan(path)
+    parent, jupyter, ssh = plan.cells  # the cell itself is implied, first, and listed once
+    assert parent.id == "deb-torch2.5.1-cpu-py3.11-devel" and parent.frontend is None
+    assert (jupyter.id, jupyter.frontend, jupyter.parent) == (f"{parent.id}-jupyter", "jupyter", parent.id)
+    assert jupyter.base_image == f"ghcr.io/acme/pytorch:{parent.readable_tag}"
+    assert jupyter.readable_tag == f"{parent.readable_tag}-jupyter" and ssh.readable_tag.endswith("-ssh")
+    assert plan.with_parents((ssh,)) == (parent, ssh)
+
+
+def test_a_front_end_with_other_settings_than_its_cell_is_refused(
+    write_matrix: Callable[[str], Path],
+) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n  frontend: [none, jupyter]\n'
+        "include:\n  - {frontend: jupyter, env: {X: '1'}}\n"
+        "bases:\n  deb: {image: debian:bookworm, os: debian12, python: '3.11'}\n"
+    )
+    with pytest.raises(InputError, match="other settings than the cell itself"):
+        load_plan(path)

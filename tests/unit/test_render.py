@@ -31,6 +31,8 @@ include:
   - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime }
   - { base: deb, cuda: "12.1", torch: "2.5.1", flavour: runtime }
   - { base: deb, cuda: cpu, torch: "2.5.1", flavour: devel }
+  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime, frontend: jupyter }
+  - { base: cuda, cuda: "12.1", torch: "2.4.1", frontend: ssh }
 defaults:
   pip_packages: ["numpy<2", "pillow"]
   apt_packages: [git]
@@ -82,7 +84,7 @@ def golden_cases(tmp_path: Path) -> dict[str, str]:
 
 def test_golden_dockerfiles(tmp_path: Path) -> None:
     cases = golden_cases(tmp_path)
-    assert len(cases) == 8
+    assert len(cases) == 10
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(exist_ok=True)
         for name, text in cases.items():
@@ -145,6 +147,18 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "RUN python3 -c " in devel and "|| (apt-get update" in devel and "g++ python3-dev" in devel
     cpu = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime"]
     assert "NVIDIA_" not in cpu
+    # front ends: FROM the cell's own image, only adding (every installed version pinned)
+    jupyter = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime-jupyter"]
+    assert jupyter.count("FROM imagekit/pytorch:2.5.1-cpu-runtime-debian12") == 2
+    assert "--constraint /tmp/installed.txt" in jupyter and "jupyterlab==4.6.6" in jupyter
+    assert (
+        "COPY wheelhouse/ /tmp/wheelhouse/" in jupyter
+        and "COPY --from=frontend-build /tmp/frontend-root/ /" in jupyter
+    )
+    assert "USER 1000:1000" in jupyter and "EXPOSE 8888" in jupyter and 'CMD ["start-jupyter"]' in jupyter
+    assert "HEALTHCHECK" in jupyter and "JUPYTER_TOKEN" not in jupyter  # never a token in the image
+    ssh = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel-ssh"]
+    assert "rm -f /etc/ssh/ssh_host_*" in ssh and "jupyterlab" not in ssh and "EXPOSE 2222" in ssh
     assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu and "torch.version.cuda is None" in cpu
     security = "'s|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g'"
     main = "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'"

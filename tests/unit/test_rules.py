@@ -140,6 +140,12 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(STACK, pip_packages=("numpy",)),
     ),
     (
+        rules.stack_has_no_frontend,
+        replace(STACK, frontend="jupyter"),
+        "imagekit adds a jupyter front end only to images with its own venv",
+        replace(STACK, frontend="none"),
+    ),
+    (
         rules.stack_serves_flavour,
         replace(STACK, flavour="runtime"),
         "it has no runtime flavour (only devel)",

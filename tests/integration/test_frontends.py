@@ -1,0 +1,129 @@
+"""The offline demo's front ends for real: JupyterLab and SSH images built FROM the demo cell,
+verified by `imagekit verify` (their own checks on loopback, no GPU), two containers of one SSH image
+with their own host keys, and no secret anywhere in an image's history, labels or environment."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL, imagekit
+
+pytestmark = pytest.mark.integration
+
+JUPYTER, SSH = f"{DEMO_CELL}-jupyter", f"{DEMO_CELL}-ssh"
+
+
+def image_of(demo: Path, cell: str) -> str:
+    report = json.loads((demo / ".imagekit" / "report.json").read_text())
+    (found,) = [c["image_id"] for c in report["cells"] if c["id"] == cell]
+    return str(found)
+
+
+@contextmanager
+def started(api: docker.APIClient, image: str, environment: dict[str, str]) -> Iterator[str]:
+    """The image as a user runs it (its entrypoint and default command), no network; removed after."""
+    created = api.create_container(
+        image,
+        environment=environment,
+        labels={TEST_LABEL: RUN_ID},
+        host_config=api.create_host_config(network_mode="none", cap_drop=["ALL"]),
+        network_disabled=True,
+    )
+    container = str(created["Id"])
+    try:
+        api.start(container)
+        yield container
+    finally:
+        api.remove_container(container, force=True)
+
+
+def run_in(api: docker.APIClient, container: str, command: list[str]) -> str:
+    execution = api.exec_create(container, command)
+    return api.exec_start(execution).decode("utf-8", "replace")
+
+
+def wait_for_file(api: docker.APIClient, container: str, path: str) -> str:
+    for _ in range(60):
+        out = run_in(api, container, ["sh", "-c", f"cat {path} 2>/dev/null || true"])
+        if out.strip():
+            return out
+        time.sleep(0.5)
+    raise AssertionError(f"{path} never appeared in {container[:12]}: {api.logs(container).decode()[-2000:]}")
+
+
+def test_the_front_ends_pass_their_checks_without_a_gpu(demo: Path) -> None:
+    done = imagekit("verify", "--matrix", "matrix.yaml", "--only", "*-jupyter", "--only", "*-ssh",
+                    "--gpus", "none", "--json", cwd=demo)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    results = {r["target"]: r for r in json.loads(done.stdout[done.stdout.index("[\n") :])}
+    assert set(results) == {JUPYTER, SSH}
+    for cell, result in results.items():
+        assert result["verdict"] == "checked", (cell, result.get("error"))
+        checks = {c["name"]: c for c in result["checks"]}
+        # the cell's own checks still run (torch, the CPU GEMM), through the front end's entrypoint
+        assert checks["torch"]["status"] == "pass" and checks["gemm_cpu"]["status"] == "pass"
+        for name in (
+            "user",
+            "init",
+            "workspace",
+            "no_baked_secrets",
+            "server_user",
+            "healthcheck",
+            "image_secrets",
+        ):
+            assert checks[name]["status"] == "pass", (cell, checks[name])
+    jupyter = {c["name"]: c for c in results[JUPYTER]["checks"]}
+    assert jupyter["jupyter_auth"]["status"] == "pass"  # 200 with the token, 403 without
+    assert '"status_without_token": 403' in (jupyter["jupyter_auth"]["actual"] or "")
+    ssh = {c["name"]: c for c in results[SSH]["checks"]}
+    assert ssh["ssh_login"]["status"] == "pass" and ssh["ssh_password_refused"]["status"] == "pass"
+
+
+def test_two_containers_of_one_ssh_image_have_their_own_host_keys(demo: Path, api: docker.APIClient) -> None:
+    image = image_of(demo, SSH)
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBv1oqCE9OVnJv2b7wCqfqbm7sV3fC9YvGq4GfJkTKcA test@imagekit"
+    fingerprints = []
+    for _ in range(2):
+        with started(api, image, {"SSH_AUTHORIZED_KEYS": key}) as container:
+            public = wait_for_file(api, container, "/var/lib/imagekit-frontend/ssh/ssh_host_ed25519_key.pub")
+            fingerprints.append(public.split()[1])
+            assert (
+                run_in(api, container, ["sh", "-c", "ls /etc/ssh/ssh_host_* 2>/dev/null || true"]).strip()
+                == ""
+            )
+    assert fingerprints[0] != fingerprints[1], "two containers of one image must not share a host key"
+
+
+def test_no_secret_in_any_images_history_labels_or_environment(demo: Path, api: docker.APIClient) -> None:
+    token = secrets.token_hex(24)
+    with started(api, image_of(demo, JUPYTER), {"JUPYTER_TOKEN": token}) as container:
+        wait_for_file(api, container, "/var/lib/imagekit-frontend/jupyter/jpserver-*.json")
+        assert token not in api.logs(container).decode("utf-8", "replace"), "a given token is never printed"
+    with started(api, image_of(demo, JUPYTER), {}) as container:  # no token given: one is generated
+        wait_for_file(api, container, "/var/lib/imagekit-frontend/jupyter/jpserver-*.json")
+        generated = re.findall(r"\b[0-9a-f]{48}\b", api.logs(container).decode("utf-8", "replace"))
+    assert len(set(generated)) == 1, "a generated token is printed once"
+    for cell in (DEMO_CELL, JUPYTER, SSH):
+        image = api.inspect_image(image_of(demo, cell))
+        config = image["Config"]
+        text = "\n".join(
+            [*(config.get("Env") or ()), *(f"{k}={v}" for k, v in (config.get("Labels") or {}).items())]
+            + [str(step.get("CreatedBy")) for step in api.history(image["Id"])]
+        )
+        for secret in (
+            token,
+            generated[0],
+            "BEGIN OPENSSH PRIVATE KEY",
+            "JUPYTER_TOKEN=",
+            "ssh-ed25519 AAAA",
+        ):
+            assert secret not in text, (cell, secret)
