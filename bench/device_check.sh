@@ -16,7 +16,9 @@ flavour=$(command -v nvcc >/dev/null && echo devel || echo runtime)
 args=(--expect-torch "$torch" --expect-cuda "$cuda" --expect-python "$py" --flavour "$flavour" --require-gpu)
 [[ -n "$cudnn" ]] && args+=(--expect-cudnn "$cudnn")
 { nvidia-smi; nvcc --version; echo "args: ${args[*]}"; } > "$out/device-check.log" 2>&1
-timeout 900 python3 imagekit/incontainer/check.py "${args[@]}" > "$out/device-check.json" 2>> "$out/device-check.log"
+# Bounded well inside one device call (10 minutes) so a rerun fits a session's 15: the first
+# torch.compile on the GPU (Triton) and the CUDA extension build take a few minutes of it.
+timeout 420 python3 imagekit/incontainer/check.py "${args[@]}" > "$out/device-check.json" 2>> "$out/device-check.log"
 status=$?
 python3 - "$out/device-check.json" <<'PY'
 import json, sys
