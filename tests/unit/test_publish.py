@@ -61,7 +61,7 @@ def test_tags_say_how_far_an_image_was_verified() -> None:
 
 
 def test_transient_push_errors_match_whole_words() -> None:
-    from imagekit.publish import transient_push_error
+    from imagekit.engine import transient_push_error
 
     for text in (
         "received unexpected HTTP status: 503 Service Unavailable",
