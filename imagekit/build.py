@@ -413,6 +413,8 @@ class Builder:
                 _skipped(done, existing, tags, rendered.input_digest, base_digest=built_from or base_digest),
                 write,
             )
+        if rendered.wheel_note:
+            write(f"context: {rendered.wheel_note}")
         labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
         if base_digest:
             labels[naming.BASE_DIGEST_LABEL] = base_digest
