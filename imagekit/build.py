@@ -461,20 +461,22 @@ class Builder:
                 write(f"staged: {where} already is this image ({digest}); not pushed again")
             else:
                 self.api.tag(result.image_id, self.staging_name, tag, force=True)
-                digest = push(
-                    self.api,
-                    self.staging_name,
-                    tag,
-                    self.options.backoff.delays(),
-                    docker_auth_config(self.options.registry),
-                    on_retry=lambda message: write(f"push: {message}"),
-                )
-                write(f"staged: pushed {where} as {digest}")
-                # The tag existed only to push; the engine keeps the build's own tags.
                 try:
-                    self.api.remove_image(where, noprune=True)
-                except (APIError, DockerException):
-                    write(f"could not remove the local tag {where}")
+                    digest = push(
+                        self.api,
+                        self.staging_name,
+                        tag,
+                        self.options.backoff.delays(),
+                        docker_auth_config(self.options.registry),
+                        on_retry=lambda message: write(f"push: {message}"),
+                    )
+                finally:
+                    # The tag exists only to push; the engine keeps the build's own tags.
+                    try:
+                        self.api.remove_image(where, noprune=True)
+                    except (APIError, DockerException):
+                        write(f"could not remove the local tag {where}")
+                write(f"staged: pushed {where} as {digest}")
         except PushFailed as failed:
             raise _JobFailed(
                 f"built as {result.image_id}, but staging it at {where} failed: {failed}"

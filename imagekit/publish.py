@@ -120,15 +120,15 @@ def _refusal_reason(result: CellResult | None, policy: str, input_digest: str) -
     ran_on = (result.image_id, *result.tags, *((staged.reference,) if staged else ()))
     if verification is not None and verification.image not in ran_on:
         return f"its verification ran on {verification.image}, not the built {result.image_id}; verify again"
+    level = level_of(result)
+    if level is None:
+        assert verification is not None
+        return f"it failed verification ({verification.error or _failed_names(verification)})"
     if staged is not None and verification is not None and verification.image_digest != staged.digest:
         return (
             f"its verified digest ({verification.image_digest or 'unknown'}) is not its staged digest"
             f" ({staged.digest}); run `imagekit verify --pull` on the staged image"
         )
-    level = level_of(result)
-    if level is None:
-        assert verification is not None
-        return f"it failed verification ({verification.error or _failed_names(verification)})"
     if level not in ADMITS[policy]:
         what = "never verified" if level == "built" else "checked without a GPU"
         return (
