@@ -403,6 +403,8 @@ class Builder:
             image = inspect_image(self.api, rendered.cell.local_base.image)
             base_digest = str(image["Id"]) if image else None
         existing = None if self.options.force else self._existing(rendered.input_digest)
+        if existing is None and not self.options.force:
+            existing = self._staged_elsewhere(rendered, write)
         if existing is not None:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
             present = set(existing.get("RepoTags") or ())
@@ -532,14 +534,50 @@ class Builder:
             "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
         )
 
+    def _staged_elsewhere(
+        self, rendered: RenderedCell, write: Callable[[str], None]
+    ) -> dict[str, Any] | None:
+        """The image another runner staged from this very input digest, pulled by digest.
+
+        An empty runner then builds nothing for an unchanged cell: the staging tag of its input
+        digest names an image built from the same inputs (its label says so, checked here), which
+        is what a build would produce. Returns its image-list summary, or None.
+        """
+        if not self.options.cache_from or self.registry is None:
+            return None
+        publish = self.plan.matrix.publish
+        digest = self._resolve(publish.staging_repository, naming.staging_tag(rendered.input_digest), write)
+        if digest is None:
+            return None
+        reference = naming.by_digest(self.staging_name, digest)
+        try:
+            pull(self.api, reference, auth_config=docker_auth_config(self.options.registry or ""))
+        except (APIError, requests.RequestException, OSError) as exc:
+            write(f"reuse: {reference} not available ({one_line(exc)}); building")
+            return None
+        image = inspect_image(self.api, reference)
+        labels: Mapping[str, str] = ((image or {}).get("Config") or {}).get("Labels") or {}
+        if image is None or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
+            write(f"reuse: {reference} was not built from this cell's inputs; building")
+            return None
+        write(f"reuse: pulled {reference}, staged from this input digest: nothing to build")
+        return {
+            "Id": image["Id"],
+            "RepoTags": image.get("RepoTags"),
+            "Labels": labels,
+            "Size": image.get("Size"),
+        }
+
     def _cache_from(self, rendered: RenderedCell, write: Callable[[str], None]) -> tuple[str, ...]:
         """The cell's last staged or published image, pulled by digest, so a fresh runner with an
         empty engine reuses its layers (torch) instead of building them again.
 
-        Tried in order: the staging tag of this very input digest, the image the previous report
-        staged for this cell, the last published readable tag. Only with a registry: locally the
-        engine's own layer cache already serves, and the classic builder consults *only* the
-        cache-from images once any is given.
+        Tried in order: the staging tag of this very input digest (``--force`` rebuilds an
+        unchanged cell), the image the previous report staged for this cell, the last published
+        readable tag. Only with a registry: locally the engine's own layer cache already serves,
+        and the classic builder consults *only* the cache-from images once any is given. The
+        classic builder matches steps on the image's history, so a multi-stage build (the
+        wheelhouse stage) reuses only its last stage's steps.
         """
         if not self.options.cache_from or self.registry is None:
             return ()

@@ -358,3 +358,77 @@ def test_a_planted_digest_mismatch_is_refused_and_the_rest_promoted(
     entries = assert_whole_or_nothing(runners.registry, target, lock)
     assert sorted(entries) == [GOOD[1]]
     assert not [t for t in runners.registry.tags(target) if t.startswith("busybox-2.1.2")]
+
+
+# -- layer reuse on an empty runner --------------------------------------------------------------------
+
+FAKE_TORCH = {
+    "torch/__init__.py": '__version__ = "2.13.0+cpu"\nfrom torch import version  # noqa\n',
+    "torch/version.py": "cuda = None\n",
+}
+
+
+def fake_torch_wheel(where: Path) -> None:
+    """A stand-in torch that passes the CPU build guard: what is measured is the layer reuse."""
+    import zipfile
+
+    info = "torch-2.13.0+cpu.dist-info"
+    files = {
+        **FAKE_TORCH,
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(where / "torch-2.13.0+cpu-py3-none-any.whl", "w") as archive:
+        for name, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(name, text)
+
+
+def test_an_empty_runner_builds_nothing_for_a_cell_staged_elsewhere(
+    runners: Runners, debian_python: str, tmp_path: Path
+) -> None:
+    """Runner A builds the real template's cell (a wheelhouse stage, a venv) and stages it; runner
+    C, a fresh engine, "builds" the same unchanged cell: it pulls the staged image by digest and
+    runs no build step. (The classic builder's --cache-from alone would not serve this cell: the
+    wheelhouse stage is not in the final image's history, so its pip install would run again.)"""
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    fake_torch_wheel(house)
+    (tmp_path / "matrix.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "allow_unknown": True,
+                "axes": {"torch": ["2.13.0"], "cuda": ["cpu"], "base": ["deb"], "flavour": ["runtime"]},
+                "defaults": {"torchvision": "none", "torchaudio": "none", "env": {"RUN_ID": RUN_ID}},
+                "bases": {"deb": {"image": debian_python, "os": "debian12", "python": "3.11", "cuda": False}},
+                "sources": {"pip": {"no_index": True, "find_links": ["wheelhouse"], "torch_index_url": None}},
+                "publish": {
+                    "registry": runners.registry.host,
+                    "repository": f"{runners.project.repository}-real",
+                },
+            }
+        )
+    )
+    project = Project(tmp_path, f"{runners.project.repository}-real")
+    engines = Path(tempfile.mkdtemp(prefix="ikc-", dir="/tmp"))
+    try:
+        with (
+            private_engine(engines / "a", (debian_python,)) as a,
+            private_engine(engines / "c", (debian_python,)) as c,
+        ):
+            code, out = run(
+                project, "build", "--matrix", "matrix.yaml", "--push", host=a.host, state=tmp_path / "a"
+            )
+            assert code == 0, out
+            staged = cells_of(tmp_path / "a")
+            code, out = run(project, "build", "--matrix", "matrix.yaml", host=c.host, state=tmp_path / "c")
+            assert code == 0, out
+            reused = cells_of(tmp_path / "c")
+    finally:
+        shutil.rmtree(engines, ignore_errors=True)
+    ((cell, first),) = staged.items()
+    log = (tmp_path / "c" / "logs" / f"{cell}.log").read_text()
+    assert "reuse: pulled" in log and "nothing to build" in log, log
+    assert "Step 1/" not in log, log
+    assert reused[cell]["status"] == "skipped" and reused[cell]["image_id"] == first["image_id"], log
