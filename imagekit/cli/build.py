@@ -86,7 +86,8 @@ def build(
         bool,
         typer.Option(
             "--cache-from/--no-cache-from",
-            help="Reuse the layers of the cell's last staged or published image (pulled by digest).",
+            help="Reuse what the registry holds: the image staged from this input digest (pulled,"
+            " not built), else the last staged or published image's layers (pulled by digest).",
         ),
     ] = True,
     push: Annotated[
