@@ -432,3 +432,21 @@ def test_an_empty_runner_builds_nothing_for_a_cell_staged_elsewhere(
     assert "reuse: pulled" in log and "nothing to build" in log, log
     assert "Step 1/" not in log, log
     assert reused[cell]["status"] == "skipped" and reused[cell]["image_id"] == first["image_id"], log
+
+
+def test_build_push_with_the_registry_down_fails_the_cell_and_keeps_the_image(project: Project) -> None:
+    """Staging is part of the cell's job: a registry that stays down fails it with one clear line;
+    the built image keeps its tags, and the next run only pushes."""
+    from tests.integration.registry_server import free_port
+
+    closed = f"127.0.0.1:{free_port()}"
+    write_cells(project, ["2.1"])
+    done = project.build("--push", "--registry", closed)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    (entry,) = project.report().values()
+    assert entry["status"] == "failed" and entry["staged"] is None
+    assert f"registry {closed} unreachable" in str(entry["error"])
+    again = project.build()  # without --push: the image was built, nothing to do
+    assert again.returncode == 0, again.stderr
+    assert [e["status"] for e in project.report().values()] == ["skipped"]
