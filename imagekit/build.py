@@ -6,12 +6,18 @@ record its digest, optionally pin it), render every cell, then run the job graph
 finished; a failure fails only its dependents unless ``fail_fast``. Images are built untagged and
 tagged only after the engine reports the finished image, so an interrupted, timed-out or failed
 build never carries a cell's tag.
+
+With ``push``, each cell built or found unchanged is then staged in the registry under
+``staging-<input digest, 12 hex>`` (never a final tag), and the pushed manifest digest goes into
+the report: verify and publish can then work from the registry alone, on other machines. A cell
+whose staging tag already names its image is not pushed again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 import threading
 import time
@@ -36,18 +42,21 @@ from imagekit.engine import (
     BuildRequest,
     BuildStream,
     EngineFailure,
+    PushFailed,
     alive,
     engine_address,
     inspect_image,
     is_engine_failure,
     pull,
+    push,
 )
 from imagekit.errors import EnvironmentProblem, ImagekitError, one_line
 from imagekit.jobs import Job, plan_jobs
 from imagekit.matrix import Cell, Plan
 from imagekit.progress import Progress
+from imagekit.registry import Backoff, Registry, RegistryError, docker_auth_config, open_registry
 from imagekit.render import RenderedCell, Renderer
-from imagekit.store import BuildReport, CellResult, ReportStore, Status, Verification
+from imagekit.store import BuildReport, CellResult, ReportStore, Staged, Status, Verification
 from imagekit.verify import Harness, verify_cells
 
 TAIL_LINES = 20
@@ -68,6 +77,9 @@ class BuildOptions:
     cache_from: bool = True
     network_mode: str | None = None
     extra_labels: tuple[tuple[str, str], ...] = ()
+    push: bool = False  # stage every cell built or unchanged in the registry
+    registry: str | None = None  # host[:port] for staging and cache sources (--registry or the matrix's)
+    backoff: Backoff = field(default_factory=Backoff)
 
 
 @dataclass(frozen=True)
@@ -161,6 +173,14 @@ class Builder:
         self.logs = store.logs
         self._by_input_digest: dict[str, dict[str, Any]] | None = None
         self._index_lock = threading.Lock()
+        self.registry: Registry | None = None
+        if options.registry and (options.push or options.cache_from):
+            self.registry = open_registry(options.registry, options.backoff)
+        self._registry_lock = threading.Lock()  # one session, shared by the build threads
+        self._registry_down: str | None = None  # the cache lookups stop asking once it is down
+        publish = plan.matrix.publish
+        self.staging_name = naming.repository(options.registry, publish.staging_repository)
+        self.final_name = naming.repository(options.registry, publish.repository)
 
     # -- the whole run
 
@@ -181,6 +201,9 @@ class Builder:
             interrupted = True
             self.state.stop("interrupted (Ctrl-C)")
             self.progress.event("build", "interrupted", "running builds stopped")
+        finally:
+            if self.registry is not None:
+                self.registry.close()
         report = BuildReport(
             matrix=self.plan.source_name,
             started=started,
@@ -381,15 +404,20 @@ class Builder:
             image = inspect_image(self.api, rendered.cell.local_base.image)
             base_digest = str(image["Id"]) if image else None
         existing = None if self.options.force else self._existing(rendered.input_digest)
+        if existing is None and not self.options.force:
+            existing = self._staged_elsewhere(rendered, write)
         if existing is not None:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
             present = set(existing.get("RepoTags") or ())
             self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
             # The base the existing image was built from, not the one the engine holds now.
             built_from = (existing.get("Labels") or {}).get(naming.BASE_DIGEST_LABEL)
-            return _skipped(
-                done, existing, tags, rendered.input_digest, base_digest=built_from or base_digest
+            return self._stage(
+                _skipped(done, existing, tags, rendered.input_digest, base_digest=built_from or base_digest),
+                write,
             )
+        if rendered.wheel_note:
+            write(f"context: {rendered.wheel_note}")
         labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
         if base_digest:
             labels[naming.BASE_DIGEST_LABEL] = base_digest
@@ -400,7 +428,7 @@ class Builder:
             cache_from=self._cache_from(rendered, write),
             network_mode=self.options.network_mode,
         )
-        return self._build_and_tag(
+        built = self._build_and_tag(
             job,
             request,
             rendered.context_tar,
@@ -410,6 +438,56 @@ class Builder:
             input_digest=rendered.input_digest,
             base_digest=base_digest,
         )
+        return self._stage(built, write)
+
+    # -- staging in the registry
+
+    def _stage(self, result: CellResult, write: Callable[[str], None]) -> CellResult:
+        """With --push: put the cell's image under its staging tag and record the manifest digest.
+
+        A staging tag that already names this image (same config digest: the same image) is
+        left as it is: an unchanged cell is never pushed twice.
+        """
+        if not self.options.push or result.image_id is None or result.input_digest is None:
+            return result
+        registry = self.registry
+        assert registry is not None and self.options.registry is not None
+        repository = self.plan.matrix.publish.staging_repository
+        tag = naming.staging_tag(result.input_digest)
+        where = naming.reference(self.staging_name, tag)
+        try:
+            with self._registry_lock:
+                digest = registry.head_manifest(repository, tag)
+                if digest is not None and _config_of(registry, repository, digest) != result.image_id:
+                    digest = None  # the tag names another image (a rebuild): push this one over it
+            if digest is not None:
+                write(f"staged: {where} already is this image ({digest}); not pushed again")
+            else:
+                self.api.tag(result.image_id, self.staging_name, tag, force=True)
+                try:
+                    digest = push(
+                        self.api,
+                        self.staging_name,
+                        tag,
+                        self.options.backoff.delays(),
+                        docker_auth_config(self.options.registry),
+                        on_retry=lambda message: write(f"push: {message}"),
+                    )
+                finally:
+                    # The tag exists only to push; the engine keeps the build's own tags.
+                    try:
+                        self.api.remove_image(where, noprune=True)
+                    except (APIError, DockerException):
+                        write(f"could not remove the local tag {where}")
+                write(f"staged: pushed {where} as {digest}")
+        except PushFailed as failed:
+            raise _JobFailed(
+                f"built as {result.image_id}, but staging it at {where} failed: {failed}"
+            ) from None
+        except RegistryError as exc:
+            raise _JobFailed(f"built as {result.image_id}, but staging it at {where} failed: {exc}") from None
+        staged = Staged(self.options.registry, repository, tag, digest)
+        return dataclasses.replace(result, staged=staged)
 
     def _build_base(
         self, job: Job, write: Callable[[str], None], done: Callable[..., CellResult]
@@ -457,23 +535,94 @@ class Builder:
             "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
         )
 
-    def _cache_from(self, rendered: RenderedCell, write: Callable[[str], None]) -> tuple[str, ...]:
-        """The cell's last published image, so a fresh runner reuses its layers (torch).
+    def _staged_elsewhere(
+        self, rendered: RenderedCell, write: Callable[[str], None]
+    ) -> dict[str, Any] | None:
+        """The image another runner staged from this very input digest, pulled by digest.
 
-        Only with a registry: locally the engine's own layer cache already serves, and the
-        classic builder consults *only* the cache-from images once any is given.
+        An empty runner then builds nothing for an unchanged cell: the staging tag of its input
+        digest names an image built from the same inputs (its label says so, checked here), which
+        is what a build would produce. Returns its image-list summary, or None.
         """
-        if not self.options.cache_from or not self.plan.matrix.publish.registry:
+        if not self.options.cache_from or self.registry is None:
+            return None
+        publish = self.plan.matrix.publish
+        digest = self._resolve(publish.staging_repository, naming.staging_tag(rendered.input_digest), write)
+        if digest is None:
+            return None
+        reference = naming.by_digest(self.staging_name, digest)
+        try:
+            pull(self.api, reference, auth_config=docker_auth_config(self.options.registry or ""))
+        except (APIError, requests.RequestException, OSError) as exc:
+            write(f"reuse: {reference} not available ({one_line(exc)}); building")
+            return None
+        image = inspect_image(self.api, reference)
+        labels: Mapping[str, str] = ((image or {}).get("Config") or {}).get("Labels") or {}
+        if image is None or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
+            write(f"reuse: {reference} was not built from this cell's inputs; building")
+            return None
+        write(f"reuse: pulled {reference}, staged from this input digest: nothing to build")
+        return {
+            "Id": image["Id"],
+            "RepoTags": image.get("RepoTags"),
+            "Labels": labels,
+            "Size": image.get("Size"),
+        }
+
+    def _cache_from(self, rendered: RenderedCell, write: Callable[[str], None]) -> tuple[str, ...]:
+        """The cell's last staged or published image, pulled by digest, so a fresh runner with an
+        empty engine reuses its layers (torch) instead of building them again.
+
+        Tried in order: the staging tag of this very input digest (``--force`` rebuilds an
+        unchanged cell), the image the previous report staged for this cell, the last published
+        readable tag. Only with a registry: locally the engine's own layer cache already serves,
+        and the classic builder consults *only* the cache-from images once any is given. The
+        classic builder matches steps on the image's history, so a multi-stage build (the
+        wheelhouse stage) reuses only its last stage's steps.
+        """
+        if not self.options.cache_from or self.registry is None:
             return ()
-        reference = naming.reference(self.plan.repository, rendered.cell.readable_tag)
-        if inspect_image(self.api, reference) is None:
-            try:
-                pull(self.api, reference)
+        publish = self.plan.matrix.publish
+        sources: list[tuple[str, str, str]] = [  # (repository, tag or digest, engine name)
+            (publish.staging_repository, naming.staging_tag(rendered.input_digest), self.staging_name)
+        ]
+        old = next(
+            (r for r in (self.previous.cells if self.previous else ()) if r.id == rendered.cell.id), None
+        )
+        if old is not None and old.staged is not None and old.staged.registry == self.options.registry:
+            sources.append((old.staged.repository, old.staged.digest, old.staged.name))
+        sources.append((publish.repository, rendered.cell.readable_tag, self.final_name))
+        for repository, ref, name in sources:
+            digest = self._resolve(repository, ref, write)
+            if digest is None:
+                continue
+            reference = naming.by_digest(name, digest)
+            if inspect_image(self.api, reference) is None:
+                try:
+                    pull(self.api, reference, auth_config=docker_auth_config(self.options.registry or ""))
+                except (APIError, requests.RequestException, OSError) as exc:
+                    write(f"cache: {reference} not available ({one_line(exc)}); trying the next source")
+                    continue
                 write(f"cache: pulled {reference}")
-            except (APIError, requests.RequestException, OSError) as exc:
-                write(f"cache: {reference} not available ({one_line(exc)}); building without it")
-                return ()
-        return (reference,)
+            return (reference,)
+        write("cache: no staged or published image of this cell; building without one")
+        return ()
+
+    def _resolve(self, repository: str, ref: str, write: Callable[[str], None]) -> str | None:
+        """The manifest digest ``repository:ref`` names now; None when absent or unreachable."""
+        assert self.registry is not None
+        if naming.DIGEST.fullmatch(ref):
+            return ref
+        with self._registry_lock:
+            if self._registry_down is not None:
+                return None
+            try:
+                return self.registry.head_manifest(repository, ref)
+            except (EnvironmentProblem, RegistryError) as exc:
+                message = exc.message if isinstance(exc, EnvironmentProblem) else str(exc)
+                self._registry_down = message
+                write(f"cache: {message}; building without a cache source")
+                return None
 
     def _stream(
         self, job: Job, request: BuildRequest, context: IO[bytes], write: Callable[[str], None]
@@ -525,6 +674,16 @@ class Builder:
             repository, tag = naming.split_reference(reference)
             self.api.tag(image_id, repository, tag, force=True)
             write(f"tagged {reference}")
+
+
+def _config_of(registry: Registry, repository: str, digest: str) -> str | None:
+    """The image id (config digest) of the single-image manifest ``digest``; None otherwise."""
+    try:
+        data = json.loads(registry.get_manifest(repository, digest).body)
+    except ValueError:
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
 
 
 def _skipped(

@@ -115,6 +115,7 @@ class OperatingSystem(_Facts):
     name: str
     pythons: tuple[Version, ...] = Field(alias="python")
     apt_archives: tuple[tuple[str, str], ...]  # (archive URL, what follows the mirror URL)
+    glibc: str | None = None  # its libc6 version: the manylinux_2_X wheels it can install
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def parse_compat(raw: Mapping[str, Any]) -> Compat:
                 pythons=entry["python"],
                 # longest first: debian-security must be rewritten before its prefix debian
                 apt_archives=tuple(sorted(entry["apt_archives"].items(), key=lambda kv: -len(kv[0]))),
+                glibc=str(entry["glibc"]) if entry.get("glibc") else None,
             )
             for name, entry in systems.items()
         },

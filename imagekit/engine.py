@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -123,8 +124,10 @@ def pull(
     ref: str,
     policy: RetryPolicy = RetryPolicy(),
     sleep: Callable[[float], None] = time.sleep,
+    auth_config: Mapping[str, str] | None = None,
 ) -> None:
-    """Pull ``ref``, retrying transient failures (5xx, resets) with exponential backoff.
+    """Pull ``ref`` (``name:tag`` or ``name@sha256:...``), retrying transient failures (5xx,
+    resets) with exponential backoff.
 
     A pull reports most failures inside its stream, so an ``error`` line is raised as APIError.
     """
@@ -132,7 +135,14 @@ def pull(
     delay = policy.first_delay_s
     for attempt in range(1, policy.attempts + 1):
         try:
-            for line in api.pull(repository, tag=tag or "latest", stream=True, decode=True):
+            stream = api.pull(
+                repository,
+                tag=tag or "latest",
+                stream=True,
+                decode=True,
+                auth_config=dict(auth_config) if auth_config else None,
+            )
+            for line in stream:
                 if isinstance(line, dict) and line.get("error"):
                     raise APIError(str(line["error"]))
             return
@@ -141,6 +151,83 @@ def pull(
                 raise
             sleep(delay)
             delay *= policy.factor
+
+
+# Whole words and status phrases only: a bare "500" or "eof" would match inside a digest, a
+# size ("5001 bytes") or a word ("thereof") and retry a push that can never succeed.
+_TRANSIENT_PUSH = re.compile(
+    r"\b(?:(?:status(?: code)?|http(?:/\d(?:\.\d)?)?|error)[: ]*(?:500|502|503|504|429)\b"
+    r"|(?:500|502|503|504|429) (?:internal server error|bad gateway|service unavailable"
+    r"|gateway time-?out|too many requests)"
+    r"|internal server error|service unavailable|bad gateway|gateway time-?out|too many requests"
+    r"|connection refused|connection reset(?: by peer)?|broken pipe"
+    r"|i/o timeout|tls handshake timeout|timeout exceeded|timed out|(?:unexpected )?eof"
+    r"|context deadline exceeded|no such host|temporary failure in name resolution)\b",
+    re.IGNORECASE,
+)
+
+
+def transient_push_error(text: str) -> bool:
+    """Whether a push error reads like the registry or network having a bad moment."""
+    return _TRANSIENT_PUSH.search(text) is not None
+
+
+class PushFailed(Exception):
+    """The engine could not push an image; ``transient`` when another try may succeed."""
+
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def push_once(
+    api: docker.APIClient, name: str, tag: str, auth_config: Mapping[str, str] | None = None
+) -> str:
+    """Push ``name:tag`` (the engine uploads the layers); returns the manifest digest it reports."""
+    digest: str | None = None
+    try:
+        stream = api.push(
+            name, tag=tag, stream=True, decode=True, auth_config=dict(auth_config) if auth_config else None
+        )
+        for line in stream:
+            if not isinstance(line, dict):
+                continue
+            if line.get("error"):
+                text = " ".join(str(line["error"]).split())
+                raise PushFailed(text, transient_push_error(text))
+            aux = line.get("aux")
+            if isinstance(aux, dict) and aux.get("Digest"):
+                digest = str(aux["Digest"])
+    except APIError as exc:
+        text = " ".join(str(exc.explanation or exc).split())
+        raise PushFailed(text, exc.is_server_error()) from None
+    except (requests.ConnectionError, ConnectionError) as exc:
+        raise unreachable(exc) from None
+    if digest is None:
+        raise PushFailed("the engine reported no manifest digest", False)
+    return digest
+
+
+def push(
+    api: docker.APIClient,
+    name: str,
+    tag: str,
+    delays: Sequence[float],
+    auth_config: Mapping[str, str] | None = None,
+    on_retry: Callable[[str], None] = lambda _: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """``push_once``, retried after each of ``delays`` while the failure is transient."""
+    waits = list(delays)
+    while True:
+        try:
+            return push_once(api, name, tag, auth_config)
+        except PushFailed as failed:
+            if not failed.transient or not waits:
+                raise
+            delay = waits.pop(0)
+            on_retry(f"{failed}; retrying in {delay:g}s")
+            sleep(delay)
 
 
 # -- builds -----------------------------------------------------------------------------------------

@@ -142,6 +142,8 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
     """
     targets: dict[str, dict[str, Any]] = {}
     group: list[str] = []
+    publish = plan.matrix.publish
+    staging = naming.repository(publish.registry, publish.staging_repository)
     for name, base in sorted(_local_bases(rendered).items()):
         targets[base_target_name(base)] = {
             "context": str(base.context),
@@ -159,7 +161,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "context": str(context_dir / cell.id),
             "dockerfile": DOCKERFILE_NAME,
             "args": dict(item.build_args),
-            "tags": [naming.reference(plan.repository, naming.staging_tag(item.input_digest))],
+            "tags": [naming.reference(staging, naming.staging_tag(item.input_digest))],
             "labels": item.build_labels(),
         }
         if cell.local_base is not None:

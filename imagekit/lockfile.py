@@ -47,6 +47,63 @@ class VerifiedBy:
 
 
 @dataclass(frozen=True)
+class DigestChain:
+    """The manifest digest at each step: staged (build --push or publish's own push), verified
+    (what the checks ran on, when known), promoted (what the final tags name)."""
+
+    staged: str | None
+    verified: str | None
+    promoted: str
+
+    @property
+    def equal(self) -> bool:
+        return self.staged == self.verified == self.promoted
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an image was verified, from its check results, and its digest chain."""
+
+    gpus: tuple[str, ...]  # GPU names nvidia-smi listed; () without a visible GPU
+    driver: str | None  # the host's NVIDIA driver version
+    cuda_driver: str | None  # the CUDA version the driver supports
+    checks_passed: int
+    checks_total: int
+    note: str | None  # why GPU, driver or CUDA driver are unknown, when they are
+    digest_chain: DigestChain
+
+    def as_json(self) -> dict[str, Any]:
+        chain = self.digest_chain
+        return {
+            "gpus": list(self.gpus),
+            "driver": self.driver,
+            "cuda_driver": self.cuda_driver,
+            "checks_passed": self.checks_passed,
+            "checks_total": self.checks_total,
+            "note": self.note,
+            "digest_chain": {
+                "staged": chain.staged,
+                "verified": chain.verified,
+                "promoted": chain.promoted,
+                "equal": chain.equal,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Provenance:
+        chain = data["digest_chain"]
+        return cls(
+            gpus=tuple(data.get("gpus") or ()),
+            driver=data.get("driver"),
+            cuda_driver=data.get("cuda_driver"),
+            checks_passed=int(data.get("checks_passed") or 0),
+            checks_total=int(data.get("checks_total") or 0),
+            note=data.get("note"),
+            digest_chain=DigestChain(chain.get("staged"), chain.get("verified"), chain["promoted"]),
+        )
+
+
+@dataclass(frozen=True)
 class LockEntry:
     cell: str
     registry: str
@@ -62,6 +119,7 @@ class LockEntry:
     expect: Mapping[str, str] = field(default_factory=dict)  # the check script's expectations
     check_script: str | None = None
     frontend: str | None = None  # jupyter | ssh: served as a Deployment, not run as a Job
+    provenance: Provenance | None = None  # where it was verified; staged = verified = promoted
 
     @property
     def reference(self) -> str:
@@ -72,6 +130,7 @@ class LockEntry:
         data["tags"] = list(self.tags)
         data["reference"] = self.reference
         data["expect"] = dict(self.expect)
+        data["provenance"] = self.provenance.as_json() if self.provenance is not None else None
         if self.verification is not None:
             data["verification"]["checks"]["failed_names"] = list(self.verification.checks.failed_names)
             data["verification"]["checks"]["metrics"] = dict(self.verification.checks.metrics)
@@ -86,7 +145,15 @@ class LockEntry:
             checks["failed_names"] = tuple(checks.get("failed_names") or ())
             verified = VerifiedBy(**{**verification, "checks": ChecksSummary(**checks)})
         fields = {k: v for k, v in data.items() if k != "reference"}
-        entry = cls(**{**fields, "tags": tuple(data["tags"]), "verification": verified})
+        found = data.get("provenance")
+        entry = cls(
+            **{
+                **fields,
+                "tags": tuple(data["tags"]),
+                "verification": verified,
+                "provenance": Provenance.from_json(found) if found else None,
+            }
+        )
         if not DIGEST.fullmatch(entry.digest):
             raise ValueError(f"digest {entry.digest!r} is not sha256:<64 hex>")
         return entry

@@ -1,7 +1,9 @@
 """Merge the reports of jobs that each built part of a matrix (one CI job per cell) into one.
 
 A cell or base that appears in several reports keeps its last record, in the order given; the
-run's start is the earliest start and its duration the longest job's.
+run's start is the earliest start and its duration the longest job's. Two reports that disagree
+about one cell's staged or verified manifest digest are refused: publishing from either would
+promote an image the other job never built or checked.
 """
 
 from __future__ import annotations
@@ -21,9 +23,33 @@ def _last_wins(groups: Sequence[Sequence[CellResult]]) -> tuple[CellResult, ...]
     return tuple(merged.values())
 
 
-def merge_reports(reports: Sequence[BuildReport]) -> BuildReport:
+def _digests(result: CellResult) -> dict[str, str]:
+    found: dict[str, str] = {}
+    if result.staged is not None:
+        found["staged"] = result.staged.digest
+    if result.verification is not None and result.verification.image_digest:
+        found["verified"] = result.verification.image_digest
+    return found
+
+
+def check_digests(reports: Sequence[BuildReport], names: Sequence[str]) -> None:
+    """Refuse two reports that name different staged or verified digests for one cell."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}  # (cell, kind) -> (digest, report name)
+    for report, name in zip(reports, names, strict=True):
+        for result in report.cells:
+            for kind, digest in _digests(result).items():
+                first = seen.setdefault((result.id, kind), (digest, name))
+                if first[0] != digest:
+                    raise InputError(
+                        f"{first[1]} and {name} disagree about the {kind} digest of {result.id}"
+                        f" ({first[0]} vs {digest}); merge reports of one run only"
+                    )
+
+
+def merge_reports(reports: Sequence[BuildReport], names: Sequence[str] | None = None) -> BuildReport:
     if not reports:
         raise InputError("no report to merge")
+    check_digests(reports, names if names is not None else [f"report {i + 1}" for i in range(len(reports))])
     matrices = sorted({r.matrix for r in reports})
     if len(matrices) > 1:
         raise InputError(f"the reports come from different matrices: {', '.join(matrices)}")

@@ -1,23 +1,26 @@
-"""Stage 5: publish the cells that pass the matrix's policy, staged first, then promoted by digest.
+"""Stage 5: publish the cells that pass the matrix's policy, promoted by manifest digest.
 
 Order of work, chosen so that a failure leaves nothing half-done:
 
 1. decide, from the build report alone, which cells may be published (policy, freshness, the
-   verified image is the built one) before anything is pushed;
-2. check the registry answers; push every admitted image to a per-run staging tag (docker moves
-   the layers, once), reading the manifest digest from the push stream;
-3. only when every staging push succeeded: promote each by digest (GET the staged manifest by
-   digest, PUT the same bytes under each final tag). No layer moves and the digest is identical,
-   so a tag can only ever name an image that passed.
+   verified image is the built one, the verified digest is the staged one) before anything moves;
+2. check the registry answers. A cell that ``build --push`` staged already has its manifest in the
+   registry: nothing to push, and no Docker engine is needed. Any other admitted image is pushed
+   from the engine that holds it to its staging tag (docker moves the layers, once);
+3. prepare every cell before any final tag is written: GET the staged manifest by digest, check it
+   names the verified image, and where staging is another repository mount its blobs across. A
+   cell whose staged manifest is gone or is not the verified image is refused here;
+4. promote each by digest (PUT the same bytes under each immutable tag, the moving readable tag
+   last) and add it to the lock only when all its tags are written. No layer moves and the digest
+   is identical, so a tag can only ever name an image that passed.
 
-A registry that stays down stops the run at step 2 with exit 3 and no final tag written.
+A registry that stays down stops the run with exit 3; before step 4 nothing final was written, and
+a cell in the lock is always a cell whose every tag names its verified digest.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,18 +28,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import docker
-import requests
 from docker.errors import APIError, DockerException
 
 from imagekit import naming
 from imagekit.clock import timestamp
-from imagekit.engine import connect, inspect_image, unreachable
+from imagekit.engine import PushFailed, connect, inspect_image, push
 from imagekit.errors import EnvironmentProblem
-from imagekit.lockfile import ChecksSummary, LockEntry, VerifiedBy, merge_lock
+from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy, merge_lock
 from imagekit.matrix import Cell, Plan
-from imagekit.registry import USER_ENV, Backoff, Manifest, Registry, RegistryError, find_credentials
+from imagekit.registry import (
+    MANIFEST_TYPES,
+    Backoff,
+    Manifest,
+    Registry,
+    RegistryError,
+    docker_auth_config,
+    open_registry,
+)
 from imagekit.render import Renderer
-from imagekit.store import BuildReport, CellResult, Verification
+from imagekit.store import BuildReport, CellResult, Staged, Verification
 
 Level = Literal["validated", "checked", "built"]
 # What a policy admits, by what the image actually passed.
@@ -45,23 +55,6 @@ ADMITS: Mapping[str, frozenset[str]] = {
     "checked": frozenset({"validated", "checked"}),
     "built": frozenset({"validated", "checked", "built"}),
 }
-# Whole words and status phrases only: a bare "500" or "eof" would match inside a digest, a
-# size ("5001 bytes") or a word ("thereof") and retry a push that can never succeed.
-_TRANSIENT_PUSH = re.compile(
-    r"\b(?:(?:status(?: code)?|http(?:/\d(?:\.\d)?)?|error)[: ]*(?:500|502|503|504|429)\b"
-    r"|(?:500|502|503|504|429) (?:internal server error|bad gateway|service unavailable"
-    r"|gateway time-?out|too many requests)"
-    r"|internal server error|service unavailable|bad gateway|gateway time-?out|too many requests"
-    r"|connection refused|connection reset(?: by peer)?|broken pipe"
-    r"|i/o timeout|tls handshake timeout|timeout exceeded|timed out|(?:unexpected )?eof"
-    r"|context deadline exceeded|no such host|temporary failure in name resolution)\b",
-    re.IGNORECASE,
-)
-
-
-def transient_push_error(text: str) -> bool:
-    """Whether a push error reads like the registry or network having a bad moment."""
-    return _TRANSIENT_PUSH.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -74,6 +67,7 @@ class Candidate:
     level: Level
     tags: tuple[str, ...]
     verification: Verification | None
+    staged: Staged | None = None  # where `build --push` staged it: promoted with no engine
 
 
 @dataclass(frozen=True)
@@ -94,6 +88,7 @@ class PublishOptions:
     registry: str
     repository: str  # without the registry
     lock_path: Path
+    staging_repository: str = ""  # without the registry; "" = repository
     dry_run: bool = False
     backoff: Backoff = field(default_factory=Backoff)
 
@@ -121,12 +116,19 @@ def _refusal_reason(result: CellResult | None, policy: str, input_digest: str) -
             f" now {input_digest[:12]}); run `imagekit build` and `imagekit verify` again"
         )
     verification = result.verification
-    if verification is not None and verification.image not in (result.image_id, *result.tags):
+    staged = result.staged
+    ran_on = (result.image_id, *result.tags, *((staged.reference,) if staged else ()))
+    if verification is not None and verification.image not in ran_on:
         return f"its verification ran on {verification.image}, not the built {result.image_id}; verify again"
     level = level_of(result)
     if level is None:
         assert verification is not None
         return f"it failed verification ({verification.error or _failed_names(verification)})"
+    if staged is not None and verification is not None and verification.image_digest != staged.digest:
+        return (
+            f"its verified digest ({verification.image_digest or 'unknown'}) is not its staged digest"
+            f" ({staged.digest}); run `imagekit verify --pull` on the staged image"
+        )
     if level not in ADMITS[policy]:
         what = "never verified" if level == "built" else "checked without a GPU"
         return (
@@ -165,7 +167,7 @@ def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list
         admitted.append(
             Candidate(
                 cell.id, result.image_id, result.input_digest, level, final_tags(result, level),
-                result.verification,
+                result.verification, result.staged,
             )
         )  # fmt: skip
     return admitted, refused
@@ -195,38 +197,110 @@ def _verified_by(verification: Verification | None) -> VerifiedBy | None:
     )
 
 
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+NO_GPU_NOTE = "verified without a visible GPU: GPU names, driver and CUDA driver version are unknown"
+UNVERIFIED_NOTE = "never verified: no GPU, driver or check to name"
+
+
+def provenance(verification: Verification | None, staged: str | None, promoted: str) -> Provenance:
+    """Where the image was verified (from the check script's nvidia_smi and driver checks) and
+    the digest chain staged -> verified -> promoted."""
+    chain = DigestChain(
+        staged=staged,
+        verified=verification.image_digest if verification else None,
+        promoted=promoted,
+    )
+    if verification is None:
+        return Provenance((), None, None, 0, 0, UNVERIFIED_NOTE, chain)
+    by_name = {c.name: c for c in verification.checks}
+    gpus: list[str] = []
+    driver: str | None = None
+    cuda_driver: str | None = None
+    smi = by_name.get("nvidia_smi")
+    if smi is not None and smi.status == "pass":
+        actual = _json(smi.actual)
+        if isinstance(actual, dict):
+            gpus = [str(g["name"]) for g in actual.get("gpus") or () if isinstance(g, dict) and g.get("name")]
+            driver = str(actual["driver"]) if actual.get("driver") else None
+        detail = _json(smi.detail)
+        header = detail.get("header") if isinstance(detail, dict) else None
+        if isinstance(header, dict) and header.get("cuda"):
+            cuda_driver = str(header["cuda"])
+    check = by_name.get("driver")
+    if check is not None and check.status == "pass":
+        driver = driver or (check.actual if check.actual and not check.actual.startswith("{") else None)
+        detail = _json(check.detail)
+        if isinstance(detail, dict) and detail.get("host_cuda"):
+            cuda_driver = str(detail["host_cuda"])
+    note = None if verification.gpu_visible else NO_GPU_NOTE
+    passed = sum(1 for c in verification.checks if c.status == "pass")
+    return Provenance(tuple(gpus), driver, cuda_driver, passed, len(verification.checks), note, chain)
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A candidate with its manifest in the registry: where (repository, digest), how long it took."""
+
+    candidate: Candidate
+    source: str  # repository (without the registry) that holds the staged manifest
+    digest: str
+    pushed: bool  # pushed from the engine by this run (else staged by `build --push`)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Ready:
+    staged: _Staged
+    manifest: Manifest
+    children: tuple[Manifest, ...]  # an index's manifests, PUT by digest before the index
+    labels: Mapping[str, str]
+
+
 class Publisher:
     def __init__(
         self,
-        api: docker.APIClient,
+        api: docker.APIClient | None,
         registry: Registry,
         options: PublishOptions,
         policy: str,
         say: Callable[[str], None],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.api = api
+        self.api = api  # None: every candidate is staged, no engine is needed
         self.registry = registry
         self.options = options
         self.policy = policy
         self.say = say
         self.sleep = sleep
         self.target = naming.repository(options.registry, options.repository)
+        self.staging = options.staging_repository or options.repository
 
-    def _auth_config(self) -> dict[str, str] | None:
-        # docker-py reads the Docker config's auths itself; the environment's pair it cannot see.
-        if os.environ.get(USER_ENV):
-            found = find_credentials(self.options.registry)
-            if found:
-                return {"username": found.username, "password": found.password}
-        return None
+    def registry_side(self, candidate: Candidate) -> bool:
+        """Whether the candidate's manifest is already in this registry (``build --push``)."""
+        return candidate.staged is not None and candidate.staged.registry == self.options.registry
+
+    def _engine(self) -> docker.APIClient:
+        if self.api is None:
+            raise EnvironmentProblem("publishing an image that was not staged needs the Docker engine")
+        return self.api
 
     def present(self, candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Refusal]]:
-        """Split off the cells whose image the engine no longer has (pruned since the build)."""
+        """Split off the unstaged cells whose image the engine no longer has (pruned since the build)."""
         here: list[Candidate] = []
         gone: list[Refusal] = []
         for candidate in candidates:
-            if inspect_image(self.api, candidate.image_id) is None:
+            if (
+                not self.registry_side(candidate)
+                and inspect_image(self._engine(), candidate.image_id) is None
+            ):
                 gone.append(Refusal(candidate.cell, f"image {candidate.image_id} is gone; build again"))
             else:
                 here.append(candidate)
@@ -234,73 +308,71 @@ class Publisher:
 
     def stage(self, candidate: Candidate) -> str:
         """Push the image under its staging tag; returns the manifest digest docker reports."""
+        api = self._engine()
+        name = naming.repository(self.options.registry, self.staging)
         tag = naming.staging_tag(candidate.input_digest)
-        self.api.tag(candidate.image_id, self.target, tag)
+        api.tag(candidate.image_id, name, tag)
         try:
-            delays = self.options.backoff.delays()
-            while True:
-                try:
-                    return self._push(tag)
-                except _PushFailed as failed:
-                    if not failed.transient or not delays:
-                        where = naming.reference(self.target, tag)
-                        raise EnvironmentProblem(
-                            f"pushing {candidate.cell} to {where} failed: {failed}"
-                        ) from None
-                    delay = delays.pop(0)
-                    self.say(f"push {candidate.cell}: {failed}; retrying in {delay:g}s")
-                    self.sleep(delay)
+            return push(
+                api,
+                name,
+                tag,
+                self.options.backoff.delays(),
+                docker_auth_config(self.options.registry),
+                on_retry=lambda m: self.say(f"push {candidate.cell}: {m}"),
+                sleep=self.sleep,
+            )
+        except PushFailed as failed:
+            where = naming.reference(name, tag)
+            raise EnvironmentProblem(f"pushing {candidate.cell} to {where} failed: {failed}") from None
         finally:
             # The staging tag exists only to push; the local engine keeps just the build's tags.
             try:
-                self.api.remove_image(naming.reference(self.target, tag), noprune=True)
+                api.remove_image(naming.reference(name, tag), noprune=True)
             except (APIError, DockerException):
-                self.say(f"could not remove the local tag {naming.reference(self.target, tag)}")
+                self.say(f"could not remove the local tag {naming.reference(name, tag)}")
 
-    def _push(self, tag: str) -> str:
-        digest: str | None = None
-        try:
-            stream = self.api.push(
-                self.target, tag=tag, stream=True, decode=True, auth_config=self._auth_config()
+    def prepare(self, staged: _Staged) -> _Ready:
+        """Everything short of a final tag: the manifest by digest, its image, its blobs in place."""
+        candidate = staged.candidate
+        manifest = self.registry.get_manifest(staged.source, staged.digest)
+        children: list[Manifest] = []
+        images = [manifest]
+        for child in _children(manifest):
+            images.append(self.registry.get_manifest(staged.source, child))
+            children.append(images[-1])
+        configs = [c for c in (_config_digest(m) for m in images) if c]
+        if candidate.image_id not in configs and configs:
+            raise RegistryError(
+                f"{naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)}"
+                f" holds image {configs[0]}, not the verified {candidate.image_id}"
             )
-            for line in stream:
-                if not isinstance(line, dict):
-                    continue
-                if line.get("error"):
-                    text = " ".join(str(line["error"]).split())
-                    raise _PushFailed(text, transient_push_error(text))
-                aux = line.get("aux")
-                if isinstance(aux, dict) and aux.get("Digest"):
-                    digest = str(aux["Digest"])
-        except APIError as exc:
-            text = " ".join(str(exc.explanation or exc).split())
-            raise _PushFailed(text, exc.is_server_error()) from None
-        except (requests.ConnectionError, ConnectionError) as exc:
-            raise unreachable(exc) from None
-        if digest is None:
-            raise _PushFailed("the engine reported no manifest digest", False)
-        return digest
+        if staged.source != self.options.repository:
+            for image in images:
+                for blob in _blobs(image):
+                    self.registry.mount_blob(self.options.repository, blob, staged.source)
+        labels: Mapping[str, str] = {}
+        if candidate.image_id in configs:
+            config = json.loads(self.registry.get_blob(staged.source, candidate.image_id))
+            found = (config.get("config") or {}).get("Labels") if isinstance(config, dict) else None
+            labels = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+        return _Ready(staged, manifest, tuple(children), labels)
 
-    def promote(self, candidate: Candidate, digest: str) -> Manifest:
+    def promote(self, ready: _Ready) -> Manifest:
         """Every final tag -> the staged manifest, by digest; the bytes (and digest) never change."""
         repository = self.options.repository
-        manifest = self.registry.get_manifest(repository, digest)
-        config = _config_digest(manifest)
-        if config is not None and config != candidate.image_id:
-            raise RegistryError(
-                f"{naming.by_digest(self.target, digest)} holds image {config}, not the verified"
-                f" {candidate.image_id};"
-                " nothing promoted for this cell"
-            )
+        for child in ready.children:
+            self.registry.put_manifest(repository, child.digest, child)
+        tags = ready.staged.candidate.tags
         # Immutable tags first, the moving readable tag last: it moves only once the rest exist.
-        for tag in (*candidate.tags[1:], candidate.tags[0]):
-            self.registry.put_manifest(repository, tag, manifest)
-        return manifest
+        for tag in (*tags[1:], tags[0]):
+            self.registry.put_manifest(repository, tag, ready.manifest)
+        return ready.manifest
 
-    def entry(self, candidate: Candidate, digest: str) -> LockEntry:
-        image = inspect_image(self.api, candidate.image_id) or {}
-        labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
-        expect = naming.expectations(labels)
+    def entry(self, ready: _Ready) -> LockEntry:
+        candidate = ready.staged.candidate
+        digest = ready.manifest.digest
+        staged = candidate.staged.digest if candidate.staged is not None else ready.staged.digest
         return LockEntry(
             cell=candidate.cell,
             registry=self.options.registry,
@@ -313,57 +385,100 @@ class Publisher:
             level=candidate.level,
             published_at=timestamp(),
             verification=_verified_by(candidate.verification),
-            expect=expect,
-            check_script=labels.get(naming.CHECK_SCRIPT_LABEL),
-            frontend=labels.get(naming.FRONTEND_LABEL),
+            expect=naming.expectations(ready.labels),
+            check_script=ready.labels.get(naming.CHECK_SCRIPT_LABEL),
+            frontend=ready.labels.get(naming.FRONTEND_LABEL),
+            provenance=provenance(candidate.verification, staged, digest),
         )
 
     def run(
-        self, candidates: Sequence[Candidate], on_published: Callable[[Published], None] = lambda _: None
-    ) -> list[Published]:
+        self,
+        candidates: Sequence[Candidate],
+        on_published: Callable[[Published], None] = lambda _: None,
+        on_refused: Callable[[Refusal], None] = lambda _: None,
+    ) -> tuple[list[Published], list[Refusal]]:
         self.registry.ping()
-        staged: list[tuple[Candidate, str, float]] = []
+        staged: list[_Staged] = []
         for candidate in candidates:
             started = time.monotonic()
+            if self.registry_side(candidate):
+                assert candidate.staged is not None
+                staged.append(
+                    _Staged(candidate, candidate.staged.repository, candidate.staged.digest, False, 0.0)
+                )
+                continue
             digest = self.stage(candidate)
-            self.say(f"staged {candidate.cell} as {naming.by_digest(self.target, digest)}")
-            staged.append((candidate, digest, time.monotonic() - started))
+            where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
+            self.say(f"staged {candidate.cell} as {where}")
+            staged.append(_Staged(candidate, self.staging, digest, True, time.monotonic() - started))
+        ready: list[_Ready] = []
+        refused: list[Refusal] = []
+        for pending in staged:
+            try:
+                ready.append(self.prepare(pending))
+            except RegistryError as exc:
+                refusal = Refusal(pending.candidate.cell, f"{exc}; nothing promoted for this cell")
+                refused.append(refusal)
+                on_refused(refusal)
         published: list[Published] = []
-        for candidate, digest, push_s in staged:
+        for item in ready:
             started = time.monotonic()
             try:
-                self.promote(candidate, digest)
+                self.promote(item)
             except RegistryError as exc:
                 raise EnvironmentProblem(str(exc)) from None
-            entry = self.entry(candidate, digest)
+            entry = self.entry(item)
             # After each cell, so the lock names every tag that exists even if a later cell fails.
-            merge_lock(self.options.lock_path, {candidate.cell: entry})
+            merge_lock(self.options.lock_path, {entry.cell: entry})
             done = Published(
-                entry, naming.staging_tag(candidate.input_digest), push_s + time.monotonic() - started
+                entry,
+                naming.staging_tag(item.staged.candidate.input_digest),
+                item.staged.seconds + time.monotonic() - started,
             )
             published.append(done)
             on_published(done)
-        return published
+        return published, refused
 
 
-class _PushFailed(Exception):
-    def __init__(self, message: str, transient: bool) -> None:
-        super().__init__(message)
-        self.transient = transient
+def _manifest_json(manifest: Manifest) -> dict[str, Any]:
+    try:
+        data: Any = json.loads(manifest.body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _config_digest(manifest: Manifest) -> str | None:
     """The image id (config digest) a single-image manifest names; None for an index."""
-    try:
-        data: Any = json.loads(manifest.body)
-    except ValueError:
-        return None
-    config = data.get("config") if isinstance(data, dict) else None
+    config = _manifest_json(manifest).get("config")
     return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
 
 
+def _blobs(manifest: Manifest) -> list[str]:
+    """The config and layer digests of a single-image manifest (none for an index)."""
+    data = _manifest_json(manifest)
+    found = [data.get("config"), *(data.get("layers") or ())]
+    return [
+        str(b["digest"])
+        for b in found
+        if isinstance(b, dict) and naming.DIGEST.fullmatch(str(b.get("digest")))
+    ]
+
+
+def _children(manifest: Manifest) -> list[str]:
+    """An index's (manifest list's) image manifests, by digest; none for a single image."""
+    data = _manifest_json(manifest)
+    return [
+        str(m["digest"])
+        for m in data.get("manifests") or ()
+        if isinstance(m, dict)
+        and m.get("mediaType") in MANIFEST_TYPES
+        and naming.DIGEST.fullmatch(str(m.get("digest")))
+    ]
+
+
 def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
-    return Registry(host, find_credentials(host), backoff=backoff, on_retry=say)
+    return open_registry(host, backoff, say)
 
 
 @dataclass(frozen=True)
@@ -395,14 +510,21 @@ def publish_cells(
         on_refused(refusal)
     if options.dry_run or not candidates:
         return PublishRun(tuple(candidates), (), tuple(refused))
-    api = connect()
     client = connect_registry(options.registry, options.backoff, on_retry)
     try:
-        publisher = Publisher(api, client, options, plan.matrix.publish.policy, say)
+        # The engine only when some image was not staged by `build --push`: with every cell
+        # staged, publishing runs where there is no Docker at all.
+        engine_needed = any(c.staged is None or c.staged.registry != options.registry for c in candidates)
+        publisher = Publisher(
+            connect() if engine_needed else None, client, options, plan.matrix.publish.policy, say
+        )
         candidates, missing = publisher.present(candidates)
         for refusal in missing:
             on_refused(refusal)
-        published = publisher.run(candidates, on_published)
+        published, unready = publisher.run(candidates, on_published, on_refused)
     finally:
         client.close()
-    return PublishRun(tuple(candidates), tuple(published), (*refused, *missing))
+    done = {p.entry.cell for p in published}
+    return PublishRun(
+        tuple(c for c in candidates if c.cell in done), tuple(published), (*refused, *missing, *unready)
+    )

@@ -1,8 +1,10 @@
 """A small OCI Distribution API client: ping, manifests by digest, tags, with auth and retries.
 
 Promotion needs only manifests: a tag is a manifest PUT under a name, and a manifest whose layers
-the registry already holds is accepted without any blob moving. So this client never touches
-blobs; docker pushes those (once, to the staging tag).
+the registry already holds is accepted without any blob moving. Docker pushes the layers (once,
+to the staging tag). Where staging is another repository of the same registry, each blob is
+mounted across (``POST /v2/<target>/blobs/uploads/?mount=<digest>&from=<source>``: no bytes
+move); only a registry that refuses the mount gets the blob copied through this client.
 
 Credentials come from IMAGEKIT_REGISTRY_USER/IMAGEKIT_REGISTRY_PASSWORD or the Docker config's
 ``auths``; they live only in request headers and are never part of a message or a record.
@@ -16,12 +18,13 @@ import ipaddress
 import json
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -112,6 +115,16 @@ def find_credentials(registry: str, environ: Mapping[str, str] | None = None) ->
     return None
 
 
+def docker_auth_config(registry: str) -> dict[str, str] | None:
+    """What docker-py's push and pull need to log in: the environment's pair, which the engine
+    cannot see itself (it reads the Docker config's ``auths`` on its own)."""
+    if os.environ.get(USER_ENV):
+        found = find_credentials(registry)
+        if found:
+            return {"username": found.username, "password": found.password}
+    return None
+
+
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
     """``Bearer realm="...",service="..."`` -> ("bearer", {realm, service, ...})."""
     scheme, _, rest = header.strip().partition(" ")
@@ -158,8 +171,13 @@ class Registry:
     # -- transport -----------------------------------------------------------------------------
 
     def _send(self, method: str, path: str, scope: str, **kwargs: Any) -> requests.Response:
-        """One request, retried while transient, answered with auth when challenged."""
-        url = self.base + path
+        """One request, retried while transient, answered with auth when challenged.
+
+        ``path`` is below the registry's base, or a full URL on the registry's own host (an upload
+        location the registry handed out); a file given as ``data`` is rewound for every try."""
+        url = path if path.startswith(("http://", "https://")) else self.base + path
+        if registry_hostname(urlsplit(url).netloc) != registry_hostname(self.host):
+            raise RegistryError(f"registry {self.host} sent us to {urlsplit(url).netloc}; not following")
         delays = self.backoff.delays()
         while True:
             try:
@@ -190,6 +208,7 @@ class Registry:
         token = self._tokens.get(scope)
         if token:
             headers["Authorization"] = token
+        _rewind(kwargs.get("data"))
         response = self.session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
         if response.status_code != 401 or (token and token.startswith("Basic")):
             return response
@@ -201,12 +220,13 @@ class Registry:
         else:
             return response
         headers["Authorization"] = self._tokens[scope]
+        _rewind(kwargs.get("data"))
         return self.session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
 
     def _bearer(self, params: Mapping[str, str], scope: str) -> str:
-        query = {"service": params.get("service", "")}
+        query: dict[str, str | list[str]] = {"service": params.get("service", "")}
         if scope:
-            query["scope"] = scope
+            query["scope"] = scope.split(" ")  # a mount asks for two repositories at once
         if self.credentials:
             self._check_realm(params["realm"])
         headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
@@ -300,6 +320,69 @@ class Registry:
             )
         return stored
 
+    def get_blob(self, repository: str, digest: str, limit: int = 8 << 20) -> bytes:
+        """A small blob (an image config), checked against its digest."""
+        response = self._send("GET", f"/v2/{repository}/blobs/{digest}", _pull(repository))
+        self._check(response, f"GET blob {repository}@{digest}")
+        body = response.content
+        if len(body) > limit:
+            raise RegistryError(f"registry {self.host}: blob {digest} is larger than {limit} bytes")
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"registry {self.host}: blob {digest} came back with other content")
+        return body
+
+    def has_blob(self, repository: str, digest: str) -> bool:
+        response = self._send("HEAD", f"/v2/{repository}/blobs/{digest}", _pull(repository))
+        if response.status_code == 404:
+            return False
+        self._check(response, f"HEAD blob {repository}@{digest}")
+        return True
+
+    def mount_blob(self, repository: str, digest: str, source: str) -> str:
+        """Make ``digest`` (a blob of ``source``) a blob of ``repository`` on this registry.
+
+        Returns how: ``present`` (nothing to do), ``mounted`` (the registry linked it across, no
+        bytes moved) or ``copied`` (the registry declined the mount; the blob went through here).
+        """
+        if self.has_blob(repository, digest):
+            return "present"
+        scope = f"{_push(repository)} {_pull(source)}"
+        response = self._send(
+            "POST",
+            f"/v2/{repository}/blobs/uploads/?mount={quote(digest)}&from={quote(source, safe='/')}",
+            scope,
+        )
+        if response.status_code == 201:
+            return "mounted"
+        self._check(response, f"mount blob {digest} from {source} into {repository}")
+        # 202: an upload session instead of a mount; fill it with the blob's bytes.
+        self._copy_blob(repository, digest, source, response.headers.get("Location", ""), scope)
+        return "copied"
+
+    def _copy_blob(self, repository: str, digest: str, source: str, location: str, scope: str) -> None:
+        if not location:
+            raise RegistryError(f"registry {self.host}: upload session for {repository} has no Location")
+        with tempfile.TemporaryFile() as spool:
+            response = self._send("GET", f"/v2/{source}/blobs/{digest}", _pull(source), stream=True)
+            self._check(response, f"GET blob {source}@{digest}")
+            sha = hashlib.sha256()
+            with response:
+                for chunk in response.iter_content(1 << 20):
+                    sha.update(chunk)
+                    spool.write(chunk)
+            if "sha256:" + sha.hexdigest() != digest:
+                raise RegistryError(f"registry {self.host}: blob {digest} came back with other content")
+            separator = "&" if "?" in location else "?"
+            target = location if location.startswith(("http://", "https://")) else self.base + location
+            put = self._send(
+                "PUT",
+                f"{target}{separator}digest={quote(digest)}",
+                scope,
+                data=spool,
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            self._check(put, f"upload blob {digest} to {repository}")
+
     def tags(self, repository: str) -> list[str]:
         """Every tag of ``repository`` (following the ``Link`` pages); [] for an unknown one."""
         found: list[str] = []
@@ -313,6 +396,18 @@ class Registry:
             link = response.links.get("next", {}).get("url")
             path = link if link and link.startswith("/") else None
         return found
+
+
+def open_registry(
+    host: str, backoff: Backoff = Backoff(), on_retry: Callable[[str], None] = lambda _: None
+) -> Registry:
+    """A client for ``host`` with the credentials found for it (environment, Docker config)."""
+    return Registry(host, find_credentials(host), backoff=backoff, on_retry=on_retry)
+
+
+def _rewind(data: Any) -> None:
+    if hasattr(data, "seek"):
+        data.seek(0)
 
 
 def _pull(repository: str) -> str:

@@ -423,11 +423,27 @@ class TagScheme(StrictModel):
     )
 
 
+class Staging(StrictModel):
+    """Where `imagekit build --push` stages images before they are verified and promoted."""
+
+    repository: Repository = Field(
+        description="repository in the same registry for staging tags (staging-<input digest, 12 hex>)"
+    )
+
+
 class Publish(StrictModel):
     registry: Registry | None = Field(None, description="registry host[:port]; none = local names")
     repository: Repository = "imagekit/pytorch"
+    staging: Staging | None = Field(
+        None, description="where build --push stages images (default: `repository` itself)"
+    )
     policy: PublishPolicy = "gpu-validated"
     tags: TagScheme = TagScheme()
+
+    @property
+    def staging_repository(self) -> str:
+        """The repository (without the registry) that holds staging tags."""
+        return self.staging.repository if self.staging is not None else self.repository
 
 
 class Frontends(StrictModel):

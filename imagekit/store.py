@@ -85,6 +85,9 @@ class Verification:
     log: str | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     finished_at: str | None = None  # ISO 8601 UTC; when the verdict was reached
+    # The manifest digest of the image the checks ran on, when it came from a registry (verify
+    # --pull runs the staged repo@digest; otherwise the engine's RepoDigests name it, if at all).
+    image_digest: str | None = None
 
     @property
     def label(self) -> str:
@@ -114,6 +117,26 @@ class Verification:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """Where ``build --push`` put a cell's image: a staging tag and the manifest digest pushed."""
+
+    registry: str  # host[:port]
+    repository: str  # without the registry
+    tag: str  # staging-<input digest, 12 hex>
+    digest: str  # sha256:... of the manifest, what repo@digest pulls
+
+    @property
+    def name(self) -> str:
+        """``registry/repository``, as the engine names it."""
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def reference(self) -> str:
+        """``registry/repository@sha256:...``: exactly the staged image."""
+        return f"{self.name}@{self.digest}"
+
+
+@dataclass(frozen=True)
 class CellResult:
     id: str
     kind: Literal["cell", "base"]
@@ -130,6 +153,7 @@ class CellResult:
     error_tail: tuple[str, ...] = ()  # the last lines of the build output
     verification: Verification | None = None  # the last `imagekit verify` of this image
     image_digest: str | None = None  # sha256:... of the pushed manifest, when known (bake-import)
+    staged: Staged | None = None  # where `build --push` staged this image
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -141,12 +165,14 @@ class CellResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CellResult:
         verification = data.get("verification")
+        staged = data.get("staged")
         return cls(
             **{
                 **data,
                 "tags": tuple(data["tags"]),
                 "error_tail": tuple(data["error_tail"]),
                 "verification": Verification.from_json(verification) if verification else None,
+                "staged": Staged(**staged) if staged else None,
             }
         )
 
@@ -174,7 +200,8 @@ class BuildReport:
 
     def keeping_verifications(self, previous: BuildReport | None) -> BuildReport:
         """A copy in which each skipped cell whose image is the one ``previous`` recorded (same
-        cell id, same image id) keeps that record's verification; a rebuilt image has none."""
+        cell id, same image id) keeps that record's verification, and its staging record when
+        this run staged nothing; a rebuilt image has neither."""
         if previous is None:
             return self
         before = {r.id: r for r in previous.cells}
@@ -182,14 +209,16 @@ class BuildReport:
         def kept(result: CellResult) -> CellResult:
             old = before.get(result.id)
             if (
-                result.status == "skipped"
-                and result.verification is None
-                and old is not None
-                and old.verification is not None
-                and result.image_id is not None
-                and old.image_id == result.image_id
+                result.status != "skipped"
+                or old is None
+                or result.image_id is None
+                or old.image_id != result.image_id
             ):
-                return replace(result, verification=old.verification)
+                return result
+            if result.verification is None and old.verification is not None:
+                result = replace(result, verification=old.verification)
+            if result.staged is None and old.staged is not None:
+                result = replace(result, staged=old.staged)
             return result
 
         return replace(self, cells=tuple(kept(r) for r in self.cells))

@@ -6,6 +6,10 @@ Whatever happens (failure, timeout, Ctrl-C), the container is removed before the
 
 The verdict is conservative: ``validated`` only when every required check passed *with a GPU
 visible*; without a GPU a cell is at most ``checked`` (checked without GPU), never validated.
+
+With ``pull``, a cell that ``build --push`` staged is verified as exactly that manifest: the
+container starts from ``repo@sha256:...`` (pulled by digest when this engine lacks it, so an engine
+that never saw the build can verify), and the verification records the digest it ran.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.clock import timestamp
 from imagekit.contract import packaged_check_script
-from imagekit.engine import EngineFailure, is_engine_failure, unreachable
-from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.engine import EngineFailure, is_engine_failure, is_transient, pull, unreachable
+from imagekit.errors import EnvironmentProblem, InputError, one_line
+from imagekit.registry import docker_auth_config
 from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
@@ -104,7 +109,9 @@ class Target:
     """One image to verify, named by its cell id (matrix mode) or its reference."""
 
     name: str
-    image: str
+    image: str  # what the container starts: an image id, a tag, or repo@sha256:...
+    image_id: str | None = None  # the image the build report says this must be
+    digest: str | None = None  # the staged manifest digest that image was pushed as
 
 
 def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
@@ -314,11 +321,13 @@ class Harness:
         gpus: GpuRequest,
         limits: Limits = Limits(),
         logs_dir: Path | None = None,
+        pull: bool = False,
     ) -> None:
         self.api = api
         self.gpus = gpus
         self.limits = limits
         self.logs_dir = logs_dir
+        self.pull = pull  # pull a target this engine lacks (by digest, for a staged cell)
         self.run_id = uuid.uuid4().hex[:12]
         self._live: set[str] = set()
         self._lock = threading.Lock()
@@ -382,13 +391,47 @@ class Harness:
         result = self._verify(target)
         return replace(result, finished_at=timestamp())
 
+    def _inspect(self, target: Target) -> dict[str, Any] | None:
+        """The target's image, pulled first when asked to and this engine lacks it."""
+        try:
+            found: dict[str, Any] = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
+            return found
+        except ImageNotFound:
+            if not self.pull:
+                return None
+        registry = target.image.split("/", 1)[0]
+        try:
+            pull(self.api, target.image, auth_config=docker_auth_config(registry))
+        except (APIError, requests.RequestException, ConnectionError) as exc:
+            if is_engine_failure(exc):
+                raise unreachable(exc) from None
+            if is_transient(exc):
+                raise EnvironmentProblem(f"cannot pull {target.image}: {one_line(exc)}") from None
+            raise _PullRefused(one_line(exc)) from None
+        try:
+            pulled: dict[str, Any] = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
+            return pulled
+        except ImageNotFound:
+            return None
+
     def _verify(self, target: Target) -> Verification:
         started = time.monotonic()
         try:
             try:
-                image = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
-            except ImageNotFound:
+                image = self._inspect(target)
+            except _PullRefused as refused:
+                return self._failed(target, started, f"cannot pull {target.image}: {refused}")
+            if image is None:
                 return self._failed(target, started, f"image {target.image} not found; build it first")
+            if target.image_id is not None and image.get("Id") != target.image_id:
+                return self._failed(
+                    target,
+                    started,
+                    f"{target.image} is image {image.get('Id')}, not the built {target.image_id}",
+                )
+            # The report's staged digest names the image its build pushed (same config digest):
+            # running that image id or repo@digest runs exactly what was staged.
+            digest = target.digest if target.image_id is not None else None
             labels: Mapping[str, str] = (image.get("Config") or {}).get("Labels") or {}
             script = labels.get(naming.CHECK_SCRIPT_LABEL)
             inject = not script
@@ -402,7 +445,7 @@ class Harness:
                 with self._container(target.image, frontend_arguments(labels), mark, False) as cid:
                     frontend = self._run(target, cid, started, "frontend")
                 run = run.joined(frontend, image_secrets(image, self.api))
-            return self._verification(target, run, started)
+            return replace(self._verification(target, run, started), image_digest=digest)
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:
@@ -473,6 +516,10 @@ class Harness:
         return str(path)
 
 
+class _PullRefused(Exception):
+    """The registry refused the pull for good (no such manifest, denied)."""
+
+
 def verify_all(
     harness: Harness,
     targets: list[Target],
@@ -493,11 +540,14 @@ def verify_all(
 # -- a matrix's cells --------------------------------------------------------------------------------
 
 
-def targets_for(cells: Sequence[Cell], report: BuildReport) -> tuple[list[Target], list[tuple[str, str]]]:
+def targets_for(
+    cells: Sequence[Cell], report: BuildReport, staged: bool = False
+) -> tuple[list[Target], list[tuple[str, str]]]:
     """(images to verify, [(cell id, why it cannot be verified)]).
 
     The images come from the build report (the image id each cell was built or skipped as), so
-    what is verified is exactly what the build produced.
+    what is verified is exactly what the build produced; with ``staged``, the manifest
+    ``build --push`` staged (``repo@sha256:...``).
     """
     by_id = {result.id: result for result in report.cells}
     targets: list[Target] = []
@@ -508,8 +558,14 @@ def targets_for(cells: Sequence[Cell], report: BuildReport) -> tuple[list[Target
             missing.append((cell.id, "not in the build report; run `imagekit build` first"))
         elif result.status not in ("built", "skipped") or not result.image_id:
             missing.append((cell.id, f"its build {result.status}; nothing to verify"))
+        elif staged and result.staged is None:
+            missing.append(
+                (cell.id, "never staged; run `imagekit build --push` first, or verify without --pull")
+            )
         else:
-            targets.append(Target(cell.id, result.image_id))
+            digest = result.staged.digest if result.staged else None
+            image = result.staged.reference if staged and result.staged else result.image_id
+            targets.append(Target(cell.id, image, result.image_id, digest))
     return targets, missing
 
 
@@ -522,7 +578,7 @@ def verify_cells(
     """Verify ``cells`` one after another, recording each verdict in the report as it comes:
     an interrupted run leaves a whole report that says which cells were verified."""
     report = store.require()
-    targets, missing = targets_for(cells, report)
+    targets, missing = targets_for(cells, report, staged=harness.pull)
     results = [
         Verification(cell_id, "-", harness.gpus.text, "failed", harness.gpus.requested, False, (), 0.0, why)
         for cell_id, why in missing

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +15,8 @@ from typer.testing import CliRunner
 from imagekit.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
+# Wheel closures are cached per user; the tests keep theirs apart (and their children inherit it).
+os.environ.setdefault("IMAGEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="imagekit-test-cache-"))
 
 # A minimal valid matrix on an nvidia/cuda pattern base, for tests to extend.
 CUDA_BASE = """

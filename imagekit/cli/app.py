@@ -1,7 +1,7 @@
 """The Typer application every command module registers on, and the options they share.
 
 Common flags are declared once here (bashbrew declares its common flags once beside one file per
-subcommand): --matrix, --only, --state-dir, --json. Every command turns an ImagekitError into its
+subcommand): --matrix, --only, --state-dir, --json, --registry. Every command turns an ImagekitError into its
 one line on stderr and its exit code through ``reports_errors``; ``select_cells`` is the one
 place that reads --only against a plan.
 """
@@ -58,6 +58,10 @@ VerifyTimeoutOption = Annotated[
     float,
     typer.Option("--verify-timeout", min=1, help="Seconds one check container may run before it is killed."),
 ]
+RegistryOption = Annotated[
+    str | None,
+    typer.Option("--registry", help="Registry host[:port]; overrides publish.registry."),
+]
 DEFAULT_MATRIX = Path("matrix.yaml")
 DEFAULT_STATE_DIR = Path(".imagekit")
 DEFAULT_LOCK = Path("images.lock.json")
@@ -109,3 +113,19 @@ def parse_mapping(pairs: Sequence[str], option: str) -> tuple[tuple[str, str], .
             )
         out.append((source, target))
     return tuple(out)
+
+
+def registry_host(value: str | None, plan: Plan, matrix: Path) -> str:
+    """--registry (validated like the matrix's) or the matrix's publish.registry; exit 2 if none."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from imagekit.schema import Registry
+
+    if value is None:
+        if not plan.matrix.publish.registry:
+            raise InputError(f"{matrix}: no registry; set publish.registry or pass --registry HOST[:PORT]")
+        return plan.matrix.publish.registry
+    try:
+        return str(TypeAdapter(Registry).validate_python(value))
+    except ValidationError as exc:
+        raise InputError(f"--registry {value!r}: {exc.errors()[0]['msg']}") from None

@@ -16,10 +16,12 @@ from imagekit.cli.app import (
     JsonOption,
     MatrixOption,
     OnlyOption,
+    RegistryOption,
     StateDirOption,
     VerifyTimeoutOption,
     app,
     parse_mapping,
+    registry_host,
     reports_errors,
     say,
     select_cells,
@@ -47,10 +49,13 @@ def _echo_verification(result: Verification) -> None:
     typer.echo(line)
 
 
-def _harness(api: docker.APIClient, gpus: str, timeout: float, memory: str, logs: Path | None) -> Harness:
+def _harness(
+    api: docker.APIClient, gpus: str, timeout: float, memory: str, logs: Path | None, pull: bool = False
+) -> Harness:
     from imagekit.verify import GpuRequest, Harness, Limits
 
-    return Harness(api, GpuRequest.parse(gpus), Limits(timeout_s=timeout, memory=memory), logs_dir=logs)
+    limits = Limits(timeout_s=timeout, memory=memory)
+    return Harness(api, GpuRequest.parse(gpus), limits, logs_dir=logs, pull=pull)
 
 
 @app.command()
@@ -78,8 +83,22 @@ def build(
         typer.Option("--mirror", help="SRC=DST base image prefix mapping; overrides the matrix's `mirrors`."),
     ] = None,
     cache_from: Annotated[
-        bool, typer.Option("--cache-from/--no-cache-from", help="Reuse the last published image's layers.")
+        bool,
+        typer.Option(
+            "--cache-from/--no-cache-from",
+            help="Reuse what the registry holds: the image staged from this input digest (pulled,"
+            " not built), else the last staged or published image's layers (pulled by digest).",
+        ),
     ] = True,
+    push: Annotated[
+        bool,
+        typer.Option(
+            "--push",
+            help="Stage each cell built or unchanged in the registry (staging-<input digest>) and"
+            " record the manifest digest, for verify --pull and engine-free publish.",
+        ),
+    ] = False,
+    registry: RegistryOption = None,
     network: Annotated[
         str | None, typer.Option("--network", help="Network mode of RUN steps (default: the engine's).")
     ] = None,
@@ -97,6 +116,7 @@ def build(
     """Build every cell (local bases first) on the Docker engine at DOCKER_HOST and write a report.
 
     Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
+    Example: imagekit build --matrix matrix.yaml --only "$CELL" --push
     """
     from imagekit.build import Builder, BuildOptions, build_and_verify
     from imagekit.engine import connect
@@ -112,6 +132,10 @@ def build(
                 " skips and publishes by); choose another key"
             )
     the_plan, cells = select_cells(matrix, only)
+    if push or registry is not None:
+        host: str | None = registry_host(registry, the_plan, matrix)
+    else:
+        host = the_plan.matrix.publish.registry
     options = BuildOptions(
         today=today(),
         jobs=jobs,
@@ -123,6 +147,8 @@ def build(
         cache_from=cache_from,
         network_mode=network,
         extra_labels=extra_labels,
+        push=push,
+        registry=host,
     )
     api = connect(pool_size=jobs + 8)
     with open_store(state_dir) as store:
@@ -214,12 +240,21 @@ def verify(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write JUnit XML here (one test case per check).")
     ] = None,
+    pull: Annotated[
+        bool,
+        typer.Option(
+            "--pull",
+            help="Verify each cell's staged image (build --push) by its digest, pulling it when this"
+            " engine lacks it; IMAGEs are pulled when missing.",
+        ),
+    ] = False,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     as_json: JsonOption = False,
 ) -> None:
     """Start each image with --gpus and run its in-image checks; validated needs a visible GPU.
 
     Example: imagekit verify --matrix matrix.yaml --gpus all --junit verify.xml
+    Example: imagekit verify --matrix matrix.yaml --only "$CELL" --pull --gpus all
     Example: imagekit verify 2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04 --gpus none
     """
     from imagekit.engine import connect
@@ -230,13 +265,13 @@ def verify(
     if images and matrix is not None:
         raise InputError("give images or --matrix, not both")
     if images:
-        harness = _harness(connect(), gpus, timeout, memory, None)
+        harness = _harness(connect(), gpus, timeout, memory, None, pull)
         results = verify_all(harness, [Target(i, i) for i in images], on_result=_echo_verification)
     else:
         _, cells = select_cells(matrix or DEFAULT_MATRIX, only)
         api = connect()
         with open_store(state_dir) as store:
-            harness = _harness(api, gpus, timeout, memory, store.logs)
+            harness = _harness(api, gpus, timeout, memory, store.logs, pull)
             results = verify_cells(harness, cells, store, on_result=_echo_verification)
     if junit is not None:
         write_junit(junit, results)

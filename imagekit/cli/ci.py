@@ -73,13 +73,15 @@ def merge_reports(
 ) -> None:
     """Merge the reports of per-cell CI jobs into STATE_DIR/report.json (for report and publish).
 
+    Reports that disagree about a cell's staged or verified digest are refused (exit 2).
+
     Example: imagekit merge-reports --state-dir .imagekit cells/*
     """
     from imagekit.merge_reports import merge_reports as merge
     from imagekit.report_text import summary_line
     from imagekit.store import open_store, read_report
 
-    merged = merge([read_report(source) for source in sources])
+    merged = merge([read_report(source) for source in sources], [str(source) for source in sources])
     with open_store(state_dir) as store:
         path = store.save(merged)
     if as_json:

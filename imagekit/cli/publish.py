@@ -16,8 +16,10 @@ from imagekit.cli.app import (
     LockOption,
     MatrixOption,
     OnlyOption,
+    RegistryOption,
     StateDirOption,
     app,
+    registry_host,
     reports_errors,
     say,
     select_cells,
@@ -25,24 +27,11 @@ from imagekit.cli.app import (
 from imagekit.errors import ExitCode, InputError
 
 
-def _registry_host(value: str) -> str:
-    from pydantic import TypeAdapter, ValidationError
-
-    from imagekit.schema import Registry
-
-    try:
-        return str(TypeAdapter(Registry).validate_python(value))
-    except ValidationError as exc:
-        raise InputError(f"--registry {value!r}: {exc.errors()[0]['msg']}") from None
-
-
 @app.command()
 @reports_errors
 def publish(
     matrix: MatrixOption = DEFAULT_MATRIX,
-    registry: Annotated[
-        str | None, typer.Option("--registry", help="Registry host[:port]; overrides publish.registry.")
-    ] = None,
+    registry: RegistryOption = None,
     only: OnlyOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be pushed and tagged; touch nothing.")
@@ -54,10 +43,12 @@ def publish(
     lock: LockOption = DEFAULT_LOCK,
     as_json: JsonOption = False,
 ) -> None:
-    """Push the cells that pass the matrix's publish policy, then promote them by digest.
+    """Promote the cells that pass the matrix's publish policy, by manifest digest.
 
-    Each image goes to a staging tag first; only when every push succeeded are the readable and
-    immutable tags written, as the same manifest by digest. Exit 1 when a cell was refused.
+    A cell that `build --push` staged is promoted in the registry alone (no Docker engine needed
+    when every selected cell is staged); any other is pushed to a staging tag first. Only when
+    every cell is staged and checked are the readable and immutable tags written, as the same
+    manifest by digest. Exit 1 when a cell was refused.
 
     Example: imagekit publish --matrix matrix.yaml --registry ghcr.io --dry-run
     """
@@ -68,12 +59,11 @@ def publish(
 
     the_plan, cells = select_cells(matrix, only)
     settings = the_plan.matrix.publish
-    host = _registry_host(registry) if registry else settings.registry
-    if not host:
-        raise InputError(f"{matrix}: no registry; set publish.registry or pass --registry HOST[:PORT]")
+    host = registry_host(registry, the_plan, matrix)
     options = PublishOptions(
         registry=host,
         repository=settings.repository,
+        staging_repository=settings.staging_repository,
         lock_path=lock,
         dry_run=dry_run,
         backoff=Backoff(attempts=retries),

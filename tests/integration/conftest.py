@@ -43,6 +43,26 @@ LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if no
 
 """
 
+# A cell template whose image carries a stand-in for the in-image check script: it prints a passing
+# check document; when the cell's env says HANG=1 it never finishes (a check that sleeps forever),
+# and with CHECK_FAIL=1 it prints a failing one. What is under test is what runs the script and
+# what is done with its verdict, not the script.
+CHECK_TEMPLATE = """\
+FROM {{ cell.base_image }}
+{% for name, value in cell.env %}
+ENV {{ name }}={{ value }}
+{% endfor %}
+RUN echo '{"gpu_visible": false, "checks": [{"name": "stand-in", "status": "pass", "required": true}]}' \
+    > /check.json \
+ && echo '{"gpu_visible": false, "checks": [{"name": "stand-in", "status": "fail", "required": true}]}' \
+    > /check-fail.json \
+ && { echo '#!/bin/sh'; echo '[ "$HANG" = 1 ] && exec sleep 3600'; \
+    echo '[ "$CHECK_FAIL" = 1 ] && exec cat /check-fail.json'; \
+    echo 'cat /check.json'; } > /bin/python3 && chmod 755 /bin/python3
+LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
+
+"""
+
 
 def _require_docker() -> bool:
     return os.environ.get("IMAGEKIT_REQUIRE_DOCKER") == "1"
@@ -187,8 +207,9 @@ def write_cells(
     """A test matrix on the test template: the torch axis, and what steers each cell's build.
 
     ``steer`` maps a torch value (or "*" for every cell) to the environment the template reads:
-    FAIL=1 fails a step, SLEEP=N sleeps in one, HANG=1 makes the image's check hang; any other
-    variable just changes the cell's inputs. RUN_ID (every test's own layers) is always set.
+    FAIL=1 fails a step, SLEEP=N sleeps in one, HANG=1 makes the image's check hang and
+    CHECK_FAIL=1 fail (CHECK_TEMPLATE); any other variable just changes the cell's inputs.
+    RUN_ID (every test's own layers) is always set.
     """
     run = test_id or uuid.uuid4().hex[:8]
     document: dict[str, object] = {

@@ -29,6 +29,7 @@ from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
 from imagekit.store import state_lock
 from tests.integration.conftest import (
     BUSYBOX,
+    CHECK_TEMPLATE,
     RUN_ID,
     TEMPLATE,
     TEST_LABEL,
@@ -42,22 +43,6 @@ pytestmark = pytest.mark.integration
 
 CELL = "busybox-torch{}-cpu-py3.11-devel"
 C21, C22, C23 = CELL.format("2.1.2"), CELL.format("2.2.2"), CELL.format("2.3.1")
-
-# A cell template whose image carries a stand-in for the in-image check script: it prints a passing
-# check document, or, when the cell's env says HANG=1, never finishes (a check that sleeps
-# forever). What is under test is the harness around the script, not the script.
-CHECK_TEMPLATE = """\
-FROM {{ cell.base_image }}
-{% for name, value in cell.env %}
-ENV {{ name }}={{ value }}
-{% endfor %}
-RUN echo '{"gpu_visible": false, "checks": [{"name": "stand-in", "status": "pass", "required": true}]}' \
-    > /check.json && { echo '#!/bin/sh'; echo '[ "$HANG" = 1 ] && exec sleep 3600'; \
-    echo 'cat /check.json'; } > /bin/python3 && chmod 755 /bin/python3
-LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
-
-"""
-
 
 # -- helpers ------------------------------------------------------------------------------------------
 

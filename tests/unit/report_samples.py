@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagekit.lockfile import ChecksSummary, LockEntry, VerifiedBy
-from imagekit.store import BuildReport, CellResult, CheckRecord, Verification
+from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy
+from imagekit.store import BuildReport, CellResult, CheckRecord, Staged, Verification
 
 HOSTILE = '<script>alert("x")</script> & <img src=http://evil.example/x.png>'
 
@@ -127,6 +127,7 @@ def build_report() -> BuildReport:
         base_digest="nvidia/cuda@sha256:" + "9" * 64,
         duration_s=83.42,
         log=".imagekit/logs/cuda-built.log",
+        staged=Staged("reg", "it-staging", "staging-dddddddddddd", "sha256:" + "5" * 64),
     )
     skipped = build_result(
         "cuda-skipped",
@@ -186,4 +187,9 @@ def lock_entry(
         expect={"torch": "2.1.2", "cuda": "12.1", "cudnn": "8", "python": "3.10", "flavour": "devel"},
         check_script="/opt/imagekit/check.py",
         frontend=frontend,
+        provenance=Provenance(
+            ("NVIDIA H200",), "560.35.03", "12.6", 12, 13, None, DigestChain(digest, digest, digest)
+        )
+        if verified
+        else None,
     )

@@ -90,7 +90,12 @@ class FakeApi:
         self.calls: list[tuple[str, str | None, bool, bool]] = []
 
     def pull(
-        self, repository: str, tag: str | None = None, stream: bool = False, decode: bool = False
+        self,
+        repository: str,
+        tag: str | None = None,
+        stream: bool = False,
+        decode: bool = False,
+        auth_config: dict[str, str] | None = None,
     ) -> Iterator[dict[str, Any]]:
         self.calls.append((repository, tag, stream, decode))
         outcome = self.outcomes.pop(0)

@@ -29,3 +29,23 @@ def test_lock_merges_per_cell_and_round_trips(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(InputError, match="not a readable lock file"):
         read_lock(path)
+
+
+def test_provenance_round_trips_and_says_whether_the_digests_agree(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a"), "b": entry("b", verified=False)})
+    document = json.loads(path.read_text())
+    provenance = document["images"]["a"]["provenance"]
+    assert provenance["gpus"] == ["NVIDIA H200"] and provenance["driver"] == "560.35.03"
+    assert provenance["cuda_driver"] == "12.6" and provenance["checks_passed"] == 12
+    assert provenance["digest_chain"] == {
+        "staged": entry().digest, "verified": entry().digest, "promoted": entry().digest, "equal": True
+    }  # fmt: skip
+    assert document["images"]["b"]["provenance"] is None
+    assert read_lock(path)["a"] == entry("a")
+    # A lock written before provenance existed still reads.
+    del document["images"]["a"]["provenance"]
+    path.write_text(json.dumps(document))
+    assert read_lock(path)["a"].provenance is None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from imagekit.store import read_report, write_report
 from tests.conftest import run_cli
-from tests.unit.report_samples import sample_report
+from tests.unit.report_samples import sample_report, verification
 
 
 def test_merge_takes_every_cell_once_and_the_newest_record(tmp_path: Path) -> None:
@@ -43,3 +43,43 @@ def test_reports_of_different_matrices_are_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "different matrices" in result.stderr
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_reports_that_disagree_about_a_digest_are_refused_naming_both(tmp_path: Path) -> None:
+    from imagekit.store import Staged
+    from tests.unit.report_samples import build_report
+
+    report = build_report()
+    cell = report.cells[0]
+    assert cell.staged is not None
+    verified = replace(cell, verification=verification(cell.id, "checked", ()))
+    verified = replace(
+        verified,
+        verification=replace(verified.verification, image_digest=cell.staged.digest),  # type: ignore[type-var]
+    )
+    write_report(tmp_path / "a", replace(report, cells=(cell,)))
+    write_report(tmp_path / "b", replace(report, cells=(verified,)))
+    agree = run_cli(
+        "merge-reports", "--state-dir", str(tmp_path / "ok"), str(tmp_path / "a"), str(tmp_path / "b")
+    )
+    assert agree.exit_code == 0, agree.stderr
+    assert read_report(tmp_path / "ok").cells[0] == verified
+
+    other = Staged(cell.staged.registry, cell.staged.repository, cell.staged.tag, "sha256:" + "6" * 64)
+    write_report(tmp_path / "c", replace(report, cells=(replace(cell, staged=other),)))
+    result = run_cli(
+        "merge-reports", "--state-dir", str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "c")
+    )
+    assert result.exit_code == 2
+    assert (
+        f"{tmp_path / 'a'} and {tmp_path / 'c'} disagree about the staged digest of {cell.id}"
+        in result.stderr
+    )
+    assert not (tmp_path / "out" / "report.json").exists()
+
+    wrong = replace(verified, verification=replace(verified.verification, image_digest=other.digest))  # type: ignore[type-var]
+    write_report(tmp_path / "d", replace(report, cells=(wrong,)))
+    result = run_cli(
+        "merge-reports", "--state-dir", str(tmp_path / "out"), str(tmp_path / "b"), str(tmp_path / "d")
+    )
+    assert result.exit_code == 2 and "disagree about the verified digest" in result.stderr

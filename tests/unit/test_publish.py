@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -61,7 +62,7 @@ def test_tags_say_how_far_an_image_was_verified() -> None:
 
 
 def test_transient_push_errors_match_whole_words() -> None:
-    from imagekit.publish import transient_push_error
+    from imagekit.engine import transient_push_error
 
     for text in (
         "received unexpected HTTP status: 503 Service Unavailable",
@@ -110,3 +111,177 @@ def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tm
     )  # fmt: skip
     assert result.exit_code == 3, result.stderr
     assert closed == [True]
+
+
+# -- staged cells: engine-free promotion, the digest chain, provenance ---------------------------------
+
+STAGED_DIGEST = "sha256:" + "5" * 64
+IMAGE = "sha256:" + "c" * 64
+
+
+def staged_result(verdict: str | None, verified_digest: str | None = STAGED_DIGEST) -> CellResult:
+    from dataclasses import replace
+
+    from imagekit.store import Staged
+
+    staged = Staged("reg:5000", "acme/staging", "staging-ffffffffffff", STAGED_DIGEST)
+    base = result(verdict)
+    verification = base.verification
+    if verification is not None:
+        verification = replace(verification, image=staged.reference, image_digest=verified_digest)
+    return replace(base, staged=staged, verification=verification)
+
+
+def test_a_verified_digest_other_than_the_staged_one_is_refused() -> None:
+    from imagekit.publish import _refusal_reason
+
+    assert _refusal_reason(staged_result("checked"), "checked", "f" * 64) is None
+    wrong = _refusal_reason(staged_result("checked", "sha256:" + "6" * 64), "checked", "f" * 64)
+    assert wrong is not None and "is not its staged digest" in wrong and "verify --pull" in wrong
+    unknown = _refusal_reason(staged_result("checked", None), "checked", "f" * 64)
+    assert unknown is not None and "(unknown)" in unknown
+    failed = _refusal_reason(staged_result("failed"), "checked", "f" * 64)
+    assert failed is not None and "failed verification" in failed
+
+
+def check(name: str, status: str, actual: object = None, detail: object = None) -> CheckRecord:
+    import json
+
+    def text(value: object) -> str | None:
+        return None if value is None else value if isinstance(value, str) else json.dumps(value)
+
+    return CheckRecord(name, status, True, actual=text(actual), detail=text(detail))
+
+
+def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> None:
+    from dataclasses import replace
+
+    from imagekit.publish import NO_GPU_NOTE, provenance
+
+    verification = Verification(
+        "c", "img", "all", "validated", True, True,
+        (
+            check("nvidia_smi", "pass", {"driver": "560.35.03", "gpus": [{"name": "NVIDIA H200"}] * 2},
+                  {"header": {"driver": "560.35.03", "cuda": "12.6"}}),
+            check("driver", "pass", "560.35.03", {"cuda": "12.1", "host_cuda": "12.6"}),
+            check("gemm_gpu", "pass"),
+            check("nccl", "skip"),
+        ),
+        1.0, image_digest=STAGED_DIGEST,
+    )  # fmt: skip
+    found = provenance(verification, STAGED_DIGEST, STAGED_DIGEST)
+    assert found.gpus == ("NVIDIA H200", "NVIDIA H200") and found.driver == "560.35.03"
+    assert found.cuda_driver == "12.6" and found.note is None
+    assert (found.checks_passed, found.checks_total) == (3, 4) and found.digest_chain.equal
+    # Without a GPU nothing is made up: the fields are null and the note says why.
+    blind = replace(
+        verification, gpu_visible=False, verdict="checked",
+        checks=(check("nvidia_smi", "skip"), check("driver", "skip"), check("torch", "pass")),
+    )  # fmt: skip
+    found = provenance(blind, STAGED_DIGEST, STAGED_DIGEST)
+    assert (found.gpus, found.driver, found.cuda_driver, found.note) == ((), None, None, NO_GPU_NOTE)
+    # Pushed by publish from the engine, verified by image id: the chain says so.
+    assert not provenance(replace(blind, image_digest=None), STAGED_DIGEST, STAGED_DIGEST).digest_chain.equal
+    assert provenance(None, STAGED_DIGEST, STAGED_DIGEST).checks_total == 0
+
+
+class FakeRegistry:
+    """The registry calls promotion makes, recorded in order; no Docker anywhere."""
+
+    def __init__(self, config_digest: str, missing: set[str] | None = None) -> None:
+        import hashlib
+        import json
+
+        from imagekit.registry import DOCKER_MANIFEST, Manifest
+
+        self.calls: list[tuple[str, ...]] = []
+        self.missing = missing or set()
+        body = json.dumps({
+            "schemaVersion": 2,
+            "config": {"digest": config_digest},
+            "layers": [{"digest": "sha256:" + "1" * 64}, {"digest": "sha256:" + "2" * 64}],
+        }).encode()  # fmt: skip
+        self.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body)
+        labels = {"imagekit.python": "3.11", "imagekit.check-script": "/opt/imagekit/check.py"}
+        self.config = json.dumps({"config": {"Labels": labels}}).encode()
+
+    def ping(self) -> None:
+        self.calls.append(("ping",))
+
+    def get_manifest(self, repository: str, reference: str) -> Any:
+        from imagekit.registry import RegistryError
+
+        self.calls.append(("get_manifest", repository, reference))
+        if reference in self.missing:
+            raise RegistryError(f"registry reg:5000: GET manifest {repository}:{reference}: HTTP 404")
+        return self.manifest
+
+    def get_blob(self, repository: str, digest: str) -> bytes:
+        self.calls.append(("get_blob", repository, digest))
+        return self.config
+
+    def mount_blob(self, repository: str, digest: str, source: str) -> str:
+        self.calls.append(("mount_blob", repository, digest, source))
+        return "mounted"
+
+    def put_manifest(self, repository: str, tag: str, manifest: Any) -> str:
+        self.calls.append(("put_manifest", repository, tag))
+        return str(manifest.digest)
+
+
+def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from imagekit.lockfile import read_lock
+    from imagekit.publish import Candidate, Publisher, PublishOptions
+
+    registry = FakeRegistry(IMAGE)
+    staged = staged_result("checked").staged
+    tags = ("2.1.2-cu121-checked", "2.1.2-cu121-20261129-checked", "2.1.2-cu121-abc-checked")
+    fine = Candidate("c", IMAGE, "f" * 64, "checked", tags, staged_result("checked").verification, staged)
+    gone = replace(fine, cell="gone", staged=replace(staged, digest="sha256:" + "9" * 64))  # type: ignore[type-var]
+    registry.missing.add("sha256:" + "9" * 64)
+    registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)  # as the registry stored it
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    said: list[str] = []
+    publisher = Publisher(None, registry, options, "checked", said.append)  # type: ignore[arg-type]
+    published, refused = publisher.run([fine, gone])
+    assert [p.entry.cell for p in published] == ["c"] and [r.cell for r in refused] == ["gone"]
+    assert "HTTP 404" in refused[0].reason and "nothing promoted" in refused[0].reason
+    calls = registry.calls
+    mounts = [c for c in calls if c[0] == "mount_blob"]
+    assert {c[2] for c in mounts} == {IMAGE, "sha256:" + "1" * 64, "sha256:" + "2" * 64}
+    assert all(c[1:] == ("acme/pytorch", c[2], "acme/staging") for c in mounts)
+    puts = [c[2] for c in calls if c[0] == "put_manifest"]
+    assert puts == [tags[1], tags[2], tags[0]]  # immutable first, the moving readable tag last
+    assert calls.index(("put_manifest", "acme/pytorch", tags[1])) > max(calls.index(m) for m in mounts)
+    entry = read_lock(tmp_path / "lock.json")["c"]
+    assert entry.digest == STAGED_DIGEST and entry.expect == {"python": "3.11"}
+    assert entry.check_script == "/opt/imagekit/check.py"
+    assert entry.provenance is not None and entry.provenance.digest_chain.equal
+    assert said == []  # nothing pushed, nothing staged by this run
+
+
+def test_publish_connects_to_no_engine_when_every_cell_is_staged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from imagekit import publish as publishing
+    from imagekit.publish import Candidate, PublishOptions
+
+    def no_engine(**_: Any) -> Any:
+        raise AssertionError("publish connected to a Docker engine")
+
+    registry = FakeRegistry(IMAGE)
+    staged = staged_result("checked")
+    candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t",), staged.verification, staged.staged)
+    monkeypatch.setattr(publishing, "select", lambda *_: ([candidate], []))
+    monkeypatch.setattr(publishing, "connect_registry", lambda *_: registry)
+    monkeypatch.setattr(publishing, "connect", no_engine)
+    registry.close = lambda: None  # type: ignore[attr-defined]
+    options = PublishOptions("reg:5000", "acme/staging", tmp_path / "lock.json")
+    plan = SimpleNamespace(matrix=SimpleNamespace(publish=SimpleNamespace(policy="checked")))
+    run = publishing.publish_cells(plan, [], None, options, print, print, print, lambda _: None)  # type: ignore[arg-type]
+    assert [p.entry.cell for p in run.published] == ["c"]
+    assert not [c for c in registry.calls if c[0] == "mount_blob"]  # staging is the final repository

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import EnvironmentProblem
-from imagekit.registry import Backoff, Credentials, Registry, find_credentials, is_local
+from imagekit.registry import Backoff, Credentials, Registry, RegistryError, find_credentials, is_local
 
 
 def test_local_registries_speak_http() -> None:
@@ -41,6 +41,8 @@ class Stub:
     def __init__(self, fail: int = 0, status: int = 503) -> None:
         self.fail, self.status = fail, status
         self.manifests: dict[str, bytes] = {}
+        self.blobs: dict[tuple[str, str], bytes] = {}  # (repository, digest) -> bytes
+        self.mount = True  # False: answer a mount with an upload session (202), as some registries do
         self.requests: list[tuple[str, str, str | None]] = []
         stub = self
 
@@ -72,6 +74,8 @@ class Stub:
                     realm = f"http://{stub.host}/token"
                     challenge = f'Bearer realm="{realm}",service="stub",scope="repository:r:pull"'
                     return self.reply(401, b"{}", {"WWW-Authenticate": challenge})
+                if "/blobs/" in self.path:
+                    return self.blob(body)
                 if self.command == "PUT":
                     import hashlib
 
@@ -89,7 +93,31 @@ class Stub:
                     return self.reply(200, data, {"Content-Type": ctype})
                 return self.reply(200, b"{}")
 
-            do_GET = do_PUT = do_HEAD = handle_any
+            def blob(self, body: bytes) -> None:
+                import hashlib
+                from urllib.parse import parse_qs, urlsplit
+
+                url = urlsplit(self.path)
+                repository = url.path.removeprefix("/v2/").split("/blobs/")[0]
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                if self.command == "POST":
+                    source = (query.get("from", ""), query.get("mount", ""))
+                    if stub.mount and source in stub.blobs:
+                        stub.blobs[(repository, source[1])] = stub.blobs[source]
+                        return self.reply(201)
+                    return self.reply(202, b"", {"Location": f"/v2/{repository}/blobs/uploads/u1?state=x"})
+                if self.command == "PUT":
+                    digest = query["digest"]
+                    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+                        return self.reply(400, b'{"errors":[{"code":"DIGEST_INVALID"}]}')
+                    stub.blobs[(repository, digest)] = body
+                    return self.reply(201)
+                data = stub.blobs.get((repository, url.path.rsplit("/", 1)[1]))
+                if data is None:
+                    return self.reply(404, b"{}")
+                return self.reply(200, data if self.command == "GET" else b"")
+
+            do_GET = do_PUT = do_HEAD = do_POST = handle_any
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
@@ -172,3 +200,32 @@ def test_credentials_never_go_to_a_plain_http_realm_on_another_host() -> None:
         local._check_realm("http://127.0.0.2:9000/token")  # a local registry's own set-up
     finally:
         local.close()
+
+
+def test_blobs_are_mounted_across_repositories_or_copied_when_the_mount_is_declined(stub: Stub) -> None:
+    import hashlib
+
+    registry, _ = client(stub.host)
+    layer = b"layer bytes" * 1000
+    digest = "sha256:" + hashlib.sha256(layer).hexdigest()
+    stub.blobs[("acme/staging", digest)] = layer
+    assert registry.get_blob("acme/staging", digest) == layer
+    assert registry.mount_blob("acme/pytorch", digest, "acme/staging") == "mounted"
+    assert registry.mount_blob("acme/pytorch", digest, "acme/staging") == "present"
+    stub.mount = False
+    assert registry.mount_blob("acme/other", digest, "acme/staging") == "copied"
+    assert stub.blobs[("acme/other", digest)] == layer
+    from urllib.parse import unquote
+
+    mounts = [unquote(path) for method, path, _ in stub.requests if method == "POST"]
+    assert mounts and f"mount={digest}" in mounts[0] and "from=acme/staging" in mounts[0]
+    # A blob that comes back with other content is never accepted.
+    stub.blobs[("acme/staging", digest)] = b"tampered"
+    with pytest.raises(RegistryError, match="other content"):
+        registry.get_blob("acme/staging", digest)
+
+
+def test_an_upload_location_on_another_host_is_not_followed(stub: Stub) -> None:
+    registry, _ = client(stub.host)
+    with pytest.raises(RegistryError, match="not following"):
+        registry._send("PUT", "http://evil.example.org/upload", "")

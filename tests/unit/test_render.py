@@ -364,3 +364,62 @@ def test_render_json_reports_drift(tmp_path: Path) -> None:
     again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
     document = json.loads(again.stdout)
     assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []
+
+
+TWO_TORCHES = """
+version: 1
+axes: {torch: ["2.1.0", "2.2.0"], cuda: [cpu], base: [deb]}
+defaults: {torchvision: none, torchaudio: none}
+include:
+  - {torch: "2.2.0", pip_packages: [filelock]}
+bases:
+  deb: {image: "imagekit-local/debian-python:bookworm", os: debian12, python: "3.11", cuda: false}
+sources:
+  pip: {no_index: true, find_links: [wheelhouse], torch_index_url: null}
+"""
+
+
+def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
+    from tests.unit.test_wheels import wheel
+
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    wheel(house, "torch", "2.1.0", ("sympy",))
+    wheel(house, "torch", "2.2.0", ("sympy",))
+    wheel(house, "sympy", "1.0")
+    wheel(house, "filelock", "3.0")
+    wheel(house, "numpy", "1.26.4")
+    wheel(house, "numpy", "2.1.0")
+    wheel(house, "ninja", "1.11.1")  # devel cells build extensions with it
+    (tmp_path / "matrix.yaml").write_text(TWO_TORCHES)
+    plan = load_plan(tmp_path / "matrix.yaml")
+    shipped = {
+        r.cell.torch: sorted(name for name, _ in r.context_files if name.startswith("wheelhouse/"))
+        for r in Renderer(plan).render_all()
+    }
+    assert "wheelhouse/numpy-1.26.4-py3-none-any.whl" in shipped["2.1.0"]  # torch < 2.3: NumPy 1
+    assert shipped == {
+        "2.1.0": [
+            "wheelhouse/ninja-1.11.1-py3-none-any.whl",
+            "wheelhouse/numpy-1.26.4-py3-none-any.whl",
+            "wheelhouse/sympy-1.0-py3-none-any.whl",
+            "wheelhouse/torch-2.1.0-py3-none-any.whl",
+        ],
+        "2.2.0": [
+            "wheelhouse/filelock-3.0-py3-none-any.whl",
+            "wheelhouse/ninja-1.11.1-py3-none-any.whl",
+            "wheelhouse/numpy-1.26.4-py3-none-any.whl",
+            "wheelhouse/sympy-1.0-py3-none-any.whl",
+            "wheelhouse/torch-2.2.0-py3-none-any.whl",
+        ],
+    }
+    # A wheel no cell installs changes no cell's input digest.
+    before = [r.input_digest for r in Renderer(load_plan(tmp_path / "matrix.yaml")).render_all()]
+    wheel(house, "torch", "2.0.0")
+    after = [r.input_digest for r in Renderer(load_plan(tmp_path / "matrix.yaml")).render_all()]
+    assert after == before
+    # With no_index, a wheelhouse that cannot satisfy a cell is exit 2, naming the cell.
+    (house / "sympy-1.0-py3-none-any.whl").unlink()
+    result = run_cli("plan", "--matrix", str(tmp_path / "matrix.yaml"))
+    assert result.exit_code == 2
+    assert "imagekit: error: deb-torch2.1.0-cpu-py3.11-devel: the wheelhouse cannot satisfy" in result.stderr

@@ -71,12 +71,19 @@ def test_nightly_plans_builds_per_cell_and_publishes_validated_cells() -> None:
     assert "GPU_RUNNER_LABELS" in cell["runs-on"] and "self-hosted" in cell["runs-on"]
     cell_runs = " ".join(str(s.get("run", "")) for s in cell["steps"])
     assert "imagekit build" in cell_runs and "imagekit verify" in cell_runs and "--gpus all" in cell_runs
+    # Each cell job stages by digest and verifies that digest: no engine is shared with publish.
+    assert "--push" in cell_runs and "--pull" in cell_runs
     uploads = [s for s in cell["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
     assert uploads and all(p in uploads[0]["with"]["path"] for p in ("report.json", "logs", "junit.xml"))
     publish = jobs["publish"]
     assert set(publish["needs"]) == {"plan", "cell"}
     publish_runs = " ".join(str(s.get("run", "")) for s in publish["steps"])
     assert "imagekit publish --matrix" in publish_runs
+    # A plain runner with no engine: no GPU labels, no Docker login, DOCKER_HOST pointing nowhere.
+    assert publish["runs-on"] == "ubuntu-latest"
+    assert "nonexistent" in publish["env"]["DOCKER_HOST"]
+    assert not [s for s in publish["steps"] if "docker/" in str(s.get("uses", ""))]
+    assert "merge-reports" in publish_runs
     assert "GITHUB_STEP_SUMMARY" in publish_runs and "--html" in publish_runs
 
 

@@ -173,3 +173,35 @@ def test_state_lock_held_by_another_process(tmp_path: Path) -> None:
             process.wait()
     with state_lock(tmp_path):
         assert (tmp_path / "lock").read_text() == f"{os.getpid()}\n"
+
+
+def test_a_report_without_the_staging_fields_still_reads(tmp_path: Path) -> None:
+    """Reports written before build --push: no `staged`, no verified `image_digest`."""
+    report = build_report()
+    data = report.as_json()
+    assert data["cells"][0]["staged"]["digest"] == "sha256:" + "5" * 64
+    for entry in data["cells"]:
+        entry.pop("staged")
+    (tmp_path / REPORT_NAME).write_text(json.dumps(data))
+    old = read_report(tmp_path)
+    assert all(r.staged is None for r in old.cells)
+    assert old.cells[1:] == report.cells[1:]
+
+
+def test_staged_names_the_reference_by_digest() -> None:
+    staged = build_report().cells[0].staged
+    assert staged is not None
+    assert staged.name == "reg/it-staging"
+    assert staged.reference == "reg/it-staging@sha256:" + "5" * 64
+
+
+def test_an_unchanged_image_keeps_its_staging_record_and_a_rebuilt_one_loses_it() -> None:
+    from imagekit.store import Staged
+
+    previous = build_report()
+    staged = Staged("reg", "it", "staging-0", "sha256:" + "7" * 64)
+    before = replace(previous, cells=(replace(previous.cells[1], staged=staged),))
+    again = replace(previous, cells=(previous.cells[1],))  # skipped, same image id, nothing staged
+    assert again.keeping_verifications(before).cells[0].staged == staged
+    rebuilt = replace(previous, cells=(replace(previous.cells[1], image_id="sha256:" + "8" * 64),))
+    assert rebuilt.keeping_verifications(before).cells[0].staged is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import junitparser
@@ -276,3 +277,22 @@ def test_an_engine_gone_while_inspecting_the_image_is_an_environment_problem() -
     harness = Harness(GoneApi(), GpuRequest.parse("none"))  # type: ignore[arg-type]
     with pytest.raises(EnvironmentProblem, match="cannot reach the Docker engine"):
         harness.verify(Target("t", "img"))
+
+
+def test_pull_targets_are_the_staged_digests() -> None:
+    from dataclasses import replace
+
+    from imagekit.verify import Target, targets_for
+    from tests.unit.report_samples import build_report
+
+    report = build_report()
+    built, skipped = report.cells[0], report.cells[1]
+    assert built.staged is not None and built.image_id is not None
+    cells = [SimpleNamespace(id=r.id) for r in report.cells]
+    targets, missing = targets_for(cells, report, staged=True)  # type: ignore[arg-type]
+    assert targets == [Target(built.id, built.staged.reference, built.image_id, built.staged.digest)]
+    assert dict(missing)[skipped.id].startswith("never staged; run `imagekit build --push`")
+    assert "its build failed" in dict(missing)["cuda-failed"]
+    # Without --pull the image id runs; its staged digest is still what it was pushed as.
+    targets, _ = targets_for(cells, replace(report, cells=(built,)))  # type: ignore[arg-type]
+    assert targets == [Target(built.id, built.image_id, built.image_id, built.staged.digest)]
