@@ -1,4 +1,4 @@
-"""Builder benchmarks (issue 3): imagekit build against the docker CLI, no-change rebuilds, --jobs.
+"""Builder benchmarks: imagekit build against the docker CLI, no-change rebuilds, --jobs.
 
     python bench/builder.py [--rounds N] [--out bench/results/builder.json]
 

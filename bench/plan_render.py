@@ -1,6 +1,8 @@
 """Plan + render of a large matrix: target under 2 s for 10,000 cells, linear in cells.
 
-Run: python bench/plan_render.py [--cells 10000] [--repeat 3]
+Run: python bench/plan_render.py [--cells 10000] [--repeat 3] [--frontends]
+(--frontends adds the axis `frontend: [none, jupyter, ssh]`: three cells per combination, two of
+them front ends built FROM the third.)
 Prints one line per size: cells, plan s, render s (Dockerfiles + input digests), write s
 (`render`'s atomic writes to a fresh directory), floor s (the same files written with plain
 mkdir + write_text: what any tool pays on this disk), microseconds per cell for plan + render.
@@ -24,14 +26,16 @@ TORCH = ["2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1"]
 CELLS_PER_BASE = len(TORCH) * 2 * 2  # x cuda (11.8, 12.1) x flavour (devel, runtime)
 
 
-def matrix_text(cells: int) -> str:
-    bases = max(1, cells // CELLS_PER_BASE)
+def matrix_text(cells: int, frontends: bool = False) -> str:
+    per_base = CELLS_PER_BASE * (3 if frontends else 1)
+    bases = max(1, cells // per_base)
     names = [f"site{i:04d}" for i in range(bases)]
     lines = [
         "axes:",
         f"  torch: {TORCH}",
         '  cuda: ["11.8", "12.1"]',
         "  flavour: [devel, runtime]",
+        *(["  frontend: [none, jupyter, ssh]"] if frontends else []),
         f"  base: [{', '.join(names)}]",
         "publish:",
         '  tags: {readable: "{base}-{torch}-{stack}-{flavour}-{os}"}',
@@ -43,10 +47,10 @@ def matrix_text(cells: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure(cells: int) -> tuple[int, float, float, float, float]:
+def measure(cells: int, frontends: bool) -> tuple[int, float, float, float, float]:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "matrix.yaml"
-        path.write_text(matrix_text(cells), encoding="utf-8")
+        path.write_text(matrix_text(cells, frontends), encoding="utf-8")
         started = time.perf_counter()
         plan = load_plan(path)
         planned = time.perf_counter()
@@ -73,13 +77,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--frontends", action="store_true")
     args = parser.parse_args()
     sizes = [args.cells // 8, args.cells // 4, args.cells // 2, args.cells]
     print(f"{'cells':>6} {'plan_s':>7} {'render_s':>8} {'write_s':>7} {'floor_s':>7} {'us/cell':>7}")
     per_cell = []
     last_write_ratio = 0.0
     for size in sizes:
-        runs = [measure(size) for _ in range(args.repeat)]
+        runs = [measure(size, args.frontends) for _ in range(args.repeat)]
         count = runs[0][0]
         plan_s, render_s, write_s, floor_s = (statistics.median(r[i] for r in runs) for i in (1, 2, 3, 4))
         per_cell.append((plan_s + render_s) / count * 1e6)

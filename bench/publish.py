@@ -1,4 +1,4 @@
-"""Publish benchmark (issue 5): promoting 12 already-pushed images to their tags.
+"""Publish benchmark: promoting 12 already-pushed images to their tags.
 
     python bench/publish.py [--rounds N] [--images 12] [--out bench/results/publish.json]
 

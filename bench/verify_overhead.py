@@ -1,4 +1,4 @@
-"""Harness overhead (issue 4): `imagekit verify IMAGE` vs `docker run --rm IMAGE python3 <script>`.
+"""Harness overhead: `imagekit verify IMAGE` vs `docker run --rm IMAGE python3 <script>`.
 
     python bench/verify_overhead.py [--image REF] [--rounds N]
 

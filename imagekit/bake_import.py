@@ -11,7 +11,6 @@ in the file are kept.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
@@ -21,8 +20,19 @@ from typing import Any
 from imagekit.clock import timestamp
 from imagekit.errors import InputError
 from imagekit.export import bake_target_name
-from imagekit.naming import DIGEST
+from imagekit.limits import MAX_RECORDS, STATE_BYTES
+from imagekit.paths import read_regular_file
 from imagekit.render import RenderedCell
+from imagekit.safetypes import (
+    BAKE_TARGET,
+    FREE_SHORT,
+    IMAGE_DIGEST,
+    IMAGE_REFERENCE,
+    FreeText,
+    SafeString,
+    parse_json,
+    shown,
+)
 from imagekit.schema import Publish
 from imagekit.store import BuildReport, CellResult
 
@@ -37,28 +47,53 @@ class BakeTarget:
     names: tuple[str, ...]  # image.name, split at commas
 
 
+_FIX = "pass the file `docker buildx bake --metadata-file` wrote"
+
+
+def _checked(check: SafeString | FreeText, value: object, where: str) -> str:
+    """``value`` when it is a string ``check`` accepts; else an InputError naming ``where``."""
+    problem = check.problem(value) if isinstance(value, str) else f"{repr(value)[:80]} is not a string"
+    if problem is not None:
+        raise InputError(f"{where}: {problem}; {_FIX}")
+    assert isinstance(value, str)
+    return value
+
+
 def read_metadata(path: Path) -> dict[str, BakeTarget]:
+    """Bake's metadata file, every value imagekit uses checked by its type: target names (they are
+    printed) and digests (they become image ids and references) included."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_regular_file(path, STATE_BYTES, "the file `docker buildx bake --metadata-file` wrote")
     except FileNotFoundError:
         raise InputError(f"no bake metadata file at {path}; pass bake's --metadata-file") from None
-    except (OSError, ValueError) as exc:
+    try:
+        data = parse_json(raw)
+    except ValueError as exc:
         raise InputError(f"{path}: not a JSON metadata file ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object of targets, found {type(data).__name__}")
+    if len(data) > MAX_RECORDS:
+        raise InputError(f"{path}: {len(data):,} targets; imagekit reads at most {MAX_RECORDS:,}")
     targets: dict[str, BakeTarget] = {}
     for name, entry in data.items():
         if name.startswith("buildx.") or not isinstance(entry, Mapping):
             continue  # bake's own keys, e.g. buildx.build.warnings
-        digest = entry.get("containerimage.digest")
-        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
-            raise InputError(f"{path}: target {name}: no valid containerimage.digest ({digest!r})")
+        where = f"{path}: target {shown(name)}"
+        _checked(BAKE_TARGET, name, f"{path}: {shown(name)}")
+        digest = _checked(IMAGE_DIGEST, entry.get("containerimage.digest"), f"{where}: containerimage.digest")
         config = entry.get("containerimage.config.digest")
-        raw_names = entry.get("image.name")
-        names = tuple(n for n in str(raw_names).split(",") if n) if isinstance(raw_names, str) else ()
-        targets[name] = BakeTarget(
-            name, digest, config if isinstance(config, str) and DIGEST.fullmatch(config) else None, names
+        config_digest = (
+            None
+            if config is None
+            else _checked(IMAGE_DIGEST, config, f"{where}: containerimage.config.digest")
         )
+        raw_names = entry.get("image.name")
+        names = () if raw_names is None else tuple(
+            _checked(IMAGE_REFERENCE, n, f"{where}: image.name")
+            for n in _checked(FREE_SHORT, raw_names, f"{where}: image.name").split(",")
+            if n
+        )  # fmt: skip
+        targets[name] = BakeTarget(name, digest, config_digest, names)
     if not targets:
         raise InputError(f"{path}: no target with a containerimage.digest (was it written by bake?)")
     return targets

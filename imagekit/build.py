@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import re
 import threading
 import time
@@ -34,7 +33,9 @@ import requests
 from docker.errors import APIError, DockerException
 
 from imagekit import naming
+from imagekit.atomic import open_new
 from imagekit.bases import ResolvedBase, apply_mirrors, recorded_digests, resolve_base
+from imagekit.build_registry import BuildRegistry, StagingFailed
 from imagekit.clock import timestamp
 from imagekit.context import local_base_context
 from imagekit.engine import (
@@ -42,21 +43,20 @@ from imagekit.engine import (
     BuildRequest,
     BuildStream,
     EngineFailure,
-    PushFailed,
     alive,
     engine_address,
     inspect_image,
     is_engine_failure,
-    pull,
-    push,
 )
 from imagekit.errors import EnvironmentProblem, ImagekitError, one_line
 from imagekit.jobs import Job, plan_jobs
+from imagekit.limits import STATE_BYTES
 from imagekit.matrix import Cell, Plan
+from imagekit.paths import read_regular_file
 from imagekit.progress import Progress
-from imagekit.registry import Backoff, Registry, RegistryError, docker_auth_config, open_registry
-from imagekit.render import RenderedCell, Renderer
-from imagekit.store import BuildReport, CellResult, ReportStore, Staged, Status, Verification
+from imagekit.registry import Backoff
+from imagekit.render import Renderer
+from imagekit.store import BuildReport, CellResult, ReportStore, Status, Verification
 from imagekit.verify import Harness, verify_cells
 
 TAIL_LINES = 20
@@ -110,10 +110,11 @@ def sweep_crashed_steps(api: docker.APIClient, previous: BuildReport | None, log
     for result in (*previous.bases, *previous.cells):
         if result.status != "failed" or "stopped answering" not in (result.error or ""):
             continue
-        try:
-            text = (logs / f"{result.id}.log").read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        try:  # a regular file, and not past the report's own size limit: never a FIFO to block on
+            raw = read_regular_file(logs / f"{result.id}.log", STATE_BYTES, "the build log")
+        except (OSError, ImagekitError):
             continue
+        text = raw.decode("utf-8", errors="replace")
         for container in _RUNNING_IN.findall(text):
             try:
                 if api.inspect_container(container)["State"].get("Running"):
@@ -173,14 +174,11 @@ class Builder:
         self.logs = store.logs
         self._by_input_digest: dict[str, dict[str, Any]] | None = None
         self._index_lock = threading.Lock()
-        self.registry: Registry | None = None
+        self.remote: BuildRegistry | None = None
         if options.registry and (options.push or options.cache_from):
-            self.registry = open_registry(options.registry, options.backoff)
-        self._registry_lock = threading.Lock()  # one session, shared by the build threads
-        self._registry_down: str | None = None  # the cache lookups stop asking once it is down
-        publish = plan.matrix.publish
-        self.staging_name = naming.repository(options.registry, publish.staging_repository)
-        self.final_name = naming.repository(options.registry, publish.repository)
+            self.remote = BuildRegistry(
+                api, options.registry, plan.matrix.publish, options.backoff, self.previous
+            )
 
     # -- the whole run
 
@@ -202,8 +200,8 @@ class Builder:
             self.state.stop("interrupted (Ctrl-C)")
             self.progress.event("build", "interrupted", "running builds stopped")
         finally:
-            if self.registry is not None:
-                self.registry.close()
+            if self.remote is not None:
+                self.remote.close()
         report = BuildReport(
             matrix=self.plan.source_name,
             started=started,
@@ -328,10 +326,9 @@ class Builder:
         log_path = self.logs / f"{job.name}.log"
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         try:
-            log = log_path.open("w", encoding="utf-8")
-        except OSError as exc:
-            message = f"cannot write the build log {log_path}: {exc.strerror or one_line(exc)}"
-            return job.result("failed", error=message)
+            log = open_new(log_path, self.logs)
+        except ImagekitError as exc:
+            return job.result("failed", error=f"cannot write the build log: {exc.message}")
         with log:
 
             def write(line: str) -> None:
@@ -393,6 +390,19 @@ class Builder:
                 self._by_input_digest = index
             return self._by_input_digest.get(input_digest)
 
+    def _reusable(self, image: dict[str, Any] | None, write: Callable[[str], None]) -> dict[str, Any] | None:
+        """``image`` (built from this cell's inputs) when it also carries every ``--label`` asked
+        for: the labels are not an input of the digest, and a skip must not hand out an image
+        without them. Otherwise None, and the cell is built (every step but the labels cached)."""
+        if image is None:
+            return None
+        labels: Mapping[str, str] = image.get("Labels") or {}
+        missing = [f"{key}={value}" for key, value in self.options.extra_labels if labels.get(key) != value]
+        if missing:
+            write(f"image {image['Id']} has this input digest but not --label {', '.join(missing)}; building")
+            return None
+        return image
+
     def _build_cell(
         self, job: Job, write: Callable[[str], None], done: Callable[..., CellResult]
     ) -> CellResult:
@@ -400,12 +410,17 @@ class Builder:
         assert rendered is not None
         tags = rendered.names(self.plan.matrix.publish, self.options.today).references()
         base_digest = job.external_digest
-        if rendered.cell.local_base is not None:
-            image = inspect_image(self.api, rendered.cell.local_base.image)
+        cell = rendered.cell
+        # built on this engine (a local base, or a front end's parent cell): its image id
+        built_here = cell.local_base.image if cell.local_base else cell.base_image if cell.parent else None
+        if built_here is not None:
+            image = inspect_image(self.api, built_here)
             base_digest = str(image["Id"]) if image else None
-        existing = None if self.options.force else self._existing(rendered.input_digest)
-        if existing is None and not self.options.force:
-            existing = self._staged_elsewhere(rendered, write)
+        existing = (
+            None if self.options.force else self._reusable(self._existing(rendered.input_digest), write)
+        )
+        if existing is None and not self.options.force and self.options.cache_from and self.remote:
+            existing = self._reusable(self.remote.staged_elsewhere(rendered, write), write)
         if existing is not None:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
             present = set(existing.get("RepoTags") or ())
@@ -425,7 +440,9 @@ class Builder:
             dockerfile="Dockerfile",
             labels=tuple(labels.items()),
             build_args=rendered.build_args,
-            cache_from=self._cache_from(rendered, write),
+            cache_from=(
+                self.remote.cache_source(rendered, write) if self.options.cache_from and self.remote else ()
+            ),
             network_mode=self.options.network_mode,
         )
         built = self._build_and_tag(
@@ -440,54 +457,15 @@ class Builder:
         )
         return self._stage(built, write)
 
-    # -- staging in the registry
-
     def _stage(self, result: CellResult, write: Callable[[str], None]) -> CellResult:
-        """With --push: put the cell's image under its staging tag and record the manifest digest.
-
-        A staging tag that already names this image (same config digest: the same image) is
-        left as it is: an unchanged cell is never pushed twice.
-        """
-        if not self.options.push or result.image_id is None or result.input_digest is None:
+        """With --push: the cell's image staged in the registry (its digest recorded)."""
+        if not self.options.push:
             return result
-        registry = self.registry
-        assert registry is not None and self.options.registry is not None
-        repository = self.plan.matrix.publish.staging_repository
-        tag = naming.staging_tag(result.input_digest)
-        where = naming.reference(self.staging_name, tag)
+        assert self.remote is not None, "push needs a registry (the CLI asks for one)"
         try:
-            with self._registry_lock:
-                digest = registry.head_manifest(repository, tag)
-                if digest is not None and _config_of(registry, repository, digest) != result.image_id:
-                    digest = None  # the tag names another image (a rebuild): push this one over it
-            if digest is not None:
-                write(f"staged: {where} already is this image ({digest}); not pushed again")
-            else:
-                self.api.tag(result.image_id, self.staging_name, tag, force=True)
-                try:
-                    digest = push(
-                        self.api,
-                        self.staging_name,
-                        tag,
-                        self.options.backoff.delays(),
-                        docker_auth_config(self.options.registry),
-                        on_retry=lambda message: write(f"push: {message}"),
-                    )
-                finally:
-                    # The tag exists only to push; the engine keeps the build's own tags.
-                    try:
-                        self.api.remove_image(where, noprune=True)
-                    except (APIError, DockerException):
-                        write(f"could not remove the local tag {where}")
-                write(f"staged: pushed {where} as {digest}")
-        except PushFailed as failed:
-            raise _JobFailed(
-                f"built as {result.image_id}, but staging it at {where} failed: {failed}"
-            ) from None
-        except RegistryError as exc:
-            raise _JobFailed(f"built as {result.image_id}, but staging it at {where} failed: {exc}") from None
-        staged = Staged(self.options.registry, repository, tag, digest)
-        return dataclasses.replace(result, staged=staged)
+            return self.remote.stage(result, write)
+        except StagingFailed as failed:
+            raise _JobFailed(failed.message) from None
 
     def _build_base(
         self, job: Job, write: Callable[[str], None], done: Callable[..., CellResult]
@@ -534,95 +512,6 @@ class Builder:
         return done(
             "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
         )
-
-    def _staged_elsewhere(
-        self, rendered: RenderedCell, write: Callable[[str], None]
-    ) -> dict[str, Any] | None:
-        """The image another runner staged from this very input digest, pulled by digest.
-
-        An empty runner then builds nothing for an unchanged cell: the staging tag of its input
-        digest names an image built from the same inputs (its label says so, checked here), which
-        is what a build would produce. Returns its image-list summary, or None.
-        """
-        if not self.options.cache_from or self.registry is None:
-            return None
-        publish = self.plan.matrix.publish
-        digest = self._resolve(publish.staging_repository, naming.staging_tag(rendered.input_digest), write)
-        if digest is None:
-            return None
-        reference = naming.by_digest(self.staging_name, digest)
-        try:
-            pull(self.api, reference, auth_config=docker_auth_config(self.options.registry or ""))
-        except (APIError, requests.RequestException, OSError) as exc:
-            write(f"reuse: {reference} not available ({one_line(exc)}); building")
-            return None
-        image = inspect_image(self.api, reference)
-        labels: Mapping[str, str] = ((image or {}).get("Config") or {}).get("Labels") or {}
-        if image is None or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
-            write(f"reuse: {reference} was not built from this cell's inputs; building")
-            return None
-        write(f"reuse: pulled {reference}, staged from this input digest: nothing to build")
-        return {
-            "Id": image["Id"],
-            "RepoTags": image.get("RepoTags"),
-            "Labels": labels,
-            "Size": image.get("Size"),
-        }
-
-    def _cache_from(self, rendered: RenderedCell, write: Callable[[str], None]) -> tuple[str, ...]:
-        """The cell's last staged or published image, pulled by digest, so a fresh runner with an
-        empty engine reuses its layers (torch) instead of building them again.
-
-        Tried in order: the staging tag of this very input digest (``--force`` rebuilds an
-        unchanged cell), the image the previous report staged for this cell, the last published
-        readable tag. Only with a registry: locally the engine's own layer cache already serves,
-        and the classic builder consults *only* the cache-from images once any is given. The
-        classic builder matches steps on the image's history, so a multi-stage build (the
-        wheelhouse stage) reuses only its last stage's steps.
-        """
-        if not self.options.cache_from or self.registry is None:
-            return ()
-        publish = self.plan.matrix.publish
-        sources: list[tuple[str, str, str]] = [  # (repository, tag or digest, engine name)
-            (publish.staging_repository, naming.staging_tag(rendered.input_digest), self.staging_name)
-        ]
-        old = next(
-            (r for r in (self.previous.cells if self.previous else ()) if r.id == rendered.cell.id), None
-        )
-        if old is not None and old.staged is not None and old.staged.registry == self.options.registry:
-            sources.append((old.staged.repository, old.staged.digest, old.staged.name))
-        sources.append((publish.repository, rendered.cell.readable_tag, self.final_name))
-        for repository, ref, name in sources:
-            digest = self._resolve(repository, ref, write)
-            if digest is None:
-                continue
-            reference = naming.by_digest(name, digest)
-            if inspect_image(self.api, reference) is None:
-                try:
-                    pull(self.api, reference, auth_config=docker_auth_config(self.options.registry or ""))
-                except (APIError, requests.RequestException, OSError) as exc:
-                    write(f"cache: {reference} not available ({one_line(exc)}); trying the next source")
-                    continue
-                write(f"cache: pulled {reference}")
-            return (reference,)
-        write("cache: no staged or published image of this cell; building without one")
-        return ()
-
-    def _resolve(self, repository: str, ref: str, write: Callable[[str], None]) -> str | None:
-        """The manifest digest ``repository:ref`` names now; None when absent or unreachable."""
-        assert self.registry is not None
-        if naming.DIGEST.fullmatch(ref):
-            return ref
-        with self._registry_lock:
-            if self._registry_down is not None:
-                return None
-            try:
-                return self.registry.head_manifest(repository, ref)
-            except (EnvironmentProblem, RegistryError) as exc:
-                message = exc.message if isinstance(exc, EnvironmentProblem) else str(exc)
-                self._registry_down = message
-                write(f"cache: {message}; building without a cache source")
-                return None
 
     def _stream(
         self, job: Job, request: BuildRequest, context: IO[bytes], write: Callable[[str], None]
@@ -674,16 +563,6 @@ class Builder:
             repository, tag = naming.split_reference(reference)
             self.api.tag(image_id, repository, tag, force=True)
             write(f"tagged {reference}")
-
-
-def _config_of(registry: Registry, repository: str, digest: str) -> str | None:
-    """The image id (config digest) of the single-image manifest ``digest``; None otherwise."""
-    try:
-        data = json.loads(registry.get_manifest(repository, digest).body)
-    except ValueError:
-        return None
-    config = data.get("config") if isinstance(data, dict) else None
-    return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
 
 
 def _skipped(

@@ -69,9 +69,13 @@ class TorchRelease(_Facts):
         newest = max(self.patches, key=version_key)
         return self.patch(newest)  # type: ignore[return-value]  # a key of patches
 
+    @cached_property
+    def _patch_records(self) -> dict[str, TorchPatch]:
+        # made once: a plan asks every cell's rules for the same few patches
+        return {version: TorchPatch(version, *pair) for version, pair in self.patches.items()}
+
     def patch(self, version: str) -> TorchPatch | None:
-        pair = self.patches.get(version)
-        return None if pair is None else TorchPatch(version, *pair)
+        return self._patch_records.get(version)
 
     def supports_python(self, python: str) -> bool:
         key = version_key(python)[:2]

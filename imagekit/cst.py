@@ -127,6 +127,6 @@ def write_cst(cells: Sequence[Cell], out: Path) -> list[Path]:
     paths = []
     for cell in cells:
         path = cst_path(out, cell)
-        atomic_write(path, cst_text(cell))
+        atomic_write(path, cst_text(cell), inside=out)
         paths.append(path)
     return paths

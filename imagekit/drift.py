@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.atomic import atomic_write
-from imagekit.errors import DriftError, EnvironmentProblem
+from imagekit.errors import DriftError
 from imagekit.matrix import Cell, Plan
+from imagekit.paths import refuse_links
 from imagekit.render import HEADER_MARK, Renderer
 
 
@@ -37,6 +38,8 @@ def _generated_files(out: Path) -> set[Path]:
     if not out.is_dir():
         return found
     for path in out.glob("*/Dockerfile"):
+        if not path.is_file():  # a FIFO would block the read; a directory is no file of ours
+            continue
         try:
             with path.open(encoding="utf-8") as handle:
                 if handle.readline().startswith(HEADER_MARK):
@@ -68,6 +71,9 @@ class Drift:
 def check_drift(expected: Mapping[Path, str], out: Path) -> Drift:
     changed, missing = [], []
     for path, text in sorted(expected.items()):
+        if path.exists() and not path.is_file():  # a FIFO or a directory: never read, replaced
+            changed.append(path)
+            continue
         try:
             current = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -86,11 +92,9 @@ def write_rendered(expected: Mapping[Path, str], out: Path) -> Drift:
     """Bring ``out`` to the expected state; returns what had to change."""
     drift = check_drift(expected, out)
     for path in (*drift.changed, *drift.missing):
-        try:
-            atomic_write(path, expected[path])
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc}") from None
+        atomic_write(path, expected[path], inside=out)
     for path in drift.stale:
+        refuse_links(path, out)  # a linked directory under out is no stale file of ours
         path.unlink()
         with contextlib.suppress(OSError):  # the directory holds something of the user's: keep it
             path.parent.rmdir()

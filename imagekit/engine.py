@@ -23,7 +23,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils.json_stream import json_stream
 
 from imagekit.errors import EnvironmentProblem
-from imagekit.naming import split_reference
+from imagekit.naming import reference, split_reference
 
 START_HINT = "start one (`sudo dockerd` or `scripts/engine.sh docker`) or set DOCKER_HOST"
 # Read timeout for ordinary calls; builds and pulls stream with no read timeout (a silent
@@ -228,6 +228,30 @@ def push(
             delay = waits.pop(0)
             on_retry(f"{failed}; retrying in {delay:g}s")
             sleep(delay)
+
+
+def push_as(
+    api: docker.APIClient,
+    image_id: str,
+    name: str,
+    tag: str,
+    delays: Sequence[float],
+    auth_config: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Push image ``image_id`` as ``name:tag``; returns the manifest digest the engine reports.
+
+    The tag exists only to push (the engine pushes names, not ids): it is removed again, so the
+    engine keeps just the build's own tags. Retries go to ``say``."""
+    api.tag(image_id, name, tag, force=True)
+    try:
+        return push(api, name, tag, delays, auth_config, on_retry=say, sleep=sleep)
+    finally:
+        try:
+            api.remove_image(reference(name, tag), noprune=True)
+        except (APIError, DockerException):
+            say(f"could not remove the local tag {reference(name, tag)}")
 
 
 # -- builds -----------------------------------------------------------------------------------------

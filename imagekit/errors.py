@@ -6,7 +6,24 @@ with ``exit_code``. Anything else escaping is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
+
+# C0 and C1 controls, DEL, and the format characters that reorder or hide text (bidi overrides
+# and isolates, zero-width spaces and joiners, the BOM): none may reach a terminal from a value.
+_NOT_PRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]"
+)
+
+
+MESSAGE_CHARS = 2_000
+
+
+def printable(text: str) -> str:
+    """``text`` as it may be shown on a terminal or in a log: one line, each control or invisible
+    format character replaced by U+FFFD, so that a value read from a file (a cell id, a target
+    name, an error) can neither forge a line nor hide or reorder what follows it."""
+    return _NOT_PRINTABLE.sub("\ufffd", " ".join(text.splitlines()))
 
 
 class ExitCode(IntEnum):
@@ -20,8 +37,13 @@ class ImagekitError(Exception):
     exit_code: ExitCode = ExitCode.CELL_FAILED
 
     def __init__(self, message: str) -> None:
-        # One line, always: a newline in a message would let input forge extra output lines.
-        super().__init__(" ".join(message.splitlines()))
+        # One line, always: a newline in a message would let input forge extra output lines. And a
+        # bounded one: the middle of an over-long line (a value repeated from a file) is left out,
+        # keeping the place at its start and the fix at its end.
+        line = printable(message)
+        if len(line) > MESSAGE_CHARS:
+            line = f"{line[: MESSAGE_CHARS // 2]} ... {line[-MESSAGE_CHARS // 2 :]}"
+        super().__init__(line)
 
     @property
     def message(self) -> str:

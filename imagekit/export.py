@@ -22,6 +22,7 @@ from imagekit.atomic import atomic_write
 from imagekit.context import DOCKERFILE_NAME
 from imagekit.errors import InputError
 from imagekit.matrix import Cell, LocalBase, Plan
+from imagekit.paths import os_problem, refuse_links
 from imagekit.render import RenderedCell
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on the jobs one matrix may generate
@@ -100,12 +101,17 @@ def _place(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def materialise_context(rendered: RenderedCell, directory: Path) -> MaterialisedContext:
-    """Write one cell's build context to ``directory``, replacing what an earlier run left there."""
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    atomic_write(directory / DOCKERFILE_NAME, rendered.dockerfile)
+def materialise_context(rendered: RenderedCell, directory: Path, root: Path) -> MaterialisedContext:
+    """Write one cell's build context to ``directory`` (inside ``root``, the --context-dir),
+    replacing what an earlier run left there; never through (or by removing) a symbolic link."""
+    refuse_links(directory, root)
+    try:
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+    except OSError as exc:
+        raise os_problem(exc, directory, "make the bake context") from None
+    atomic_write(directory / DOCKERFILE_NAME, rendered.dockerfile, inside=root)
     for name, source in rendered.context_files:
         target = directory / name
         if not target.resolve().is_relative_to(directory.resolve()):
@@ -118,7 +124,7 @@ def materialise_context(rendered: RenderedCell, directory: Path) -> Materialised
 
 
 def materialise_contexts(rendered: Sequence[RenderedCell], context_dir: Path) -> list[MaterialisedContext]:
-    return [materialise_context(item, context_dir / item.cell.id) for item in rendered]
+    return [materialise_context(item, context_dir / item.cell.id, context_dir) for item in rendered]
 
 
 def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
 
 from imagekit.report_text import format_size, summary_line, throttle_note
-from imagekit.store import BuildReport, CellResult, CheckRecord
+from imagekit.store import BuildReport, CellResult, CheckRecord, GpuFigures, Span
 from imagekit.versions import display_key
 
 _CELL_ID = re.compile(
@@ -113,32 +112,28 @@ def _checks(checks: Iterable[CheckRecord]) -> str:
     return f'<table class="checks">{head}{"".join(rows)}</table>'
 
 
-def _span(stats: object, unit: str) -> str:
-    """``1410-1980 MHz (mean 1760)`` from a {min, max, mean} of the sampled telemetry."""
-    if not isinstance(stats, Mapping) or not isinstance(stats.get("mean"), int | float):
+def _span(stats: Span | None, unit: str) -> str:
+    """``1410-1980 MHz (mean 1760)`` from the telemetry sampled while the GEMM ran."""
+    if stats is None or None in (stats.min, stats.max, stats.mean):
         return "-"
-    low, high, mean = (stats.get(k) for k in ("min", "max", "mean"))
-    return f"{low:.0f}-{high:.0f} {unit} (mean {mean:.0f})"
+    return f"{stats.min:.0f}-{stats.max:.0f} {unit} (mean {stats.mean:.0f})"
 
 
-def _gpus(metrics: Mapping[str, Any]) -> str:
+def _gpus(gpus: Sequence[GpuFigures]) -> str:
     """Per GPU: the timed GEMM against its floor, and what the GPU did meanwhile (clock, power,
     temperature, throttle reasons), so a low figure can be told apart from throttling."""
     rows = []
-    for gpu in metrics.get("gpus") or ():
-        if not isinstance(gpu, Mapping):
-            continue
-        tflops, floor = gpu.get("tflops"), gpu.get("floor_tflops")
-        figure = f"{tflops:.1f}" if isinstance(tflops, int | float) else "-"
-        throttle = ", ".join(f"{k} ({v})" for k, v in (gpu.get("throttle") or {}).items()) or "none"
+    for gpu in gpus:
+        figure = "-" if gpu.tflops is None else f"{gpu.tflops:.1f}"
+        throttle = ", ".join(f"{k} ({v})" for k, v in gpu.throttle.items()) or "none"
         cells = (
-            str(gpu.get("index")),
-            str(gpu.get("device")),
-            figure + (f" (floor {floor:.0f})" if isinstance(floor, int | float) else ""),
-            str(gpu.get("status")),
-            _span(gpu.get("sm_clock_mhz"), "MHz"),
-            _span(gpu.get("power_w"), "W"),
-            _span(gpu.get("temperature_c"), "C"),
+            "-" if gpu.index is None else str(gpu.index),
+            gpu.device or "-",
+            figure + ("" if gpu.floor_tflops is None else f" (floor {gpu.floor_tflops:.0f})"),
+            gpu.status or "-",
+            _span(gpu.sm_clock_mhz, "MHz"),
+            _span(gpu.power_w, "W"),
+            _span(gpu.temperature_c, "C"),
             throttle,
         )
         rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
@@ -148,7 +143,7 @@ def _gpus(metrics: Mapping[str, Any]) -> str:
         f"<th>{h}</th>"
         for h in ("GPU", "device", "TFLOP/s", "status", "SM clock", "power", "temperature", "throttle")
     )
-    note = throttle_note(metrics)
+    note = throttle_note(gpus)
     caption = f"<caption>timed GEMM per GPU{escape('; ' + note) if note else ''}</caption>"
     return f'<table class="checks gpus">{caption}<tr>{head}</tr>{"".join(rows)}</table>'
 
@@ -189,7 +184,7 @@ def render_cell(placed: Placed) -> str:
         facts.append(_row("error", result.error))
     body = f"<table>{''.join(facts)}</table>"
     if verification is not None:
-        body += _gpus(verification.metrics) + _checks(verification.checks)
+        body += _gpus(verification.gpu_figures) + _checks(verification.checks)
     if result.error_tail:
         body += f"<pre>{escape(chr(10).join(result.error_tail))}</pre>"
     return (

@@ -21,6 +21,7 @@ from imagekit import naming
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
+from imagekit.safetypes import shown
 from imagekit.verify import GpuRequest, check_arguments
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -289,11 +290,14 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
 def render_jobs(entries: Mapping[str, LockEntry], options: JobOptions) -> dict[str, str]:
     """File name -> YAML, for every entry (a Job, or a front end's workloads); raises before
     anything is written."""
-    if options.runtime_class is not None and not _DNS_LABEL.fullmatch(options.runtime_class):
-        raise InputError(f"--runtime-class {options.runtime_class!r}: not a DNS label")
-    for value, option in ((options.secret, "--secret"), (options.workspace_claim, "--workspace-claim")):
+    for flag, value in (
+        ("--runtime-class", options.runtime_class),
+        ("--namespace", options.namespace),
+        ("--secret", options.secret),
+        ("--workspace-claim", options.workspace_claim),
+    ):
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
-            raise InputError(f"{option} {value!r}: not a Kubernetes name (lower-case, digits, '-')")
+            raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
     out: dict[str, str] = {}
     for cell in sorted(entries):
@@ -314,6 +318,6 @@ def write_jobs(files: Mapping[str, str], out: Path) -> list[Path]:
     written = []
     for name, text in files.items():
         path = out / name
-        atomic_write(path, text)
+        atomic_write(path, text, inside=out)
         written.append(path)
     return written

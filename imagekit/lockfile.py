@@ -9,40 +9,71 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 
+from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.errors import InputError
-from imagekit.naming import DIGEST, by_digest
+from imagekit.limits import MAX_ITEMS, MAX_RECORDS, STATE_BYTES
+from imagekit.naming import by_digest
+from imagekit.paths import read_regular_file
+from imagekit.safetypes import (
+    RECORD_CONFIG,
+    CellId,
+    Count,
+    Expectation,
+    ExpectationName,
+    GpuText,
+    ImageDigest,
+    ImageTag,
+    InputDigest,
+    Items,
+    JsonScalars,
+    Registry,
+    RepositoryName,
+    ScriptPath,
+    Seconds,
+    ShortText,
+    Timestamp,
+    parse_json,
+    validate_json,
+)
+from imagekit.schema import PublishPolicy, ServedFrontend
 
 LOCK_NAME = "images.lock.json"
 LOCK_VERSION = 1
+_FIX = "fix it, or publish again (`imagekit publish` rewrites the entries it publishes)"
 
 
 @dataclass(frozen=True)
 class ChecksSummary:
-    passed: int
-    failed: int
-    skipped: int
-    failed_names: tuple[str, ...] = ()
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    __pydantic_config__ = RECORD_CONFIG
+
+    passed: Count
+    failed: Count
+    skipped: Count
+    failed_names: Annotated[tuple[ShortText, ...], Items(MAX_ITEMS)] = ()
+    metrics: Annotated[Mapping[str, Any], JsonScalars()] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class VerifiedBy:
     """How and when an image was verified (None in a lock entry: published unverified)."""
 
-    verdict: str  # validated | checked
-    gpus: str
+    __pydantic_config__ = RECORD_CONFIG
+
+    verdict: Literal["validated", "checked", "failed"]  # a failed image is never published
+    gpus: GpuText
     gpu_requested: bool
     gpu_visible: bool
-    verified_at: str | None  # ISO 8601 UTC, when the verdict was reached
-    duration_s: float
+    verified_at: Timestamp | None  # ISO 8601 UTC, when the verdict was reached
+    duration_s: Seconds
     checks: ChecksSummary
 
 
@@ -51,9 +82,11 @@ class DigestChain:
     """The manifest digest at each step: staged (build --push or publish's own push), verified
     (what the checks ran on, when known), promoted (what the final tags name)."""
 
-    staged: str | None
-    verified: str | None
-    promoted: str
+    __pydantic_config__ = RECORD_CONFIG
+
+    staged: ImageDigest | None
+    verified: ImageDigest | None
+    promoted: ImageDigest
 
     @property
     def equal(self) -> bool:
@@ -64,12 +97,14 @@ class DigestChain:
 class Provenance:
     """Where an image was verified, from its check results, and its digest chain."""
 
-    gpus: tuple[str, ...]  # GPU names nvidia-smi listed; () without a visible GPU
-    driver: str | None  # the host's NVIDIA driver version
-    cuda_driver: str | None  # the CUDA version the driver supports
-    checks_passed: int
-    checks_total: int
-    note: str | None  # why GPU, driver or CUDA driver are unknown, when they are
+    __pydantic_config__ = RECORD_CONFIG
+
+    gpus: Annotated[tuple[ShortText, ...], Items(MAX_ITEMS)]  # GPU names nvidia-smi listed; ()
+    driver: ShortText | None  # the host's NVIDIA driver version
+    cuda_driver: ShortText | None  # the CUDA version the driver supports
+    checks_passed: Count
+    checks_total: Count
+    note: ShortText | None  # why GPU, driver or CUDA driver are unknown, when they are
     digest_chain: DigestChain
 
     def as_json(self) -> dict[str, Any]:
@@ -89,36 +124,29 @@ class Provenance:
             },
         }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Provenance:
-        chain = data["digest_chain"]
-        return cls(
-            gpus=tuple(data.get("gpus") or ()),
-            driver=data.get("driver"),
-            cuda_driver=data.get("cuda_driver"),
-            checks_passed=int(data.get("checks_passed") or 0),
-            checks_total=int(data.get("checks_total") or 0),
-            note=data.get("note"),
-            digest_chain=DigestChain(chain.get("staged"), chain.get("verified"), chain["promoted"]),
-        )
-
 
 @dataclass(frozen=True)
 class LockEntry:
-    cell: str
-    registry: str
-    repository: str  # registry/repository, without tag
-    digest: str  # manifest digest: what `repository@digest` pulls, forever
-    tags: tuple[str, ...]  # readable (moving) first, then the immutable ones
-    image_id: str
-    input_digest: str
-    policy: str  # the matrix's publish policy when this was published
-    level: str  # validated | checked | built: what the image actually passed
-    published_at: str
+    """One published image. Every field is checked when the lock is read: its values go into
+    shell lines (``images --format env``) and Kubernetes Jobs (image, command)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    cell: CellId
+    registry: Registry
+    repository: RepositoryName  # registry/repository, without tag
+    digest: ImageDigest  # manifest digest: what `repository@digest` pulls, forever
+    tags: Annotated[tuple[ImageTag, ...], Items(MAX_ITEMS)]  # readable (moving) first, then immutable
+    image_id: ImageDigest
+    input_digest: InputDigest
+    policy: PublishPolicy  # the matrix's publish policy then
+    level: Literal["validated", "checked", "built"]  # what the image actually passed
+    published_at: Timestamp
     verification: VerifiedBy | None
-    expect: Mapping[str, str] = field(default_factory=dict)  # the check script's expectations
-    check_script: str | None = None
-    frontend: str | None = None  # jupyter | ssh: served as a Deployment, not run as a Job
+    # the check script's expectations (its --expect-* options)
+    expect: Mapping[ExpectationName, Expectation] = field(default_factory=dict)
+    check_script: ScriptPath | None = None
+    frontend: ServedFrontend | None = None  # served as a Deployment, not run as a Job
     provenance: Provenance | None = None  # where it was verified; staged = verified = promoted
 
     @property
@@ -136,43 +164,47 @@ class LockEntry:
             data["verification"]["checks"]["metrics"] = dict(self.verification.checks.metrics)
         return data
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LockEntry:
-        verification = data.get("verification")
-        verified = None
-        if verification:
-            checks = dict(verification["checks"])
-            checks["failed_names"] = tuple(checks.get("failed_names") or ())
-            verified = VerifiedBy(**{**verification, "checks": ChecksSummary(**checks)})
-        fields = {k: v for k, v in data.items() if k != "reference"}
-        found = data.get("provenance")
-        entry = cls(
-            **{
-                **fields,
-                "tags": tuple(data["tags"]),
-                "verification": verified,
-                "provenance": Provenance.from_json(found) if found else None,
-            }
-        )
-        if not DIGEST.fullmatch(entry.digest):
-            raise ValueError(f"digest {entry.digest!r} is not sha256:<64 hex>")
-        return entry
+
+@dataclass(frozen=True)
+class _LockFile:
+    __pydantic_config__ = RECORD_CONFIG
+
+    version: int
+    images: Annotated[Mapping[CellId, LockEntry], Items(MAX_RECORDS)]
 
 
 def read_lock(path: Path) -> dict[str, LockEntry]:
-    """Cell id -> entry; an absent file is an empty lock."""
+    """Cell id -> entry; an absent file is an empty lock. Every field is checked by its type and
+    pattern (the lock may have been edited, or come from elsewhere); the first wrong one is one
+    InputError naming the file and the field."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_regular_file(path, STATE_BYTES, "the images.lock.json `imagekit publish` writes")
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable lock file ({exc})") from None
     try:
-        if data.get("version") != LOCK_VERSION:
-            raise InputError(f"{path}: lock version {data.get('version')!r}; expected {LOCK_VERSION}")
-        return {cell: LockEntry.from_json(entry) for cell, entry in data["images"].items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"{path}: malformed lock file ({exc})") from None
+        data = parse_json(raw)
+    except ValueError as exc:
+        raise InputError(f"{path}: not a readable lock file ({exc}); {_FIX}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: (top level): a lock file is a JSON object, not {type(data).__name__}")
+    version = data.get("version")
+    if type(version) is not int or version != LOCK_VERSION:
+        raise InputError(f"{path}: lock version {version!r:.40}; expected {LOCK_VERSION}")
+    images = data.get("images")
+    if isinstance(images, dict) and len(images) > MAX_RECORDS:  # before the records are built
+        raise InputError(f"{path}: images: {len(images):,} entries; a lock holds at most {MAX_RECORDS:,}")
+    del data, images
+    entries = dict(validate_json(_LockFile, raw, str(path), _FIX).images)
+    for cell, entry in entries.items():
+        where = f"{path}: images.{cell}"
+        if entry.cell != cell:
+            raise InputError(f"{where}.cell: {entry.cell!r} is another cell's id; {_FIX}")
+        if entry.repository.split("/", 1)[0] != entry.registry or "/" not in entry.repository:
+            raise InputError(
+                f"{where}.repository: {entry.repository!r} is not on the entry's registry"
+                f" {entry.registry!r}; {_FIX}"
+            )
+    return entries
 
 
 def as_document(entries: Mapping[str, LockEntry]) -> dict[str, Any]:
@@ -186,8 +218,33 @@ def merge_lock(path: Path, new: Mapping[str, LockEntry]) -> dict[str, LockEntry]
     return entries
 
 
+_ENV_NAME = re.compile(r"IMAGEKIT_IMAGE_[A-Z0-9_]+")
+
+
 def env_name(cell: str) -> str:
-    return "IMAGEKIT_IMAGE_" + re.sub(r"[^A-Z0-9]+", "_", cell.upper()).strip("_")
+    """The variable a cell's reference is printed as: ``IMAGEKIT_IMAGE_`` and the id in capitals,
+    every other character an underscore; a name that is no shell variable is refused."""
+    name = "IMAGEKIT_IMAGE_" + re.sub(r"[^A-Z0-9]+", "_", cell.upper()).strip("_")
+    if not _ENV_NAME.fullmatch(name):
+        raise InputError(f"cell {cell!r} gives no variable name ({name!r})")
+    return name
+
+
+def env_lines(entries: Mapping[str, LockEntry]) -> str:
+    """``NAME='repo@sha256:...'`` lines that are safe to ``eval``: each name is derived from a
+    checked cell id and each value quoted for the shell (a checked value needs no quoting; quoting
+    anyway keeps that true if a check ever weakens)."""
+    names: dict[str, str] = {}
+    lines = []
+    for cell in sorted(entries):
+        name = env_name(cell)
+        if name in names:
+            raise InputError(
+                f"cells {names[name]} and {cell} are one variable ({name}) in --format env; use json"
+            )
+        names[name] = cell
+        lines.append(f"{name}={shlex.quote(entries[cell].reference)}\n")
+    return "".join(lines)
 
 
 def render_lock(entries: Mapping[str, LockEntry], fmt: str) -> str:
@@ -197,6 +254,28 @@ def render_lock(entries: Mapping[str, LockEntry], fmt: str) -> str:
     if fmt == "yaml":
         return yaml.safe_dump(as_document(entries), sort_keys=True)
     if fmt == "env":
-        # Every part of a reference was validated (schema, digest regex): no quoting is needed.
-        return "".join(f"{env_name(cell)}={entries[cell].reference}\n" for cell in sorted(entries))
+        return env_lines(entries)
     raise InputError(f"--format {fmt!r}: use json, yaml or env")
+
+
+def entries_for(
+    entries: Mapping[str, LockEntry], cells: Sequence[str], repository_path: str, lock: Path
+) -> dict[str, LockEntry]:
+    """The entries of ``cells``, each of which must be published, and to the matrix's repository
+    (re-derived from the matrix: a lock entry never names where a Job pulls from on its own)."""
+    missing = [cell for cell in cells if cell not in entries]
+    if missing:
+        raise InputError(
+            f"{lock} has no digest for {', '.join(missing[:3])}"
+            + (f" and {len(missing) - 3} more cells" if len(missing) > 3 else "")
+            + "; run `imagekit publish` (or narrow --only)"
+        )
+    for cell in cells:
+        entry = entries[cell]
+        expected = naming.repository(entry.registry, repository_path)
+        if entry.repository != expected:
+            raise InputError(
+                f"{lock}: images.{cell}.repository: {entry.repository} is not the matrix's"
+                f" repository ({expected}); publish again, or fix the file"
+            )
+    return {cell: entries[cell] for cell in cells}

@@ -6,9 +6,12 @@ each combination against the compatibility data into a frozen ``Cell`` or a ``Re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 from fnmatch import fnmatchcase
+from functools import cached_property
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,8 @@ from typing import Any
 from imagekit import naming, rules
 from imagekit.compat import Compat, Stack, load_compat
 from imagekit.errors import InputError
+from imagekit.limits import MAX_COMBINATIONS, MAX_EXPANSION_STEPS, WARNINGS_SHOWN
+from imagekit.paths import inside
 from imagekit.schema import AXIS_KEYS, BaseSpec, Matrix, validate_matrix
 from imagekit.versions import cuda_variant, minor_of, version_key
 from imagekit.yamlsource import SourceDocument, as_mapping, format_path, read_yaml_file
@@ -31,6 +36,52 @@ class Expansion:
     combinations: tuple[Combination, ...]
     origins: tuple[str, ...]  # where each combination came from: "axes" or "include[i]"
     unused_excludes: tuple[int, ...]
+
+
+def check_size(
+    axes: Mapping[str, Sequence[Any]], include: Sequence[object], exclude: Sequence[object], source: str
+) -> int:
+    """The number of combinations the matrix asks for, from its axis lengths alone; refused past
+    ``MAX_COMBINATIONS`` before a single one is made (three axes of 200 would be 8 million)."""
+    lengths = [len(values) for values in axes.values()]
+    crossed = math.prod(lengths) if lengths else 0
+    combinations = crossed + len(include)
+    if combinations > MAX_COMBINATIONS:
+        shape = " x ".join(str(n) for n in lengths) or "no axes"
+        extra = f" + {len(include)} include entries" if include else ""
+        raise InputError(
+            f"{source}: the matrix makes {combinations:,} combinations ({shape}{extra}); imagekit plans"
+            f" at most {MAX_COMBINATIONS:,}: split it into several matrices, or shorten the axes"
+        )
+    steps = crossed * (len(include) + len(exclude))
+    if steps > MAX_EXPANSION_STEPS:
+        raise InputError(
+            f"{source}: {crossed:,} combinations x {len(include) + len(exclude):,} include/exclude"
+            f" entries is {steps:,} comparisons; imagekit allows {MAX_EXPANSION_STEPS:,}: list fewer"
+            " entries, or split the matrix"
+        )
+    return combinations
+
+
+def collapse(warnings: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """Warnings as printed: each once, at most ``WARNINGS_SHOWN`` of a kind, then one line that
+    counts the rest (100,000 unknown versions must not print 100,000 lines)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    hidden: dict[str, int] = {}
+    shown_of: dict[str, int] = {}
+    for kind, text in warnings:
+        if text in seen:
+            continue
+        seen.add(text)
+        if shown_of.get(kind, 0) < WARNINGS_SHOWN:
+            shown_of[kind] = shown_of.get(kind, 0) + 1
+            out.append(text)
+        else:
+            hidden[kind] = hidden.get(kind, 0) + 1
+    for kind, count in hidden.items():
+        out.append(f"... and {count:,} more warning{'s' if count > 1 else ''} like it ({kind})")
+    return tuple(out)
 
 
 def expand(
@@ -169,8 +220,12 @@ class Plan:
         """Where this matrix's images are named: ``registry/repository`` (or a local name)."""
         return naming.repository(self.matrix.publish.registry, self.matrix.publish.repository)
 
+    @cached_property
+    def _cells_by_id(self) -> dict[str, Cell]:
+        return {c.id: c for c in self.cells}
+
     def cell(self, cell_id: str) -> Cell:
-        found = next((c for c in self.cells if c.id == cell_id), None)
+        found = self._cells_by_id.get(cell_id)
         if found is None:
             raise InputError(f"{self.source_name}: no cell {cell_id}; see `imagekit plan`")
         return found
@@ -223,7 +278,7 @@ class _Resolver:
         self.root = root
         self.doc = doc
         self.compat = compat
-        self.warnings: list[str] = []
+        self.warnings: list[tuple[str, str]] = []  # (kind, text)
         self.local_bases: dict[str, LocalBase] = {}
         pip = matrix.sources.pip
         self.wheelhouse = bool(pip.find_links or pip.no_index)
@@ -240,6 +295,11 @@ class _Resolver:
         if name not in self.local_bases:
             where = self.where(("bases", name, "build", "context"))
             context = self.root / spec.build.context
+            # a context (or its Dockerfile) linked from elsewhere would be read and hashed
+            inside(context, self.root, where)
+            inside(
+                context / spec.build.dockerfile, context, self.where(("bases", name, "build", "dockerfile"))
+            )
             if not (context / spec.build.dockerfile).is_file():
                 raise InputError(
                     f"{where}: no {spec.build.dockerfile} in {context}; create it or fix the path"
@@ -332,7 +392,9 @@ class _Resolver:
             frontend=frontend,
         )
         _refuse_unless(rules.STACK_RULES, request, self.compat)
-        return self._cell(merged, origin, spec, request, cudnn=stack.cudnn, companions=(None, None))
+        return self._cell(
+            merged, origin, spec, request, cuda_full=stack.cuda, cudnn=stack.cudnn, companions=(None, None)
+        )
 
     def _wheel_request(
         self, merged: Combination, origin: str, base_name: str, spec: BaseSpec
@@ -372,6 +434,7 @@ class _Resolver:
             torchvision=merged.get("torchvision"),
             torchaudio=merged.get("torchaudio"),
             image=spec.image or "",
+            pip_packages=tuple(merged.get("pip_packages") or ()),
         )
 
     def _wheel_cell(self, merged: Combination, origin: str, base_name: str, spec: BaseSpec) -> Cell:
@@ -382,22 +445,31 @@ class _Resolver:
         patch = release.patch(torch) if release else None
         if patch is None:
             self.warnings.append(
-                f"torch {torch} is not in the compatibility table; admitted by allow_unknown"
+                (
+                    "allow_unknown",
+                    f"torch {torch} is not in the compatibility table; admitted by allow_unknown",
+                )
             )
         cudnn: str | None = None
+        cuda_full = request.cuda_full
         if request.cuda != "cpu":
             known = self.compat.cuda_release(request.cuda)
             table = known.image_version if known and request.carries_cuda else None
-            request = replace(request, cuda_full=request.cuda_full or table)
+            cuda_full = cuda_full or table
             cudnn = str(release.cudnn_major if release else 9)
         vision = merged.get("torchvision") or (patch.torchvision if patch else None)
         audio = merged.get("torchaudio") or (patch.torchaudio if patch else None)
         if patch is None and (vision is None or audio is None):
             self.warnings.append(
-                f"torch {torch}: no known torchvision/torchaudio pairing; set torchvision and"
-                " torchaudio (or 'none') to install them"
+                (
+                    "companions",
+                    f"torch {torch}: no known torchvision/torchaudio pairing; set torchvision and"
+                    " torchaudio (or 'none') to install them",
+                )
             )
-        return self._cell(merged, origin, spec, request, cudnn=cudnn, companions=(vision, audio))
+        return self._cell(
+            merged, origin, spec, request, cuda_full=cuda_full, cudnn=cudnn, companions=(vision, audio)
+        )
 
     def _cell(
         self,
@@ -406,10 +478,12 @@ class _Resolver:
         spec: BaseSpec,
         request: rules.Request,
         *,
+        cuda_full: str | None,
         cudnn: str | None,
         companions: tuple[str | None, str | None],
     ) -> Cell:
-        """Assemble the admitted ``request``: its base image, readable tag and id."""
+        """Assemble the admitted ``request``: its base image, readable tag and id. ``cuda_full`` is
+        the toolkit version the base image is chosen by (the request's, else the table's)."""
         torch, cuda, flavour, python, os_name = (
             request.torch,
             request.cuda,
@@ -424,7 +498,7 @@ class _Resolver:
             cudnn_tag = self.compat.cudnn_tag(cuda, cudnn_major)
         image_values = {
             "cuda": cuda,
-            "cuda_full": request.cuda_full or "",
+            "cuda_full": cuda_full or "",
             "cudnn": str(cudnn_major or ""),
             "cudnn_tag": cudnn_tag,
             "flavour": flavour,
@@ -466,7 +540,7 @@ class _Resolver:
             torchvision=None if vision in (None, "none") else vision,
             torchaudio=None if audio in (None, "none") else audio,
             cuda=cuda,
-            cuda_full=request.cuda_full,
+            cuda_full=cuda_full,
             variant=cuda_variant(cuda),
             cudnn=cudnn,
             python=python,
@@ -485,14 +559,17 @@ class _Resolver:
 
 def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat | None = None) -> Plan:
     """Expand and resolve; raises InputError for a matrix that cannot be planned at all."""
+    _check_paths(matrix, root, doc)
     resolver = _Resolver(matrix, root, doc, compat or load_compat())
+    axes = matrix.axes.as_dict()
+    check_size(axes, matrix.include, matrix.exclude, doc.name)
     expansion = expand(
-        matrix.axes.as_dict(),
+        axes,
         [entry.set_keys() for entry in matrix.include],
         [entry.set_keys() for entry in matrix.exclude],
     )
     warnings = [
-        f"{doc.where(('exclude', index))}: exclude[{index}] matches no combination"
+        ("exclude", f"{doc.where(('exclude', index))}: exclude[{index}] matches no combination")
         for index in expansion.unused_excludes
     ]
     cells: list[Cell] = []
@@ -540,6 +617,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
     if not cells:
         detail = f"; first refusal: {refused[0].describe()}" if refused else ""
         raise InputError(f"{doc.name}: the matrix has no buildable cell{detail}")
+    _refuse_shared_immutable_tags(cells, matrix, doc)
     local_bases = tuple(
         local for name, spec in matrix.bases.items() if (local := resolver.local_base(name, spec)) is not None
     )
@@ -549,10 +627,48 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         source_name=doc.name,
         cells=tuple(cells),
         refused=tuple(refused),
-        warnings=tuple(warnings + resolver.warnings),
+        warnings=collapse(warnings + resolver.warnings),
         local_bases=local_bases,
         compat=resolver.compat,
     )
+
+
+def _check_paths(matrix: Matrix, root: Path, doc: SourceDocument) -> None:
+    """Every directory the matrix names, once links are followed, is inside its directory: a link
+    to elsewhere must not make render write there or a build read from there."""
+    named: list[tuple[tuple[str | int, ...], str | None]] = [
+        (("output",), matrix.output),
+        (("templates",), matrix.templates),
+        *(
+            (("sources", "pip", "find_links", i), entry)
+            for i, entry in enumerate(matrix.sources.pip.find_links)
+        ),
+    ]
+    for path, relative in named:
+        if relative is not None:
+            inside(root / relative, root, f"{doc.where(path)}: {format_path(path)}")
+
+
+# Any day: a run's cells share it.
+_SOME_DAY = date(2000, 1, 1)
+
+
+def _refuse_shared_immutable_tags(cells: Sequence[Cell], matrix: Matrix, doc: SourceDocument) -> None:
+    """An immutable tag names one image forever. A pattern that holds ``{readable}`` (unique per
+    cell, checked above) or ``{digest}`` (the cell's inputs) fills a tag of its own per cell; one
+    that holds neither (``{date}`` alone, a constant) gives every cell of a run the same tag."""
+    if len(cells) < 2:
+        return
+    for index, pattern in enumerate(matrix.publish.tags.immutable):
+        if {"readable", "digest"} & set(naming.placeholders(pattern)):
+            continue
+        where = f"{doc.where(('publish', 'tags', 'immutable', index))}: publish.tags.immutable[{index}]"
+        first, second = cells[0], cells[1]
+        tag = naming.immutable_tags(first.readable_tag, (pattern,), _SOME_DAY, "0" * 64)[-1]
+        raise InputError(
+            f"{where}: {pattern!r} gives cells {first.id} and {second.id} (every cell of a run) the same"
+            f" tag ({tag!r}), but an immutable tag names one image; put {{readable}} or {{digest}} in it"
+        )
 
 
 def load_plan(path: Path, compat: Compat | None = None) -> Plan:

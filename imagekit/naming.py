@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
+from functools import lru_cache
 
 from imagekit.errors import InputError
 
@@ -99,12 +100,29 @@ def split_reference(ref: str) -> tuple[str, str | None]:
 
 
 def is_reference(ref: str) -> bool:
-    return len(ref) <= MAX_REFERENCE and REFERENCE.fullmatch(ref) is not None
+    if len(ref) > MAX_REFERENCE or REFERENCE.fullmatch(ref) is None:
+        return False
+    host, _, rest = ref.partition("/")
+    port = host.rpartition(":")[2] if rest and ":" in host else ""
+    return not port or int(port) <= 65535  # the pattern allows five digits: 99999 is no port
 
 
 # -- patterns -----------------------------------------------------------------------------------------
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+# A plan fills the same few patterns for every cell (tags, base images): each is split once.
+@lru_cache(maxsize=1024)
+def _pieces(pattern: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``"{a}-x{b}"`` -> (("", "-x", ""), ("a", "b")): the literal text around each placeholder."""
+    parts = _PLACEHOLDER.split(pattern)
+    return tuple(parts[0::2]), tuple(parts[1::2])
+
+
+def placeholders(pattern: str) -> tuple[str, ...]:
+    """The names a pattern fills: ``"{readable}-{date}" -> ("readable", "date")``."""
+    return _pieces(pattern)[1]
 
 
 def fill_placeholders(pattern: str, values: Mapping[str, str], where: str) -> str:
@@ -114,14 +132,14 @@ def fill_placeholders(pattern: str, values: Mapping[str, str], where: str) -> st
     billion-character padding; user patterns get plain substitution only.
     """
 
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
+    literals, names = _pieces(pattern)
+    out = [literals[0]]
+    for name, literal in zip(names, literals[1:], strict=True):
         if name not in values:
             known = ", ".join("{" + k + "}" for k in values)
             raise InputError(f"{where}: unknown placeholder {{{name}}} in {pattern!r}; use {known}")
-        return values[name]
-
-    filled = _PLACEHOLDER.sub(substitute, pattern)
+        out += (values[name], literal)
+    filled = "".join(out)
     if "{" in filled or "}" in filled:
         raise InputError(f"{where}: unbalanced brace in {pattern!r}")
     return filled
@@ -205,6 +223,34 @@ def immutable_tags(readable: str, patterns: Iterable[str], day: date, input_dige
         if tag not in out:
             out.append(tag)
     return tuple(out)
+
+
+def build_day(tags: Iterable[str], readable: str, patterns: Iterable[str], input_digest: str) -> date | None:
+    """The day a cell's dated tags were made, read back from ``tags`` (its tags, without the
+    repository): the day that fills one of the immutable ``patterns`` holding ``{date}`` into
+    one of them. None when none does (another pattern, another digest, no such day)."""
+    values = {"readable": re.escape(readable), "digest": re.escape(short_digest(input_digest))}
+    candidates = [tag for tag in tags if TAG.fullmatch(tag)]
+    for pattern in patterns:
+        literals, names = _pieces(pattern)
+        if "date" not in names or not set(names) <= {"readable", "digest", "date"}:
+            continue
+        regex = re.compile(
+            re.escape(literals[0])
+            + "".join(
+                (values[name] if name != "date" else "([0-9]{8})") + re.escape(literal)
+                for name, literal in zip(names, literals[1:], strict=True)
+            )
+        )
+        for tag in candidates:
+            found = regex.fullmatch(tag)
+            if found is None or len(set(found.groups())) != 1:
+                continue
+            try:
+                return datetime.strptime(found.group(1), "%Y%m%d").date()
+            except ValueError:
+                continue
+    return None
 
 
 def published_tags(tags: Iterable[str], level: str, cell: str) -> tuple[str, ...]:

@@ -24,20 +24,19 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 import docker
-from docker.errors import APIError, DockerException
 
 from imagekit import naming
 from imagekit.clock import timestamp
-from imagekit.engine import PushFailed, connect, inspect_image, push
+from imagekit.engine import PushFailed, connect, inspect_image, push_as
 from imagekit.errors import EnvironmentProblem
 from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy, merge_lock
 from imagekit.matrix import Cell, Plan
 from imagekit.registry import (
-    MANIFEST_TYPES,
     Backoff,
     Manifest,
     Registry,
@@ -45,7 +44,9 @@ from imagekit.registry import (
     docker_auth_config,
     open_registry,
 )
-from imagekit.render import Renderer
+from imagekit.render import RenderedCell, Renderer
+from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
+from imagekit.schema import Publish, PublishPolicy, ServedFrontend
 from imagekit.store import BuildReport, CellResult, Staged, Verification
 
 Level = Literal["validated", "checked", "built"]
@@ -79,7 +80,6 @@ class Refusal:
 @dataclass(frozen=True)
 class Published:
     entry: LockEntry
-    staged_as: str
     duration_s: float
 
 
@@ -142,34 +142,65 @@ def _failed_names(verification: Verification) -> str:
     return ", ".join(c.name for c in verification.failed_checks()[:4]) or "no checks ran"
 
 
-def final_tags(result: CellResult, level: Level) -> tuple[str, ...]:
-    """The build's tags (readable first, the dated one with the build's date), suffixed by level."""
-    tags = [tag for ref in result.tags if (tag := naming.split_reference(ref)[1])]
-    return naming.published_tags(tags, level, result.id)
+def registry_side(candidate: Candidate, registry: str) -> bool:
+    """Whether the candidate's manifest is already in ``registry`` (staged by ``build --push``)."""
+    return candidate.staged is not None and candidate.staged.registry == registry
+
+
+_ANY_DAY = date(2000, 1, 1)  # for tag patterns without {date}, which no day changes
+
+
+def final_tags(
+    item: RenderedCell, publish: Publish, result: CellResult, level: Level
+) -> tuple[str, ...] | None:
+    """The matrix's tags for the cell (readable first), suffixed by level, dated as the build was.
+
+    Derived from the matrix, never copied from the report: the report (an editable file, or a CI
+    artifact) contributes only the build's day, read back from its tags and checked as a date.
+    None when the report holds none of the matrix's dated tags (the patterns changed since).
+    """
+    patterns = publish.tags.immutable
+    day: date | None = _ANY_DAY
+    if any("date" in naming.placeholders(pattern) for pattern in patterns):
+        tags = [tag for ref in result.tags if (tag := naming.split_reference(ref)[1])]
+        day = naming.build_day(tags, item.cell.readable_tag, patterns, item.input_digest)
+    if day is None:
+        return None
+    return naming.published_tags(item.names(publish, day).tags, level, item.cell.id)
 
 
 def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list[Candidate], list[Refusal]]:
     """Decide per cell, from the report alone, before anything is pushed."""
     renderer = Renderer(plan)
     by_id = {r.id: r for r in report.cells}
-    policy = plan.matrix.publish.policy
+    publish = plan.matrix.publish
     admitted: list[Candidate] = []
     refused: list[Refusal] = []
     for cell in cells:
         result = by_id.get(cell.id)
-        reason = _refusal_reason(result, policy, renderer.render(cell).input_digest)
+        item = renderer.render(cell)
+        reason = _refusal_reason(result, publish.policy, item.input_digest)
         if reason is not None:
             refused.append(Refusal(cell.id, reason))
             continue
         assert result is not None and result.image_id and result.input_digest
         level = level_of(result)
         assert level is not None
+        tags = final_tags(item, publish, result, level)
+        if tags is None:
+            refused.append(
+                Refusal(
+                    cell.id,
+                    "the build report names none of the matrix's dated tags for it (publish.tags"
+                    " changed since the build?); run `imagekit build` again, which re-tags it",
+                )
+            )
+            continue
         admitted.append(
             Candidate(
-                cell.id, result.image_id, result.input_digest, level, final_tags(result, level),
-                result.verification, result.staged,
+                cell.id, result.image_id, result.input_digest, level, tags, result.verification, result.staged
             )
-        )  # fmt: skip
+        )
     return admitted, refused
 
 
@@ -179,7 +210,7 @@ def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list
 def _verified_by(verification: Verification | None) -> VerifiedBy | None:
     if verification is None:
         return None
-    checks = verification.checks
+    failed = verification.failed_checks()
     return VerifiedBy(
         verdict=verification.verdict,
         gpus=verification.gpus,
@@ -188,10 +219,10 @@ def _verified_by(verification: Verification | None) -> VerifiedBy | None:
         verified_at=verification.finished_at,
         duration_s=verification.duration_s,
         checks=ChecksSummary(
-            passed=sum(1 for c in checks if c.status == "pass"),
-            failed=sum(1 for c in checks if c.status == "fail"),
-            skipped=sum(1 for c in checks if c.status == "skip"),
-            failed_names=tuple(c.name for c in checks if c.status == "fail"),
+            passed=verification.count("pass"),
+            failed=len(failed),  # any status but pass and skip, as the verdict counts it
+            skipped=verification.count("skip"),
+            failed_names=tuple(c.name for c in failed),
             metrics=dict(verification.metrics),
         ),
     )
@@ -241,7 +272,7 @@ def provenance(verification: Verification | None, staged: str | None, promoted: 
         if isinstance(detail, dict) and detail.get("host_cuda"):
             cuda_driver = str(detail["host_cuda"])
     note = None if verification.gpu_visible else NO_GPU_NOTE
-    passed = sum(1 for c in verification.checks if c.status == "pass")
+    passed = verification.count("pass")
     return Provenance(tuple(gpus), driver, cuda_driver, passed, len(verification.checks), note, chain)
 
 
@@ -252,7 +283,6 @@ class _Staged:
     candidate: Candidate
     source: str  # repository (without the registry) that holds the staged manifest
     digest: str
-    pushed: bool  # pushed from the engine by this run (else staged by `build --push`)
     seconds: float
 
 
@@ -270,7 +300,7 @@ class Publisher:
         api: docker.APIClient | None,
         registry: Registry,
         options: PublishOptions,
-        policy: str,
+        policy: PublishPolicy,
         say: Callable[[str], None],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -283,10 +313,6 @@ class Publisher:
         self.target = naming.repository(options.registry, options.repository)
         self.staging = options.staging_repository or options.repository
 
-    def registry_side(self, candidate: Candidate) -> bool:
-        """Whether the candidate's manifest is already in this registry (``build --push``)."""
-        return candidate.staged is not None and candidate.staged.registry == self.options.registry
-
     def _engine(self) -> docker.APIClient:
         if self.api is None:
             raise EnvironmentProblem("publishing an image that was not staged needs the Docker engine")
@@ -298,7 +324,7 @@ class Publisher:
         gone: list[Refusal] = []
         for candidate in candidates:
             if (
-                not self.registry_side(candidate)
+                not registry_side(candidate, self.options.registry)
                 and inspect_image(self._engine(), candidate.image_id) is None
             ):
                 gone.append(Refusal(candidate.cell, f"image {candidate.image_id} is gone; build again"))
@@ -308,29 +334,22 @@ class Publisher:
 
     def stage(self, candidate: Candidate) -> str:
         """Push the image under its staging tag; returns the manifest digest docker reports."""
-        api = self._engine()
         name = naming.repository(self.options.registry, self.staging)
         tag = naming.staging_tag(candidate.input_digest)
-        api.tag(candidate.image_id, name, tag)
         try:
-            return push(
-                api,
+            return push_as(
+                self._engine(),
+                candidate.image_id,
                 name,
                 tag,
                 self.options.backoff.delays(),
                 docker_auth_config(self.options.registry),
-                on_retry=lambda m: self.say(f"push {candidate.cell}: {m}"),
+                say=lambda m: self.say(f"push {candidate.cell}: {m}"),
                 sleep=self.sleep,
             )
         except PushFailed as failed:
             where = naming.reference(name, tag)
             raise EnvironmentProblem(f"pushing {candidate.cell} to {where} failed: {failed}") from None
-        finally:
-            # The staging tag exists only to push; the local engine keeps just the build's tags.
-            try:
-                api.remove_image(naming.reference(name, tag), noprune=True)
-            except (APIError, DockerException):
-                self.say(f"could not remove the local tag {naming.reference(name, tag)}")
 
     def prepare(self, staged: _Staged) -> _Ready:
         """Everything short of a final tag: the manifest by digest, its image, its blobs in place."""
@@ -338,10 +357,10 @@ class Publisher:
         manifest = self.registry.get_manifest(staged.source, staged.digest)
         children: list[Manifest] = []
         images = [manifest]
-        for child in _children(manifest):
+        for child in manifest.children:
             images.append(self.registry.get_manifest(staged.source, child))
             children.append(images[-1])
-        configs = [c for c in (_config_digest(m) for m in images) if c]
+        configs = [c for c in (m.config_digest for m in images) if c]
         if candidate.image_id not in configs and configs:
             raise RegistryError(
                 f"{naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)}"
@@ -349,7 +368,7 @@ class Publisher:
             )
         if staged.source != self.options.repository:
             for image in images:
-                for blob in _blobs(image):
+                for blob in image.blobs:
                     self.registry.mount_blob(self.options.repository, blob, staged.source)
         labels: Mapping[str, str] = {}
         if candidate.image_id in configs:
@@ -373,6 +392,13 @@ class Publisher:
         candidate = ready.staged.candidate
         digest = ready.manifest.digest
         staged = candidate.staged.digest if candidate.staged is not None else ready.staged.digest
+        labels = ready.labels
+        # The image's labels say what it promises; only values the lock's reader accepts are kept
+        # (they become a Job's command): an odd label is left out, never written.
+        expect = {k: v for k, v in naming.expectations(labels).items() if EXPECTATION.problem(v) is None}
+        script = labels.get(naming.CHECK_SCRIPT_LABEL)
+        served = labels.get(naming.FRONTEND_LABEL)
+        frontend = cast(ServedFrontend, served) if served in get_args(ServedFrontend) else None
         return LockEntry(
             cell=candidate.cell,
             registry=self.options.registry,
@@ -385,9 +411,9 @@ class Publisher:
             level=candidate.level,
             published_at=timestamp(),
             verification=_verified_by(candidate.verification),
-            expect=naming.expectations(ready.labels),
-            check_script=ready.labels.get(naming.CHECK_SCRIPT_LABEL),
-            frontend=ready.labels.get(naming.FRONTEND_LABEL),
+            expect=expect,
+            check_script=script if script and SCRIPT_PATH.problem(script) is None else None,
+            frontend=frontend,
             provenance=provenance(candidate.verification, staged, digest),
         )
 
@@ -401,16 +427,14 @@ class Publisher:
         staged: list[_Staged] = []
         for candidate in candidates:
             started = time.monotonic()
-            if self.registry_side(candidate):
+            if registry_side(candidate, self.options.registry):
                 assert candidate.staged is not None
-                staged.append(
-                    _Staged(candidate, candidate.staged.repository, candidate.staged.digest, False, 0.0)
-                )
+                staged.append(_Staged(candidate, candidate.staged.repository, candidate.staged.digest, 0.0))
                 continue
             digest = self.stage(candidate)
             where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
             self.say(f"staged {candidate.cell} as {where}")
-            staged.append(_Staged(candidate, self.staging, digest, True, time.monotonic() - started))
+            staged.append(_Staged(candidate, self.staging, digest, time.monotonic() - started))
         ready: list[_Ready] = []
         refused: list[Refusal] = []
         for pending in staged:
@@ -430,51 +454,10 @@ class Publisher:
             entry = self.entry(item)
             # After each cell, so the lock names every tag that exists even if a later cell fails.
             merge_lock(self.options.lock_path, {entry.cell: entry})
-            done = Published(
-                entry,
-                naming.staging_tag(item.staged.candidate.input_digest),
-                item.staged.seconds + time.monotonic() - started,
-            )
+            done = Published(entry, item.staged.seconds + time.monotonic() - started)
             published.append(done)
             on_published(done)
         return published, refused
-
-
-def _manifest_json(manifest: Manifest) -> dict[str, Any]:
-    try:
-        data: Any = json.loads(manifest.body)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _config_digest(manifest: Manifest) -> str | None:
-    """The image id (config digest) a single-image manifest names; None for an index."""
-    config = _manifest_json(manifest).get("config")
-    return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
-
-
-def _blobs(manifest: Manifest) -> list[str]:
-    """The config and layer digests of a single-image manifest (none for an index)."""
-    data = _manifest_json(manifest)
-    found = [data.get("config"), *(data.get("layers") or ())]
-    return [
-        str(b["digest"])
-        for b in found
-        if isinstance(b, dict) and naming.DIGEST.fullmatch(str(b.get("digest")))
-    ]
-
-
-def _children(manifest: Manifest) -> list[str]:
-    """An index's (manifest list's) image manifests, by digest; none for a single image."""
-    data = _manifest_json(manifest)
-    return [
-        str(m["digest"])
-        for m in data.get("manifests") or ()
-        if isinstance(m, dict)
-        and m.get("mediaType") in MANIFEST_TYPES
-        and naming.DIGEST.fullmatch(str(m.get("digest")))
-    ]
 
 
 def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
@@ -514,7 +497,7 @@ def publish_cells(
     try:
         # The engine only when some image was not staged by `build --push`: with every cell
         # staged, publishing runs where there is no Docker at all.
-        engine_needed = any(c.staged is None or c.staged.registry != options.registry for c in candidates)
+        engine_needed = not all(registry_side(c, options.registry) for c in candidates)
         publisher = Publisher(
             connect() if engine_needed else None, client, options, plan.matrix.publish.policy, say
         )

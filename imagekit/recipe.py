@@ -195,11 +195,16 @@ def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
     return tuple(labels.items())
 
 
+def uses_wheelhouse(cell: Cell, matrix: Matrix) -> bool:
+    """Whether ``cell`` installs from the matrix's wheelhouse; a fixed stack installs into its own
+    Python, with no wheelhouse stage and no venv to carry over."""
+    return bool(matrix.sources.pip.find_links) and cell.stack is None
+
+
 def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
     """pip's options for torch (its variant's index) and for everything else, in this cell."""
     pip = matrix.sources.pip
-    # A fixed stack installs into its own Python: no venv to carry over from a build stage.
-    wheelhouse = bool(pip.find_links) and cell.stack is None
+    wheelhouse = uses_wheelhouse(cell, matrix)
     common: list[str] = ["--no-cache-dir", "--disable-pip-version-check"]
     for host in pip.trusted_hosts:
         common += ["--trusted-host", host]
@@ -230,7 +235,7 @@ def make_recipe(
     cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
 ) -> Recipe:
     torch_args, extra_args = pip_arguments(cell, matrix)
-    wheelhouse = bool(matrix.sources.pip.find_links) and cell.stack is None
+    wheelhouse = uses_wheelhouse(cell, matrix)
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []

@@ -138,6 +138,39 @@ class Manifest:
     media_type: str
     body: bytes
 
+    def _json(self) -> dict[str, Any]:
+        try:
+            data: Any = json.loads(self.body)
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def config_digest(self) -> str | None:
+        """The image id (config digest) a single-image manifest names; None for an index."""
+        config = self._json().get("config")
+        return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
+
+    @property
+    def blobs(self) -> list[str]:
+        """The config and layer digests of a single-image manifest (none for an index)."""
+        data = self._json()
+        found = [data.get("config"), *(data.get("layers") or ())]
+        return [
+            str(b["digest"]) for b in found if isinstance(b, dict) and DIGEST.fullmatch(str(b.get("digest")))
+        ]
+
+    @property
+    def children(self) -> list[str]:
+        """An index's (manifest list's) image manifests, by digest; none for a single image."""
+        return [
+            str(m["digest"])
+            for m in self._json().get("manifests") or ()
+            if isinstance(m, dict)
+            and m.get("mediaType") in MANIFEST_TYPES
+            and DIGEST.fullmatch(str(m.get("digest")))
+        ]
+
 
 class RegistryError(Exception):
     """The registry refused one request (4xx other than auth retries); not transient."""

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import jinja2
+import jinja2.runtime
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from imagekit import __version__, naming
 from imagekit.context import DOCKERFILE_NAME, FileHasher, local_base_digest, make_tar, walk_context
@@ -29,9 +32,9 @@ from imagekit.contract import (
     packaged_check_script,
     packaged_frontend_check,
 )
-from imagekit.errors import InputError
+from imagekit.errors import InputError, one_line
 from imagekit.matrix import Cell, Plan
-from imagekit.recipe import WHEELHOUSE_CONTEXT, make_frontend_recipe, make_recipe
+from imagekit.recipe import WHEELHOUSE_CONTEXT, make_frontend_recipe, make_recipe, uses_wheelhouse
 from imagekit.schema import Publish
 from imagekit.wheels import Request, WheelResolver, platform_tags
 
@@ -63,7 +66,7 @@ class _InliningLoader(jinja2.FileSystemLoader):
     def get_source(
         self, environment: jinja2.Environment, template: str
     ) -> tuple[str, str, Callable[[], bool]]:
-        source, filename, uptodate = super().get_source(environment, template)
+        source, filename, uptodate = self._contained(environment, template)
         seen: set[str] = {template}
 
         def splice(match: re.Match[str]) -> str:
@@ -71,17 +74,58 @@ class _InliningLoader(jinja2.FileSystemLoader):
             if name in seen:
                 raise jinja2.TemplateError(f"{template} includes {name} recursively")
             seen.add(name)
-            text = self._INCLUDE.sub(splice, super(_InliningLoader, self).get_source(environment, name)[0])
+            text = self._INCLUDE.sub(splice, self._contained(environment, name)[0])
             seen.discard(name)
             return text if text.endswith("\n") else text + "\n"
 
         return self._INCLUDE.sub(splice, source), filename, uptodate
 
+    def _contained(self, environment: jinja2.Environment, name: str) -> tuple[str, str, Callable[[], bool]]:
+        """A template's source, which must be a file inside the template directory once links are
+        followed: a template linked to a file elsewhere is not read."""
+        source, filename, uptodate = super().get_source(environment, name)
+        roots = [Path(p).resolve() for p in self.searchpath]
+        if not any(Path(filename).resolve().is_relative_to(root) for root in roots):
+            raise jinja2.TemplateError(f"{name} leads outside the template directory (a symbolic link?)")
+        return source, filename, uptodate
+
+
+class UserTemplates(ImmutableSandboxedEnvironment):
+    """The sandbox for templates the matrix names, with '*' and '**' bounded too: the sandbox
+    stops range() at 100,000 items, but 'x' * 10**10 would still take 10 GB."""
+
+    intercepted_binops = frozenset({"*", "**"})
+    MAX_ITEMS = 1_000_000  # characters or items a '*' may make; a Dockerfile is a few kB
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > 1_000:
+            raise SecurityError(f"'**' with an exponent of {right} is too large")
+        for sequence, times in ((left, right), (right, left)):
+            if (
+                operator == "*"
+                and isinstance(sequence, str | list | tuple)
+                and isinstance(times, int)
+                and len(sequence) * times > self.MAX_ITEMS
+            ):
+                raise SecurityError(f"'*' would make more than {self.MAX_ITEMS} items")
+        return super().call_binop(context, operator, left, right)
+
 
 def make_environment(templates: Path) -> jinja2.Environment:
+    """The Jinja environment for a template directory.
+
+    A directory the matrix names holds someone's templates: they render in Jinja's immutable
+    sandbox, which lets a template reach only the values it is given, never Python's internals
+    (``__class__``, ``__globals__``) nor a method that changes something, so rendering runs no
+    other code. imagekit's own templates are part of imagekit and render without the sandbox's
+    checks on every attribute (half the render time of a large matrix).
+    """
     if not (templates / "Dockerfile.j2").is_file():
         raise InputError(f"{templates}: no Dockerfile.j2 template here; fix `templates` in the matrix")
-    env = jinja2.Environment(
+    # imagekit's own: its template directory or one below it (the front ends' templates)
+    own = templates.resolve().is_relative_to(default_templates_dir().resolve())
+    environment = jinja2.Environment if own else UserTemplates
+    env = environment(
         loader=_InliningLoader(str(templates)),
         undefined=jinja2.StrictUndefined,  # a typo in a template fails, never renders as ""
         autoescape=False,
@@ -161,6 +205,7 @@ class Renderer:
         # the header names the matrix file; a name that could break a Dockerfile line is not used
         self.matrix_name = name if re.fullmatch(r"[A-Za-z0-9._-]+", name) else "the matrix file"
         self._local_base_digests: dict[str, str] = {}
+        self._parent_digests: dict[str, str] = {}  # cell id -> input digest, for its front ends
         self._wheelhouse: tuple[tuple[str, Path], ...] | None = None
         self._resolver: WheelResolver | None = None
 
@@ -196,6 +241,13 @@ class Renderer:
             return template.render(cell=cell, recipe=recipe)
         except jinja2.TemplateError as exc:
             raise InputError(f"{self.templates}: template error rendering {cell.id}: {exc}") from None
+        except Exception as exc:
+            if not isinstance(template.environment, UserTemplates):
+                raise  # imagekit's own templates: a bug, with its traceback
+            # someone's template failed in its own arithmetic, lookups or recursion: their error
+            raise InputError(
+                f"{self.templates}: template error rendering {cell.id}: {type(exc).__name__}: {one_line(exc)}"
+            ) from None
 
     def wheelhouse_files(self) -> tuple[tuple[str, Path], ...]:
         if self._wheelhouse is None:
@@ -222,13 +274,14 @@ class Renderer:
         # A front end installs into its cell's environment: it needs the wheels of what it adds,
         # resolved together with what the cell holds, less the cell's own wheels.
         parent = self.plan.cell(cell.parent) if cell.parent else cell
-        requirements = self._requirements(parent)
+        own = self._requirements(parent)
+        requirements = own
         if cell.frontend is not None:
             requirements += make_frontend_recipe(cell, self.plan.matrix, self.matrix_name).requirements
         try:
             closure = self._closure(parent, requirements)
             if cell.frontend is not None:
-                installed = set(self._closure(parent, self._requirements(parent)))
+                installed = set(self._closure(parent, own))
                 closure = [path for path in closure if path not in installed]
         except InputError as exc:
             if pip.no_index:
@@ -260,14 +313,16 @@ class Renderer:
             else [(CHECK_SCRIPT_CONTEXT, packaged_check_script())]
         )
         wheel_note = None
-        # A fixed stack installs into its own Python with no wheelhouse stage: it gets no wheels.
-        if self.plan.matrix.sources.pip.find_links and cell.stack is None:
+        if uses_wheelhouse(cell, self.plan.matrix):
             wheels, wheel_note = self.cell_wheels(cell)
             context += wheels
         base_digest = None
         if cell.parent is not None:
             # Built FROM the parent's tag: the parent's inputs are this cell's too.
-            base_digest = self.render(self.plan.cell(cell.parent)).input_digest
+            base_digest = self._parent_digests.get(cell.parent)
+            if base_digest is None:
+                base_digest = self.render(self.plan.cell(cell.parent)).input_digest
+                self._parent_digests[cell.parent] = base_digest
         elif cell.local_base is not None:
             name = cell.local_base.name
             if name not in self._local_base_digests:

@@ -1,17 +1,27 @@
 """The build report as text: a table for terminals, Markdown for a CI job summary.
 
-Values come from a state file that may have been edited: every one is escaped for the format it
-lands in (Markdown table cells, HTML inside <details>).
+Values come from a state file that may have been edited (or from what an image printed): every
+one is escaped for the format it lands in. Rows are terminal-safe (no control or invisible
+character); Markdown escapes HTML and Markdown's own syntax in every value, so a value stays text
+in a job summary (never a tag, an image, a link or a table cell of its own).
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
-from imagekit.store import STATUSES, BuildReport, CellResult
+from imagekit.errors import printable
+from imagekit.store import STATUSES, BuildReport, CellResult, GpuFigures
+
+_MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]|~])")
+
+
+def markdown_text(value: str) -> str:
+    """``value`` as literal text inside Markdown (a table cell, a summary, a heading): one line,
+    HTML escaped, and Markdown's inline syntax (emphasis, code, links, images, pipes) escaped."""
+    return _MARKDOWN_SYNTAX.sub(r"\\\1", html.escape(printable(value), quote=False))
 
 
 def format_size(size: int | None) -> str:
@@ -27,13 +37,13 @@ def _short_id(image_id: str | None) -> str:
 ROW_HEADERS = ("cell", "status", "verified", "image", "size", "time", "base digest", "detail")
 
 
-def throttle_note(metrics: Mapping[str, Any]) -> str:
+def throttle_note(gpus: Sequence[GpuFigures]) -> str:
     """``throttled: sw_power_cap`` when a GPU spent samples of the timed GEMM clock-limited: a low
     TFLOP/s figure is then the device's state, not the image's."""
-    gpus = [g for g in metrics.get("gpus") or () if isinstance(g, Mapping) and g.get("throttled_samples")]
-    if not gpus:
+    throttled = [g for g in gpus if g.throttled_samples]
+    if not throttled:
         return ""
-    reasons = sorted({str(k) for g in gpus for k, v in (g.get("throttle") or {}).items() if v})
+    reasons = sorted({k for g in throttled for k, v in g.throttle.items() if v})
     return f"throttled: {', '.join(reasons) or 'yes'}"
 
 
@@ -43,7 +53,7 @@ def _verified(result: CellResult) -> str:
         return "-"
     tflops = verification.metrics.get("gemm_perf.tflops")
     figures = [f"{tflops:.0f} TFLOP/s"] if isinstance(tflops, int | float) else []
-    figures += [note] if (note := throttle_note(verification.metrics)) else []
+    figures += [note] if (note := throttle_note(verification.gpu_figures)) else []
     return verification.label + (f" ({'; '.join(figures)})" if figures else "")
 
 
@@ -62,18 +72,17 @@ def rows(report: BuildReport) -> list[tuple[str, ...]]:
                 f"{c.name}: {c.cause or c.reason or 'failed'}" for c in failed[:2]
             )
         name = result.id if result.kind == "cell" else f"{result.id} (base)"
-        out.append(
-            (
-                name,
-                result.status,
-                _verified(result) if result.kind == "cell" else "",
-                _short_id(result.image_id),
-                format_size(result.size),
-                f"{result.duration_s:.1f}s",
-                base,
-                detail,
-            )
+        row = (
+            name,
+            result.status,
+            _verified(result) if result.kind == "cell" else "",
+            _short_id(result.image_id),
+            format_size(result.size),
+            f"{result.duration_s:.1f}s",
+            base,
+            detail,
         )
+        out.append(tuple(printable(value) for value in row))
     return out
 
 
@@ -86,21 +95,22 @@ def summary_line(report: BuildReport) -> str:
 def markdown(report: BuildReport) -> str:
     """A GitHub job summary: a table, then each failure's last lines in a details block."""
 
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    lines = [f"### imagekit build: {report.matrix}", "", summary_line(report), ""]
+    lines = [
+        f"### imagekit build: {markdown_text(report.matrix)}",
+        "",
+        markdown_text(summary_line(report)),
+        "",
+    ]
     lines.append("| " + " | ".join(ROW_HEADERS) + " |")
     lines.append("|" + "---|" * len(ROW_HEADERS))
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows(report)]
+    lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in rows(report)]
     for result in (*report.bases, *report.cells):
         if result.status == "failed" and result.error_tail:
-            summary = html.escape(f"{result.id}: {cell(result.error or '')}", quote=False)
+            summary = markdown_text(f"{result.id}: {result.error or ''}")
+            tail = [printable(line) for line in result.error_tail]  # code: no escaping, no controls
             # a fence longer than any backtick run in the log, so the log cannot close it
-            longest = max(
-                (len(run) for line in result.error_tail for run in re.findall("`+", line)), default=0
-            )
+            longest = max((len(run) for line in tail for run in re.findall("`+", line)), default=0)
             fence = "`" * max(3, longest + 1)
             lines += ["", f"<details><summary>{summary}</summary>", ""]
-            lines += [fence, *result.error_tail, fence, "", "</details>"]
+            lines += [fence, *tail, fence, "", "</details>"]
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ assembles cells; every refusal it reports comes from here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -82,6 +83,22 @@ def torch_is_a_release(request: Request, compat: Compat) -> str | None:
     if _release(request, compat) is None and version_key(request.torch) < version_key(newest):
         return f"torch {request.torch} is not a release imagekit knows (2.0 to {newest})"
     return None
+
+
+def torch_patch_exists(request: Request, compat: Compat) -> str | None:
+    """A patch the table lacks of a release it knows, no newer than the newest it knows, never
+    existed: allow_unknown is for releases newer than the table, not for typos in it."""
+    release = _release(request, compat)
+    if release is None or _known_patch(request, compat):
+        return None
+    newest = compat.newest_patch()
+    if version_key(request.torch) > version_key(newest):
+        return None
+    patches = ", ".join(sorted(release.patches, key=version_key))
+    return (
+        f"torch {request.torch} is not a {release.minor} release (its patches: {patches}); pick one of"
+        f" those. allow_unknown admits only releases newer than the table's newest ({newest})"
+    )
 
 
 def torch_in_table(request: Request, compat: Compat) -> str | None:
@@ -158,6 +175,48 @@ def cuda_in_table(request: Request, compat: Compat) -> str | None:
     return (
         f"CUDA {request.cuda} is not in imagekit's compatibility table; set allow_unknown: true and cuda_full"
     )
+
+
+def cuda_patch_is_the_base_toolkit(request: Request, compat: Compat) -> str | None:
+    """A CUDA value written with its patch (12.1.9) names the toolkit of the base: it must be the
+    one the cell is built on (the table's nvidia/cuda version, or cuda_full), never silently
+    another patch of the same minor."""
+    written = request.cuda_written
+    if request.cuda == "cpu" or written is None or len(version_key(written)) < 3:
+        return None
+    known = compat.cuda_release(request.cuda)
+    built_on = request.cuda_full or (known.image_version if known else None)
+    if built_on is None or version_key(written) == version_key(built_on):
+        return None
+    if request.cuda_full:
+        return f"cuda {written} and cuda_full {request.cuda_full} name two toolkits; write one of them"
+    return (
+        f"CUDA {written} is not the toolkit imagekit builds CUDA {request.cuda} on (nvidia/cuda"
+        f" {built_on}); write cuda: {request.cuda}, or set cuda_full: {written} to build on that"
+        " nvidia/cuda tag"
+    )
+
+
+# -- extra packages ----------------------------------------------------------------------------------
+
+_TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio"})
+_PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def pip_packages_leave_torch_alone(request: Request, compat: Compat) -> str | None:
+    """torch, torchvision and torchaudio come from the axes, pinned to the cell's build: an extra
+    requirement naming one (in any spelling pip accepts) fights that pin and fails only at build
+    time, after the download."""
+    for requirement in request.pip_packages:
+        name = _PROJECT_NAME.match(requirement)
+        # PEP 503: runs of '-', '_' and '.' are one '-', case does not matter
+        if name and re.sub(r"[-_.]+", "-", name.group(0)).lower() in _TORCH_PACKAGES:
+            return (
+                f"pip_packages lists {requirement}: torch, torchvision and torchaudio come from the"
+                " matrix (the torch axis, the torchvision and torchaudio keys), pinned to the cell's"
+                " build; remove it from pip_packages"
+            )
+    return None
 
 
 # -- Python and flavour ---------------------------------------------------------------------------------
@@ -305,12 +364,10 @@ def one_cudnn_in_the_image(request: Request, compat: Compat) -> str | None:
     """torch's wheel brings its own cuDNN; an nvidia/cuda `cudnn` base brings another. Two majors
     (or minors) in one image load side by side and crash, and the image carries cuDNN twice:
     such a base is kept only where its cuDNN is the wheel's, at the same major.minor."""
-    tag = naming.split_reference(request.image)[1] or ""
-    if (
-        request.cuda == "cpu"
-        or "cudnn" not in tag
-        or not naming.split_reference(request.image)[0].endswith("nvidia/cuda")
-    ):
+    if request.cuda == "cpu" or "cudnn" not in request.image:
+        return None
+    repository, tag = naming.split_reference(request.image)
+    if "cudnn" not in (tag or "") or not repository.endswith("nvidia/cuda"):
         return None
     release = _release(request, compat)
     libraries = release.libraries.get(cuda_variant(request.cuda)) if release else None
@@ -331,12 +388,15 @@ def one_cudnn_in_the_image(request: Request, compat: Compat) -> str | None:
 WHEEL_RULES: tuple[Rule, ...] = (
     torch_written_in_full,
     torch_is_a_release,
+    torch_patch_exists,
     torch_in_table,
+    pip_packages_leave_torch_alone,
     base_matches_accelerator,
     torch_has_cuda_wheel,
     pypi_serves_one_variant,
     cuda_full_of_the_cells_cuda,
     cuda_in_table,
+    cuda_patch_is_the_base_toolkit,
     base_brings_that_python,
     os_packages_python,
     torch_supports_python,
@@ -347,6 +407,7 @@ WHEEL_RULES: tuple[Rule, ...] = (
 STACK_RULES: tuple[Rule, ...] = (
     stack_keeps_its_cuda,
     stack_keeps_its_torch,
+    pip_packages_leave_torch_alone,
     stack_keeps_its_python,
     stack_extras_from_an_index,
     stack_has_no_frontend,

@@ -10,8 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,16 +18,34 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import PydanticCustomError, core_schema
+from pydantic_core import PydanticCustomError
 
 from imagekit.errors import InputError
+from imagekit.limits import (
+    NAME_CHARS,
+    PACKAGE_CHARS,
+    PATH_CHARS,
+    VALUE_CHARS,
+    VERSION_CHARS,
+    VERSION_COMPONENT_DIGITS,
+)
+from imagekit.paths import check_length
+from imagekit.safetypes import (
+    SECRET_WORDS,
+    Registry,
+    SafeString,
+    Url,
+    UrlPattern,
+    describe_error,
+    host_port_problem,
+    more_problems,
+    port_problem,
+    shown,
+)
 from imagekit.yamlsource import SourceDocument, format_path
 
 
@@ -39,126 +56,78 @@ def relative_path_is_inside(path: str) -> bool:
 
 
 # -- safe strings -------------------------------------------------------------------------
+# The checks themselves (and the types the state files share) are ``imagekit.safetypes``'.
 
-_HOSTILE: tuple[tuple[str, str], ...] = (
-    ("\n", "a newline"),
-    ("\r", "a carriage return"),
-    ("\t", "a tab"),
-    (" ", "a space"),
-    ('"', "a quote"),
-    ("'", "a quote"),
-    ("`", "a backtick"),
-    ("$(", "'$('"),
-    ("$", "'$'"),
-    ("\\", "a backslash"),
-)
+_V = VERSION_COMPONENT_DIGITS
 
 
-def _reject_hostile(value: str) -> str:
-    for needle, name in _HOSTILE:
-        if needle in value:
-            raise PydanticCustomError(
-                "unsafe_value",
-                "{detail}",
-                {
-                    "detail": f"{value!r} holds {name}; values that reach a Dockerfile, tag,"
-                    " label or shell command may not hold spaces, quotes, newlines, '$',"
-                    " backticks or backslashes",
-                },
-            )
-    if any(ord(char) < 32 or ord(char) == 127 for char in value):
-        raise PydanticCustomError(
-            "unsafe_value", "{detail}", {"detail": f"{value!r} holds a control character"}
-        )
-    if not value:
-        raise PydanticCustomError("empty_value", "{detail}", {"detail": "must not be empty"})
-    return value
-
-
-@dataclass(frozen=True)
-class SafeString:
-    """Annotated metadata: a hostile-character check, then a format with a friendly message.
-
-    The regex also lands in the JSON Schema as ``pattern``, so editors flag the same values.
-    """
-
-    regex: str
-    what: str
-    example: str
-    # Versions may be written unquoted (imagekit's YAML reader keeps them as written), so the
-    # JSON Schema must not make an editor flag `cuda: [11.8]`.
-    numeric_ok: bool = False
-
-    def check(self, value: str) -> str:
-        _reject_hostile(value)
-        if not re.fullmatch(self.regex, value):
-            raise PydanticCustomError(
-                "bad_format",
-                "{detail}",
-                {"detail": f"{value!r} is not {self.what} (like {self.example!r})"},
-            )
-        return value
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        json_schema = handler(schema)
-        json_schema["pattern"] = f"^{self.regex}$"
-        if self.numeric_ok:
-            return {"anyOf": [json_schema, {"type": "number"}]}
-        return json_schema
+def _version(pattern: str) -> str:
+    """A version pattern whose numeric components are bounded: ``N`` stands for 1 to 9 digits."""
+    return pattern.replace("N", f"[0-9]{{1,{_V}}}")
 
 
 TorchVersion = Annotated[
     str,
     SafeString(
-        r"[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?",
+        _version(r"N\.N(\.N)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?"),
         "a torch version",
         "2.1.2",
         numeric_ok=True,
+        max_length=VERSION_CHARS,
     ),
 ]
 CudaVersion = Annotated[
-    str, SafeString(r"cpu|[0-9]+\.[0-9]+(\.[0-9]+)?", "a CUDA version or 'cpu'", "12.1", numeric_ok=True)
+    str,
+    SafeString(
+        _version(r"cpu|N\.N(\.N)?"),
+        "a CUDA version or 'cpu'",
+        "12.1",
+        numeric_ok=True,
+        max_length=VERSION_CHARS,
+    ),
 ]
 CudaFullVersion = Annotated[
-    str, SafeString(r"[0-9]+\.[0-9]+\.[0-9]+", "a full CUDA version", "12.1.1", numeric_ok=True)
+    str,
+    SafeString(
+        _version(r"N\.N\.N"), "a full CUDA version", "12.1.1", numeric_ok=True, max_length=VERSION_CHARS
+    ),
 ]
-PythonVersion = Annotated[str, SafeString(r"3\.[0-9]+", "a Python minor version", "3.10", numeric_ok=True)]
+PythonVersion = Annotated[
+    str, SafeString(r"3\.[0-9]{1,3}", "a Python minor version", "3.10", numeric_ok=True, max_length=8)
+]
 PackageVersion = Annotated[
     str,
     SafeString(
-        r"none|[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?",
+        _version(r"none|N(\.N)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?"),
         "a version or 'none'",
         "0.16.2",
         numeric_ok=True,
+        max_length=VERSION_CHARS,
     ),
 ]
-Name = Annotated[str, SafeString(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda")]
-OsName = Annotated[str, SafeString(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04")]
+Name = Annotated[
+    str, SafeString(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda", max_length=63)
+]
+OsName = Annotated[
+    str, SafeString(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04", max_length=32)
+]
 # An image reference that may hold {placeholders}; the rendered reference is checked again.
 ImagePattern = Annotated[
     str,
     SafeString(r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"),
 ]
-ImagePrefix = Annotated[
-    str,
-    SafeString(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", "an image name prefix", "nvidia/cuda"),
-]
+IMAGE_PREFIX = SafeString(
+    r"[a-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
+    "an image name prefix",
+    "nvidia/cuda",
+    extra=host_port_problem,
+)
+ImagePrefix = Annotated[str, IMAGE_PREFIX]
 TagPattern = Annotated[str, SafeString(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")]
-Registry = Annotated[str, SafeString(r"[a-z0-9.-]+(:[0-9]+)?", "a registry host[:port]", "ghcr.io")]
 Repository = Annotated[str, SafeString(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")]
-Url = Annotated[str, SafeString(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,=-]+", "a URL", "https://host/x")]
-UrlPattern = Annotated[
-    str,
-    SafeString(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%+,={}-]+", "a URL", "https://host/whl/{variant}"),
+Host = Annotated[
+    str, SafeString(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", "a host name", "pypi.example.org", extra=port_problem)
 ]
-Host = Annotated[str, SafeString(r"[A-Za-z0-9.-]+(:[0-9]+)?", "a host name", "pypi.example.org")]
 
 
 def _inside(value: str) -> str:
@@ -166,13 +135,19 @@ def _inside(value: str) -> str:
         raise PydanticCustomError(
             "path_escapes",
             "{detail}",
-            {"detail": f"{value!r} must stay inside the matrix directory (no absolute path, no '..')"},
+            {"detail": f"{shown(value)} must stay inside the matrix directory (no absolute path, no '..')"},
         )
+    try:
+        check_length(Path(value), repr(value))
+    except InputError as exc:
+        raise PydanticCustomError("path_too_long", "{detail}", {"detail": exc.message}) from None
     return value
 
 
 RelativePath = Annotated[
-    str, SafeString(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse"), AfterValidator(_inside)
+    str,
+    SafeString(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse", max_length=PATH_CHARS),
+    AfterValidator(_inside),
 ]
 Requirement = Annotated[
     str,
@@ -180,16 +155,19 @@ Requirement = Annotated[
         r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+,?)*",
         "a pip requirement",
         "numpy<2",
+        max_length=PACKAGE_CHARS,
     ),
 ]
 AptPackage = Annotated[
-    str, SafeString(r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git")
+    str,
+    SafeString(
+        r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git", max_length=PACKAGE_CHARS
+    ),
 ]
-_SECRET_WORDS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "KEY", "CREDENTIAL", "AUTH")
 
 
 def _not_a_secret(name: str) -> str:
-    if any(word in name.upper() for word in _SECRET_WORDS):
+    if any(word in name.upper() for word in SECRET_WORDS):
         raise PydanticCustomError(
             "secret_build_arg",
             "{detail}",
@@ -203,14 +181,18 @@ def _not_a_secret(name: str) -> str:
     return name
 
 
-EnvName = Annotated[str, SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST")]
+EnvName = Annotated[
+    str,
+    SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST", max_length=NAME_CHARS),
+]
 # ENV values and build arguments never pass through a shell, so ';' (TORCH_CUDA_ARCH_LIST) is fine.
 BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret)]
-SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0")]
+SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0", max_length=VALUE_CHARS)]
 
 Flavour = Literal["devel", "runtime"]
 # What a person reaches the image through: none (today's image), JupyterLab, or an SSH server.
-Frontend = Literal["none", "jupyter", "ssh"]
+ServedFrontend = Literal["jupyter", "ssh"]  # a front end a cell actually serves
+Frontend = Literal["none", ServedFrontend]
 PublishPolicy = Literal["gpu-validated", "checked", "built"]
 
 
@@ -221,7 +203,7 @@ def _unique(values: list[Any]) -> list[Any]:
             raise PydanticCustomError(
                 "duplicate_value",
                 "{detail}",
-                {"detail": f"value {value!r} at index {index} is listed twice"},
+                {"detail": f"value {shown(str(value))} at index {index} is listed twice"},
             )
         seen.add(value)
     return values
@@ -387,7 +369,7 @@ class PipSources(StrictModel):
             raise PydanticCustomError(
                 "bad_placeholder",
                 "{detail}",
-                {"detail": f"{value!r} may use only the {{variant}} placeholder"},
+                {"detail": f"{shown(value)} may use only the {{variant}} placeholder"},
             )
         return value
 
@@ -478,6 +460,14 @@ class Matrix(StrictModel):
         None, description="template directory relative to the matrix file (default: imagekit's)"
     )
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_is_a_number(cls, value: Any) -> Any:
+        # `true` would pass as 1 (a bool is an int in Python): the version is a number, written so.
+        if isinstance(value, bool):
+            raise PydanticCustomError("bad_version", "{detail}", {"detail": "must be 1, not a boolean"})
+        return value
+
     @field_validator("bases")
     @classmethod
     def _some_bases(cls, value: dict[str, BaseSpec]) -> dict[str, BaseSpec]:
@@ -494,18 +484,11 @@ def json_schema() -> dict[str, Any]:
 
 
 def _error_line(doc: SourceDocument, error: Mapping[str, Any]) -> str:
-    # pydantic marks a failing mapping key with a "[key]" step; the path names the key itself
-    loc: tuple[str | int, ...] = tuple(part for part in error["loc"] if part != "[key]")
-    ctx = error.get("ctx") or {}
-    message = str(ctx.get("detail") or error["msg"])
+    loc, message = describe_error(error)
     if error["type"] == "unknown_key":
-        loc = (*loc, str(ctx["key"]))
-    elif error["type"] == "missing":
-        message = "is required"
-    elif loc == ("version",):
+        loc = (*loc, str((error.get("ctx") or {})["key"]))
+    elif loc == ("version",) and error["type"] not in ("bad_version", "missing"):
         message = "must be 1 (the only schema version)"
-    elif not ctx.get("detail") and not isinstance(error.get("input"), (dict, list)):
-        message += f" (got {error.get('input')!r:.60})"
     return f"{doc.where(loc)}: {format_path(loc)}: {message}"
 
 
@@ -515,7 +498,4 @@ def validate_matrix(doc: SourceDocument) -> Matrix:
         return Matrix.model_validate(doc.value)
     except ValidationError as exc:
         errors = exc.errors()
-        line = _error_line(doc, errors[0])
-        if len(errors) > 1:
-            line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-        raise InputError(line) from None
+        raise InputError(_error_line(doc, errors[0]) + more_problems(len(errors))) from None

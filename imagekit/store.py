@@ -11,6 +11,7 @@ The records live here, so nothing that stores or shows a report imports a stage.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -18,14 +19,42 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.limits import MAX_GPUS, MAX_ITEMS, MAX_RECORDS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
+from imagekit.paths import check_length, os_problem, read_regular_file
+from imagekit.safetypes import (
+    RECORD_CONFIG,
+    CellId,
+    Count,
+    GpuText,
+    ImageDigest,
+    ImageReference,
+    ImageTag,
+    InputDigest,
+    Items,
+    JsonScalars,
+    Number,
+    PathText,
+    Registry,
+    RepositoryName,
+    Seconds,
+    ShortText,
+    Text,
+    Timestamp,
+    VerifiedImage,
+    parse_json,
+    validate_json,
+)
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
 Verdict = Literal["validated", "checked", "failed"]
+FIGURE_BOUND = 1e12
+Figure = Annotated[float, Number(-FIGURE_BOUND, FIGURE_BOUND)]  # a measured value, finite and bounded
 REPORT_NAME = "report.json"
 LOCK_NAME = "lock"
 LOGS_DIR = "logs"
@@ -35,30 +64,60 @@ REPORT_VERSION = 1
 # -- verification records ---------------------------------------------------------------------------
 
 
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 14] + " ... (clipped)"
+
+
+def _fit(value: Any) -> Any:
+    """A record's JSON cut to what a report holds: an engine's error, a build log's line or an
+    image's output may be any length, but what imagekit writes it must read back."""
+    if isinstance(value, str):
+        return _clipped(value, TEXT_CHARS)
+    if isinstance(value, list):
+        return [_fit(item) for item in value[:MAX_ITEMS]]
+    if isinstance(value, dict):
+        return {key: _fit(item) for key, item in value.items()}
+    return value
+
+
+def _seconds(value: object) -> float:
+    """A duration the check script reported, as a number the report can hold (else 0)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 10**9:
+        return float(value)
+    return 0.0
+
+
 @dataclass(frozen=True)
 class CheckRecord:
-    name: str
-    status: str  # pass | fail | skip
+    __pydantic_config__ = RECORD_CONFIG
+
+    name: ShortText
+    status: ShortText  # pass | fail | skip; any other word counts as a failure
     required: bool
-    reason: str | None = None
-    expected: str | None = None
-    actual: str | None = None
-    detail: str | None = None
-    cause: str | None = None
-    fix: str | None = None
-    duration_s: float = 0.0
+    reason: Text | None = None
+    expected: Text | None = None
+    actual: Text | None = None
+    detail: Text | None = None
+    cause: Text | None = None
+    fix: Text | None = None
+    duration_s: Seconds = 0.0
 
     @classmethod
     def from_script(cls, raw: Mapping[str, Any]) -> CheckRecord:
+        """A check as the in-image script reported it. The image may print anything: each value
+        is cut to what a report holds, so the report written is always one imagekit can read."""
+
         def text(key: str) -> str | None:
             value = raw.get(key)
             if value is None:
                 return None
-            return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            return _clipped(
+                value if isinstance(value, str) else json.dumps(value, sort_keys=True), TEXT_CHARS
+            )
 
         return cls(
-            name=str(raw.get("name", "?")),
-            status=str(raw.get("status", "fail")),
+            name=_clipped(str(raw.get("name", "?")), SHORT_CHARS),
+            status=_clipped(str(raw.get("status", "fail")), SHORT_CHARS),
             required=bool(raw.get("required", True)),
             reason=text("reason"),
             expected=text("expected"),
@@ -66,28 +125,64 @@ class CheckRecord:
             detail=text("detail"),
             cause=text("cause"),
             fix=text("fix"),
-            duration_s=float(raw.get("duration_s") or 0.0),
+            duration_s=_seconds(raw.get("duration_s")),
         )
 
 
 @dataclass(frozen=True)
+class Span:
+    """A telemetry figure sampled while the timed GEMM ran."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    min: Figure | None = None
+    max: Figure | None = None
+    mean: Figure | None = None
+
+
+@dataclass(frozen=True)
+class GpuFigures:
+    """One GPU of the timed GEMM: its TFLOP/s against its floor and what the GPU did meanwhile,
+    so a low figure can be told apart from a throttled device."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    index: Count | None = None
+    device: ShortText | None = None
+    tflops: Figure | None = None
+    floor_tflops: Figure | None = None
+    status: ShortText | None = None
+    sm_clock_mhz: Span | None = None
+    power_w: Span | None = None
+    temperature_c: Span | None = None
+    utilization_pct: Span | None = None
+    memory_used_mib: Span | None = None
+    # throttle reason -> samples it was active in; throttled_samples: samples any limited the clock
+    throttle: Annotated[Mapping[ShortText, Count], Items(MAX_ITEMS)] = field(default_factory=dict)
+    throttled_samples: Count | None = None
+
+
+@dataclass(frozen=True)
 class Verification:
-    target: str
-    image: str
-    gpus: str
+    __pydantic_config__ = RECORD_CONFIG
+
+    target: CellId
+    image: VerifiedImage
+    gpus: GpuText
     verdict: Verdict
     gpu_requested: bool
     gpu_visible: bool
-    checks: tuple[CheckRecord, ...]
-    duration_s: float
-    error: str | None = None  # one line: why the run itself failed (timeout, no JSON, ...)
-    exit_code: int | None = None
-    log: str | None = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-    finished_at: str | None = None  # ISO 8601 UTC; when the verdict was reached
+    checks: Annotated[tuple[CheckRecord, ...], Items(MAX_ITEMS)]
+    duration_s: Seconds
+    error: Text | None = None  # one line: why the run itself failed (timeout, no JSON, ...)
+    exit_code: Annotated[int, Number(-(2**31), 2**32, integer=True)] | None = None
+    log: PathText | None = None
+    metrics: Annotated[Mapping[str, Any], JsonScalars()] = field(default_factory=dict)  # the timed GEMM's
+    gpu_figures: Annotated[tuple[GpuFigures, ...], Items(MAX_GPUS)] = ()  # per GPU: figure and telemetry
+    finished_at: Timestamp | None = None  # ISO 8601 UTC; when the verdict was reached
     # The manifest digest of the image the checks ran on, when it came from a registry (verify
     # --pull runs the staged repo@digest; otherwise the engine's RepoDigests name it, if at all).
-    image_digest: str | None = None
+    image_digest: ImageDigest | None = None
 
     @property
     def label(self) -> str:
@@ -96,21 +191,20 @@ class Verification:
     def failed_checks(self) -> tuple[CheckRecord, ...]:
         return tuple(c for c in self.checks if c.status not in ("pass", "skip"))
 
+    def count(self, status: Literal["pass", "skip"]) -> int:
+        return sum(1 for c in self.checks if c.status == status)
+
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["checks"] = [asdict(c) for c in self.checks]
         data["metrics"] = dict(self.metrics)
+        data["gpu_figures"] = [asdict(g) for g in self.gpu_figures]
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verification:
-        return cls(
-            **{
-                **data,
-                "checks": tuple(CheckRecord(**c) for c in data["checks"]),
-                "metrics": dict(data.get("metrics") or {}),
-            }
-        )
+        """A verification as ``as_json`` wrote it, every field checked (InputError otherwise)."""
+        return validate_json(cls, json.dumps(data), "verification", "record it again")
 
 
 # -- build records ---------------------------------------------------------------------------------
@@ -120,39 +214,44 @@ class Verification:
 class Staged:
     """Where ``build --push`` put a cell's image: a staging tag and the manifest digest pushed."""
 
-    registry: str  # host[:port]
-    repository: str  # without the registry
-    tag: str  # staging-<input digest, 12 hex>
-    digest: str  # sha256:... of the manifest, what repo@digest pulls
+    __pydantic_config__ = RECORD_CONFIG
+
+    registry: Registry  # host[:port]
+    repository: RepositoryName  # without the registry
+    tag: ImageTag  # staging-<input digest, 12 hex>
+    digest: ImageDigest  # sha256:... of the manifest, what repo@digest pulls
 
     @property
     def name(self) -> str:
         """``registry/repository``, as the engine names it."""
-        return f"{self.registry}/{self.repository}"
+        return naming.repository(self.registry, self.repository)
 
     @property
     def reference(self) -> str:
         """``registry/repository@sha256:...``: exactly the staged image."""
-        return f"{self.name}@{self.digest}"
+        return naming.by_digest(self.name, self.digest)
 
 
 @dataclass(frozen=True)
 class CellResult:
-    id: str
+    __pydantic_config__ = RECORD_CONFIG
+
+    id: CellId
     kind: Literal["cell", "base"]
     status: Status
-    base_image: str
-    image_id: str | None = None
-    tags: tuple[str, ...] = ()  # full references (repository:tag) the image carries
-    size: int | None = None  # bytes
-    input_digest: str | None = None
-    base_digest: str | None = None  # name@sha256:... when pulled, else the base's image id
-    duration_s: float = 0.0
-    log: str | None = None
-    error: str | None = None  # one-line reason
-    error_tail: tuple[str, ...] = ()  # the last lines of the build output
+    base_image: Text  # a reference; for a local base, the FROM lines of its Dockerfile
+    image_id: ImageDigest | None = None
+    # full references (repository:tag) the image carries
+    tags: Annotated[tuple[ImageReference, ...], Items(MAX_ITEMS)] = ()
+    size: Count | None = None  # bytes
+    input_digest: InputDigest | None = None
+    base_digest: ImageReference | None = None  # name@sha256:... when pulled, else the base's image id
+    duration_s: Seconds = 0.0
+    log: PathText | None = None
+    error: Text | None = None  # one-line reason
+    error_tail: Annotated[tuple[Text, ...], Items(MAX_ITEMS)] = ()  # the last lines of the build output
     verification: Verification | None = None  # the last `imagekit verify` of this image
-    image_digest: str | None = None  # sha256:... of the pushed manifest, when known (bake-import)
+    image_digest: ImageDigest | None = None  # sha256:... of the pushed manifest, when known (bake-import)
     staged: Staged | None = None  # where `build --push` staged this image
 
     def as_json(self) -> dict[str, Any]:
@@ -162,29 +261,20 @@ class CellResult:
         data["verification"] = self.verification.as_json() if self.verification else None
         return data
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CellResult:
-        verification = data.get("verification")
-        staged = data.get("staged")
-        return cls(
-            **{
-                **data,
-                "tags": tuple(data["tags"]),
-                "error_tail": tuple(data["error_tail"]),
-                "verification": Verification.from_json(verification) if verification else None,
-                "staged": Staged(**staged) if staged else None,
-            }
-        )
+
+Records = Annotated[tuple[CellResult, ...], Items(MAX_RECORDS)]
 
 
 @dataclass(frozen=True)
 class BuildReport:
-    matrix: str
-    started: str  # ISO 8601, UTC
-    duration_s: float
-    engine: str
-    cells: tuple[CellResult, ...]
-    bases: tuple[CellResult, ...]
+    __pydantic_config__ = RECORD_CONFIG
+
+    matrix: PathText
+    started: Timestamp  # ISO 8601, UTC
+    duration_s: Seconds
+    engine: Text
+    cells: Records
+    bases: Records
 
     @property
     def failed(self) -> bool:
@@ -234,51 +324,61 @@ class BuildReport:
             "duration_s": self.duration_s,
             "engine": self.engine,
             "counts": self.counts(),
-            "cells": [r.as_json() for r in self.cells],
-            "bases": [r.as_json() for r in self.bases],
+            "cells": [_fit(r.as_json()) for r in self.cells],
+            "bases": [_fit(r.as_json()) for r in self.bases],
         }
 
 
 def write_report(state_dir: Path, report: BuildReport) -> Path:
     path = state_dir / REPORT_NAME
     try:
-        atomic_write(path, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
-    except OSError as exc:  # a full or read-only disk: the rename never happened
-        raise EnvironmentProblem(
-            f"cannot write the report {path}: {exc.strerror or exc}; the previous report is kept"
-        ) from None
+        atomic_write(path, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n", inside=state_dir)
+    except EnvironmentProblem as exc:  # a full or read-only disk: the rename never happened
+        raise EnvironmentProblem(f"{exc.message}; the previous report is kept") from None
     return path
 
 
+def _move_away(path: Path) -> str:
+    return f"fix it, or move it away (`mv {path} {path}.bad`) to start a new report"
+
+
 def _unreadable(path: Path, problem: str) -> InputError:
-    return InputError(
-        f"{path}: {problem}; fix it, or move it away (`mv {path} {path}.bad`) to start a new report"
-    )
+    return InputError(f"{path}: {problem}; {_move_away(path)}")
+
+
+def parse_report(raw: bytes, path: Path) -> BuildReport:
+    """A report file's bytes as a BuildReport, every field checked by its type and pattern (the
+    file may have been edited, or come from another machine's CI job): the first wrong field is
+    one InputError naming the file and the field. pydantic is imported here, when a report is read.
+    """
+    try:
+        data = parse_json(raw)
+    except ValueError as exc:
+        raise _unreadable(path, f"not a readable report ({exc})") from None
+    if not isinstance(data, dict):
+        raise _unreadable(path, f"(top level): a report is a JSON object, not {type(data).__name__}")
+    version = data.get("version")
+    if type(version) is not int or version != REPORT_VERSION:  # true and 1.0 equal 1 too
+        raise _unreadable(path, f"report version {version!r:.40}; expected {REPORT_VERSION}")
+    for key in ("cells", "bases"):  # counted before the records are built (pydantic counts after)
+        if isinstance(data.get(key), list) and len(data[key]) > MAX_RECORDS:
+            raise _unreadable(
+                path, f"{key}: {len(data[key]):,} records; a report holds at most {MAX_RECORDS:,}"
+            )
+    del data
+    return validate_json(BuildReport, raw, str(path), _move_away(path))
 
 
 def read_previous(state_dir: Path) -> BuildReport | None:
     """The report in ``state_dir``; None when there is none yet, an InputError when unreadable."""
     path = state_dir / REPORT_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_regular_file(path, STATE_BYTES, "the report.json imagekit writes")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise _unreadable(path, f"not a readable report ({exc})") from None
-    try:
-        version = data.get("version")
-        if type(version) is not int or version != REPORT_VERSION:  # true and 1.0 equal 1 too
-            raise _unreadable(path, f"report version {data.get('version')!r}; expected {REPORT_VERSION}")
-        return BuildReport(
-            matrix=data["matrix"],
-            started=data["started"],
-            duration_s=data["duration_s"],
-            engine=data["engine"],
-            cells=tuple(CellResult.from_json(c) for c in data["cells"]),
-            bases=tuple(CellResult.from_json(c) for c in data["bases"]),
-        )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise _unreadable(path, f"malformed report ({exc!r})") from None
+    except InputError as exc:
+        raise InputError(f"{exc.message}; {_move_away(path)}") from None
+    return parse_report(raw, path)
 
 
 def read_report(state_dir: Path) -> BuildReport:
@@ -294,7 +394,9 @@ def _probe_room(state_dir: Path) -> None:
     """Fail before any work when the state directory cannot take a report and a few logs."""
     probe = state_dir / f".room-probe.{os.getpid()}.tmp"
     try:
-        with probe.open("wb") as handle:
+        probe.unlink(missing_ok=True)  # one a killed run left; never a link to write through
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(b"\0" * PROBE_BYTES)
             handle.flush()
             os.fsync(handle.fileno())
@@ -306,10 +408,19 @@ def _probe_room(state_dir: Path) -> None:
 def state_lock(state_dir: Path) -> Iterator[None]:
     """Hold ``state_dir/lock`` exclusively; a second holder fails at once instead of waiting."""
     path = state_dir / LOCK_NAME
+    check_length(path, "--state-dir")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: the lock is truncated and written; a link in its place would aim that elsewhere
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                f"{path} is a symbolic link; remove it (imagekit never writes through one)"
+            ) from None
+        problem = os_problem(exc, path, "use")
+        if isinstance(problem, InputError):
+            raise problem from None
         raise EnvironmentProblem(f"cannot use {path}: {exc.strerror or exc}; {_KEPT}") from None
     try:
         try:

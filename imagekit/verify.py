@@ -31,16 +31,19 @@ from typing import TYPE_CHECKING, Any
 
 import docker
 import requests
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, NotFound
 from docker.types import DeviceRequest
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.clock import timestamp
 from imagekit.contract import packaged_check_script
-from imagekit.engine import EngineFailure, is_engine_failure, is_transient, pull, unreachable
+from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_transient, pull, unreachable
 from imagekit.errors import EnvironmentProblem, InputError, one_line
+from imagekit.figures import gemm_figures
+from imagekit.limits import MAX_ITEMS
 from imagekit.registry import docker_auth_config
+from imagekit.safetypes import shown
 from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
@@ -75,13 +78,16 @@ class GpuRequest:
             return cls(value, -1)
         if value in ("none", "0", ""):
             return cls("none", 0)
-        if value.isdigit():
+        # ASCII digits, a few of them: str.isdigit() admits '١٢' and int() fails past 4,300 digits
+        if re.fullmatch(r"[0-9]{1,4}", value):
             return cls(value, int(value))
-        if value.startswith("device="):
+        if value.startswith("device=") and len(value) <= 256:
             ids = tuple(part for part in value.removeprefix("device=").split(",") if part)
             if ids and all(re.fullmatch(r"[A-Za-z0-9-]+", part) for part in ids):
                 return cls(value, len(ids), ids)
-        raise InputError(f"--gpus {text!r}: use all, none, a count (2) or device=0,1 (as docker takes it)")
+        raise InputError(
+            f"--gpus {shown(text)}: use all, none, a count (2) or device=0,1 (as docker takes it)"
+        )
 
     @property
     def requested(self) -> bool:
@@ -131,7 +137,12 @@ def verdict_of(
     document: Mapping[str, Any], gpus: GpuRequest
 ) -> tuple[Verdict, tuple[CheckRecord, ...], bool]:
     """Read the script's document: (verdict, checks, gpu visible)."""
-    checks = tuple(CheckRecord.from_script(c) for c in document.get("checks") or () if isinstance(c, Mapping))
+    listed = document.get("checks")
+    checks = tuple(
+        CheckRecord.from_script(c)
+        for c in (listed if isinstance(listed, list) else [])[:MAX_ITEMS]
+        if isinstance(c, Mapping)
+    )
     gpu_visible = bool(document.get("gpu_visible"))
     # Any status other than pass or skip (fail, error, an unknown word) counts as a failure.
     if not checks or any(c.status not in ("pass", "skip") and c.required for c in checks):
@@ -146,68 +157,6 @@ def verdict_of(
         # Asked for a GPU, none visible, and yet nothing failed: never read that as a pass.
         return "failed", checks, gpu_visible
     return "checked", checks, gpu_visible
-
-
-# Telemetry the check sampled during the timed GEMM (nvidia-smi's names -> the report's).
-TELEMETRY = {
-    "clocks_sm_mhz": "sm_clock_mhz",
-    "power_draw_w": "power_w",
-    "temperature_gpu_c": "temperature_c",
-    "utilization_gpu_pct": "utilization_pct",
-    "memory_used_mib": "memory_used_mib",
-}
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _gpu_figures(device: Mapping[str, Any]) -> dict[str, Any]:
-    """One device of the timed GEMM: its TFLOP/s against its floor and what the GPU did meanwhile,
-    so a low figure can be told apart from a throttled device."""
-    figures: dict[str, Any] = {
-        "index": device.get("index"),
-        "device": str(device.get("device") or "?")[:120],
-        "tflops": _number(device.get("tflops")),
-        "floor_tflops": _number(device.get("floor_tflops")),
-        "status": str(device.get("status") or "?")[:16],
-    }
-    telemetry = device.get("telemetry")
-    if not isinstance(telemetry, Mapping):
-        return figures
-    sampled = telemetry.get("metrics")
-    for source, name in TELEMETRY.items():
-        stats = sampled.get(source) if isinstance(sampled, Mapping) else None
-        if isinstance(stats, Mapping):
-            figures[name] = {k: _number(stats.get(k)) for k in ("min", "max", "mean")}
-    reasons = telemetry.get("throttle_reasons")
-    if isinstance(reasons, Mapping):
-        counts = reasons.get("counts")
-        if isinstance(counts, Mapping):
-            figures["throttle"] = {str(k)[:40]: int(v) for k, v in counts.items() if _number(v)}
-        figures["throttled_samples"] = _number(reasons.get("perf_limiting_samples"))
-    return figures
-
-
-def _metrics(checks: tuple[CheckRecord, ...]) -> dict[str, Any]:
-    """Figures worth a column in the report: the timed GEMM's TFLOP/s (the slowest device), device
-    and floor, and per GPU its figure with the telemetry sampled while it ran."""
-    out: dict[str, Any] = {}
-    for check in checks:
-        if check.name != "gemm_perf" or check.actual is None:
-            continue
-        try:
-            out["gemm_perf.tflops"] = float(check.actual)
-            detail = json.loads(check.detail or "{}")
-        except ValueError:
-            continue
-        if isinstance(detail, dict):
-            out["gemm_perf.device"] = detail.get("device")
-            out["gemm_perf.floor_tflops"] = detail.get("floor_tflops")
-            devices = detail.get("devices")
-            if isinstance(devices, list):
-                out["gpus"] = [_gpu_figures(d) for d in devices[:64] if isinstance(d, Mapping)]
-    return out
 
 
 def _first_json_object(text: str) -> dict[str, Any] | None:
@@ -393,12 +342,9 @@ class Harness:
 
     def _inspect(self, target: Target) -> dict[str, Any] | None:
         """The target's image, pulled first when asked to and this engine lacks it."""
-        try:
-            found: dict[str, Any] = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
+        found = inspect_image(self.api, target.image)
+        if found is not None or not self.pull:
             return found
-        except ImageNotFound:
-            if not self.pull:
-                return None
         registry = target.image.split("/", 1)[0]
         try:
             pull(self.api, target.image, auth_config=docker_auth_config(registry))
@@ -408,11 +354,7 @@ class Harness:
             if is_transient(exc):
                 raise EnvironmentProblem(f"cannot pull {target.image}: {one_line(exc)}") from None
             raise _PullRefused(one_line(exc)) from None
-        try:
-            pulled: dict[str, Any] = self.api.inspect_image(target.image)  # type: ignore[no-untyped-call]
-            return pulled
-        except ImageNotFound:
-            return None
+        return inspect_image(self.api, target.image)
 
     def _verify(self, target: Target) -> Verification:
         started = time.monotonic()
@@ -488,6 +430,7 @@ class Harness:
                 duration, run.error, run.exit_code, run.log,
             )  # fmt: skip
         verdict, checks, gpu_visible = verdict_of(run.document, self.gpus)
+        metrics, gpu_figures = gemm_figures(checks)
         return Verification(
             target=target.name,
             image=target.image,
@@ -499,7 +442,8 @@ class Harness:
             duration_s=duration,
             exit_code=run.exit_code,
             log=run.log,
-            metrics=_metrics(checks),
+            metrics=metrics,
+            gpu_figures=gpu_figures,
         )
 
     def _failed(self, target: Target, started: float, error: str) -> Verification:

@@ -32,7 +32,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from imagekit.atomic import atomic_write
-from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.errors import EnvironmentProblem, ImagekitError, InputError
 
 TIMEOUT_S = 300.0
 ARCH = "x86_64"
@@ -118,7 +118,9 @@ class WheelResolver:
         except (OSError, ValueError, TypeError, InputError):
             pass
         files = self._resolve(request)
-        with contextlib.suppress(OSError):  # a read-only home: resolve again next time
+        # a read-only home (atomic_write's EnvironmentProblem) or an odd cache path (its
+        # InputError): the closure is still right, only resolved again next time
+        with contextlib.suppress(ImagekitError):
             atomic_write(path, json.dumps([str(f) for f in files]) + "\n")
         return files
 

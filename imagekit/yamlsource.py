@@ -8,6 +8,9 @@ Why not ``yaml.safe_load``:
   the schema converts the few fields that really are numbers;
 - an alias bomb (a few lines that expand to billions of nodes) must fail fast: expansion is
   counted while the plain Python value is built;
+- deep nesting must fail at a bound, not in Python's recursion limit: the composer (recursive)
+  counts its depth, before the value is built;
+- only a regular file is read, never past its size limit (a FIFO or /dev/zero as --matrix);
 - no tag is ever constructed beyond YAML's plain types: ``!!python/object`` and friends are
   refused with their position, never executed.
 """
@@ -22,12 +25,14 @@ from typing import Any
 import yaml
 
 from imagekit.errors import InputError
+from imagekit.limits import MATRIX_BYTES, YAML_DEPTH, YAML_NODES
+from imagekit.paths import read_regular_file
 
 PathKey = tuple[str | int, ...]
 
-MAX_BYTES = 1_000_000
-MAX_NODES = 200_000  # after alias expansion; a real matrix is a few hundred
-MAX_DEPTH = 64
+MAX_BYTES = MATRIX_BYTES
+MAX_NODES = YAML_NODES  # after alias expansion
+MAX_DEPTH = YAML_DEPTH
 
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
@@ -185,12 +190,48 @@ class _Builder:
         raise self.fail(node, "a merge key (<<) takes a mapping or a list of mappings")
 
 
+class _TooDeep(Exception):
+    def __init__(self, mark: yaml.Mark | None) -> None:
+        super().__init__("too deep")
+        self.mark = mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with its recursive composer kept to ``MAX_DEPTH`` levels: a document
+    of 20,000 ``[`` would otherwise exhaust Python's stack inside ``compose`` (the scanner and
+    parser keep explicit stacks and never recurse)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH + 1:  # the document's own node is level 1
+                raise _TooDeep(self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _compose(text: str) -> yaml.Node | None:
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
 def parse_yaml(text: str, name: str) -> SourceDocument:
     """Parse one YAML document; every problem is an InputError naming ``name:line:col``."""
     if len(text.encode("utf-8", errors="replace")) > MAX_BYTES:
         raise InputError(f"{name}: larger than {MAX_BYTES} bytes; a matrix file is far smaller")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = _compose(text)
+    except _TooDeep as exc:
+        where = f"{name}:{_position(exc.mark)}" if exc.mark else name
+        raise InputError(f"{where}: nesting deeper than {MAX_DEPTH} levels; a matrix nests four") from None
     except yaml.MarkedYAMLError as exc:
         position = _position(exc.problem_mark) or _position(exc.context_mark)
         where = f"{name}:{position}" if position else name
@@ -210,15 +251,9 @@ def parse_yaml(text: str, name: str) -> SourceDocument:
 
 def read_yaml_file(path: Path) -> SourceDocument:
     try:
-        if path.stat().st_size > MAX_BYTES:  # before reading: a huge file is refused, not loaded
-            raise InputError(f"{path}: larger than {MAX_BYTES} bytes; a matrix file is far smaller")
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_BYTES, "the matrix YAML file (a matrix file is a few kB)")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file; pass an existing matrix with --matrix") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory; pass the matrix YAML file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

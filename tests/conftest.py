@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -17,6 +20,11 @@ from imagekit.cli import app
 REPO = Path(__file__).resolve().parent.parent
 # Wheel closures are cached per user; the tests keep theirs apart (and their children inherit it).
 os.environ.setdefault("IMAGEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="imagekit-test-cache-"))
+# A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+# stays ignored across exec: the Ctrl-C tests would then interrupt nothing. Tests stand for a user
+# at a terminal, so the suite and the processes it starts get Ctrl-C's default behaviour back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # A minimal valid matrix on an nvidia/cuda pattern base, for tests to extend.
 CUDA_BASE = """
@@ -49,3 +57,19 @@ def write_matrix(tmp_path: Path) -> Callable[[str], Path]:
         return path
 
     return write
+
+
+def imagekit(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """imagekit in a process of its own, as a user starts it (a hang, a payload or a signal is
+    then the real thing); never raises on its exit status."""
+    return subprocess.run(
+        [sys.executable, "-m", "imagekit", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -9,16 +9,59 @@ place that reads --only against a plan.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
-from imagekit.errors import ImagekitError, InputError
+from imagekit.errors import ExitCode, ImagekitError, InputError, printable
+from imagekit.limits import VALUE_CHARS
+from imagekit.paths import length_problem
+from imagekit.safetypes import shown
 
 if TYPE_CHECKING:
     from imagekit.matrix import Cell, Plan
+
+# click's UsageError (typer vendors click in newer releases): found through a class typer exports.
+_USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class OneLineUsageErrors(TyperGroup):
+    """Outside a terminal (CI, a pipe, a script), a usage error is one line like every other error,
+    ``imagekit: error: ...`` with exit 2, not click's framed box that a log reader must unpick."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode or sys.stderr.isatty():
+            return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+        try:
+            # Not standalone: click hands us its exceptions, and an exit code where it would exit.
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except _CLICK_ERROR as exc:
+            message = str(getattr(exc, "format_message")())  # noqa: B009 (click's, not typed here)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `imagekit` alone: the help, as asked
+                typer.echo(message, err=True)
+                sys.exit(int(ExitCode.INVALID_INPUT))
+            context = getattr(exc, "ctx", None)
+            hint = f"; see `{context.command_path} --help`" if context is not None else ""
+            say("error", message.rstrip(".") + hint)
+            sys.exit(int(getattr(exc, "exit_code", ExitCode.INVALID_INPUT)))
+        except typer.Abort:
+            say("error", "aborted")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="imagekit",
@@ -26,14 +69,28 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
+    cls=OneLineUsageErrors,
 )
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+def checked_path(value: Any) -> Any:
+    """A path flag's value (or values), refused as bad usage (exit 2, naming the flag) when it is
+    too long to exist, before any command runs: the OS would say so as an odd error mid-way."""
+    for path in value if isinstance(value, list) else [value]:
+        problem = length_problem(Path(path)) if path is not None else None
+        if problem is not None:
+            raise typer.BadParameter(problem)
+    return value
+
+
 MatrixOption = Annotated[
     Path,
-    typer.Option("--matrix", "-m", help="The matrix file.", dir_okay=False, show_default=True),
+    typer.Option(
+        "--matrix", "-m", help="The matrix file.", dir_okay=False, show_default=True, callback=checked_path
+    ),
 ]
 OnlyOption = Annotated[
     list[str] | None,
@@ -41,12 +98,19 @@ OnlyOption = Annotated[
 ]
 StateDirOption = Annotated[
     Path,
-    typer.Option("--state-dir", help="Where the report, logs and lock live.", file_okay=False),
+    typer.Option(
+        "--state-dir", help="Where the report, logs and lock live.", file_okay=False, callback=checked_path
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 LockOption = Annotated[
     Path,
-    typer.Option("--lock", help="The lock file `publish` writes and `images`/`k8s` read.", dir_okay=False),
+    typer.Option(
+        "--lock",
+        help="The lock file `publish` writes and `images`/`k8s` read.",
+        dir_okay=False,
+        callback=checked_path,
+    ),
 ]
 GpusOption = Annotated[
     str,
@@ -68,8 +132,9 @@ DEFAULT_LOCK = Path("images.lock.json")
 
 
 def say(kind: str, message: str) -> None:
-    """One line on stderr: ``imagekit: <kind>: <message>``."""
-    typer.echo(f"imagekit: {kind}: {message}", err=True)
+    """One line on stderr: ``imagekit: <kind>: <message>``, with no control character in it (a
+    value read from a file must not move the cursor, recolour the terminal or start a new line)."""
+    typer.echo(f"imagekit: {kind}: {printable(message)}", err=True)
 
 
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
@@ -107,9 +172,12 @@ def parse_mapping(pairs: Sequence[str], option: str) -> tuple[tuple[str, str], .
     out = []
     for pair in pairs:
         source, sep, target = pair.partition("=")
+        if len(pair) > VALUE_CHARS:
+            raise InputError(f"{option}: {len(pair):,} characters; at most {VALUE_CHARS:,}")
         if not sep or not source or not target or any(c.isspace() for c in pair):
             raise InputError(
-                f"{option} {pair!r}: expected SRC=DST (like nvidia/cuda=127.0.0.1:5000/mirror/nvidia-cuda)"
+                f"{option} {shown(pair)}: expected SRC=DST"
+                " (like nvidia/cuda=127.0.0.1:5000/mirror/nvidia-cuda)"
             )
         out.append((source, target))
     return tuple(out)
@@ -119,7 +187,7 @@ def registry_host(value: str | None, plan: Plan, matrix: Path) -> str:
     """--registry (validated like the matrix's) or the matrix's publish.registry; exit 2 if none."""
     from pydantic import TypeAdapter, ValidationError
 
-    from imagekit.schema import Registry
+    from imagekit.safetypes import Registry
 
     if value is None:
         if not plan.matrix.publish.registry:
@@ -128,4 +196,4 @@ def registry_host(value: str | None, plan: Plan, matrix: Path) -> str:
     try:
         return str(TypeAdapter(Registry).validate_python(value))
     except ValidationError as exc:
-        raise InputError(f"--registry {value!r}: {exc.errors()[0]['msg']}") from None
+        raise InputError(f"--registry {shown(value)}: {exc.errors()[0]['msg']}") from None

@@ -20,6 +20,7 @@ from imagekit.cli.app import (
     StateDirOption,
     VerifyTimeoutOption,
     app,
+    checked_path,
     parse_mapping,
     registry_host,
     reports_errors,
@@ -27,7 +28,7 @@ from imagekit.cli.app import (
     select_cells,
 )
 from imagekit.clock import today
-from imagekit.errors import ExitCode, InputError
+from imagekit.errors import ExitCode, InputError, printable
 from imagekit.naming import LABEL_PREFIX
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def _echo_verification(result: Verification) -> None:
             for c in failed[:3]
         )
         line += f": {reason}"
-    typer.echo(line)
+    typer.echo(printable(line))  # the reasons are what an image printed
 
 
 def _harness(
@@ -122,15 +123,26 @@ def build(
     from imagekit.engine import connect
     from imagekit.progress import make_progress
     from imagekit.report_text import summary_line
+    from imagekit.safetypes import LABEL_KEY, LABEL_VALUE, shown
+    from imagekit.schema import IMAGE_PREFIX
     from imagekit.store import open_store
 
     extra_labels = parse_mapping(label or [], "--label")
-    for key, _ in extra_labels:
+    for key, value in extra_labels:
+        problem = LABEL_KEY.problem(key) or LABEL_VALUE.problem(value)
+        if problem is not None:
+            raise InputError(f"--label {shown(key)}: {problem}")
         if key.startswith(LABEL_PREFIX):
             raise InputError(
                 f"--label {key}: labels under {LABEL_PREFIX}* are imagekit's own (what it checks,"
                 " skips and publishes by); choose another key"
             )
+    mirrors = parse_mapping(mirror or [], "--mirror")
+    for pair in mirrors:
+        for prefix in pair:
+            problem = IMAGE_PREFIX.problem(prefix)
+            if problem is not None:
+                raise InputError(f"--mirror {shown('='.join(pair))}: {problem}")
     the_plan, cells = select_cells(matrix, only)
     if push or registry is not None:
         host: str | None = registry_host(registry, the_plan, matrix)
@@ -143,7 +155,7 @@ def build(
         timeout_s=timeout,
         fail_fast=fail_fast,
         pin_base_digests=pin_base_digests,
-        mirrors=parse_mapping(mirror or [], "--mirror"),
+        mirrors=mirrors,
         cache_from=cache_from,
         network_mode=network,
         extra_labels=extra_labels,
@@ -184,7 +196,10 @@ def report(
     html: Annotated[
         Path | None,
         typer.Option(
-            "--html", help="Also write one self-contained HTML page of the report here.", dir_okay=False
+            "--html",
+            help="Also write one self-contained HTML page of the report here.",
+            dir_okay=False,
+            callback=checked_path,
         ),
     ] = None,
 ) -> None:
@@ -195,6 +210,7 @@ def report(
     """
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from imagekit import report_text
     from imagekit.store import read_report
@@ -215,10 +231,11 @@ def report(
         for header in report_text.ROW_HEADERS:
             table.add_column(header, overflow="fold")
         for row in report_text.rows(the_report):
-            table.add_row(*row)
+            # Text, not a string: a value like "[red]" or "[/]" is shown as written, never as markup
+            table.add_row(*(Text(value) for value in row))
         console = Console(width=None if sys.stdout.isatty() else 200)
         console.print(table)
-        console.print(report_text.summary_line(the_report))
+        console.print(Text(report_text.summary_line(the_report)))
     if the_report.failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
 
@@ -231,14 +248,20 @@ def verify(
         typer.Argument(help="Images to verify instead of a matrix's cells.", show_default=False),
     ] = None,
     matrix: Annotated[
-        Path | None, typer.Option("--matrix", "-m", help="Verify this matrix's built cells.", dir_okay=False)
+        Path | None,
+        typer.Option(
+            "--matrix", "-m", help="Verify this matrix's built cells.", dir_okay=False, callback=checked_path
+        ),
     ] = None,
     only: OnlyOption = None,
     gpus: GpusOption = "all",
     timeout: VerifyTimeoutOption = 900.0,
     memory: Annotated[str, typer.Option("--memory", help="Memory limit of a check container.")] = "16g",
     junit: Annotated[
-        Path | None, typer.Option("--junit", help="Write JUnit XML here (one test case per check).")
+        Path | None,
+        typer.Option(
+            "--junit", help="Write JUnit XML here (one test case per check).", callback=checked_path
+        ),
     ] = None,
     pull: Annotated[
         bool,
@@ -260,8 +283,9 @@ def verify(
     from imagekit.engine import connect
     from imagekit.junit import write_junit
     from imagekit.store import open_store
-    from imagekit.verify import Target, verify_all, verify_cells
+    from imagekit.verify import GpuRequest, Target, verify_all, verify_cells
 
+    GpuRequest.parse(gpus)  # a bad --gpus is bad input (exit 2), whether an engine answers or not
     if images and matrix is not None:
         raise InputError("give images or --matrix, not both")
     if images:

@@ -15,6 +15,7 @@ from imagekit.cli.app import (
     MatrixOption,
     StateDirOption,
     app,
+    checked_path,
     load_plan,
     reports_errors,
     say,
@@ -27,7 +28,12 @@ from imagekit.errors import InputError
 @reports_errors
 def bake_import(
     metadata_file: Annotated[
-        Path, typer.Option("--metadata-file", help="The file `docker buildx bake --metadata-file` wrote.")
+        Path,
+        typer.Option(
+            "--metadata-file",
+            help="The file `docker buildx bake --metadata-file` wrote.",
+            callback=checked_path,
+        ),
     ],
     matrix: MatrixOption = DEFAULT_MATRIX,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
@@ -65,7 +71,9 @@ def merge_reports(
     sources: Annotated[
         list[Path],
         typer.Argument(
-            help="Directories holding a report.json (e.g. downloaded CI artifacts).", show_default=False
+            help="Directories holding a report.json (e.g. downloaded CI artifacts).",
+            show_default=False,
+            callback=checked_path,
         ),
     ],
     state_dir: StateDirOption = DEFAULT_STATE_DIR,

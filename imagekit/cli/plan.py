@@ -14,6 +14,7 @@ from imagekit.cli.app import (
     MatrixOption,
     OnlyOption,
     app,
+    checked_path,
     load_plan,
     reports_errors,
     select_cells,
@@ -73,7 +74,11 @@ def render(
     matrix: MatrixOption = DEFAULT_MATRIX,
     out: Annotated[
         Path | None,
-        typer.Option(help="Directory for the Dockerfiles (default: the matrix's `output`).", file_okay=False),
+        typer.Option(
+            help="Directory for the Dockerfiles (default: the matrix's `output`).",
+            file_okay=False,
+            callback=checked_path,
+        ),
     ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Write nothing; exit 1 when a file differs (CI drift check).")
@@ -81,7 +86,10 @@ def render(
     cst: Annotated[
         Path | None,
         typer.Option(
-            "--cst", help="Also write a container-structure-test config per cell here.", file_okay=False
+            "--cst",
+            help="Also write a container-structure-test config per cell here.",
+            file_okay=False,
+            callback=checked_path,
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -154,7 +162,10 @@ def matrix_export(
     context_dir: Annotated[
         Path,
         typer.Option(
-            "--context-dir", help="bake: where each cell's build context is written.", file_okay=False
+            "--context-dir",
+            help="bake: where each cell's build context is written.",
+            file_okay=False,
+            callback=checked_path,
         ),
     ] = Path(".imagekit/bake"),
 ) -> None:

@@ -19,6 +19,7 @@ from imagekit.cli.app import (
     RegistryOption,
     StateDirOption,
     app,
+    checked_path,
     registry_host,
     reports_errors,
     say,
@@ -126,7 +127,7 @@ def images(
     from imagekit.lockfile import read_lock, render_lock
     from imagekit.matrix import select_ids
 
-    if not lock.is_file():
+    if not lock.exists():
         raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
     entries = read_lock(lock)
     chosen = select_ids(sorted(entries), only or [], str(lock))
@@ -139,7 +140,10 @@ def k8s(
     matrix: MatrixOption = DEFAULT_MATRIX,
     only: OnlyOption = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Directory for the Job manifests.", file_okay=False)
+        Path,
+        typer.Option(
+            "--out", help="Directory for the Job manifests.", file_okay=False, callback=checked_path
+        ),
     ] = Path("k8s"),
     lock: LockOption = DEFAULT_LOCK,
     gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="nvidia.com/gpu per Job.")] = 1,
@@ -192,17 +196,10 @@ def k8s(
     import shlex
 
     from imagekit import k8s as kube
-    from imagekit.lockfile import read_lock
+    from imagekit.lockfile import entries_for, read_lock
 
-    _, cells = select_cells(matrix, only)
-    entries = read_lock(lock)
-    missing = [c.id for c in cells if c.id not in entries]
-    if missing:
-        raise InputError(
-            f"{lock} has no digest for {', '.join(missing[:3])}"
-            + (f" and {len(missing) - 3} more cells" if len(missing) > 3 else "")
-            + "; run `imagekit publish` (or narrow --only)"
-        )
+    the_plan, cells = select_cells(matrix, only)
+    entries = entries_for(read_lock(lock), [c.id for c in cells], the_plan.matrix.publish.repository, lock)
     try:
         argv = tuple(shlex.split(command)) if command is not None else ()
     except ValueError as exc:
@@ -225,7 +222,7 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
-    files = kube.render_jobs({c.id: entries[c.id] for c in cells}, options)
+    files = kube.render_jobs(entries, options)
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)

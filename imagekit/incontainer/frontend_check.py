@@ -72,12 +72,12 @@ from typing import TYPE_CHECKING, Any
 # The result records are check.py's, which lies beside this file in every front-end image
 # (/opt/imagekit/); imagekit's own tests import both from the package.
 if TYPE_CHECKING:
-    from imagekit.incontainer.check import CheckResult, failed, passed, run_check, skipped
+    from imagekit.incontainer.check import CheckResult, failed, passed, run_check, skipped, summarize
 else:
     try:
-        from check import CheckResult, failed, passed, run_check, skipped
+        from check import CheckResult, failed, passed, run_check, skipped, summarize
     except ImportError:
-        from imagekit.incontainer.check import CheckResult, failed, passed, run_check, skipped
+        from imagekit.incontainer.check import CheckResult, failed, passed, run_check, skipped, summarize
 
 SCHEMA = 1
 ENTRYPOINT = "/opt/imagekit/frontend/entrypoint.sh"
@@ -200,6 +200,19 @@ def http_get(url: str, token: str | None = None, timeout: float = 10.0) -> tuple
         return int(exc.code), ""
     except (OSError, urllib.error.URLError) as exc:
         return 0, str(exc)
+
+
+def first_status(url: str, timeout: float = START_TIMEOUT_S) -> int:
+    """The first HTTP status ``url`` answers without a token (0: none in time).
+
+    Jupyter listens before its extensions are loaded and answers only then, so a started server
+    is polled with the unauthenticated request until it answers at all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, _ = http_get(url)
+        if status or time.monotonic() >= deadline:
+            return status
+        time.sleep(0.3)
 
 
 def listeners(port: int) -> list[str]:
@@ -653,15 +666,7 @@ def jupyter_default(ctx: Context) -> dict[str, Any]:
     base = f"http://127.0.0.1:{port}/api/status"
     result["token_length"] = len(token) if token else 0
     result["token_printed"] = log.count(token) if token else 0
-    # The server answers once its extensions are loaded: poll the unauthenticated request.
-    deadline = time.monotonic() + START_TIMEOUT_S
-    status = 0
-    while time.monotonic() < deadline:
-        status, _ = http_get(base)
-        if status:
-            break
-        time.sleep(0.3)
-    result["status_without_token"] = status
+    result["status_without_token"] = first_status(base)
     result["status_wrong_token"] = http_get(base, secrets.token_hex(24))[0]
     result["status_with_token"], body = http_get(base, token) if token else (0, "")
     result["status_query_token"] = http_get(f"{base}?token={token}")[0] if token else 0
@@ -774,11 +779,7 @@ def check_jupyter_token_file(ctx: Context) -> CheckResult:
                 "see detail", detail=tail(server.output()),
             )  # fmt: skip
         base = f"http://127.0.0.1:{port}/api/status"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        without = 0
-        while time.monotonic() < deadline and not without:
-            without, _ = http_get(base)
-            time.sleep(0.2)
+        without = first_status(base)
         with_token = http_get(base, token)[0]
         log = server.output()
     finally:
@@ -1147,19 +1148,12 @@ CHECKS: dict[str, tuple[tuple[str, Callable[[Context], CheckResult]], ...]] = {
 
 def build_report(ctx: Context) -> dict[str, Any]:
     checks = [run_check(name, fn, ctx) for name, fn in CHECKS[ctx.expect.frontend]]
-    required_failed = [c.name for c in checks if c.status == "fail" and c.required]
     return {
         "schema": SCHEMA,
         "kind": "frontend",
         "frontend": ctx.expect.frontend,
         "checks": [asdict(c) for c in checks],
-        "summary": {
-            "pass": sum(c.status == "pass" for c in checks),
-            "fail": sum(c.status == "fail" for c in checks),
-            "skip": sum(c.status == "skip" for c in checks),
-            "required_failed": required_failed,
-            "ok": not required_failed,
-        },
+        "summary": summarize(checks),
         "expected": asdict(ctx.expect),
     }
 

@@ -23,6 +23,8 @@ import pytest
 import yaml
 from docker.errors import APIError, ImageNotFound
 
+from tests.conftest import imagekit
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = "imagekit-test/busybox:latest"
 DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
@@ -133,15 +135,7 @@ class Project:
     def run(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 240
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "imagekit", *args],
-            cwd=self.root,
-            env={**os.environ, **(env or {})},
-            text=True,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
+        return imagekit(*args, cwd=self.root, env=env, timeout=timeout)
 
     def build(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return self.run(
@@ -284,20 +278,6 @@ class SocketProxy:
 
 # The offline demo's cell; its front ends are this id with -jupyter and -ssh.
 DEMO_CELL = "debian-local-torch2.13.0-cpu-py3.11-runtime"
-
-
-def imagekit(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "imagekit", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="session")

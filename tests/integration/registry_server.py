@@ -150,7 +150,8 @@ class FlakyProxy:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":  # a HEAD body would be read as the next response
+                        self.wfile.write(payload)
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
                 headers["Content-Length"] = str(len(body))

@@ -19,9 +19,9 @@ from typing import Any
 import docker
 import pytest
 
+from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 from tests.integration.fake_gpu_engine import fake_gpu_engine
-from tests.integration.test_verify import imagekit
 
 pytestmark = pytest.mark.integration
 EXAMPLE = REPO_ROOT / "examples" / "cuda-wheels"

@@ -14,12 +14,18 @@ from pathlib import Path
 
 import docker
 import pytest
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL, imagekit
+from tests.conftest import imagekit
+from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL
 
 pytestmark = pytest.mark.integration
 
 JUPYTER, SSH = f"{DEMO_CELL}-jupyter", f"{DEMO_CELL}-ssh"
+# What each server logs once it accepts connections (sshd -e; Jupyter Server's start banner).
+SSHD_READY = r"Server listening on \S+ port 2222"
+JUPYTER_READY = r"is running at"
 
 
 def image_of(demo: Path, cell: str) -> str:
@@ -29,35 +35,41 @@ def image_of(demo: Path, cell: str) -> str:
 
 
 @contextmanager
-def started(api: docker.APIClient, image: str, environment: dict[str, str]) -> Iterator[str]:
-    """The image as a user runs it (its entrypoint and default command), no network; removed after."""
-    created = api.create_container(
+def started(image: str, environment: dict[str, str], ready: str) -> Iterator[DockerContainer]:
+    """The image as a user runs it (its entrypoint and default command), no network, once its log
+    says `ready` (a regular expression); removed after. testcontainers starts and waits; Ryuk is
+    off (TESTCONTAINERS_RYUK_DISABLED), so the removal here is the only clean-up."""
+    container = DockerContainer(
         image,
-        environment=environment,
+        env=environment,
         labels={TEST_LABEL: RUN_ID},
-        host_config=api.create_host_config(network_mode="none", cap_drop=["ALL"]),
+        network_mode="none",
         network_disabled=True,
-    )
-    container = str(created["Id"])
+        cap_drop=["ALL"],
+    ).waiting_for(LogMessageWaitStrategy(re.compile(ready)).with_startup_timeout(60))
     try:
-        api.start(container)
+        container.start()  # returns once `ready` is logged; raises if the container exits first
         yield container
     finally:
-        api.remove_container(container, force=True)
+        container.stop()
 
 
-def run_in(api: docker.APIClient, container: str, command: list[str]) -> str:
-    execution = api.exec_create(container, command)
-    return api.exec_start(execution).decode("utf-8", "replace")
+def run_in(container: DockerContainer, command: list[str]) -> str:
+    return container.exec(command).output.decode("utf-8", "replace")
 
 
-def wait_for_file(api: docker.APIClient, container: str, path: str) -> str:
+def logs_of(container: DockerContainer) -> str:
+    stdout, stderr = container.get_logs()
+    return (stdout + stderr).decode("utf-8", "replace")
+
+
+def wait_for_file(container: DockerContainer, path: str) -> str:
     for _ in range(60):
-        out = run_in(api, container, ["sh", "-c", f"cat {path} 2>/dev/null || true"])
+        out = run_in(container, ["sh", "-c", f"cat {path} 2>/dev/null || true"])
         if out.strip():
             return out
         time.sleep(0.5)
-    raise AssertionError(f"{path} never appeared in {container[:12]}: {api.logs(container).decode()[-2000:]}")
+    raise AssertionError(f"{path} never appeared: {logs_of(container)[-2000:]}")
 
 
 def test_the_front_ends_pass_their_checks_without_a_gpu(demo: Path) -> None:
@@ -88,29 +100,26 @@ def test_the_front_ends_pass_their_checks_without_a_gpu(demo: Path) -> None:
     assert ssh["ssh_login"]["status"] == "pass" and ssh["ssh_password_refused"]["status"] == "pass"
 
 
-def test_two_containers_of_one_ssh_image_have_their_own_host_keys(demo: Path, api: docker.APIClient) -> None:
+def test_two_containers_of_one_ssh_image_have_their_own_host_keys(demo: Path) -> None:
     image = image_of(demo, SSH)
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBv1oqCE9OVnJv2b7wCqfqbm7sV3fC9YvGq4GfJkTKcA test@imagekit"
     fingerprints = []
     for _ in range(2):
-        with started(api, image, {"SSH_AUTHORIZED_KEYS": key}) as container:
-            public = wait_for_file(api, container, "/var/lib/imagekit-frontend/ssh/ssh_host_ed25519_key.pub")
+        with started(image, {"SSH_AUTHORIZED_KEYS": key}, SSHD_READY) as container:
+            public = wait_for_file(container, "/var/lib/imagekit-frontend/ssh/ssh_host_ed25519_key.pub")
             fingerprints.append(public.split()[1])
-            assert (
-                run_in(api, container, ["sh", "-c", "ls /etc/ssh/ssh_host_* 2>/dev/null || true"]).strip()
-                == ""
-            )
+            assert run_in(container, ["sh", "-c", "ls /etc/ssh/ssh_host_* 2>/dev/null || true"]).strip() == ""
     assert fingerprints[0] != fingerprints[1], "two containers of one image must not share a host key"
 
 
 def test_no_secret_in_any_images_history_labels_or_environment(demo: Path, api: docker.APIClient) -> None:
     token = secrets.token_hex(24)
-    with started(api, image_of(demo, JUPYTER), {"JUPYTER_TOKEN": token}) as container:
-        wait_for_file(api, container, "/var/lib/imagekit-frontend/jupyter/jpserver-*.json")
-        assert token not in api.logs(container).decode("utf-8", "replace"), "a given token is never printed"
-    with started(api, image_of(demo, JUPYTER), {}) as container:  # no token given: one is generated
-        wait_for_file(api, container, "/var/lib/imagekit-frontend/jupyter/jpserver-*.json")
-        generated = re.findall(r"\b[0-9a-f]{48}\b", api.logs(container).decode("utf-8", "replace"))
+    with started(image_of(demo, JUPYTER), {"JUPYTER_TOKEN": token}, JUPYTER_READY) as container:
+        wait_for_file(container, "/var/lib/imagekit-frontend/jupyter/jpserver-*.json")
+        assert token not in logs_of(container), "a given token is never printed"
+    with started(image_of(demo, JUPYTER), {}, JUPYTER_READY) as container:  # no token given: one is generated
+        wait_for_file(container, "/var/lib/imagekit-frontend/jupyter/jpserver-*.json")
+        generated = re.findall(r"\b[0-9a-f]{48}\b", logs_of(container))
     assert len(set(generated)) == 1, "a generated token is printed once"
     for cell in (DEMO_CELL, JUPYTER, SSH):
         image = api.inspect_image(image_of(demo, cell))
@@ -127,3 +136,10 @@ def test_no_secret_in_any_images_history_labels_or_environment(demo: Path, api: 
             "ssh-ed25519 AAAA",
         ):
             assert secret not in text, (cell, secret)
+
+
+def test_a_front_end_records_the_image_of_its_parent_cell(demo: Path) -> None:
+    report = json.loads((demo / ".imagekit" / "report.json").read_text())
+    cells = {c["id"]: c for c in report["cells"]}
+    for front_end in (JUPYTER, SSH):
+        assert cells[front_end]["base_digest"] == cells[DEMO_CELL]["image_id"], front_end

@@ -235,7 +235,7 @@ def test_k8s_refuses_a_cell_without_a_digest(project: Project, tmp_path: Path) -
     assert not out.exists()
 
 
-# -- faults during publish (issue 7) --------------------------------------------------------------
+# -- faults during publish---------- --------------------------------------------------------------
 
 
 def test_a_registry_answering_500_to_its_first_requests_is_retried(

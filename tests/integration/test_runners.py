@@ -36,6 +36,7 @@ NOWHERE = "unix:///nonexistent/docker.sock"
 CELL = "busybox-torch{}-cpu-py3.11-devel"
 GOOD = (CELL.format("2.1.2"), CELL.format("2.2.2"))
 BAD = CELL.format("2.3.1")  # its check fails on runner B
+VERIFY_PULLED = ("verify", "--matrix", "matrix.yaml", "--pull", "--gpus", "none")
 
 
 @dataclass(frozen=True)
@@ -145,17 +146,7 @@ def test_separate_runners_stage_verify_and_promote_by_digest(runners: Runners) -
     ours = {str(e["image_id"]) for e in built.values()}
     assert not ours & image_ids(r.b)
     shutil.copytree(r.a_state, r.b_state)
-    code, out = run(
-        project,
-        "verify",
-        "--matrix",
-        "matrix.yaml",
-        "--pull",
-        "--gpus",
-        "none",
-        host=r.b.host,
-        state=r.b_state,
-    )
+    code, out = run(project, *VERIFY_PULLED, host=r.b.host, state=r.b_state)
     assert code == 1, out  # BAD's check fails here
     assert "2 checked without GPU, 1 failed" in out
     verified = cells_of(r.b_state)
@@ -208,17 +199,7 @@ def test_separate_runners_stage_verify_and_promote_by_digest(runners: Runners) -
     for cell in (*GOOD, BAD):
         log = (r.a_state / "logs" / f"{cell}.log").read_text()
         assert "not pushed again" in log, log
-    code, out = run(
-        project,
-        "verify",
-        "--matrix",
-        "matrix.yaml",
-        "--pull",
-        "--gpus",
-        "none",
-        host=r.b.host,
-        state=r.b_state,
-    )
+    code, out = run(project, *VERIFY_PULLED, host=r.b.host, state=r.b_state)
     assert code == 1, out
     shutil.rmtree(r.merged)
     code, out = run(project, "merge-reports", str(r.a_state), str(r.b_state), host=NOWHERE, state=r.merged)

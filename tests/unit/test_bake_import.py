@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagekit.bake_import import read_metadata
 from imagekit.clock import today
+from imagekit.errors import InputError
 from imagekit.export import bake_target_name
 from imagekit.matrix import load_plan
+from imagekit.naming import DIGEST, is_reference
 from imagekit.render import Renderer
 from imagekit.store import read_report, write_report
 from tests.conftest import REPO, run_cli
+from tests.unit.strategies import json_values
 
 MATRIX = REPO / "matrix.yaml"
 DIGEST_A = "sha256:" + "a" * 64
@@ -160,3 +170,89 @@ def test_a_bake_report_merges_with_a_build_report(tmp_path: Path) -> None:
     result = run_cli("merge-reports", str(baked), str(built), "--state-dir", str(merged))
     assert result.exit_code == 0, result.stderr
     assert [r.id for r in read_report(merged).cells] == cells
+
+
+HOSTILE_METADATA: dict[str, tuple[object, str]] = {
+    "target name forging an error line": (
+        {"x\nimagekit: error: all good": {"containerimage.digest": DIGEST_A}},
+        "'x\\nimagekit: error: all good' holds a newline",
+    ),
+    "target name with markup": (
+        {"<b>x</b>": {"containerimage.digest": DIGEST_A}},
+        "'<b>x</b>' is not a bake",
+    ),
+    "digest with a command": ({"t": {"containerimage.digest": "sha256:$(id)"}}, "containerimage.digest: "),
+    "digest a number": ({"t": {"containerimage.digest": 12}}, "containerimage.digest: 12 is not a string"),
+    "config digest wrong": (
+        {"t": {"containerimage.digest": DIGEST_A, "containerimage.config.digest": ["x"]}},
+        "containerimage.config.digest: ",
+    ),
+    "image name with a newline": (
+        {"t": {"containerimage.digest": DIGEST_A, "image.name": "a/b:1,c/d:2\nFROM evil"}},
+        "image.name: ",
+    ),
+    "image name far too long": (
+        {"t": {"containerimage.digest": DIGEST_A, "image.name": "a/" + "b" * 600}},
+        "image.name: is 602 characters long",
+    ),
+    "deeply nested": ({"t": {"containerimage.digest": DIGEST_A, "x": [[[[[[[[[[[[[]]]]]]]]]]]]]}}, ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_METADATA))
+def test_hostile_metadata_is_one_line_naming_the_target(case: str, tmp_path: Path) -> None:
+    document, problem = HOSTILE_METADATA[case]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(document))
+    result = run_cli(
+        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(tmp_path)
+    )
+    assert result.exit_code == 2, result
+    assert result.stderr.startswith(f"imagekit: error: {path}") and result.stderr.count("\n") == 1, (
+        result.stderr
+    )
+    assert problem in result.stderr
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_metadata_nested_past_the_parser_limit_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text("[" * 100_000)
+    result = run_cli(
+        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(tmp_path)
+    )
+    assert result.exit_code == 2 and "not a JSON metadata file" in result.stderr
+
+
+def test_metadata_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    result = run_cli(
+        "bake-import",
+        "--metadata-file",
+        str(tmp_path / "fifo"),
+        "-m",
+        str(MATRIX),
+        "--state-dir",
+        str(tmp_path),
+    )
+    assert result.exit_code == 2 and "is a FIFO, not a regular file" in result.stderr
+
+
+JSON = json_values(text_size=30, key_size=30, items=3, leaves=10)
+
+
+@settings(max_examples=300, deadline=2000, derandomize=True)
+@given(st.dictionaries(st.text(max_size=40), JSON, max_size=4) | JSON)
+def test_any_metadata_reads_or_is_one_input_error(
+    tmp_path_factory: pytest.TempPathFactory, data: object
+) -> None:
+    path = tmp_path_factory.mktemp("bake") / "m.json"
+    path.write_text(json.dumps(data))
+    try:
+        targets = read_metadata(path)
+    except InputError as exc:
+        assert "\n" not in exc.message
+    else:  # what is accepted is what the types promise
+        for name, target in targets.items():
+            assert re.fullmatch(r"[A-Za-z0-9_-]+", name) and DIGEST.fullmatch(target.digest)
+            assert all(is_reference(n) for n in target.names)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,9 @@ from tests.unit.projects import TODAY, write_project
 
 PROJECT = {"deb": "FROM busybox:latest\nRUN echo deb\n"}
 
+# image ids as the engine gives them (a report holds nothing else)
+BASE_NOW, EXISTING, BASE_THEN, OTHER, NEW = ("sha256:" + c * 64 for c in "abcde")
+
 
 class FakeApi:
     """The engine calls a build that skips or fails before streaming makes."""
@@ -44,7 +48,7 @@ class FakeApi:
         digest = local_base_digest(base, Renderer(plan).hasher)
         self.inspected = {
             base.image: {
-                "Id": "sha256:base-now",
+                "Id": BASE_NOW,
                 "Size": 1,
                 "Config": {"Labels": {CONTEXT_DIGEST_LABEL: digest}},
             }
@@ -126,19 +130,19 @@ def test_a_workers_bug_stops_the_other_builds_before_it_propagates(
 def existing_image(plan: Plan) -> dict[str, Any]:
     rendered = Renderer(plan).render(plan.cells[0])
     return {
-        "Id": "sha256:existing",
+        "Id": EXISTING,
         "Created": 1,
         "Size": 5,
         "RepoTags": [],
-        "Labels": {INPUT_DIGEST_LABEL: rendered.input_digest, BASE_DIGEST_LABEL: "sha256:base-then"},
+        "Labels": {INPUT_DIGEST_LABEL: rendered.input_digest, BASE_DIGEST_LABEL: BASE_THEN},
     }
 
 
 def test_a_skipped_cell_reports_the_base_it_was_built_from(plan: Plan, tmp_path: Path) -> None:
     outcome = builder(plan, FakeApi(plan, existing_image(plan)), tmp_path / "state").run(plan.cells)
     (cell,) = outcome.report.cells
-    assert cell.status == "skipped" and cell.image_id == "sha256:existing"
-    assert cell.base_digest == "sha256:base-then"  # not the base the engine holds now
+    assert cell.status == "skipped" and cell.image_id == EXISTING
+    assert cell.base_digest == BASE_THEN  # not the base the engine holds now
 
 
 def previous(plan: Plan, state: Path, image_id: str) -> None:
@@ -152,7 +156,7 @@ def previous(plan: Plan, state: Path, image_id: str) -> None:
     write_report(state, report.with_verification(cell.id, verified))
 
 
-@pytest.mark.parametrize(("old_image", "kept"), [("sha256:existing", True), ("sha256:other", False)])
+@pytest.mark.parametrize(("old_image", "kept"), [(EXISTING, True), (OTHER, False)])
 def test_a_skipped_cell_keeps_the_verification_of_the_same_image(
     plan: Plan, tmp_path: Path, old_image: str, kept: bool
 ) -> None:
@@ -163,7 +167,7 @@ def test_a_skipped_cell_keeps_the_verification_of_the_same_image(
     assert cell.status == "skipped"
     assert (cell.verification is not None) is kept
     if kept:
-        assert cell.verification is not None and cell.verification.image == "sha256:existing"
+        assert cell.verification is not None and cell.verification.image == EXISTING
     assert read_report(state).cells[0].verification is not None  # run() writes nothing itself
 
 
@@ -185,16 +189,14 @@ def test_build_verify_exits_1_when_a_verification_failed(
     from tests.conftest import run_cli
 
     cell = plan.cells[0]
-    built = CellResult(
-        id=cell.id, kind="cell", status="built", base_image=cell.base_image, image_id="sha256:new"
-    )
+    built = CellResult(id=cell.id, kind="cell", status="built", base_image=cell.base_image, image_id=NEW)
     report = BuildReport("m", "2024-05-17T00:00:00+00:00", 1.0, "e", (built,), ())
     monkeypatch.setattr(engine, "connect", lambda **_: object())
     monkeypatch.setattr(Builder, "run", lambda self, cells: building.BuildOutcome(report, False))
     verdicts: list[str] = []
 
     def verify_cells(*args: Any, **kwargs: Any) -> list[Verification]:
-        return [Verification(cell.id, "sha256:new", "all", verdicts[0], True, True, (), 1.0)]  # type: ignore[arg-type]
+        return [Verification(cell.id, NEW, "all", verdicts[0], True, True, (), 1.0)]  # type: ignore[arg-type]
 
     monkeypatch.setattr(building, "verify_cells", verify_cells)
     matrix = str(plan.root / "matrix.yaml")
@@ -206,3 +208,44 @@ def test_build_verify_exits_1_when_a_verification_failed(
         "build", "-m", matrix, "--state-dir", str(tmp_path / "s"), "--label", "imagekit.torch=9"
     )
     assert refused.exit_code == 2 and "imagekit's own" in refused.stderr
+
+
+def test_the_crash_sweep_reads_no_log_that_is_no_regular_file(tmp_path: Path) -> None:
+    """A FIFO where a failed cell's log should be would block the next build forever."""
+    failed = CellResult(
+        id="c", kind="cell", status="failed", base_image="b", error="the Docker engine stopped answering"
+    )
+    report = BuildReport("m", "2024-05-17T00:00:00Z", 1.0, "e", (failed,), ())
+    os.mkfifo(tmp_path / "c.log")
+    assert building.sweep_crashed_steps(object(), report, tmp_path) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("asked", "built"),
+    [((("team", "ml"),), True), ((("team", "vision"),), False), ((), False)],
+    ids=["a label the image lacks", "the label it carries", "no label asked"],
+)
+def test_an_image_of_the_same_inputs_is_reused_only_with_the_labels_asked_for(
+    plan: Plan,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    asked: tuple[tuple[str, str], ...],
+    built: bool,
+) -> None:
+    image = existing_image(plan)
+    image["Labels"]["team"] = "vision"
+    requests: list[dict[str, str]] = []
+
+    def build_and_tag(self: Builder, job: Job, request: Any, *args: Any, **fields: Any) -> CellResult:
+        requests.append(dict(request.labels))
+        return job.result("built", image_id=NEW)
+
+    monkeypatch.setattr(Builder, "_build_and_tag", build_and_tag)
+    options = BuildOptions(today=TODAY, jobs=1, extra_labels=asked)
+    state = tmp_path / "state"
+    run = Builder(FakeApi(plan, image), plan, options, PlainProgress(io.StringIO()), ReportStore(state, None))  # type: ignore[arg-type]
+    (cell,) = run.run(plan.cells).report.cells
+    assert (cell.status, cell.image_id) == (("built", NEW) if built else ("skipped", EXISTING))
+    if built:
+        (labels,) = requests
+        assert labels["team"] == "ml" and labels[INPUT_DIGEST_LABEL] == image["Labels"][INPUT_DIGEST_LABEL]

@@ -6,6 +6,7 @@ import pytest
 
 from imagekit.cli.app import parse_mapping
 from imagekit.errors import InputError
+from tests.conftest import run_cli
 
 MIRROR_HINT = "expected SRC=DST (like nvidia/cuda=127.0.0.1:5000/mirror/nvidia-cuda)"
 
@@ -35,3 +36,33 @@ def test_parse_mapping_rejects_malformed_pairs(pair: str) -> None:
 def test_parse_mapping_names_the_option() -> None:
     with pytest.raises(InputError, match=r"^--label 'team': expected SRC=DST"):
         parse_mapping(["team"], "--label")
+
+
+def test_parse_mapping_is_bounded() -> None:
+    with pytest.raises(InputError, match=r"^--label: 300,002 characters; at most 4,096$"):
+        parse_mapping(["a=" + "b" * 300_000], "--label")
+
+
+def test_a_mirror_flag_is_an_image_prefix() -> None:
+    result = run_cli("build", "--mirror", "nvidia/cuda=evil.example:99999/x", "--matrix", "/nonexistent.yaml")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "imagekit: error: --mirror 'nvidia/cuda=evil.example:99999/x': 'evil.example:99999': port 99999"
+        " is past 65535\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("label", "problem"),
+    [
+        ("team=ml\u202eplatform", "holds U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("team=$(id)", "holds '$('"),
+        ("te am=x", "expected SRC=DST"),
+        ("<b>=x", "is not a label key"),
+    ],
+)
+def test_a_label_flag_is_checked_before_anything_is_built(label: str, problem: str) -> None:
+    result = run_cli("build", "--label", label, "--matrix", "/nonexistent.yaml")
+    assert result.exit_code == 2 and problem in result.stderr and result.stderr.count("\n") == 1, (
+        result.stderr
+    )

@@ -31,6 +31,11 @@ GPU_CHECKS = ("nvidia_smi", "driver", "require", "cuda_available", "arch", "gemm
 TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "train_step")
 
 
+def satisfied(expression: str, props: dict[str, str | None]) -> bool | None:
+    """Three-valued: True, False (also: an expression the toolkit refuses), None (undetermined)."""
+    return check.evaluate_require_verdict(expression, props).satisfied
+
+
 def torch_wheel() -> Path | None:
     """The first torch CPU wheel of TORCH_VERSION in WHEEL_DIRS, or None."""
     for directory in WHEEL_DIRS:
@@ -150,29 +155,17 @@ def test_parse_nvidia_smi_csv_with_header() -> None:
     assert {r["compute_cap"] for r in b300} == {"10.3"}
 
 
+# the --query-gpu fields of fixtures/nvidia-smi-csv-noheader-nounits-440.txt, in its column order
+FIELDS_440 = (
+    "power.limit", "power.min_limit", "power.max_limit", "memory.total", "vbios_version",
+    "driver_version", "name", "gpu_uuid", "power.draw", "temperature.gpu", "temperature.memory",
+    "clocks.current.graphics", "clocks.sm", "clocks.mem", "utilization.gpu", "utilization.memory",
+    "fan.speed", "pcie.link.width.current", "pstate",
+)  # fmt: skip
+
+
 def test_parse_nvidia_smi_csv_noheader_nounits() -> None:
-    fields = [
-        "power.limit",
-        "power.min_limit",
-        "power.max_limit",
-        "memory.total",
-        "vbios_version",
-        "driver_version",
-        "name",
-        "gpu_uuid",
-        "power.draw",
-        "temperature.gpu",
-        "temperature.memory",
-        "clocks.current.graphics",
-        "clocks.sm",
-        "clocks.mem",
-        "utilization.gpu",
-        "utilization.memory",
-        "fan.speed",
-        "pcie.link.width.current",
-        "pstate",
-    ]
-    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), fields)
+    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), list(FIELDS_440))
     assert row["name"] == "GeForce RTX 2080"
     assert row["driver_version"] == "440.64"
     assert row["memory.total"] == "7979"
@@ -248,27 +241,27 @@ def test_parse_require_groups() -> None:
 
 def test_require_or_branch_tesla_470_passes() -> None:
     # driver 470 carries CUDA 11.4: the cuda>= term fails, the forward-compat branch holds
-    assert check.evaluate_require(REQ_118, props(cuda="11.4", driver="470.57.02", brand="tesla")) is True
-    assert check.evaluate_require(REQ_121, props(cuda="11.4", driver="470.5", brand="tesla")) is True
-    assert check.evaluate_require(REQ_118, props(cuda="11.4", driver="470.57.02", brand="geforce")) is False
+    assert satisfied(REQ_118, props(cuda="11.4", driver="470.57.02", brand="tesla")) is True
+    assert satisfied(REQ_121, props(cuda="11.4", driver="470.5", brand="tesla")) is True
+    assert satisfied(REQ_118, props(cuda="11.4", driver="470.57.02", brand="geforce")) is False
 
 
 def test_require_new_driver_passes_old_fails() -> None:
-    assert check.evaluate_require(REQ_121, props(cuda="12.2", driver="535.104.05", brand="geforce")) is True
-    assert check.evaluate_require(REQ_121, props(cuda="12.0", driver="525.60.13", brand="geforce")) is False
-    assert check.evaluate_require(REQ_121, props(cuda="12.0", driver="525.60.13", brand="tesla")) is True
+    assert satisfied(REQ_121, props(cuda="12.2", driver="535.104.05", brand="geforce")) is True
+    assert satisfied(REQ_121, props(cuda="12.0", driver="525.60.13", brand="geforce")) is False
+    assert satisfied(REQ_121, props(cuda="12.0", driver="525.60.13", brand="tesla")) is True
     # brand unknown: undetermined, never a pass
-    assert check.evaluate_require(REQ_121, props(cuda="12.0", driver="525.60.13")) is None
+    assert satisfied(REQ_121, props(cuda="12.0", driver="525.60.13")) is None
 
 
 def test_require_numeric_comparison_and_operators() -> None:
-    assert check.evaluate_require("cuda>=12.10", props(cuda="12.9")) is False  # not string order
-    assert check.evaluate_require("cuda>=9.0", props(cuda="12.2")) is True  # NGC 23.10's requirement
-    assert check.evaluate_require("driver=535.104.05", props(driver="535.104.05")) is True
-    assert check.evaluate_require("driver!=535", props(driver="535.0")) is False
-    assert check.evaluate_require("arch>=8.0", props(arch="9.0")) is True
-    assert check.evaluate_require("arch<8.0", props(arch="9.0")) is False
-    assert check.evaluate_require("CUDA>=12.1", props(cuda="12.2")) is True  # dsl.c: str_case_equal
+    assert satisfied("cuda>=12.10", props(cuda="12.9")) is False  # not string order
+    assert satisfied("cuda>=9.0", props(cuda="12.2")) is True  # NGC 23.10's requirement
+    assert satisfied("driver=535.104.05", props(driver="535.104.05")) is True
+    assert satisfied("driver!=535", props(driver="535.0")) is False
+    assert satisfied("arch>=8.0", props(arch="9.0")) is True
+    assert satisfied("arch<8.0", props(arch="9.0")) is False
+    assert satisfied("CUDA>=12.1", props(cuda="12.2")) is True  # dsl.c: str_case_equal
 
 
 def test_require_double_equals_is_an_invalid_expression() -> None:
@@ -284,10 +277,10 @@ def test_require_double_equals_is_an_invalid_expression() -> None:
 def test_require_unknown_property_fails_when_reached_only() -> None:
     # dsl.c: an unknown property is "invalid expression" (the container does not start) ...
     assert check.evaluate_require_verdict("gpu_mem>=80", props(cuda="13.0")).invalid
-    assert check.evaluate_require("gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is False
+    assert satisfied("gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is False
     # ... but evaluation stops at the first group that holds, and an AND group at its first false term
-    assert check.evaluate_require("cuda>=12.0 gpu_mem>=80", props(cuda="13.0")) is True
-    assert check.evaluate_require("cuda>=14.0,gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is True
+    assert satisfied("cuda>=12.0 gpu_mem>=80", props(cuda="13.0")) is True
+    assert satisfied("cuda>=14.0,gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is True
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from imagekit.incontainer import check
-from tests.unit.test_incontainer_check import fixture
+from tests.unit.test_incontainer_check import FIELDS_440, fixture
 
 LOOP_FIELDS = [
     "index",
@@ -41,28 +41,7 @@ def test_looped_csv_with_units_summarised_per_gpu() -> None:
 
 
 def test_noheader_nounits_row_and_not_available_values() -> None:
-    fields = [
-        "power.limit",
-        "power.min_limit",
-        "power.max_limit",
-        "memory.total",
-        "vbios_version",
-        "driver_version",
-        "name",
-        "gpu_uuid",
-        "power.draw",
-        "temperature.gpu",
-        "temperature.memory",
-        "clocks.current.graphics",
-        "clocks.sm",
-        "clocks.mem",
-        "utilization.gpu",
-        "utilization.memory",
-        "fan.speed",
-        "pcie.link.width.current",
-        "pstate",
-    ]
-    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), fields)
+    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), list(FIELDS_440))
     assert check.telemetry_number(row["power.draw"]) == 176.98
     assert check.telemetry_number(row["temperature.memory"]) is None  # "N/A"
     assert check.telemetry_number("[Not Supported]") is None

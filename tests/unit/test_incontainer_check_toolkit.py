@@ -17,6 +17,11 @@ from tests.unit.test_incontainer_check import FIXTURES, by_name, clean_env, fixt
 REQ_1211 = fixture("nvidia-require-cuda-12.1.1.txt").strip()
 
 
+def satisfied(expression: str, props: dict[str, str | None]) -> bool | None:
+    """Three-valued: True, False (also: an expression the toolkit refuses), None (undetermined)."""
+    return check.evaluate_require_verdict(expression, props).satisfied
+
+
 def props(**kw: str | None) -> dict[str, str | None]:
     base: dict[str, str | None] = {"cuda": None, "driver": None, "arch": None, "brand": None}
     base.update(kw)
@@ -113,14 +118,12 @@ def test_rtx_a6000_on_driver_525_is_accepted_like_the_toolkit_does() -> None:
     verdict = check.evaluate_require_verdict(REQ_1211, props(cuda="12.0", driver="525.60.13", brand=brand))
     assert verdict.satisfied is True
     assert verdict.by == "brand=nvidiartx,driver>=525,driver<526"
-    assert (
-        check.evaluate_require(REQ_1211, props(cuda="12.0", driver="525.60.13", brand="nvidia rtx")) is False
-    )
+    assert satisfied(REQ_1211, props(cuda="12.0", driver="525.60.13", brand="nvidia rtx")) is False
     # the toolkit refuses the same card on 520 (CUDA 11.8) and accepts it on 530 (CUDA 12.1)
-    assert check.evaluate_require(REQ_1211, props(cuda="11.8", driver="520.61.05", brand=brand)) is False
-    assert check.evaluate_require(REQ_1211, props(cuda="12.1", driver="530.30.02", brand=brand)) is True
+    assert satisfied(REQ_1211, props(cuda="11.8", driver="520.61.05", brand=brand)) is False
+    assert satisfied(REQ_1211, props(cuda="12.1", driver="530.30.02", brand=brand)) is True
     # 526 is outside the 525 branch
-    assert check.evaluate_require(REQ_1211, props(cuda="12.0", driver="526.1", brand=brand)) is False
+    assert satisfied(REQ_1211, props(cuda="12.0", driver="526.1", brand=brand)) is False
 
 
 @pytest.mark.parametrize(
@@ -136,15 +139,15 @@ def test_rtx_a6000_on_driver_525_is_accepted_like_the_toolkit_does() -> None:
 def test_12_1_1_requirement_per_brand(fixture_name: str, driver: str, cuda: str, accepted: bool) -> None:
     (smi_brand,) = check.parse_nvidia_smi_brands(fixture(fixture_name))
     brand = check.toolkit_brand(smi_brand)
-    assert check.evaluate_require(REQ_1211, props(cuda=cuda, driver=driver, brand=brand)) is accepted
+    assert satisfied(REQ_1211, props(cuda=cuda, driver=driver, brand=brand)) is accepted
 
 
 def test_brand_comparison_is_case_insensitive_and_takes_equal_or_not_equal() -> None:
-    assert check.evaluate_require("brand=TESLA", props(brand="Tesla")) is True
-    assert check.evaluate_require("brand!=tesla", props(brand="NvidiaRTX")) is True
+    assert satisfied("brand=TESLA", props(brand="Tesla")) is True
+    assert satisfied("brand!=tesla", props(brand="NvidiaRTX")) is True
     assert check.evaluate_require_verdict("brand<tesla", props(brand="Tesla")).invalid
     # brand unknown here: undetermined, never a pass
-    assert check.evaluate_require(REQ_1211, props(cuda="12.0", driver="525.60.13")) is None
+    assert satisfied(REQ_1211, props(cuda="12.0", driver="525.60.13")) is None
 
 
 def test_every_device_must_satisfy() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -10,6 +12,9 @@ import yaml
 
 from imagekit.errors import InputError
 from imagekit.k8s import Claim, JobOptions, Toleration, job_name, parse_node_selector, render_jobs
+from imagekit.lockfile import merge_lock
+from imagekit.matrix import load_plan
+from tests.conftest import REPO, run_cli
 from tests.unit.report_samples import LOCK_DIGEST as DIGEST
 from tests.unit.report_samples import lock_entry as entry
 
@@ -119,3 +124,29 @@ def test_a_named_claim_and_secret_are_referenced_not_written() -> None:
     assert kinds == ["Deployment", "Service"] and "team-token" in text and "team-ws" in text
     with pytest.raises(InputError, match="--secret"):
         render_jobs({cell: entry(cell, frontend="jupyter")}, JobOptions(secret="Bad_Name"))
+
+
+def test_jobs_pull_only_from_the_matrixs_repository(tmp_path: Path) -> None:
+    """The Job's image is re-derived: a lock entry naming another repository is refused."""
+    cell = load_plan(REPO / "matrix.yaml").cells[0].id
+    lock = tmp_path / "images.lock.json"
+    out = tmp_path / "k8s"
+    merge_lock(lock, {cell: replace(entry(cell), repository="ghcr.io/imagekit/pytorch")})
+    args = ("k8s", "-m", str(REPO / "matrix.yaml"), "--only", cell, "--lock", str(lock), "--out", str(out))
+    done = run_cli(*args)
+    assert done.exit_code == 0, done.stderr
+    (manifest,) = (yaml.safe_load(p.read_text()) for p in out.iterdir())
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"ghcr.io/imagekit/pytorch@{DIGEST}"
+    assert container["command"][:2] == ["python3", "/opt/imagekit/check.py"]
+    merge_lock(lock, {cell: replace(entry(cell), repository="ghcr.io/evil/pytorch")})
+    refused = run_cli(*args[:-2], "--out", str(tmp_path / "k8s-2"))
+    assert refused.exit_code == 2 and not (tmp_path / "k8s-2").exists()
+    expected = "ghcr.io/evil/pytorch is not the matrix's repository (ghcr.io/imagekit/pytorch)"
+    assert f"images.{cell}.repository: {expected}" in refused.stderr
+
+
+@pytest.mark.parametrize("namespace", ["$(id)", "Team", "a" * 64, "gpu\u202e"])
+def test_a_namespace_is_a_dns_label(namespace: str) -> None:
+    with pytest.raises(InputError, match=r"--namespace .*: not a DNS label"):
+        render_jobs({"c": entry("c")}, JobOptions(namespace=namespace))

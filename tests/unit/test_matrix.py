@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from itertools import product
 from pathlib import Path
@@ -12,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagekit.errors import InputError
-from imagekit.matrix import expand, load_plan
+from imagekit.limits import MAX_COMBINATIONS, MAX_EXPANSION_STEPS, WARNINGS_SHOWN
+from imagekit.matrix import check_size, collapse, expand, load_plan
+from tests.conftest import CUDA_BASE, run_cli
 
 
 def reference(
@@ -151,3 +155,72 @@ def test_a_front_end_with_other_settings_than_its_cell_is_refused(
     )
     with pytest.raises(InputError, match="other settings than the cell itself"):
         load_plan(path)
+
+
+# -- size, before anything is expanded --------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=2000, derandomize=True)
+@given(
+    lengths=st.lists(st.integers(min_value=1, max_value=5_000), min_size=1, max_size=5),
+    includes=st.integers(min_value=0, max_value=50),
+    excludes=st.integers(min_value=0, max_value=50),
+)
+def test_check_size_refuses_from_the_axis_lengths_alone(
+    lengths: list[int], includes: int, excludes: int
+) -> None:
+    # Lists of the right length whose items are never looked at: only len() may be asked.
+    axes = {f"axis{i}": [None] * n for i, n in enumerate(lengths)}
+    crossed = math.prod(lengths)
+    combinations = crossed + includes
+    steps = crossed * (includes + excludes)
+    if combinations > MAX_COMBINATIONS or steps > MAX_EXPANSION_STEPS:
+        with pytest.raises(InputError, match=r"^m\.yaml: .*split"):
+            check_size(axes, [{}] * includes, [{}] * excludes, "m.yaml")
+    else:
+        assert check_size(axes, [{}] * includes, [{}] * excludes, "m.yaml") == combinations
+
+
+def test_the_benchmarked_size_is_allowed() -> None:
+    # bench/plan_render.py: 500 bases x 5 torch x 2 CUDA x 2 flavours
+    axes = {"base": [0] * 500, "torch": [0] * 5, "cuda": [0] * 2, "flavour": [0] * 2}
+    assert check_size(axes, [], [], "m") == 10_000 == MAX_COMBINATIONS
+
+
+def test_an_eight_million_cell_matrix_is_refused_within_a_second(write_matrix: Callable[[str], Path]) -> None:
+    torch, cuda, python = ([f'"{major}.{i}"' for i in range(200)] for major in (2, 12, 3))
+    path = write_matrix(
+        f"axes:\n  torch: {torch}\n  cuda: {cuda}\n  python: {python}\n".replace("'", "") + CUDA_BASE
+    )
+    started = time.monotonic()
+    with pytest.raises(InputError, match=r"makes 8,000,000 combinations \(200 x 200 x 200\)"):
+        load_plan(path)
+    assert time.monotonic() - started < 1.0
+
+
+def test_warnings_of_one_kind_collapse() -> None:
+    warnings = [("allow_unknown", f"torch 3.{i}.0 is unknown") for i in range(100_000)]
+    warnings += [("exclude", "exclude[0] matches nothing")] * 3
+    out = collapse(warnings)
+    assert out[:WARNINGS_SHOWN] == tuple(f"torch 3.{i}.0 is unknown" for i in range(WARNINGS_SHOWN))
+    assert out[WARNINGS_SHOWN:] == (
+        "exclude[0] matches nothing",  # the same warning three times is printed once
+        f"... and {100_000 - WARNINGS_SHOWN:,} more warnings like it (allow_unknown)",
+    )
+
+
+def test_many_unknown_versions_print_a_few_warning_lines(write_matrix: Callable[[str], Path]) -> None:
+    versions = ", ".join(f'"3.{i}.0"' for i in range(40))
+    path = write_matrix(
+        f"allow_unknown: true\naxes:\n  torch: [{versions}]\n  cuda: [cpu]\n"
+        "defaults: {torchvision: none, torchaudio: none}\n"
+        "bases:\n  deb: {image: debian:bookworm, os: debian12, python: '3.11'}\n"
+    )
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("imagekit: warning:")]
+    assert len(warnings) == WARNINGS_SHOWN + 1
+    assert (
+        warnings[-1]
+        == f"imagekit: warning: ... and {40 - WARNINGS_SHOWN} more warnings like it (allow_unknown)"
+    )

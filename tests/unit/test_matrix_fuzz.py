@@ -1,4 +1,4 @@
-"""Fuzz the matrix loader (issue 7): random YAML structures and random text, through the same entry
+"""Fuzz the matrix loader: random YAML structures and random text, through the same entry
 points the CLI uses. Whatever the input: an ImagekitError (one line) or a plan, never another
 exception, never a hang, and nothing written outside the output directory."""
 

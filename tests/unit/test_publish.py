@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -9,8 +12,12 @@ from typing import Any
 import pytest
 
 from imagekit.errors import EnvironmentProblem
+from imagekit.matrix import load_plan
 from imagekit.publish import ADMITS, final_tags, level_of
+from imagekit.render import RenderedCell, Renderer
+from imagekit.schema import Publish
 from imagekit.store import CellResult, CheckRecord, Verification
+from tests.conftest import CUDA_BASE
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -51,14 +58,50 @@ def test_levels_and_policies() -> None:
     assert "checked" in ADMITS["checked"] and "built" not in ADMITS["checked"]
 
 
-def test_tags_say_how_far_an_image_was_verified() -> None:
-    assert final_tags(result("validated"), "validated")[0] == "2.1.2-cu121"
-    assert final_tags(result("checked"), "checked") == (
-        "2.1.2-cu121-checked",
-        "2.1.2-cu121-20261129-checked",
-        "2.1.2-cu121-abc-checked",
+def _rendered(write_matrix: Callable[[str], Path]) -> tuple[RenderedCell, Publish]:
+    path = write_matrix(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE + "publish:\n  repository: acme/pytorch\n"
+        '  tags: {readable: "{torch}-{stack}", immutable: ["{readable}-{date}", "{readable}-{digest}"]}\n'
     )
-    assert all(t.endswith("-unverified") for t in final_tags(result(None), "built"))
+    plan = load_plan(path)
+    return Renderer(plan).render(plan.cells[0]), plan.matrix.publish
+
+
+def test_tags_say_how_far_an_image_was_verified(write_matrix: Callable[[str], Path]) -> None:
+    item, publish = _rendered(write_matrix)
+    built = replace(
+        result("checked"),
+        input_digest=item.input_digest,
+        tags=item.names(publish, date(2026, 11, 29)).references(),
+    )
+    short = item.input_digest[:12]
+    assert final_tags(item, publish, built, "validated") == (
+        "2.1.2-cuda12.1-cudnn8",
+        "2.1.2-cuda12.1-cudnn8-20261129",
+        f"2.1.2-cuda12.1-cudnn8-{short}",
+    )
+    assert final_tags(item, publish, built, "checked") == (
+        "2.1.2-cuda12.1-cudnn8-checked",
+        "2.1.2-cuda12.1-cudnn8-20261129-checked",
+        f"2.1.2-cuda12.1-cudnn8-{short}-checked",
+    )
+    assert all(t.endswith("-unverified") for t in final_tags(item, publish, built, "built") or ())
+
+
+def test_published_tags_come_from_the_matrix_not_the_report(write_matrix: Callable[[str], Path]) -> None:
+    """The report gives the build's day and nothing else: a tag it adds is never published."""
+    item, publish = _rendered(write_matrix)
+    tampered = replace(
+        result("validated"),
+        input_digest=item.input_digest,
+        tags=("acme/pytorch:latest", "acme/pytorch:2.1.2-cuda12.1-cudnn8-20240101", "evil/repo:owned"),
+    )
+    tags = final_tags(item, publish, tampered, "validated")
+    assert tags == item.names(publish, date(2024, 1, 1)).tags
+    assert tags is not None and "latest" not in tags and "owned" not in tags
+    # no dated tag of the matrix's (patterns changed, or a date that is no day): nothing to publish
+    for tag in ("acme/pytorch:2.1.2-cuda12.1-cudnn8-20241399", "acme/pytorch:x-20240101"):
+        assert final_tags(item, publish, replace(tampered, tags=(tag,)), "validated") is None
 
 
 def test_transient_push_errors_match_whole_words() -> None:
@@ -183,6 +226,23 @@ def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> No
     # Pushed by publish from the engine, verified by image id: the chain says so.
     assert not provenance(replace(blind, image_digest=None), STAGED_DIGEST, STAGED_DIGEST).digest_chain.equal
     assert provenance(None, STAGED_DIGEST, STAGED_DIGEST).checks_total == 0
+
+
+def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
+    """Any status but pass and skip is a failure (an edited report may say "error")."""
+    from imagekit.publish import _verified_by
+
+    verification = Verification(
+        "c", "img", "none", "checked", False, False,
+        (check("torch", "pass"), check("nccl", "skip"), check("gemm_cpu", "fail"),
+         check("inventory", "error")),
+        1.0,
+    )  # fmt: skip
+    summary = _verified_by(verification)
+    assert summary is not None
+    checks = summary.checks
+    assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
+    assert checks.failed_names == ("gemm_cpu", "inventory")
 
 
 class FakeRegistry:

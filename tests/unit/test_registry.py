@@ -58,7 +58,10 @@ class Stub:
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                # A HEAD answer has no body, whatever its length says: bytes written here would be
+                # read as the start of the next response on the kept-alive connection.
+                if self.command != "HEAD":
+                    self.wfile.write(body)
 
             def handle_any(self) -> None:
                 auth = self.headers.get("Authorization")

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
+import jinja2
 import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from imagekit.drift import dockerfile_path
+from imagekit.drift import check_drift, dockerfile_path, expected_files
 from imagekit.errors import InputError
 from imagekit.matrix import Plan, load_plan
 from imagekit.render import Renderer
@@ -423,3 +427,98 @@ def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
     result = run_cli("plan", "--matrix", str(tmp_path / "matrix.yaml"))
     assert result.exit_code == 2
     assert "imagekit: error: deb-torch2.1.0-cpu-py3.11-devel: the wheelhouse cannot satisfy" in result.stderr
+
+
+# -- a template the matrix names is someone's code: it runs in Jinja's sandbox -----------------------------
+
+ESCAPES = {
+    "class mro subclasses": "{{ cell.__class__.__mro__[1].__subclasses__() }}",
+    "cycler globals popen": "{{ cycler.__init__.__globals__.os.popen('touch MARKER').read() }}",
+    "lipsum globals system": "{{ lipsum.__globals__['os'].system('touch MARKER') }}",
+    "string class": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "self init globals": "{{ self.__init__.__globals__ }}",
+    "format attribute": "{{ '{0.__class__}'.format(cell) }}",
+    "mutating a list": "{% set xs = [] %}{{ xs.append('x') }}",
+    "namespace escape": "{{ namespace.__init__.__globals__ }}",
+    # bombs: refused within seconds, in bounded memory
+    "a range of a billion": "{{ range(10**9) | list | length }}",
+    "ten billion characters": "{{ 'x' * 10**10 }}",
+    "a huge power": "{{ 2 ** (10 ** 9) }}",
+    "endless recursion": "{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}",
+    "division by zero": "{{ 1 / 0 }}",
+}
+
+
+@pytest.mark.parametrize("case", sorted(ESCAPES))
+def test_a_user_template_cannot_reach_python(case: str, tmp_path: Path) -> None:
+    """The real process: the template's payload must not run (the marker must not appear)."""
+    marker = tmp_path / "pwned"
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text(
+        "FROM {{ cell.base_image }}\n" + ESCAPES[case].replace("MARKER", str(marker)) + "\n"
+    )
+    (tmp_path / "matrix.yaml").write_text(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
+    )
+    for command in ("plan", "render"):
+        done = subprocess.run(
+            [sys.executable, "-m", "imagekit", command, "--matrix", str(tmp_path / "matrix.yaml")],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            cwd=tmp_path,
+            # the memory a bomb could take, bounded for the test: 1 GiB of address space
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+        )
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert done.stderr.startswith("imagekit: error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert "template error" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "dockerfiles").exists()
+
+
+def test_a_user_template_linked_outside_its_directory_is_not_read(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text('FROM {{ cell.base_image }}\n{% include "part.j2" %}\n')
+    (tmp_path / "elsewhere.j2").write_text("RUN echo read from elsewhere\n")
+    (templates / "part.j2").symlink_to(tmp_path / "elsewhere.j2")
+    (tmp_path / "matrix.yaml").write_text(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
+    )
+    result = run_cli("plan", "--matrix", str(tmp_path / "matrix.yaml"))
+    assert result.exit_code == 2 and "part.j2 leads outside the template directory" in result.stderr
+
+
+def test_imagekits_own_templates_render_without_the_sandbox(tmp_path: Path) -> None:
+    plan = variants_plan(tmp_path)
+    assert type(Renderer(plan).template.environment) is jinja2.Environment
+    user = tmp_path / "mine"
+    shutil.copytree(REPO / "dockerfiles" / "templates", user)
+    sandboxed = Renderer(plan, templates=user)
+    assert isinstance(sandboxed.template.environment, ImmutableSandboxedEnvironment)
+    # the same bytes either way: the sandbox only refuses, it never changes a rendered value
+    assert [sandboxed.dockerfile(c) for c in plan.cells] == [Renderer(plan).dockerfile(c) for c in plan.cells]
+
+
+def test_the_escape_payloads_do_run_outside_the_sandbox(tmp_path: Path) -> None:
+    """So that the sandbox test above can fail: plain Jinja runs the same payload."""
+    marker = tmp_path / "pwned"
+    jinja2.Environment().from_string(ESCAPES["cycler globals popen"].replace("MARKER", str(marker))).render()
+    assert marker.exists()
+
+
+def test_a_fifo_among_the_generated_files_is_neither_read_nor_followed(tmp_path: Path) -> None:
+    plan = variants_plan(tmp_path)
+    out = tmp_path / "out"
+    cell = plan.cells[0]
+    (out / cell.id).mkdir(parents=True)
+    os.mkfifo(out / cell.id / "Dockerfile")  # reading it would block forever
+    (out / "stale").mkdir()
+    os.mkfifo(out / "stale" / "Dockerfile")
+    drift = check_drift(expected_files(plan, Renderer(plan), out), out)
+    assert dockerfile_path(out, cell) in drift.changed and drift.stale == ()

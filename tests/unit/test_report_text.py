@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
+from imagekit.errors import printable
 from imagekit.report_text import ROW_HEADERS, markdown, rows, summary_line
-from imagekit.store import (
-    BuildReport,
-)
+from imagekit.store import BuildReport, write_report
+from tests.conftest import run_cli
 from tests.unit.report_samples import build_report
 
 # -- presentation -----------------------------------------------------------------------------------------
@@ -119,3 +121,56 @@ def test_markdown_without_failures_has_no_details() -> None:
     text = markdown(replace(report, cells=report.cells[:2]))
     assert "<details>" not in text
     assert "2 cells: 1 built, 1 skipped in 92.3s" in text
+
+
+# -- values from the report are text wherever they are shown ----------------------------------------------
+
+MARKUP = (
+    "<img src=x onerror=alert(1)> [click](javascript:alert(1)) ![i](http://evil.example/x.png) *b* `c` | d"
+)
+
+
+def hostile_report() -> BuildReport:
+    report = build_report()
+    failed = replace(
+        report.cells[2],
+        id="<img src=x onerror=alert(1)>",
+        error=MARKUP + "\x1b[31m red \u202e reversed \nimagekit: error: forged",
+        error_tail=("```", "</details><script>alert(1)</script>", "\x1b]8;;http://evil\x07link"),
+    )
+    return replace(report, matrix="m.yaml <b>x</b> [x](y)", cells=(*report.cells[:2], failed))
+
+
+def test_markdown_escapes_every_value() -> None:
+    text = markdown(hostile_report())
+    table = text[: text.index("<details>")]
+    assert "<img" not in text and "<b>" not in text and "<script>" not in table
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "\\[click\\](javascript:alert(1))" in text and "!\\[i\\](http://evil.example/x.png)" in text
+    assert "\\*b\\*" in text and "\\`c\\`" in text and "\\| d" in text
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "### imagekit build: m.yaml &lt;b&gt;x&lt;/b&gt; \\[x\\](y)" in text
+    # every table row is one line with the table's number of cells
+    rows_ = [line for line in table.splitlines() if line.startswith("| ")]
+    assert all(len(re.split(r"(?<!\\)\|", line)) == len(ROW_HEADERS) + 2 for line in rows_)
+    # the log stays inside its fence: a fence longer than any backtick run in it
+    details = text[text.index("<details>") :]
+    assert details.count("````") == 2 and "</details><script>" in details  # inside the code block
+
+
+def test_rows_hold_no_control_or_invisible_character() -> None:
+    for row in rows(hostile_report()):
+        for value in row:
+            assert printable(value) == value and "\n" not in value
+
+
+def test_report_prints_markup_and_escapes_as_text(tmp_path: Path) -> None:
+    report = build_report()
+    failed = replace(report.cells[2], error="[/] [bold red]not bold[/] \x1b[2J cleared? \u202e")
+    write_report(tmp_path, replace(report, cells=(*report.cells[:2], failed)))
+    result = run_cli("report", "--state-dir", str(tmp_path))
+    assert result.exit_code == 1, result.stderr  # a failed cell; not a rich MarkupError
+    assert "[/] [bold red]not bold[/]" in result.stdout
+    assert "\x1b[2J" not in result.stdout and "\u202e" not in result.stdout
+    markdown_out = run_cli("report", "--state-dir", str(tmp_path), "--markdown")
+    assert markdown_out.exit_code == 1 and "\\[/\\] \\[bold red\\]" in markdown_out.stdout

@@ -50,10 +50,23 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(WHEEL, torch="2.99.0"),
     ),
     (
+        rules.torch_patch_exists,
+        replace(WHEEL, torch="2.1.9", allow_unknown=True),
+        "torch 2.1.9 is not a 2.1 release (its patches: 2.1.0, 2.1.1, 2.1.2); pick one of those."
+        " allow_unknown admits only releases newer than the table's newest (2.15.0)",
+        replace(WHEEL, torch="2.15.5", allow_unknown=True),
+    ),
+    (
         rules.torch_in_table,
         replace(WHEEL, torch="2.99.0"),
         "newer than imagekit's compatibility table",
         replace(WHEEL, torch="2.99.0", allow_unknown=True),
+    ),
+    (
+        rules.pip_packages_leave_torch_alone,
+        replace(WHEEL, pip_packages=("numpy<2", "torch==2.0.0")),
+        "pip_packages lists torch==2.0.0: torch, torchvision and torchaudio come from the matrix",
+        replace(WHEEL, pip_packages=("numpy<2", "torchmetrics", "pytorch-lightning")),
     ),
     (
         rules.base_matches_accelerator,
@@ -84,6 +97,13 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(WHEEL, cuda="99.1"),
         "set allow_unknown: true and cuda_full",
         replace(WHEEL, cuda="99.1", cuda_full="99.1.0"),
+    ),
+    (
+        rules.cuda_patch_is_the_base_toolkit,
+        replace(WHEEL, cuda_written="12.1.9"),
+        "CUDA 12.1.9 is not the toolkit imagekit builds CUDA 12.1 on (nvidia/cuda 12.1.1); write"
+        " cuda: 12.1, or set cuda_full: 12.1.9",
+        replace(WHEEL, cuda_written="12.1.9", cuda_full="12.1.9"),
     ),
     (
         rules.base_brings_that_python,
@@ -186,7 +206,8 @@ def test_the_first_refusal_wins() -> None:
         ("2.9.1", "11.8", "torch 2.9 has no CUDA 11.8 wheel (its wheels: CUDA 12.6, 12.8, 13.0)"),
         ("2.6.0", "12.1", "torch 2.6 has no CUDA 12.1 wheel"),
         ("2.0.1", "12.1", "torch 2.0 has no CUDA 12.1 wheel"),
-        ("2.1.9", "12.1", "torch 2.1.9 is a patch missing from imagekit's compatibility table"),
+        ("2.1.9", "12.1", "torch 2.1.9 is not a 2.1 release (its patches: 2.1.0, 2.1.1, 2.1.2)"),
+        ("2.15.5", "13.2", "torch 2.15.5 is a patch missing from imagekit's compatibility table"),
         ("2.16", "13.2", "so its latest patch is unknown; write the full version (2.16.0)"),
         ("2.16.0", "13.2", "torch 2.16.0 is newer than imagekit's compatibility table"),
         ("2.12.0", "12.1", "torch 2.12 has no CUDA 12.1 wheel (its wheels: CUDA 12.6, 12.9, 13.0, 13.2)"),
@@ -270,9 +291,71 @@ def test_minor_means_latest_patch(write_matrix: Callable[[str], Path]) -> None:
 
 
 def test_allow_unknown_admits_a_new_patch_of_a_known_release(write_matrix: Callable[[str], Path]) -> None:
-    path = write_matrix('allow_unknown: true\naxes:\n  torch: ["2.1.9"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
+    # newer than the newest the table knows (2.15.0): a release the table has not caught up with
+    path = write_matrix(
+        'allow_unknown: true\naxes:\n  torch: ["2.15.5"]\n  cuda: ["13.2"]\n  python: ["3.11"]\n' + CUDA_BASE
+    )
     (cell,) = load_plan(path).cells
-    assert cell.torch == "2.1.9" and cell.unknown and cell.numpy_cap == "<2"
+    assert cell.torch == "2.15.5" and cell.unknown and cell.numpy_cap is None
+
+
+def test_allow_unknown_never_admits_a_patch_missing_from_the_table(
+    write_matrix: Callable[[str], Path],
+) -> None:
+    path = write_matrix(
+        'allow_unknown: true\naxes:\n  torch: ["2.1.9", "2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE
+    )
+    plan = load_plan(path)
+    assert [c.torch for c in plan.cells] == ["2.1.2"]
+    assert "allow_unknown admits only releases newer than the table's newest" in plan.refused[0].reason
+
+
+@pytest.mark.parametrize(
+    ("cuda", "cuda_full", "admitted", "reason"),
+    [
+        (
+            "12.1.9",
+            None,
+            False,
+            "CUDA 12.1.9 is not the toolkit imagekit builds CUDA 12.1 on (nvidia/cuda 12.1.1)",
+        ),
+        ("12.1.1", None, True, ""),
+        ("12.1", None, True, ""),
+        ("12.1.9", "12.1.9", True, ""),
+        ("12.1.9", "12.1.0", False, "cuda 12.1.9 and cuda_full 12.1.0 name two toolkits"),
+    ],
+)
+def test_a_cuda_patch_is_never_silently_another(
+    cuda: str, cuda_full: str | None, admitted: bool, reason: str, write_matrix: Callable[[str], Path]
+) -> None:
+    # cuda_full only on the cells of that CUDA value (include extends what it matches)
+    defaults = f'include:\n  - {{cuda: "{cuda}", cuda_full: "{cuda_full}"}}\n' if cuda_full else ""
+    path = write_matrix(
+        f'axes:\n  torch: ["2.1.2", "2.5.1"]\n  cuda: ["{cuda}", "12.4"]\n' + defaults + CUDA_BASE
+    )
+    plan = load_plan(path)
+    built = {c.cuda_full for c in plan.cells if c.cuda == "12.1"}
+    if admitted:
+        assert built == {cuda_full or "12.1.1"}
+    else:
+        assert not built and reason in plan.refused[0].reason
+
+
+@pytest.mark.parametrize(
+    "requirement", ["torch==2.0.0", "Torch", "TORCH>=2", "torch[opt-einsum]", "TorchVision", "torchaudio<3"]
+)
+def test_pip_packages_never_name_torch_or_its_companions(
+    requirement: str, write_matrix: Callable[[str], Path]
+) -> None:
+    path = write_matrix(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n'
+        f'defaults: {{pip_packages: ["numpy<2", "{requirement}"]}}\n' + CUDA_BASE
+    )
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2
+    assert f"pip_packages lists {requirement}: torch, torchvision and torchaudio come from the matrix" in (
+        result.stderr
+    )
 
 
 def test_cuda_full_must_belong_to_the_cells_cuda(write_matrix: Callable[[str], Path]) -> None:

@@ -6,21 +6,32 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from imagekit import report_text
 from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.html_report import render_html
+from imagekit.limits import MAX_ITEMS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
 from imagekit.store import (
     REPORT_NAME,
     REPORT_VERSION,
+    BuildReport,
+    CheckRecord,
+    Verification,
     read_report,
     state_lock,
     write_report,
 )
 from tests.conftest import REPO
-from tests.unit.report_samples import build_report
+from tests.unit.report_samples import build_report, sample_report
+from tests.unit.strategies import json_values
 
 # -- the report --------------------------------------------------------------------------------------------
 
@@ -87,36 +98,225 @@ def test_read_report_without_a_version(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "data",
+    ("data", "field"),
     [
-        [1, 2],
-        "a string",
-        {"version": 1},
-        {
-            "version": 1,
-            "matrix": "m",
-            "started": "s",
-            "duration_s": 1,
-            "engine": "e",
-            "cells": [{}],
-            "bases": [],
-        },
-        {
-            "version": 1,
-            "matrix": "m",
-            "started": "s",
-            "duration_s": 1,
-            "engine": "e",
-            "cells": 3,
-            "bases": [],
-        },
+        ([1, 2], "(top level): a report is a JSON object, not list"),
+        ("a string", "(top level): a report is a JSON object, not str"),
+        ({"version": 1}, "matrix: is required"),
+        (
+            {
+                "version": 1,
+                "matrix": "m",
+                "started": "2024-05-17T10:00:00Z",
+                "duration_s": 1,
+                "engine": "e",
+                "cells": [{}],
+                "bases": [],
+            },
+            "cells[0].id: is required",
+        ),
+        (
+            {
+                "version": 1,
+                "matrix": "m",
+                "started": "2024-05-17T10:00:00Z",
+                "duration_s": 1,
+                "engine": "e",
+                "cells": 3,
+                "bases": [],
+            },
+            "cells: Input should be a valid array",
+        ),
     ],
     ids=["list", "string", "keys missing", "cell empty", "cells not a list"],
 )
-def test_read_report_of_a_malformed_report(tmp_path: Path, data: object) -> None:
+def test_read_report_of_a_malformed_report(tmp_path: Path, data: object, field: str) -> None:
     (tmp_path / REPORT_NAME).write_text(json.dumps(data))
-    with pytest.raises(InputError, match=rf"^{tmp_path / REPORT_NAME}: malformed report \("):
+    with pytest.raises(InputError, match=rf"^{tmp_path / REPORT_NAME}: ") as caught:
         read_report(tmp_path)
+    assert caught.value.message.startswith(f"{tmp_path / REPORT_NAME}: {field}"), caught.value.message
+
+
+# -- a hostile report: every field checked by its type and pattern ----------------------------------------
+
+
+def _report_with(path: tuple[str | int, ...], value: object) -> dict[str, Any]:
+    data = build_report().as_json()
+    data["cells"][0]["verification"] = sample_report().cells[0].verification.as_json()  # type: ignore[union-attr]
+    target: Any = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+HOSTILE_FIELDS: list[tuple[tuple[str | int, ...], object, str]] = [
+    (("cells", 0, "id"), "../../etc/passwd", "cells[0].id: '../../etc/passwd' is not a cell id"),
+    (
+        ("cells", 0, "id"),
+        "<img src=x onerror=alert(1)>",
+        "cells[0].id: '<img src=x onerror=alert(1)>' holds a space",
+    ),
+    (("cells", 0, "id"), "a\nimagekit: error: forged", "cells[0].id: "),
+    (("cells", 0, "status"), "exploded", "cells[0].status: Input should be 'built', 'skipped', 'failed' or"),
+    (("cells", 0, "duration_s"), "83.4", "cells[0].duration_s: Input should be a valid number"),
+    (("cells", 0, "duration_s"), -1, "cells[0].duration_s: Input should be greater than or equal to 0"),
+    (("cells", 0, "size"), True, "cells[0].size: Input should be a valid integer"),
+    (("cells", 0, "size"), "1 GB", "cells[0].size: Input should be a valid integer"),
+    (("cells", 0, "tags", 0), "reg/it:$(reboot)", "cells[0].tags[0]: 'reg/it:$(reboot)' holds '$('"),
+    (("cells", 0, "tags", 0), "r/" + "x" * 600, "cells[0].tags[0]: is 602 characters long"),
+    (("cells", 0, "image_id"), 12, "cells[0].image_id: Input should be a valid string"),
+    (("cells", 0, "image_id"), "sha256:zz", "cells[0].image_id: 'sha256:zz' is not a digest"),
+    (("cells", 0, "base_digest"), "x@sha256:" + "a" * 64 + "\nFROM evil", "cells[0].base_digest: "),
+    (("cells", 0, "error_tail"), "one line", "cells[0].error_tail: Input should be a valid array"),
+    (("cells", 0, "error"), "x" * 70_000, "cells[0].error: is 70,000 characters long"),
+    (("cells", 0, "verification", "verdict"), "excellent", "cells[0].verification.verdict: Input should be"),
+    (
+        ("cells", 0, "verification", "gpu_visible"),
+        1,
+        "cells[0].verification.gpu_visible: Input should be a valid",
+    ),
+    (
+        ("cells", 0, "verification", "metrics"),
+        {"gemm.tflops": {"deep": []}},
+        "cells[0].verification.metrics.",
+    ),
+    (
+        ("cells", 0, "verification", "gpu_figures"),
+        [{"index": 0, "power_w": {"min": 1e300}}],
+        "cells[0].verification.gpu_figures[0].power_w.min: ",
+    ),
+    (
+        ("cells", 0, "verification", "gpu_figures"),
+        [{"throttle": {"x": {"deep": []}}}],
+        "cells[0].verification.gpu_figures[0].throttle.x: ",
+    ),
+    (
+        ("cells", 0, "verification", "checks", 0, "duration_s"),
+        "fast",
+        "cells[0].verification.checks[0].duration_s",
+    ),
+    (
+        ("cells", 0, "verification", "gpus"),
+        "all; rm -rf /",
+        "cells[0].verification.gpus: 'all; rm -rf /' holds",
+    ),
+    (("started",), "yesterday", "started: 'yesterday' is not an ISO 8601 time"),
+    (("bases",), {"a": 1}, "bases: Input should be a valid array"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "problem"), HOSTILE_FIELDS, ids=lambda v: str(v)[:30])
+def test_a_wrong_field_is_one_line_naming_file_and_field(
+    tmp_path: Path, path: tuple[str | int, ...], value: object, problem: str
+) -> None:
+    (tmp_path / REPORT_NAME).write_text(json.dumps(_report_with(path, value)))
+    with pytest.raises(InputError) as caught:
+        read_report(tmp_path)
+    message = caught.value.message
+    assert message.startswith(f"{tmp_path / REPORT_NAME}: {problem}"), message
+    assert message.endswith("to start a new report") and "\n" not in message and len(message) < 1_000
+
+
+JSON = json_values()
+REPORT_FIELDS = [
+    ("matrix",), ("started",), ("duration_s",), ("engine",), ("cells",), ("bases",),
+    *[("cells", 0, key) for key in build_report().as_json()["cells"][0]],
+    *[("cells", 0, "verification", key) for key in sample_report().cells[0].verification.as_json()],  # type: ignore[union-attr]
+    *[("cells", 0, "verification", "checks", 0, key) for key in ("name", "status", "required", "detail")],
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=2000, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(REPORT_FIELDS), value=JSON)
+def test_any_value_in_any_field_reads_or_is_one_input_error(
+    tmp_path_factory: pytest.TempPathFactory, field: tuple[str | int, ...], value: object
+) -> None:
+    state = tmp_path_factory.mktemp("report")
+    (state / REPORT_NAME).write_text(json.dumps(_report_with(field, value)))
+    try:
+        report = read_report(state)
+    except InputError as exc:
+        assert exc.message.startswith(f"{state / REPORT_NAME}: ") and "\n" not in exc.message
+    else:
+        # whatever was accepted is what the types promise: rendering it cannot fail
+        assert isinstance(report, BuildReport)
+        report_text.markdown(report)
+        report_text.rows(report)
+        render_html(report)
+
+
+@settings(max_examples=300, deadline=2000, derandomize=True)
+@given(JSON)
+def test_any_json_document_reads_or_is_one_input_error(
+    tmp_path_factory: pytest.TempPathFactory, data: object
+) -> None:
+    state = tmp_path_factory.mktemp("report")
+    (state / REPORT_NAME).write_text(json.dumps(data))
+    with pytest.raises(InputError, match=rf"^{state / REPORT_NAME}: "):
+        read_report(state)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        '{"version": 1, "cells": ' + "[" * 50_000 + "]" * 50_000 + "}",
+        '{"version": ' + "9" * 5_000 + "}",
+        '{"version": 1, "matrix": "m", "started": "2024-05-17T10:00:00Z", "duration_s": 1e999, "engine": "e",'
+        ' "cells": [], "bases": []}',
+        '{"version": 1, "matrix": "m", "started": "2024-05-17T10:00:00Z", "duration_s": NaN, "engine": "e",'
+        ' "cells": [], "bases": []}',
+        "\ufeff{}",
+    ],
+    ids=["deep array", "deep cells", "5,000-digit version", "infinite duration", "NaN duration", "BOM"],
+)
+def test_hostile_json_is_one_input_error(tmp_path: Path, text: str) -> None:
+    (tmp_path / REPORT_NAME).write_text(text)
+    with pytest.raises(InputError, match=rf"^{tmp_path / REPORT_NAME}: "):
+        read_report(tmp_path)
+
+
+def test_a_million_cells_are_refused_within_seconds(tmp_path: Path) -> None:
+    cell = '{"id":"c","kind":"cell","status":"built","base_image":"b"}'
+    head = (
+        '{"version":1,"matrix":"m","started":"2024-05-17T10:00:00Z","duration_s":1,"engine":"e","bases":[],'
+    )
+    (tmp_path / REPORT_NAME).write_text(head + '"cells":[' + ",".join([cell] * 1_000_000) + "]}")
+    started = time.monotonic()
+    with pytest.raises(InputError, match=r"cells: 1,000,000 records; a report holds at most 100,000"):
+        read_report(tmp_path)
+    assert time.monotonic() - started < 10
+
+
+def test_a_report_past_the_size_limit_is_not_read(tmp_path: Path) -> None:
+    with (tmp_path / REPORT_NAME).open("wb") as handle:
+        handle.truncate(STATE_BYTES + 1)  # sparse: no disk used, and never read
+    with pytest.raises(InputError, match=rf"larger than {STATE_BYTES} bytes"):
+        read_report(tmp_path)
+
+
+def test_a_report_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / REPORT_NAME)
+    with pytest.raises(InputError, match=r"is a FIFO, not a regular file"):
+        read_report(tmp_path)
+
+
+def test_a_report_written_by_the_previous_release_still_reads() -> None:
+    # written by main before the typed reader: the offline demo's build + verify --gpus none
+    report = read_report(REPO / "tests" / "fixtures" / "state" / "v1")
+    assert report.cells[0].id == "debian-local-torch2.13.0-cpu-py3.11-runtime"
+    assert len(report.cells) == 3 and [b.id for b in report.bases] == ["base-debian-local"]
+    assert all(c.verification is not None and c.verification.verdict == "checked" for c in report.cells)
+
+
+def test_checks_an_image_reports_are_cut_to_what_a_report_holds() -> None:
+    record = CheckRecord.from_script(
+        {"name": "n" * 5_000, "status": "pass", "detail": "d" * 100_000, "duration_s": float("inf")}
+    )
+    assert len(record.name) == SHORT_CHARS and record.detail is not None and len(record.detail) == TEXT_CHARS
+    assert record.duration_s == 0.0
+    assert CheckRecord.from_script({"duration_s": "fast"}).duration_s == 0.0
 
 
 # -- the state lock ----------------------------------------------------------------------------------------
@@ -205,3 +405,21 @@ def test_an_unchanged_image_keeps_its_staging_record_and_a_rebuilt_one_loses_it(
     assert again.keeping_verifications(before).cells[0].staged == staged
     rebuilt = replace(previous, cells=(replace(previous.cells[1], image_id="sha256:" + "8" * 64),))
     assert rebuilt.keeping_verifications(before).cells[0].staged is None
+
+
+def test_what_imagekit_writes_it_reads_back_whatever_an_engine_or_image_said(tmp_path: Path) -> None:
+    """An engine's error, a build log line and an image's check output may be any length or shape:
+    the report written is still one the reader accepts."""
+    report = build_report()
+    checks = tuple(CheckRecord.from_script({"name": f"c{i}", "status": "pass"}) for i in range(2_000))
+    verification = Verification(
+        report.cells[0].id, "sha256:" + "1" * 64, "all", "failed", True, False, checks, 1.0,
+        error="e" * 200_000, log="/x/" + "l" * 3_000,
+    )  # fmt: skip
+    failed = replace(
+        report.cells[2], error="x" * 200_000, error_tail=("y" * 100_000,) * 3, verification=verification
+    )
+    write_report(tmp_path, replace(report, cells=(*report.cells[:2], failed)))
+    back = read_report(tmp_path).cells[2]
+    assert back.error is not None and len(back.error) == TEXT_CHARS
+    assert back.verification is not None and len(back.verification.checks) == MAX_ITEMS

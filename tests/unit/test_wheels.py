@@ -106,6 +106,15 @@ def test_a_resolution_is_cached_per_requirement_set_and_wheelhouse_listing(
     assert len(runs) == 1 and "filelock-3.1" in names(again)
 
 
+def test_a_cache_that_cannot_be_written_costs_only_the_cache(wheelhouse: Path, tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")  # the cache's directory cannot be made under a file
+    request = Request(("torch==2.1.0",), "3.11", platform_tags("2.36"))
+    found = WheelResolver([wheelhouse], cache_dir=blocked).closure(request)
+    assert "torch-2.1.0" in names(found)
+    assert blocked.read_text() == ""
+
+
 def test_the_hosts_pip_configuration_is_ignored(
     wheelhouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from imagekit.errors import InputError
-from imagekit.yamlsource import MAX_NODES, Position, parse_yaml
+from imagekit.yamlsource import MAX_BYTES, MAX_DEPTH, MAX_NODES, Position, parse_yaml, read_yaml_file
 
 
 def test_numbers_stay_as_written() -> None:
@@ -72,3 +74,37 @@ def test_syntax_error_has_line_and_column() -> None:
 def test_oversized_document() -> None:
     with pytest.raises(InputError, match="larger than"):
         parse_yaml("a: " + "x" * 1_100_000 + "\n", "m.yaml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 20_000,
+        "{a: " * 20_000,
+        "- " * 5_000 + "x\n",
+        "a:\n" + "".join("  " * i + "b:\n" for i in range(1, 200)),
+    ],
+    ids=["flow sequences", "flow mappings", "block sequences", "block mappings"],
+)
+def test_deep_nesting_is_refused_before_python_recurses(text: str) -> None:
+    with pytest.raises(InputError, match=rf"^m\.yaml:\d+:\d+: nesting deeper than {MAX_DEPTH} levels"):
+        parse_yaml(text, "m.yaml")
+
+
+def test_nesting_up_to_the_limit_is_read() -> None:
+    text = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    value = parse_yaml(text, "m.yaml").value
+    for _ in range(MAX_DEPTH - 1):
+        value = value[0]
+    assert value == []
+
+
+def test_only_a_regular_file_is_read(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"is a directory, not a regular file; pass the matrix YAML file"):
+        read_yaml_file(tmp_path)
+    with pytest.raises(InputError, match=r"^/dev/zero: is a device, not a regular file"):
+        read_yaml_file(Path("/dev/zero"))
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (MAX_BYTES + 1))
+    with pytest.raises(InputError, match=rf"larger than {MAX_BYTES} bytes"):
+        read_yaml_file(big)

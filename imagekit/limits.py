@@ -1,0 +1,50 @@
+"""Every bound imagekit puts on its input, in one place, each with the reason for its value.
+
+Files and flags come from people and from other tools (CI artifacts, bake, an edited report);
+none is trusted to be small. Each bound is checked before the work it protects: a file's size
+before it is read, YAML nesting while it is composed, a matrix's size from its axis lengths before
+a single combination is made. The distribution spec's own limits on names (a tag's 128
+characters, a reference's 255) live with the names, in ``imagekit.naming``.
+"""
+
+from __future__ import annotations
+
+# -- the matrix file ---------------------------------------------------------------------------------
+
+MATRIX_BYTES = 1_000_000  # a real matrix is a few kilobytes
+YAML_NODES = 200_000  # values after alias expansion; a real matrix holds a few hundred
+YAML_DEPTH = 64  # nesting; a matrix nests four levels deep
+
+# -- the plan ----------------------------------------------------------------------------------------
+
+# Combinations a matrix may ask for (the product of its axis lengths plus its include entries):
+# the plan-and-render benchmark's size, which plans and renders in under 2 s. Each cell is an
+# image of several GB; more than this is a typo or an attack, and is refused before expanding.
+MAX_COMBINATIONS = 10_000
+# include/exclude entries are each compared with every combination: combinations x entries.
+MAX_EXPANSION_STEPS = 1_000_000
+# Warnings of one kind printed before the rest are counted in one line.
+WARNINGS_SHOWN = 5
+
+# -- strings ----------------------------------------------------------------------------------------
+
+VERSION_CHARS = 64  # "2.1.0a0+32f93b1" is 15
+VERSION_COMPONENT_DIGITS = 9  # keeps int() far from Python's 4,300-digit conversion limit
+VALUE_CHARS = 4_096  # an ENV value or a build argument
+PACKAGE_CHARS = 256  # a pip requirement or a Debian package with its version
+URL_CHARS = 2_048  # what browsers and most servers accept
+NAME_CHARS = 255  # host names (253), repository paths and patterns of them
+PATH_CHARS = 1_024  # a path the matrix names, relative to the matrix file
+FILE_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)
+PATH_BYTES = 4_096  # a whole path (PATH_MAX on Linux)
+PORT_MAX = 65_535
+
+# -- state files: report.json, images.lock.json, bake metadata ---------------------------------------
+
+# A verified cell's record is about 50 kB (its checks' details); 128 MiB holds a few thousand.
+STATE_BYTES = 128 << 20
+MAX_RECORDS = 100_000  # cells (or bases, or lock entries) in one state file
+TEXT_CHARS = 65_536  # one free-text value: an error, a log line, a check's detail
+SHORT_CHARS = 1_024  # a name, a timestamp, a path, a metric's key
+MAX_ITEMS = 1_000  # a record's checks, tags, log lines or metrics
+MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
