@@ -17,6 +17,7 @@ Why not ``yaml.safe_load``:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,9 @@ def _position(mark: yaml.Mark | None) -> Position | None:
     return Position(mark.line + 1, mark.column + 1)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class _Builder:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -140,6 +144,11 @@ class _Builder:
 
     def _scalar(self, node: yaml.ScalarNode) -> Any:
         text = node.value
+        if _SURROGATE.search(text):
+            # A "\ud800" escape yields half a UTF-16 pair: no UTF-8 text, label or file name holds it.
+            raise self.fail(
+                node, "a string holds a lone surrogate escape (\\uD800-\\uDFFF); write the character itself"
+            )
         if node.tag == _STR:
             return text
         if node.tag in (_INT, _FLOAT):

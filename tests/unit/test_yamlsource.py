@@ -108,3 +108,14 @@ def test_only_a_regular_file_is_read(tmp_path: Path) -> None:
     big.write_bytes(b"#" * (MAX_BYTES + 1))
     with pytest.raises(InputError, match=rf"larger than {MAX_BYTES} bytes"):
         read_yaml_file(big)
+
+
+@pytest.mark.parametrize("text", ['"\\ud800": 1\n', 'a: "x\\udfffy"\n', 'a: ["\\ud83d"]\n'])
+def test_lone_surrogate_escapes_are_refused_with_their_place(text: str) -> None:
+    # Half a UTF-16 pair cannot be encoded as UTF-8: it would fail later, far from the matrix.
+    with pytest.raises(InputError, match=r"^m\.yaml:1:\d+: a string holds a lone surrogate"):
+        parse_yaml(text, "m.yaml")
+
+
+def test_a_whole_escaped_character_is_kept() -> None:
+    assert parse_yaml('a: "\\U0001F600"\n', "m.yaml").value == {"a": "\U0001f600"}
