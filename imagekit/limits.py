@@ -14,6 +14,7 @@ from __future__ import annotations
 MATRIX_BYTES = 1_000_000  # a real matrix is a few kilobytes
 YAML_NODES = 200_000  # values after alias expansion; a real matrix holds a few hundred
 YAML_DEPTH = 64  # nesting; a matrix nests four levels deep
+TEMPLATE_BYTES = 1_000_000  # one Jinja template; imagekit's own templates total under 5 kB
 
 # -- the plan ----------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 from collections.abc import Callable, Iterable
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import jinja2
+import jinja2.loaders
 import jinja2.runtime
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -33,7 +35,9 @@ from imagekit.contract import (
     packaged_frontend_check,
 )
 from imagekit.errors import InputError, one_line
+from imagekit.limits import TEMPLATE_BYTES
 from imagekit.matrix import Cell, Plan
+from imagekit.paths import read_regular_file
 from imagekit.recipe import WHEELHOUSE_CONTEXT, make_frontend_recipe, make_recipe, uses_wheelhouse
 from imagekit.schema import Publish
 from imagekit.wheels import Request, WheelResolver, platform_tags
@@ -81,13 +85,28 @@ class _InliningLoader(jinja2.FileSystemLoader):
         return self._INCLUDE.sub(splice, source), filename, uptodate
 
     def _contained(self, environment: jinja2.Environment, name: str) -> tuple[str, str, Callable[[], bool]]:
-        """A template's source, which must be a file inside the template directory once links are
-        followed: a template linked to a file elsewhere is not read."""
-        source, filename, uptodate = super().get_source(environment, name)
-        roots = [Path(p).resolve() for p in self.searchpath]
-        if not any(Path(filename).resolve().is_relative_to(root) for root in roots):
+        """A template's source, which must be a regular file inside the template directory once
+        links are followed, checked before it is read: a template linked to a file elsewhere (a
+        device, a huge file) is never opened, and one over ``TEMPLATE_BYTES`` is refused."""
+        pieces = jinja2.loaders.split_template_path(name)
+        for root in self.searchpath:
+            path = Path(root, *pieces)
+            if path.is_file():
+                break
+        else:
+            raise jinja2.TemplateNotFound(name)
+        # os.path.realpath, not Path.resolve: a link loop is an answer here, not a RuntimeError
+        if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
             raise jinja2.TemplateError(f"{name} leads outside the template directory (a symbolic link?)")
-        return source, filename, uptodate
+        try:
+            raw = read_regular_file(path, TEMPLATE_BYTES, "a Jinja template (a few kB)")
+        except FileNotFoundError:
+            raise jinja2.TemplateNotFound(name) from None
+        try:
+            source = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        return source, str(path), lambda: True  # auto_reload is off: a template never changes in a run
 
 
 class UserTemplates(ImmutableSandboxedEnvironment):
@@ -123,7 +142,7 @@ def make_environment(templates: Path) -> jinja2.Environment:
     if not (templates / "Dockerfile.j2").is_file():
         raise InputError(f"{templates}: no Dockerfile.j2 template here; fix `templates` in the matrix")
     # imagekit's own: its template directory or one below it (the front ends' templates)
-    own = templates.resolve().is_relative_to(default_templates_dir().resolve())
+    own = Path(os.path.realpath(templates)).is_relative_to(default_templates_dir().resolve())
     environment = jinja2.Environment if own else UserTemplates
     env = environment(
         loader=_InliningLoader(str(templates)),

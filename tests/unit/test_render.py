@@ -494,6 +494,56 @@ def test_a_user_template_linked_outside_its_directory_is_not_read(tmp_path: Path
     assert result.exit_code == 2 and "part.j2 leads outside the template directory" in result.stderr
 
 
+def _bad_part(kind: str, templates: Path, outside: Path) -> None:
+    part = templates / "part.j2"
+    if kind == "not UTF-8":
+        part.write_bytes(b"RUN echo \xff\xfe\n")
+    elif kind == "over the size limit":  # sparse: no disk used, but read whole it would be 4 GB
+        with part.open("wb") as handle:
+            handle.truncate(4 << 30)
+    elif kind == "a link to a FIFO elsewhere":  # opened, it would wait for a writer forever
+        os.mkfifo(outside / "fifo")
+        part.symlink_to(outside / "fifo")
+    elif kind == "a link to a device elsewhere":
+        part.symlink_to("/dev/zero")
+    elif kind == "a link loop":
+        part.symlink_to(templates / "loop.j2")
+        (templates / "loop.j2").symlink_to(part)
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("not UTF-8", "part.j2: not UTF-8 text (byte 9); save it as UTF-8"),
+        ("over the size limit", "part.j2: larger than 1000000 bytes; a Jinja template (a few kB)"),
+        ("a link to a FIFO elsewhere", "template error: part.j2"),
+        ("a link to a device elsewhere", "template error: part.j2"),
+        ("a link loop", "template error: part.j2"),
+    ],
+)
+def test_a_bad_template_file_is_one_line_never_read_whole(kind: str, expected: str, tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text('FROM {{ cell.base_image }}\n{% include "part.j2" %}\n')
+    _bad_part(kind, templates, tmp_path)
+    (tmp_path / "matrix.yaml").write_text(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "imagekit", "plan", "--matrix", str(tmp_path / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("imagekit: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert expected in done.stderr
+
+
 def test_imagekits_own_templates_render_without_the_sandbox(tmp_path: Path) -> None:
     plan = variants_plan(tmp_path)
     assert type(Renderer(plan).template.environment) is jinja2.Environment
