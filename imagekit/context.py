@@ -31,35 +31,53 @@ class FileHasher:
         self._cache: dict[tuple[str, int, int], str] = {}
 
     def digest(self, path: Path) -> str:
-        stat = path.stat()
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
-        found = self._cache.get(key)
-        if found is None:
-            sha = hashlib.sha256()
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    sha.update(block)
-            found = sha.hexdigest()
-            self._cache[key] = found
+        try:
+            stat = path.stat()
+            key = (str(path), stat.st_size, stat.st_mtime_ns)
+            found = self._cache.get(key)
+            if found is None:
+                sha = hashlib.sha256()
+                with path.open("rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        sha.update(block)
+                found = sha.hexdigest()
+                self._cache[key] = found
+        except OSError as exc:  # a file the matrix brings into a context is the matrix's input
+            raise InputError(
+                f"cannot read {path} for the build context: {exc.strerror}; fix its permissions"
+            ) from None
         return found
 
 
 def walk_context(root: Path, boundary: Path, where: str) -> Iterator[tuple[str, Path]]:
-    """Files under ``root`` as (relative posix path, path), refusing links that leave ``boundary``."""
+    """Files under ``root`` as (relative posix path, path), refusing links that leave ``boundary``,
+    names that are not UTF-8 (a tar header and a digest line need text) and directories that
+    cannot be read. A link to nothing (or to itself) is not a file and is left out, as is a FIFO."""
     if not root.is_dir():
         raise InputError(f"{where}: directory {root} does not exist; create or fill it first")
-    boundary = boundary.resolve()
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+    # os.path.realpath, not Path.resolve: a link loop must not raise RuntimeError
+    boundary = Path(os.path.realpath(boundary))
+
+    def unreadable(exc: OSError) -> None:
+        raise InputError(f"{where}: cannot read {exc.filename}: {exc.strerror}; fix its permissions")
+
+    for directory, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=False):
         dirnames.sort()
         for name in sorted(filenames) + [d for d in dirnames if (Path(directory) / d).is_symlink()]:
             path = Path(directory) / name
-            resolved = path.resolve()
+            relative = path.relative_to(root).as_posix()
+            try:
+                relative.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = relative.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                raise InputError(f"{where}: file name {shown!r} is not UTF-8; rename it") from None
+            resolved = Path(os.path.realpath(path))
             if not resolved.is_relative_to(boundary):
                 raise InputError(
                     f"{where}: {path} links outside {boundary}; copy the file in instead of linking"
                 )
             if resolved.is_file():
-                yield path.relative_to(root).as_posix(), path
+                yield relative, path
 
 
 def local_base_digest(base: LocalBase, hasher: FileHasher) -> str:

@@ -9,7 +9,7 @@ from typing import IO
 
 import pytest
 
-from imagekit.context import local_base_context, make_tar
+from imagekit.context import FileHasher, local_base_context, local_base_digest, make_tar, walk_context
 from imagekit.errors import InputError
 from imagekit.matrix import LocalBase
 
@@ -90,3 +90,38 @@ def test_local_base_context_holds_the_context_directory(tmp_path: Path) -> None:
     with local_base_context(base) as archive:
         found = {m.name: m.mode for m in members(archive)}
     assert found == {"Dockerfile": 0o644, "scripts/setup.sh": 0o755}
+
+
+def test_a_link_loop_in_a_context_is_left_out_like_a_link_to_nothing(tmp_path: Path) -> None:
+    make_files(tmp_path / "ctx", {"Dockerfile": 0o644}, 5)
+    (tmp_path / "ctx" / "a").symlink_to(tmp_path / "ctx" / "b")
+    (tmp_path / "ctx" / "b").symlink_to(tmp_path / "ctx" / "a")
+    (tmp_path / "ctx" / "gone").symlink_to(tmp_path / "ctx" / "nothing")
+    os.mkfifo(tmp_path / "ctx" / "fifo")
+    assert [name for name, _ in walk_context(tmp_path / "ctx", tmp_path / "ctx", "base b")] == ["Dockerfile"]
+
+
+def test_a_context_file_name_that_is_not_utf8_is_named_and_refused(tmp_path: Path) -> None:
+    make_files(tmp_path / "ctx", {"Dockerfile": 0o644}, 5)
+    (tmp_path / "ctx" / os.fsdecode(b"caf\xe9.txt")).write_text("x")
+    base = LocalBase("b", "example/b:dev", tmp_path / "ctx", "Dockerfile", ())
+    with pytest.raises(InputError, match=r"^base b: file name 'caf\\\\xe9\.txt' is not UTF-8; rename it$"):
+        local_base_digest(base, FileHasher())
+
+
+def test_an_unreadable_context_file_is_an_input_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_files(tmp_path / "ctx", {"Dockerfile": 0o644, "secret": 0o000}, 5)
+    base = LocalBase("b", "example/b:dev", tmp_path / "ctx", "Dockerfile", ())
+    real_open = Path.open
+
+    def open_as_nobody(self: Path, *args: object, **kwargs: object) -> object:
+        # root reads a file whatever its mode: refuse the way the kernel refuses anyone else
+        if self.name == "secret":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", open_as_nobody)
+    with pytest.raises(InputError, match=r"cannot read .*secret for the build context: Permission denied"):
+        local_base_digest(base, FileHasher())
