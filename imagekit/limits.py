@@ -49,3 +49,8 @@ TEXT_CHARS = 65_536  # one free-text value: an error, a log line, a check's deta
 SHORT_CHARS = 1_024  # a name, a timestamp, a path, a metric's key
 MAX_ITEMS = 1_000  # a record's checks, tags, log lines or metrics
 MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
+
+# -- caches imagekit keeps for itself -----------------------------------------------------------------
+
+# A cached wheel closure: a list of wheel paths (a CUDA torch closure names about 25 wheels).
+CLOSURE_CACHE_BYTES = 1_000_000

@@ -33,6 +33,8 @@ from urllib.parse import unquote, urlsplit
 
 from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, ImagekitError, InputError
+from imagekit.limits import CLOSURE_CACHE_BYTES
+from imagekit.paths import read_regular_file
 
 TIMEOUT_S = 300.0
 ARCH = "x86_64"
@@ -111,7 +113,9 @@ class WheelResolver:
     def _cached(self, request: Request) -> tuple[Path, ...]:
         path = self.cache_dir / f"{self._key(request)}.json"
         try:
-            names = json.loads(path.read_text(encoding="utf-8"))
+            # a closure list is a few kB; anything else there (a FIFO, a device, a huge file) is
+            # not read, only replaced by a fresh resolution
+            names = json.loads(read_regular_file(path, CLOSURE_CACHE_BYTES, "a closure cache file"))
             files = tuple(self._inside(Path(name)) for name in names)
             if all(f.is_file() for f in files):
                 return files
@@ -125,9 +129,9 @@ class WheelResolver:
         return files
 
     def _inside(self, path: Path) -> Path:
-        resolved = path.resolve()
+        resolved = Path(os.path.realpath(path))  # realpath: a link loop must not raise RuntimeError
         for root in self.wheelhouses:
-            if resolved.is_relative_to(root.resolve()):
+            if resolved.is_relative_to(os.path.realpath(root)):
                 return path
         raise InputError(f"pip picked {path}, which is in no wheelhouse")
 

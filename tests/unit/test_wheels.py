@@ -6,7 +6,10 @@ The wheels here are real (valid zip files with METADATA, as pip reads them) but 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import threading
 import zipfile
 from pathlib import Path
 
@@ -113,6 +116,34 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(wheelhouse: Path, t
     found = WheelResolver([wheelhouse], cache_dir=blocked).closure(request)
     assert "torch-2.1.0" in names(found)
     assert blocked.read_text() == ""
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a link loop entry"])
+def test_a_cache_entry_that_is_not_a_closure_list_is_resolved_again(
+    kind: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    request = Request(("torch==2.1.0",), "3.11", platform_tags("2.36"))
+    resolver = WheelResolver([wheelhouse], cache_dir=tmp_path / "cache")
+    resolver.closure(request)
+    [entry] = (tmp_path / "cache" / "closures").iterdir()
+    entry.unlink()
+    if kind == "a FIFO":  # read, it would wait for a writer forever
+        os.mkfifo(entry)
+    else:
+        (tmp_path / "loop.whl").symlink_to(tmp_path / "loop.whl")
+        entry.write_text(json.dumps([str(tmp_path / "loop.whl")]))
+    outcome: list[object] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            WheelResolver([wheelhouse], cache_dir=tmp_path / "cache").closure(request)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the resolver hung on the cache entry"
+    [found] = outcome
+    assert "torch-2.1.0" in names(found)  # type: ignore[arg-type]
 
 
 def test_the_hosts_pip_configuration_is_ignored(
