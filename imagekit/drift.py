@@ -7,6 +7,7 @@ docker-library style: ``dockerfiles/generated/`` is committed and carries a do-n
 from __future__ import annotations
 
 import contextlib
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from imagekit.atomic import atomic_write
 from imagekit.errors import DriftError
 from imagekit.matrix import Cell, Plan
-from imagekit.paths import refuse_links
+from imagekit.paths import os_problem, refuse_links
 from imagekit.render import HEADER_MARK, Renderer
 
 
@@ -71,15 +72,15 @@ class Drift:
 def check_drift(expected: Mapping[Path, str], out: Path) -> Drift:
     changed, missing = [], []
     for path, text in sorted(expected.items()):
-        if path.exists() and not path.is_file():  # a FIFO or a directory: never read, replaced
-            changed.append(path)
-            continue
         try:
+            if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a directory: never read, replaced
+                changed.append(path)
+                continue
             current = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             missing.append(path)
             continue
-        except (OSError, UnicodeDecodeError):
+        except (OSError, UnicodeDecodeError):  # writing it says why, if it cannot be replaced
             changed.append(path)
             continue
         if current != text:
@@ -89,15 +90,24 @@ def check_drift(expected: Mapping[Path, str], out: Path) -> Drift:
 
 
 def write_rendered(expected: Mapping[Path, str], out: Path) -> Drift:
-    """Bring ``out`` to the expected state; returns what had to change."""
+    """Bring ``out`` to the expected state; returns what had to change.
+
+    Stale files go first: a stale file that cannot be removed stops the run before any Dockerfile
+    is rewritten, so the directory never holds new Dockerfiles beside a cell that no longer exists.
+    """
     drift = check_drift(expected, out)
-    for path in (*drift.changed, *drift.missing):
-        atomic_write(path, expected[path], inside=out)
     for path in drift.stale:
         refuse_links(path, out)  # a linked directory under out is no stale file of ours
-        path.unlink()
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise os_problem(exc, path, "remove the stale generated Dockerfile") from None
         with contextlib.suppress(OSError):  # the directory holds something of the user's: keep it
             path.parent.rmdir()
+    for path in (*drift.changed, *drift.missing):
+        atomic_write(path, expected[path], inside=out)
     return drift
 
 
