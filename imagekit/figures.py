@@ -19,7 +19,11 @@ from imagekit.store import FIGURE_BOUND, CheckRecord, GpuFigures, Span
 def _scalar(value: object) -> float | str | None:
     """A figure as the report holds it: a finite number or a short string (the image printed it)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) if math.isfinite(value) else None
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past a float's range (JSON has no bound on digits)
+            return None
+        return number if math.isfinite(number) else None
     if isinstance(value, str):
         return value[:SHORT_CHARS]
     return None

@@ -13,6 +13,7 @@ without it.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
@@ -253,6 +254,24 @@ class Items:
         return core_schema.no_info_after_validator_function(check, schema)
 
 
+def _json_scalar(value: Any) -> Any:
+    """A JSON scalar that every reader can show: a 64-bit integer (10**400 parses, then overflows
+    a float where it is formatted), a finite float, a short string, a boolean or null."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            return _raise("too_large", "is an integer past 64 bits")
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _raise("not_finite", "is not a finite number")
+    if isinstance(value, str):
+        if len(value) > SHORT_CHARS:
+            return _raise("too_long", f"is {len(value):,} characters long; at most {SHORT_CHARS:,}")
+        return value
+    return _raise("not_scalar", f"is {type(value).__name__}; a number, a short string, true/false or null")
+
+
 @dataclass(frozen=True)
 class JsonScalars:
     """A mapping of short keys to JSON scalars (numbers, short strings, booleans, null)."""
@@ -262,16 +281,7 @@ class JsonScalars:
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         from pydantic_core import core_schema
 
-        scalar = core_schema.nullable_schema(
-            core_schema.union_schema(
-                [
-                    core_schema.bool_schema(strict=True),
-                    core_schema.int_schema(strict=True),
-                    core_schema.float_schema(strict=True, allow_inf_nan=False),
-                    core_schema.str_schema(strict=True, max_length=SHORT_CHARS),
-                ]
-            )
-        )
+        scalar = core_schema.no_info_plain_validator_function(_json_scalar)
         return core_schema.dict_schema(
             keys_schema=core_schema.str_schema(strict=True, max_length=SHORT_CHARS),
             values_schema=scalar,

@@ -82,6 +82,10 @@ def test_an_images_odd_figures_become_what_a_report_holds() -> None:
         ),
     )
     assert gemm_figures(checks) == ({"gemm_perf.device": None, "gemm_perf.floor_tflops": "NaN"}, ())
+    huge = (
+        CheckRecord("gemm_perf", "pass", False, actual="1", detail='{"floor_tflops": 1' + "0" * 400 + "}"),
+    )
+    assert gemm_figures(huge)[0]["gemm_perf.floor_tflops"] is None  # past a float: no OverflowError
     deep = (CheckRecord("gemm_perf", "pass", False, actual="612.5", detail="[" * 50_000),)
     assert gemm_figures(deep) == ({}, ())  # no RecursionError from what an image printed
     odd = {"index": -1, "device": ["x"], "tflops": 1e300, "status": "s" * 10_000,

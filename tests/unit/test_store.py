@@ -182,6 +182,11 @@ HOSTILE_FIELDS: list[tuple[tuple[str | int, ...], object, str]] = [
         "cells[0].verification.metrics.",
     ),
     (
+        ("cells", 0, "verification", "metrics"),
+        {"gemm_perf.tflops": 10**400},  # parses as an int, then overflows a float where shown
+        "cells[0].verification.metrics.gemm_perf.tflops: is an integer past 64 bits",
+    ),
+    (
         ("cells", 0, "verification", "gpu_figures"),
         [{"index": 0, "power_w": {"min": 1e300}}],
         "cells[0].verification.gpu_figures[0].power_w.min: ",
