@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from imagekit.paths import os_problem, refuse_links
+from imagekit.paths import os_problem, refuse_links, refuse_non_regular
 
 # O_NOFOLLOW: the file itself is never a link; O_EXCL: a temporary file is always a new one.
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -34,6 +34,7 @@ def open_new(path: Path, inside: Path | None = None) -> IO[str]:
     """``path`` opened for writing, replaced if it exists, never through a symbolic link (``path``
     or a directory between ``inside``, default ``path``'s directory, and it)."""
     refuse_links(path, path.parent if inside is None else inside)
+    refuse_non_regular(path)
     try:
         return _create(path)
     except OSError as exc:
@@ -51,6 +52,7 @@ def atomic_write(path: Path, text: str, inside: Path | None = None) -> None:
     # is ours to replace.
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     refuse_links(path, path.parent if inside is None else inside)
+    refuse_non_regular(path)
     try:
         with _create(temporary) as handle:  # O_NOFOLLOW|O_EXCL: never through a planted link
             handle.write(text)

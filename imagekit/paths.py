@@ -142,3 +142,17 @@ def refuse_links(path: Path, root: Path) -> None:
                 f"{current} is a symbolic link; imagekit never writes through one (it could point"
                 " anywhere): remove the link, or write to another directory"
             )
+
+
+def refuse_non_regular(path: Path) -> None:
+    """Refuse to replace anything at ``path`` but a regular file. A write renames a new file over
+    the old one: run as root, ``--html /dev/null`` would turn the device into a file, and a FIFO
+    someone reads from would silently stop being one."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise os_problem(exc, path, "check") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is {_kind(mode)}; imagekit writes only regular files: name another path")

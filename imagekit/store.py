@@ -25,7 +25,7 @@ from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, MAX_RECORDS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
-from imagekit.paths import check_length, os_problem, read_regular_file
+from imagekit.paths import check_length, os_problem, read_regular_file, refuse_links, refuse_non_regular
 from imagekit.safetypes import (
     RECORD_CONFIG,
     CellId,
@@ -379,6 +379,18 @@ def read_previous(state_dir: Path) -> BuildReport | None:
     except InputError as exc:
         raise InputError(f"{exc.message}; {_move_away(path)}") from None
     return parse_report(raw, path)
+
+
+def check_output_path(path: Path, state_dir: Path, flag: str) -> None:
+    """Refuse, before any work, an output flag's path that would replace the state directory's
+    own report or lock (``report --html .imagekit/report.json`` would destroy the report it
+    renders) or something that is not a regular file."""
+    target = os.path.realpath(path)
+    for name in (REPORT_NAME, LOCK_NAME):
+        if target == os.path.realpath(state_dir / name):
+            raise InputError(f"{flag} {path}: is imagekit's own {name} in {state_dir}; write it elsewhere")
+    refuse_links(path, path.parent)
+    refuse_non_regular(path)
 
 
 def read_report(state_dir: Path) -> BuildReport:

@@ -213,8 +213,10 @@ def report(
     from rich.text import Text
 
     from imagekit import report_text
-    from imagekit.store import read_report
+    from imagekit.store import check_output_path, read_report
 
+    if html is not None:
+        check_output_path(html, state_dir, "--html")
     the_report = read_report(state_dir)
     if html is not None:
         from imagekit.atomic import atomic_write
@@ -282,10 +284,12 @@ def verify(
     """
     from imagekit.engine import connect
     from imagekit.junit import write_junit
-    from imagekit.store import open_store
+    from imagekit.store import check_output_path, open_store
     from imagekit.verify import GpuRequest, Target, verify_all, verify_cells
 
     GpuRequest.parse(gpus)  # a bad --gpus is bad input (exit 2), whether an engine answers or not
+    if junit is not None:  # refused now, not after an hour of checks
+        check_output_path(junit, state_dir, "--junit")
     if images and matrix is not None:
         raise InputError("give images or --matrix, not both")
     if images:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -513,6 +515,36 @@ def test_links_never_lead_a_read_or_a_write_outside(case: str, tmp_path: Path) -
     errors = [line for line in result.stderr.splitlines() if line.startswith("imagekit: error:")]
     assert len(errors) == 1 and problem in errors[0], result.stderr
     assert _snapshot(outside) == before  # nothing written there
+
+
+@pytest.mark.parametrize(
+    "kind", ["a FIFO", "a device", "a directory", "the state's report", "the state's lock"]
+)
+def test_an_output_flag_never_replaces_what_is_not_a_file_of_its_own(kind: str, tmp_path: Path) -> None:
+    # renaming a page over /dev/null (as root) or over the report being rendered destroys them
+    state = tmp_path / "state"
+    shutil.copytree(V1_STATE, state)
+    target = {
+        "a FIFO": tmp_path / "fifo",
+        "a device": tmp_path / "null",
+        "a directory": tmp_path / "dir",
+        "the state's report": state / "report.json",
+        "the state's lock": state / "lock",
+    }[kind]
+    if kind == "a FIFO":
+        os.mkfifo(target)
+    elif kind == "a device":
+        os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+    elif kind == "a directory":
+        target.mkdir()
+    before = {p: os.lstat(p).st_mode for p in (*tmp_path.iterdir(), *state.iterdir())}
+    report = (state / "report.json").read_bytes()
+    result = run_cli("report", "--state-dir", str(state), "--html", str(target))
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.startswith("imagekit: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert str(target) in result.stderr
+    assert {p: os.lstat(p).st_mode for p in (*tmp_path.iterdir(), *state.iterdir())} == before
+    assert (state / "report.json").read_bytes() == report
 
 
 LONG = "n" * 300
