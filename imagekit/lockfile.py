@@ -214,6 +214,11 @@ def as_document(entries: Mapping[str, LockEntry]) -> dict[str, Any]:
 def merge_lock(path: Path, new: Mapping[str, LockEntry]) -> dict[str, LockEntry]:
     """Replace ``new``'s cells in the lock at ``path``, keep the rest; one atomic write."""
     entries = {**read_lock(path), **new}
+    if len(entries) > MAX_RECORDS:  # a lock its own reader would refuse is never written
+        raise InputError(
+            f"{path}: the lock would hold {len(entries):,} images; a lock holds at most {MAX_RECORDS:,}:"
+            " split the matrix into several locks (--lock)"
+        )
     atomic_write(path, json.dumps(as_document(entries), indent=2, sort_keys=True) + "\n")
     return entries
 

@@ -330,9 +330,23 @@ class BuildReport:
 
 
 def write_report(state_dir: Path, report: BuildReport) -> Path:
+    """Write the report whole; one its own reader would refuse (merged or imported past the
+    limits) is refused here instead, and the previous report is kept."""
     path = state_dir / REPORT_NAME
+    for kind, records in (("cells", report.cells), ("bases", report.bases)):
+        if len(records) > MAX_RECORDS:
+            raise InputError(
+                f"{path}: the report would hold {len(records):,} {kind}; a report holds at most"
+                f" {MAX_RECORDS:,}: merge or import fewer at once (the previous report is kept)"
+            )
+    text = json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n"
+    if len(text.encode()) > STATE_BYTES:
+        raise InputError(
+            f"{path}: the report would be larger than {STATE_BYTES:,} bytes: merge or import fewer"
+            " cells at once (the previous report is kept)"
+        )
     try:
-        atomic_write(path, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n", inside=state_dir)
+        atomic_write(path, text, inside=state_dir)
     except EnvironmentProblem as exc:  # a full or read-only disk: the rename never happened
         raise EnvironmentProblem(f"{exc.message}; the previous report is kept") from None
     return path

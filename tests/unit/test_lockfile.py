@@ -43,6 +43,18 @@ def test_lock_merges_per_cell_and_round_trips(tmp_path: Path) -> None:
         read_lock(path)
 
 
+def test_a_lock_its_reader_would_refuse_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a"), "b": entry("b")})
+    kept = path.read_bytes()
+    monkeypatch.setattr("imagekit.lockfile.MAX_RECORDS", 2)
+    with pytest.raises(InputError, match=r"the lock would hold 3 images; a lock holds at most 2"):
+        merge_lock(path, {"c": entry("c")})
+    assert path.read_bytes() == kept
+
+
 def test_provenance_round_trips_and_says_whether_the_digests_agree(tmp_path: Path) -> None:
     import json
 

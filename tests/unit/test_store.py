@@ -294,6 +294,28 @@ def test_a_million_cells_are_refused_within_seconds(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
 
 
+def test_a_report_its_reader_would_refuse_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """merge-reports and bake-import can gather more cells than a report holds: refused on write,
+    never written to fail every later run."""
+    write_report(tmp_path, build_report())
+    kept = (tmp_path / REPORT_NAME).read_bytes()
+    cells = build_report().cells
+    monkeypatch.setattr("imagekit.store.MAX_RECORDS", len(cells) - 1)
+    with pytest.raises(
+        InputError, match=rf"the report would hold {len(cells)} cells; a report holds at most"
+    ):
+        write_report(tmp_path, build_report())
+    monkeypatch.setattr("imagekit.store.MAX_RECORDS", 100_000)
+    monkeypatch.setattr("imagekit.store.STATE_BYTES", len(kept) - 1)
+    with pytest.raises(InputError, match=r"the report would be larger than"):
+        write_report(tmp_path, build_report())
+    assert (tmp_path / REPORT_NAME).read_bytes() == kept and list(tmp_path.iterdir()) == [
+        tmp_path / REPORT_NAME
+    ]
+
+
 def test_a_report_past_the_size_limit_is_not_read(tmp_path: Path) -> None:
     with (tmp_path / REPORT_NAME).open("wb") as handle:
         handle.truncate(STATE_BYTES + 1)  # sparse: no disk used, and never read
