@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,7 +57,7 @@ def publish(
     from imagekit import naming
     from imagekit.publish import Published, PublishOptions, Refusal, publish_cells
     from imagekit.registry import Backoff
-    from imagekit.store import open_store
+    from imagekit.store import open_store, read_report
 
     the_plan, cells = select_cells(matrix, only)
     settings = the_plan.matrix.publish
@@ -79,11 +80,14 @@ def publish(
             typer.echo(f"{entry.cell:<50} {entry.reference}")
             typer.echo(f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)")
 
-    with open_store(state_dir) as store:
+    with contextlib.ExitStack() as held:
+        # a dry run only reads: it takes no lock and makes no state directory (a read-only
+        # checkout can preview); a real one holds the lock so no build rewrites the report meanwhile
+        report = read_report(state_dir) if dry_run else held.enter_context(open_store(state_dir)).require()
         run = publish_cells(
             the_plan,
             cells,
-            store.require(),
+            report,
             options,
             say=lambda m: typer.echo(f"imagekit: {m}", err=True),
             on_retry=lambda m: say("retry", m),

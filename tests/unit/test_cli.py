@@ -574,3 +574,17 @@ def test_an_over_long_path_flag_is_bad_usage_naming_the_flag(flag: str, args: tu
     assert result.exit_code == 2, result
     assert result.stderr.startswith(f"imagekit: error: Invalid value for '{flag}'"), result.stderr
     assert result.stderr.count("\n") == 1 and "longer than" in result.stderr
+
+
+def test_a_publish_dry_run_only_reads_the_state(tmp_path: Path) -> None:
+    # no lock file, no state directory made: a read-only checkout can preview a publication
+    state = tmp_path / "state"
+    shutil.copytree(V1_STATE, state)
+    preview = ("publish", "--matrix", M, "--registry", "127.0.0.1:9", "--dry-run")
+    result = run_cli(*preview, "--state-dir", str(state))
+    assert result.exit_code == 1 and "would publish 0, refused 15" in result.stderr, result.stderr
+    assert [p.name for p in state.iterdir()] == ["report.json"]
+    missing = tmp_path / "nothing-here"
+    result = run_cli(*preview, "--state-dir", str(missing))
+    assert result.exit_code == 2 and "no build report at" in result.stderr, result.stderr
+    assert not missing.exists()
