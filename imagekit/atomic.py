@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
@@ -63,3 +64,14 @@ def atomic_write(path: Path, text: str, inside: Path | None = None) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_all(files: Mapping[Path, str], inside: Path) -> None:
+    """Write a set of files (manifests, configs, Dockerfiles) each atomically, after checking every
+    target first: a link, a directory or a FIFO where the last one goes stops the run before the
+    first is written, not halfway through the set."""
+    for path in files:
+        refuse_links(path, inside)
+        refuse_non_regular(path)
+    for path, text in files.items():
+        atomic_write(path, text, inside=inside)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from imagekit import naming
-from imagekit.atomic import atomic_write
+from imagekit.atomic import atomic_write_all
 from imagekit.contract import CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, VENV
 from imagekit.matrix import Cell
 
@@ -124,9 +124,6 @@ def cst_path(out: Path, cell: Cell) -> Path:
 
 
 def write_cst(cells: Sequence[Cell], out: Path) -> list[Path]:
-    paths = []
-    for cell in cells:
-        path = cst_path(out, cell)
-        atomic_write(path, cst_text(cell), inside=out)
-        paths.append(path)
-    return paths
+    paths = {cst_path(out, cell): cst_text(cell) for cell in cells}
+    atomic_write_all(paths, out)
+    return list(paths)

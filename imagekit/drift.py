@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.atomic import atomic_write
+from imagekit.atomic import atomic_write_all
 from imagekit.errors import DriftError
 from imagekit.matrix import Cell, Plan
 from imagekit.paths import os_problem, refuse_links
@@ -106,8 +106,7 @@ def write_rendered(expected: Mapping[Path, str], out: Path) -> Drift:
             raise os_problem(exc, path, "remove the stale generated Dockerfile") from None
         with contextlib.suppress(OSError):  # the directory holds something of the user's: keep it
             path.parent.rmdir()
-    for path in (*drift.changed, *drift.missing):
-        atomic_write(path, expected[path], inside=out)
+    atomic_write_all({path: expected[path] for path in (*drift.changed, *drift.missing)}, out)
     return drift
 
 

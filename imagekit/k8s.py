@@ -313,11 +313,8 @@ def render_jobs(entries: Mapping[str, LockEntry], options: JobOptions) -> dict[s
 
 
 def write_jobs(files: Mapping[str, str], out: Path) -> list[Path]:
-    from imagekit.atomic import atomic_write
+    from imagekit.atomic import atomic_write_all
 
-    written = []
-    for name, text in files.items():
-        path = out / name
-        atomic_write(path, text, inside=out)
-        written.append(path)
-    return written
+    paths = {out / name: text for name, text in files.items()}
+    atomic_write_all(paths, out)
+    return list(paths)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from imagekit.errors import InputError
-from imagekit.k8s import Claim, JobOptions, Toleration, job_name, parse_node_selector, render_jobs
+from imagekit.k8s import Claim, JobOptions, Toleration, job_name, parse_node_selector, render_jobs, write_jobs
 from imagekit.lockfile import merge_lock
 from imagekit.matrix import load_plan
 from tests.conftest import REPO, run_cli
@@ -150,3 +150,15 @@ def test_jobs_pull_only_from_the_matrixs_repository(tmp_path: Path) -> None:
 def test_a_namespace_is_a_dns_label(namespace: str) -> None:
     with pytest.raises(InputError, match=r"--namespace .*: not a DNS label"):
         render_jobs({"c": entry("c")}, JobOptions(namespace=namespace))
+
+
+def test_manifests_are_written_all_or_none(tmp_path: Path) -> None:
+    """A directory where the last manifest goes stops the run before the first is written."""
+    files = render_jobs({"a": entry("a"), "b": entry("b")}, JobOptions())
+    out = tmp_path / "k8s"
+    *first, last = sorted(files)
+    (out / last).mkdir(parents=True)
+    with pytest.raises(InputError, match=rf"{last}: is a directory; imagekit writes only regular files"):
+        write_jobs(files, out)
+    assert [p.name for p in out.iterdir()] == [last]
+    assert first and write_jobs({name: files[name] for name in first}, out) == [out / n for n in first]
