@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.clock import timestamp
-from imagekit.errors import InputError
+from imagekit.errors import InputError, shown
 from imagekit.export import bake_target_name
 from imagekit.limits import MAX_RECORDS, STATE_BYTES
 from imagekit.paths import read_regular_file
@@ -31,7 +31,6 @@ from imagekit.safetypes import (
     FreeText,
     SafeString,
     parse_json,
-    shown,
 )
 from imagekit.schema import Publish
 from imagekit.store import BuildReport, CellResult

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from datetime import date, datetime, timezone
 
-from imagekit.errors import InputError
-from imagekit.safetypes import shown
+from imagekit.errors import InputError, shown
 
 # The last second a four-digit year (a {date} tag's YYYYMMDD) can hold: 9999-12-31T23:59:59Z.
 _LAST_EPOCH = 253_402_300_799

@@ -17,6 +17,24 @@ _NOT_PRINTABLE = re.compile(
 
 
 MESSAGE_CHARS = 2_000
+SHOWN_CHARS = 80  # characters of a bad value an error line repeats
+
+URL_WITH_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
+# ``user:password@host`` without a scheme, as people write a registry (alone, or after ``=`` in a
+# SRC=DST pair, or after a space); not ``name:tag@sha256:...``
+HOST_WITH_USER = re.compile(r"(?<![^\s=,])[^/@\s:=,]+:[^/@\s,]*@(?!sha\d+:)")
+
+
+def redact(value: str) -> str:
+    """``value`` with the user part of any URL in it replaced: safe to print or log."""
+    value = HOST_WITH_USER.sub("***@", value)
+    return URL_WITH_USER.sub(lambda m: m.group(0).replace(m.group(1), "***"), value)
+
+
+def shown(value: str) -> str:
+    """A bad value as an error line repeats it: redacted, escaped, and cut short."""
+    text = repr(redact(value))
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 4] + "...'"
 
 
 def printable(text: str) -> str:
@@ -40,7 +58,9 @@ class ImagekitError(Exception):
         # One line, always: a newline in a message would let input forge extra output lines. And a
         # bounded one: the middle of an over-long line (a value repeated from a file) is left out,
         # keeping the place at its start and the fix at its end.
-        line = printable(message)
+        # And never a credential: a URL's or a registry's user:password is masked in every message,
+        # whatever value put it there (a flag, a matrix key, an engine's or a registry's answer).
+        line = redact(printable(message))
         if len(line) > MESSAGE_CHARS:
             line = f"{line[: MESSAGE_CHARS // 2]} ... {line[-MESSAGE_CHARS // 2 :]}"
         super().__init__(line)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from imagekit import naming
-from imagekit.errors import InputError
+from imagekit.errors import SHOWN_CHARS, URL_WITH_USER, InputError, redact, shown
 from imagekit.limits import (
     MAX_ITEMS,
     NAME_CHARS,
@@ -61,23 +61,6 @@ _HOSTILE: tuple[tuple[str, str], ...] = (
     ("$", "'$'"),
     ("\\", "a backslash"),
 )
-_URL_WITH_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
-# ``user:password@host`` without a scheme, as people write a registry (alone, or after ``=`` in a
-# SRC=DST pair, or after a space); not ``name:tag@sha256:...``
-_HOST_WITH_USER = re.compile(r"(?<![^\s=,])[^/@\s:=,]+:[^/@\s,]*@(?!sha\d+:)")
-_SHOWN = 80  # characters of a bad value an error line repeats
-
-
-def redact(value: str) -> str:
-    """``value`` with the user part of any URL in it replaced: safe to print or log."""
-    value = _HOST_WITH_USER.sub("***@", value)
-    return _URL_WITH_USER.sub(lambda m: m.group(0).replace(m.group(1), "***"), value)
-
-
-def shown(value: str) -> str:
-    """A bad value as an error line repeats it: redacted, escaped, and cut short."""
-    text = repr(redact(value))
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
 
 
 def character_name(char: str) -> str:
@@ -88,8 +71,8 @@ def character_name(char: str) -> str:
 def _credentials(value: str) -> str | None:
     if "://" not in value:
         return None
-    if _URL_WITH_USER.search(value):
-        return f"{shown(value)} holds credentials (user[:password]@ in a URL); {CREDENTIALS_FIX}"
+    if URL_WITH_USER.search(value):
+        return f"{shown(value)} holds credentials (a login before the @ of a URL); {CREDENTIALS_FIX}"
     query = urlsplit(value).query if value[:1].isalpha() else ""
     for name, _ in parse_qsl(query, keep_blank_values=True):
         if any(word in name.upper() for word in SECRET_WORDS):
@@ -196,7 +179,8 @@ class SafeString:
 class FreeText:
     """Text a person reads (an error, a log line, a check's detail), at most ``max_length`` long.
 
-    It may hold anything else: it is escaped for whatever shows it (terminal, Markdown, HTML).
+    It may hold anything else: it is escaped for whatever shows it (terminal, Markdown, HTML). A
+    login in a URL is masked as it is read, so no view of an edited or merged report shows one.
     """
 
     max_length: int = TEXT_CHARS
@@ -211,7 +195,7 @@ class FreeText:
 
         def check(value: str) -> str:
             found = self.problem(value)
-            return _raise("too_long", found) if found else value
+            return _raise("too_long", found) if found else redact(value)
 
         return core_schema.no_info_after_validator_function(check, handler(source))
 
@@ -456,7 +440,7 @@ def describe_error(error: Mapping[str, Any]) -> tuple[tuple[str | int, ...], str
     if error["type"] == "missing":
         message = "is required"
     elif not ctx.get("detail") and not isinstance(value, dict | list):
-        message += f" (got {shown(value) if isinstance(value, str) else repr(value)[:_SHOWN]})"
+        message += f" (got {shown(value) if isinstance(value, str) else repr(value)[:SHOWN_CHARS]})"
     return loc, message
 
 

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from imagekit.errors import InputError
+from imagekit.errors import InputError, shown
 from imagekit.limits import (
     NAME_CHARS,
     PACKAGE_CHARS,
@@ -44,7 +44,6 @@ from imagekit.safetypes import (
     host_port_problem,
     more_problems,
     port_problem,
-    shown,
 )
 from imagekit.yamlsource import SourceDocument, format_path
 

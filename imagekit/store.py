@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.errors import EnvironmentProblem, InputError, redact
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, MAX_RECORDS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
 from imagekit.paths import check_length, os_problem, read_regular_file, refuse_links, refuse_non_regular
 from imagekit.safetypes import (
@@ -70,9 +70,10 @@ def _clipped(text: str, limit: int) -> str:
 
 def _fit(value: Any) -> Any:
     """A record's JSON cut to what a report holds: an engine's error, a build log's line or an
-    image's output may be any length, but what imagekit writes it must read back."""
+    image's output may be any length, but what imagekit writes it must read back. A login in a
+    URL (pip echoing its index, an engine naming a registry) is masked: reports are CI artifacts."""
     if isinstance(value, str):
-        return _clipped(value, TEXT_CHARS)
+        return _clipped(redact(value), TEXT_CHARS)
     if isinstance(value, list):
         return [_fit(item) for item in value[:MAX_ITEMS]]
     if isinstance(value, dict):

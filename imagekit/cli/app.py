@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from imagekit.errors import ExitCode, ImagekitError, InputError, printable
+from imagekit.errors import ExitCode, ImagekitError, InputError, printable, redact, shown
 from imagekit.limits import VALUE_CHARS
 from imagekit.paths import length_problem
-from imagekit.safetypes import shown
 
 if TYPE_CHECKING:
     from imagekit.matrix import Cell, Plan
@@ -134,7 +133,7 @@ DEFAULT_LOCK = Path("images.lock.json")
 def say(kind: str, message: str) -> None:
     """One line on stderr: ``imagekit: <kind>: <message>``, with no control character in it (a
     value read from a file must not move the cursor, recolour the terminal or start a new line)."""
-    typer.echo(f"imagekit: {kind}: {printable(message)}", err=True)
+    typer.echo(f"imagekit: {kind}: {printable(redact(message))}", err=True)
 
 
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:

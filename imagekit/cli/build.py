@@ -121,9 +121,10 @@ def build(
     """
     from imagekit.build import Builder, BuildOptions, build_and_verify
     from imagekit.engine import connect
+    from imagekit.errors import shown
     from imagekit.progress import make_progress
     from imagekit.report_text import summary_line
-    from imagekit.safetypes import LABEL_KEY, LABEL_VALUE, shown
+    from imagekit.safetypes import LABEL_KEY, LABEL_VALUE
     from imagekit.schema import IMAGE_PREFIX
     from imagekit.store import open_store
 

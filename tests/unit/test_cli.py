@@ -184,7 +184,7 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "user in mirror url": (
         GOOD_AXES + CUDA_BASE + "sources:\n  apt:\n    mirror: 'http://alice@deb.example.org/debian'\n",
-        "holds credentials (user[:password]@ in a URL); imagekit never writes a credential",
+        "holds credentials (a login before the @ of a URL); imagekit never writes a credential",
     ),
     "password in torch index url": (
         GOOD_AXES

@@ -294,6 +294,20 @@ def test_a_million_cells_are_refused_within_seconds(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
 
 
+def test_no_view_of_a_report_shows_a_login(tmp_path: Path) -> None:
+    """An edited or merged report, or a build log that echoed an index URL: masked as it is read."""
+    login = "https://ci:s3cret@pypi.example/simple"
+    data = _report_with(("cells", 0, "error"), f"pip could not reach {login}")
+    data["cells"][0]["error_tail"] = [f"Looking in indexes: {login}"]
+    (tmp_path / REPORT_NAME).write_text(json.dumps(data))
+    report = read_report(tmp_path)
+    views = [report_text.markdown(report), render_html(report), json.dumps(report.as_json())]
+    views.append(repr(report_text.rows(report)))
+    assert all("s3cret" not in view for view in views) and "***@pypi.example" in render_html(report)
+    write_report(tmp_path, replace(report, cells=(replace(report.cells[0], error=login),)))
+    assert "s3cret" not in (tmp_path / REPORT_NAME).read_text()
+
+
 def test_a_report_its_reader_would_refuse_is_never_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
