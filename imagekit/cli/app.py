@@ -117,9 +117,18 @@ GpusOption = Annotated[
         "--gpus", help="GPUs for the check containers, as docker takes it: all, none, 2, device=0,1."
     ),
 ]
+# A week: past it a timeout is a typo, and 1e308 would overflow the socket timeouts it reaches.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+# The Kubernetes Job API's int32 fields (backoffLimit; activeDeadlineSeconds is bounded alike).
+MAX_INT32 = 2**31 - 1
 VerifyTimeoutOption = Annotated[
     float,
-    typer.Option("--verify-timeout", min=1, help="Seconds one check container may run before it is killed."),
+    typer.Option(
+        "--verify-timeout",
+        min=1,
+        max=MAX_TIMEOUT_S,
+        help="Seconds one check container may run before it is killed.",
+    ),
 ]
 RegistryOption = Annotated[
     str | None,

@@ -12,6 +12,7 @@ import typer
 from imagekit.cli.app import (
     DEFAULT_MATRIX,
     DEFAULT_STATE_DIR,
+    MAX_TIMEOUT_S,
     GpusOption,
     JsonOption,
     MatrixOption,
@@ -67,7 +68,8 @@ def build(
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Builds running at once.")] = 1,
     force: Annotated[bool, typer.Option("--force", help="Rebuild cells whose image is up to date.")] = False,
     timeout: Annotated[
-        float | None, typer.Option("--timeout", min=1, help="Seconds one image may take to build.")
+        float | None,
+        typer.Option("--timeout", min=1, max=MAX_TIMEOUT_S, help="Seconds one image may take to build."),
     ] = None,
     fail_fast: Annotated[
         bool, typer.Option("--fail-fast", help="Stop every build at the first failure.")

@@ -13,6 +13,7 @@ from imagekit.cli.app import (
     DEFAULT_LOCK,
     DEFAULT_MATRIX,
     DEFAULT_STATE_DIR,
+    MAX_INT32,
     JsonOption,
     LockOption,
     MatrixOption,
@@ -169,9 +170,11 @@ def k8s(
     ] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request and limit (8, 500m).")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="Memory request and limit (64Gi).")] = None,
-    backoff_limit: Annotated[int, typer.Option("--backoff-limit", min=0, help="Job retries.")] = 0,
+    backoff_limit: Annotated[
+        int, typer.Option("--backoff-limit", min=0, max=MAX_INT32, help="Job retries.")
+    ] = 0,
     deadline: Annotated[
-        int, typer.Option("--deadline", min=1, help="activeDeadlineSeconds of each Job.")
+        int, typer.Option("--deadline", min=1, max=MAX_INT32, help="activeDeadlineSeconds of each Job.")
     ] = 3600,
     namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace.")] = None,
     secret: Annotated[

@@ -337,6 +337,11 @@ def test_python_tag_never_executes(tmp_path: Path) -> None:
         (("plan", "--no-such-option"), "No such option: --no-such-option; see `imagekit plan --help`"),
         (("build", "--jobs", "0"), "Invalid value for '--jobs' / '-j': "),
         (("k8s", "--gpus", "many"), "Invalid value for '--gpus': "),
+        # bounded: a Job's int32 fields, and timeouts that would overflow a socket's
+        (("k8s", "--deadline", "99999999999"), "Invalid value for '--deadline': "),
+        (("k8s", "--backoff-limit", "3000000000"), "Invalid value for '--backoff-limit': "),
+        (("verify", "--verify-timeout", "1e308"), "Invalid value for '--verify-timeout': "),
+        (("build", "--timeout", "1e308"), "Invalid value for '--timeout': "),
         (("no-such-command",), "No such command 'no-such-command'"),
         (("verify", "--gpus"), "Option '--gpus' requires an argument"),
     ],
