@@ -416,11 +416,12 @@ class Builder:
         if built_here is not None:
             image = inspect_image(self.api, built_here)
             base_digest = str(image["Id"]) if image else None
+        cache_registry = self.remote if self.options.cache_from else None  # --no-cache-from: none
         existing = (
             None if self.options.force else self._reusable(self._existing(rendered.input_digest), write)
         )
-        if existing is None and not self.options.force and self.options.cache_from and self.remote:
-            existing = self._reusable(self.remote.staged_elsewhere(rendered, write), write)
+        if existing is None and not self.options.force and cache_registry:
+            existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
         if existing is not None:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
             present = set(existing.get("RepoTags") or ())
@@ -440,9 +441,7 @@ class Builder:
             dockerfile="Dockerfile",
             labels=tuple(labels.items()),
             build_args=rendered.build_args,
-            cache_from=(
-                self.remote.cache_source(rendered, write) if self.options.cache_from and self.remote else ()
-            ),
+            cache_from=cache_registry.cache_source(rendered, write) if cache_registry else (),
             network_mode=self.options.network_mode,
         )
         built = self._build_and_tag(
