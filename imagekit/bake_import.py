@@ -30,7 +30,7 @@ from imagekit.safetypes import (
     IMAGE_REFERENCE,
     FreeText,
     SafeString,
-    parse_json,
+    parse_json_object,
 )
 from imagekit.schema import Publish
 from imagekit.store import BuildReport, CellResult
@@ -65,12 +65,9 @@ def read_metadata(path: Path) -> dict[str, BakeTarget]:
         raw = read_regular_file(path, STATE_BYTES, "the file `docker buildx bake --metadata-file` wrote")
     except FileNotFoundError:
         raise InputError(f"no bake metadata file at {path}; pass bake's --metadata-file") from None
-    try:
-        data = parse_json(raw)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a JSON metadata file ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object of targets, found {type(data).__name__}")
+    data = parse_json_object(
+        raw, str(path), "bake metadata file", "pass the file bake's --metadata-file wrote"
+    )
     if len(data) > MAX_RECORDS:
         raise InputError(f"{path}: {len(data):,} targets; imagekit reads at most {MAX_RECORDS:,}")
     targets: dict[str, BakeTarget] = {}

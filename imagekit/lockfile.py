@@ -41,7 +41,7 @@ from imagekit.safetypes import (
     Seconds,
     ShortText,
     Timestamp,
-    parse_json,
+    parse_json_object,
     validate_json,
 )
 from imagekit.schema import PublishPolicy, ServedFrontend
@@ -181,15 +181,7 @@ def read_lock(path: Path) -> dict[str, LockEntry]:
         raw = read_regular_file(path, STATE_BYTES, "the images.lock.json `imagekit publish` writes")
     except FileNotFoundError:
         return {}
-    try:
-        data = parse_json(raw)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a readable lock file ({exc}); {_FIX}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: (top level): a lock file is a JSON object, not {type(data).__name__}")
-    version = data.get("version")
-    if type(version) is not int or version != LOCK_VERSION:
-        raise InputError(f"{path}: lock version {version!r:.40}; expected {LOCK_VERSION}")
+    data = parse_json_object(raw, str(path), "lock file", _FIX, version=LOCK_VERSION)
     images = data.get("images")
     if isinstance(images, dict) and len(images) > MAX_RECORDS:  # before the records are built
         raise InputError(f"{path}: images: {len(images):,} entries; a lock holds at most {MAX_RECORDS:,}")

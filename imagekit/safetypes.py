@@ -418,6 +418,27 @@ def parse_json(raw: bytes | str) -> Any:
     return from_json(raw)
 
 
+def parse_json_object(
+    raw: bytes, source: str, what: str, fix: str, version: int | None = None
+) -> dict[str, Any]:
+    """A state file's bytes as a JSON object (of ``version``, when given): the first look at a
+    report, a lock or bake's metadata, before its records are counted and built. Each problem is
+    one InputError: ``<source>: <problem>; <fix>``."""
+    try:
+        data = parse_json(raw)
+    except ValueError as exc:
+        raise InputError(f"{source}: not a readable {what} ({exc}); {fix}") from None
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{source}: (top level): a {what} is a JSON object, not {type(data).__name__}; {fix}"
+        )
+    if version is not None:
+        found = data.get("version")
+        if type(found) is not int or found != version:  # true and 1.0 equal 1 too
+            raise InputError(f"{source}: {what} version {found!r:.40}; expected {version}; {fix}")
+    return data
+
+
 def validate_json(kind: type[T], raw: bytes | str, source: str, fix: str) -> T:
     """``raw`` JSON read as ``kind`` with every field checked by its type; the first wrong field
     is one InputError: ``<source>: <field path>: <problem>; <fix>``."""

@@ -46,7 +46,7 @@ from imagekit.safetypes import (
     Text,
     Timestamp,
     VerifiedImage,
-    parse_json,
+    parse_json_object,
     validate_json,
 )
 
@@ -366,15 +366,7 @@ def parse_report(raw: bytes, path: Path) -> BuildReport:
     file may have been edited, or come from another machine's CI job): the first wrong field is
     one InputError naming the file and the field. pydantic is imported here, when a report is read.
     """
-    try:
-        data = parse_json(raw)
-    except ValueError as exc:
-        raise _unreadable(path, f"not a readable report ({exc})") from None
-    if not isinstance(data, dict):
-        raise _unreadable(path, f"(top level): a report is a JSON object, not {type(data).__name__}")
-    version = data.get("version")
-    if type(version) is not int or version != REPORT_VERSION:  # true and 1.0 equal 1 too
-        raise _unreadable(path, f"report version {version!r:.40}; expected {REPORT_VERSION}")
+    data = parse_json_object(raw, str(path), "report", _move_away(path), version=REPORT_VERSION)
     for key in ("cells", "bases"):  # counted before the records are built (pydantic counts after)
         if isinstance(data.get(key), list) and len(data[key]) > MAX_RECORDS:
             raise _unreadable(

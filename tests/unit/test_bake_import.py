@@ -221,7 +221,7 @@ def test_metadata_nested_past_the_parser_limit_is_one_line(tmp_path: Path) -> No
     result = run_cli(
         "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(tmp_path)
     )
-    assert result.exit_code == 2 and "not a JSON metadata file" in result.stderr
+    assert result.exit_code == 2 and "not a readable bake metadata file" in result.stderr
 
 
 def test_metadata_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
