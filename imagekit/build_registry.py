@@ -53,6 +53,9 @@ class BuildRegistry:
         self.registry = open_registry(host, backoff)
         self._lock = threading.Lock()
         self._down: str | None = None  # the lookups stop asking once it is down
+        # (repository, tag) -> digest for the lookups: reuse and cache source ask about the same
+        # staging tag; staging itself asks afresh, after the build
+        self._resolved: dict[tuple[str, str], str | None] = {}
         self.staging_name = naming.repository(host, publish.staging_repository)
         self.final_name = naming.repository(host, publish.repository)
 
@@ -168,10 +171,14 @@ class BuildRegistry:
         with self._lock:
             if self._down is not None:
                 return None
+            if (repository, ref) in self._resolved:
+                return self._resolved[repository, ref]
             try:
-                return self.registry.head_manifest(repository, ref)
+                digest = self.registry.head_manifest(repository, ref)
             except (EnvironmentProblem, RegistryError) as exc:
                 message = exc.message if isinstance(exc, EnvironmentProblem) else str(exc)
                 self._down = message
                 write(f"cache: {message}; building without a cache source")
                 return None
+            self._resolved[repository, ref] = digest
+            return digest

@@ -232,3 +232,30 @@ def test_an_upload_location_on_another_host_is_not_followed(stub: Stub) -> None:
     registry, _ = client(stub.host)
     with pytest.raises(RegistryError, match="not following"):
         registry._send("PUT", "http://evil.example.org/upload", "")
+
+
+def test_a_build_asks_the_registry_about_a_cells_staging_tag_once(
+    stub: Stub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reuse (staged elsewhere?) and the cache source both look up the staging tag of the cell's
+    input digest: one request answers both. Nothing is staged here, so no engine is asked."""
+    from imagekit.build_registry import BuildRegistry
+    from imagekit.naming import staging_tag
+    from imagekit.render import Renderer
+    from tests.unit.test_render import variants_plan
+
+    monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "u")
+    monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "p")
+    plan = variants_plan(tmp_path)
+    rendered = Renderer(plan).render_all()[0]
+    remote = BuildRegistry(object(), stub.host, plan.matrix.publish, Backoff(1, 0.1, 1), None)  # type: ignore[arg-type]
+    said: list[str] = []
+    assert remote.staged_elsewhere(rendered, said.append) is None
+    assert remote.cache_source(rendered, said.append) == ()
+    remote.close()
+    tag = staging_tag(rendered.input_digest)
+    asked = [  # answered ones: the first, unauthenticated, only draws the auth challenge
+        path for method, path, auth in stub.requests if method == "HEAD" and auth and path.endswith(tag)
+    ]
+    assert len(asked) == 1, stub.requests
+    assert said[-1] == "cache: no staged or published image of this cell; building without one"
