@@ -14,13 +14,13 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.context import DOCKERFILE_NAME
-from imagekit.errors import InputError
+from imagekit.errors import InputError, shown
 from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.paths import os_problem, refuse_links
 from imagekit.render import RenderedCell
@@ -113,9 +113,11 @@ def materialise_context(rendered: RenderedCell, directory: Path, root: Path) -> 
         raise os_problem(exc, directory, "make the bake context") from None
     atomic_write(directory / DOCKERFILE_NAME, rendered.dockerfile, inside=root)
     for name, source in rendered.context_files:
+        # the directory was just made empty: only the name itself could lead out of it
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+            raise InputError(f"cell {rendered.cell.id}: context path {shown(name)} leaves its directory")
         target = directory / name
-        if not target.resolve().is_relative_to(directory.resolve()):
-            raise InputError(f"cell {rendered.cell.id}: context path {name!r} leaves its directory")
         try:
             _place(source, target)
         except OSError as exc:

@@ -156,3 +156,18 @@ def test_cuda_base_fixture_renders(write_matrix: Callable[[str], Path]) -> None:
             }
         ]
     }
+
+
+@pytest.mark.parametrize("name", ["../escaped.txt", "/etc/escaped.txt", "wheelhouse/../../escaped.txt", ""])
+def test_a_context_path_that_leaves_the_cells_directory_is_refused(name: str, tmp_path: Path) -> None:
+    from imagekit.errors import InputError
+    from imagekit.export import materialise_context
+
+    plan = load_plan(REPO / "matrix.yaml")
+    source = tmp_path / "payload"
+    source.write_text("x")
+    rendered = replace(Renderer(plan).render_all()[0], context_files=((name, source),))
+    root = tmp_path / "bake"
+    with pytest.raises(InputError, match=r"context path .* leaves its directory"):
+        materialise_context(rendered, root / "cell", root)
+    assert not (tmp_path / "escaped.txt").exists() and not (root / "escaped.txt").exists()
