@@ -9,6 +9,7 @@ place that reads --only against a plan.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,6 +86,15 @@ def checked_path(value: Any) -> Any:
     return value
 
 
+def checked_dir(value: Any) -> Any:
+    """A directory flag's value: ``checked_path``, and when it exists, a directory (click's
+    file_okay=False only refuses regular files: /dev/null would pass)."""
+    checked_path(value)
+    if value is not None and os.path.lexists(value) and not Path(value).is_dir():
+        raise typer.BadParameter(f"{shown(str(value))} exists and is not a directory; name a directory")
+    return value
+
+
 MatrixOption = Annotated[
     Path,
     typer.Option(
@@ -98,7 +108,7 @@ OnlyOption = Annotated[
 StateDirOption = Annotated[
     Path,
     typer.Option(
-        "--state-dir", help="Where the report, logs and lock live.", file_okay=False, callback=checked_path
+        "--state-dir", help="Where the report, logs and lock live.", file_okay=False, callback=checked_dir
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]

@@ -342,6 +342,10 @@ def test_python_tag_never_executes(tmp_path: Path) -> None:
         (("k8s", "--backoff-limit", "3000000000"), "Invalid value for '--backoff-limit': "),
         (("verify", "--verify-timeout", "1e308"), "Invalid value for '--verify-timeout': "),
         (("build", "--timeout", "1e308"), "Invalid value for '--timeout': "),
+        (
+            ("report", "--state-dir", "/dev/null"),
+            "Invalid value for '--state-dir': '/dev/null' exists and is not a",
+        ),
         (("no-such-command",), "No such command 'no-such-command'"),
         (("verify", "--gpus"), "Option '--gpus' requires an argument"),
     ],
