@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +20,11 @@ from typer.testing import CliRunner
 from imagekit.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
-# Wheel closures are cached per user; the tests keep theirs apart (and their children inherit it).
-os.environ.setdefault("IMAGEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="imagekit-test-cache-"))
+# Wheel closures are cached per user; the tests keep theirs apart (and their children inherit it),
+# and remove it when the run ends.
+if "IMAGEKIT_CACHE_DIR" not in os.environ:
+    os.environ["IMAGEKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="imagekit-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["IMAGEKIT_CACHE_DIR"], ignore_errors=True)
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests would then interrupt nothing. Tests stand for a user
 # at a terminal, so the suite and the processes it starts get Ctrl-C's default behaviour back.
