@@ -477,6 +477,23 @@ ESCAPES = {
 }
 
 
+def _refused_in_a_bounded_process(command: str, tmp_path: Path) -> str:
+    """``imagekit <command>`` on tmp_path/matrix.yaml in a real process, within 60 s and 1 GiB of
+    address space (what a bomb could take): it must be refused with one error line, returned."""
+    done = subprocess.run(
+        [sys.executable, "-m", "imagekit", command, "--matrix", str(tmp_path / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("imagekit: error: ") and done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
 @pytest.mark.parametrize("case", sorted(ESCAPES))
 def test_a_user_template_cannot_reach_python(case: str, tmp_path: Path) -> None:
     """The real process: the template's payload must not run (the marker must not appear)."""
@@ -491,19 +508,8 @@ def test_a_user_template_cannot_reach_python(case: str, tmp_path: Path) -> None:
         'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
     )
     for command in ("plan", "render"):
-        done = subprocess.run(
-            [sys.executable, "-m", "imagekit", command, "--matrix", str(tmp_path / "matrix.yaml")],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-            cwd=tmp_path,
-            # the memory a bomb could take, bounded for the test: 1 GiB of address space
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
-        )
-        assert done.returncode == 2, (done.stdout, done.stderr)
-        assert done.stderr.startswith("imagekit: error: ") and done.stderr.count("\n") == 1, done.stderr
-        assert "template error" in done.stderr and "Traceback" not in done.stderr
+        stderr = _refused_in_a_bounded_process(command, tmp_path)
+        assert "template error" in stderr and "Traceback" not in stderr
     assert not marker.exists()
     assert not (tmp_path / "dockerfiles").exists()
 
@@ -558,18 +564,7 @@ def test_a_bad_template_file_is_one_line_never_read_whole(kind: str, expected: s
         'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
         'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "imagekit", "plan", "--matrix", str(tmp_path / "matrix.yaml")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        cwd=tmp_path,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
-    )
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stderr.startswith("imagekit: error: ") and done.stderr.count("\n") == 1, done.stderr
-    assert expected in done.stderr
+    assert expected in _refused_in_a_bounded_process("plan", tmp_path)
 
 
 def test_imagekits_own_templates_render_without_the_sandbox(tmp_path: Path) -> None:
