@@ -19,15 +19,62 @@ _NOT_PRINTABLE = re.compile(
 MESSAGE_CHARS = 2_000
 SHOWN_CHARS = 80  # characters of a bad value an error line repeats
 
-URL_WITH_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
-# ``user:password@host`` without a scheme, as people write a registry (alone, or after ``=`` in a
-# SRC=DST pair, or after a space); not ``name:tag@sha256:...``
-HOST_WITH_USER = re.compile(r"(?<![^\s=,])[^/@\s:=,]+:[^/@\s,]*@(?!sha\d+:)")
+# A URL's user part. The look-behind lets a match start only where a scheme can begin, so that a
+# long run of letters is scanned once, not once per letter (300,000 of them took minutes).
+URL_WITH_USER = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
+_TOKEN = re.compile(r"[^\s,]+")
+_SLASH_OR_AT = re.compile(r"[/@]")
+_DIGEST_AFTER_AT = re.compile(r"sha\d+:")  # name:tag@sha256:...: a digest, not a login
+
+
+def _login_start(token: str, region: int, at: int, region_may_start: bool) -> int | None:
+    """Where the ``user:password`` before ``token[at]`` (an '@') begins, if one does.
+
+    ``token[region:at]`` holds no '/' or '@'. A login begins there (when ``region_may_start``:
+    the token's start, or after a '/') or after an '='; its user holds no ':' or '='. The
+    leftmost such start is found in one pass over the region."""
+    if region_may_start:
+        start: int | None = region
+    else:
+        equals = token.find("=", region, at)
+        start = equals + 1 if equals >= 0 else None
+    while start is not None:
+        colon = token.find(":", start, at)
+        if colon < 0:
+            return None
+        equals = token.rfind("=", start, colon)
+        if equals >= 0:
+            start = equals + 1  # the user would hold '=': the login can only begin after it
+        elif colon > start:
+            return start
+        else:  # an empty user: the next candidate follows an '=' past this colon
+            equals = token.find("=", colon, at)
+            start = equals + 1 if equals >= 0 else None
+    return None
+
+
+def _mask_logins(token: str) -> str:
+    """``user:password@host`` without a scheme, as people write a registry (alone, after '=' in a
+    SRC=DST pair, after a '/' where a path swallowed a URL's '//'), masked as ``***@host``."""
+    out: list[str] = []
+    emitted = region = 0
+    for mark in _SLASH_OR_AT.finditer(token):
+        at = mark.start()
+        if mark.group() == "@" and not _DIGEST_AFTER_AT.match(token, at + 1):
+            start = _login_start(token, region, at, region == 0 or token[region - 1] == "/")
+            if start is not None and start >= emitted:
+                out += [token[emitted:start], "***@"]
+                emitted = at + 1
+        region = at + 1
+    return "".join(out) + token[emitted:] if out else token
 
 
 def redact(value: str) -> str:
-    """``value`` with the user part of any URL in it replaced: safe to print or log."""
-    value = HOST_WITH_USER.sub("***@", value)
+    """``value`` with every login in it (a URL's user part, ``user:password@`` before a host)
+    masked: safe to print or log. Linear in the length of ``value``: it runs on every error line."""
+    if "@" not in value:
+        return value
+    value = _TOKEN.sub(lambda m: _mask_logins(m.group()) if "@" in m.group() else m.group(), value)
     return URL_WITH_USER.sub(lambda m: m.group(0).replace(m.group(1), "***"), value)
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from imagekit.errors import EnvironmentProblem, InputError, printable, redact, shown
 
@@ -58,3 +63,39 @@ def test_redact_hides_a_login_without_a_scheme(value: str, expected: str) -> Non
 def test_no_error_line_holds_a_credential_whatever_put_it_there(message: str) -> None:
     for error in (InputError(message), EnvironmentProblem(message)):
         assert "s3cret" not in error.message and "***@" in error.message
+
+
+# What redact masks, written as the plain regular expressions it replaces (quadratic on long
+# input, so only fit for short strings): a login after a space, ',', '=' or '/', and a URL's user.
+_LOGIN = re.compile(r"(?<![^\s=,/])[^/@\s:=,]+:[^/@\s,]*@(?!sha\d+:)")
+_URL_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(st.text(alphabet="ab:/@=, .s1ha2", max_size=40))
+def test_redact_masks_what_the_plain_expressions_mask(value: str) -> None:
+    expected = _URL_USER.sub(lambda m: m.group(0).replace(m.group(1), "***"), _LOGIN.sub("***@", value))
+    assert redact(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "A" * 300_000 + "@",  # a run of letters: every letter could begin a scheme
+        "=a:" * 100_000 + "/@",  # every '=' could begin a login, and none reaches the @
+        "a://" + "b" * 300_000,
+        "x:" + "=" * 300_000 + "/@h",
+    ],
+    ids=["letters", "equals-colon", "one long URL", "equals"],
+)
+def test_redact_is_linear_in_the_length_of_its_input(value: str) -> None:
+    # bounded time, not a benchmark: the quadratic expressions took minutes on these
+    started = time.monotonic()
+    redact(value)
+    InputError(f"m.yaml:1:1: version: {value}")
+    assert time.monotonic() - started < 5
+
+
+def test_a_url_a_path_flag_swallowed_the_double_slash_of_is_masked() -> None:
+    # pathlib makes https://u:s3cret@h/l.json into https:/u:s3cret@h/l.json
+    assert redact("no lock file at https:/u:s3cret@h/l.json") == "no lock file at https:/***@h/l.json"
