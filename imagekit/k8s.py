@@ -44,11 +44,11 @@ class Toleration:
         key, eq, value = head.partition("=")
         if not sep or effect not in _EFFECTS or not _LABEL_KEY.fullmatch(key):
             raise InputError(
-                f"--toleration {text!r}: use key=value:Effect or key:Effect,"
+                f"--toleration {shown(text)}: use key=value:Effect or key:Effect,"
                 f" Effect one of {', '.join(_EFFECTS)}"
             )
         if eq and not (value and _LABEL_VALUE.fullmatch(value)):
-            raise InputError(f"--toleration {text!r}: {value!r} is not a valid label value")
+            raise InputError(f"--toleration {shown(text)}: its value is not a valid label value")
         return cls(key, value if eq else None, effect)
 
     def as_json(self) -> dict[str, str]:
@@ -68,9 +68,9 @@ class Claim:
         name, _, mount = text.partition(":")
         mount = mount or "/data"
         if not _DNS_LABEL.fullmatch(name) or len(name) > 253:
-            raise InputError(f"--pvc {text!r}: {name!r} is not a claim name (lower-case, digits, '-')")
+            raise InputError(f"--pvc {shown(text)}: its name is not a claim name (lower-case, digits, '-')")
         if not re.fullmatch(r"/[A-Za-z0-9._/-]*", mount) or "/../" in f"{mount}/":
-            raise InputError(f"--pvc {text!r}: {mount!r} is not an absolute mount path")
+            raise InputError(f"--pvc {shown(text)}: its mount path (after ':') is not absolute")
         return cls(name, mount)
 
 
@@ -99,14 +99,14 @@ def parse_node_selector(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
     for pair in pairs:
         key, eq, value = pair.partition("=")
         if not eq or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value) or len(value) > 63:
-            raise InputError(f"--node-selector {pair!r}: use key=value with Kubernetes label syntax")
+            raise InputError(f"--node-selector {shown(pair)}: use key=value with Kubernetes label syntax")
         out.append((key, value))
     return tuple(out)
 
 
 def check_quantity(option: str, value: str | None) -> str | None:
     if value is not None and not _QUANTITY.fullmatch(value):
-        raise InputError(f"{option} {value!r}: not a Kubernetes quantity (like 8, 500m, 16Gi)")
+        raise InputError(f"{option} {shown(value)}: not a Kubernetes quantity (like 8, 500m, 16Gi)")
     return value
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.errors import InputError
+from imagekit.errors import InputError, shown
 from imagekit.limits import MAX_ITEMS, MAX_RECORDS, STATE_BYTES
 from imagekit.naming import by_digest
 from imagekit.paths import read_regular_file
@@ -252,7 +252,7 @@ def render_lock(entries: Mapping[str, LockEntry], fmt: str) -> str:
         return yaml.safe_dump(as_document(entries), sort_keys=True)
     if fmt == "env":
         return env_lines(entries)
-    raise InputError(f"--format {fmt!r}: use json, yaml or env")
+    raise InputError(f"--format {shown(fmt)}: use json, yaml or env")
 
 
 def entries_for(

@@ -162,3 +162,27 @@ def test_manifests_are_written_all_or_none(tmp_path: Path) -> None:
         write_jobs(files, out)
     assert [p.name for p in out.iterdir()] == [last]
     assert first and write_jobs({name: files[name] for name in first}, out) == [out / n for n in first]
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ("--pvc", "u:s3cret@h"),
+        ("--pvc", "BAD:u:s3cret@h"),
+        ("--toleration", "k=u:s3cret@h:NoSchedule"),
+        ("--node-selector", "u:s3cret@h"),
+        ("--cpu", "u:s3cret@h"),
+        ("--memory", "https://u:s3cret@h"),
+        ("--workspace-size", "u:s3cret@h"),
+    ],
+    ids=lambda flag: flag[0],
+)
+def test_a_bad_k8s_flag_never_repeats_a_login(flag: tuple[str, str], tmp_path: Path) -> None:
+    # the value is shown once, masked; never a part of it that no longer looks like a login
+    cell = load_plan(REPO / "matrix.yaml").cells[0].id
+    lock = tmp_path / "images.lock.json"
+    merge_lock(lock, {cell: replace(entry(cell), repository="ghcr.io/imagekit/pytorch")})
+    args = ("k8s", "-m", str(REPO / "matrix.yaml"), "--only", cell, "--lock", str(lock))
+    result = run_cli(*args, "--out", str(tmp_path / "o"), *flag)
+    assert result.exit_code == 2, result.stderr
+    assert "s3cret" not in result.stderr + result.stdout and "***@h" in result.stderr
