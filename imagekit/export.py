@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -91,26 +92,58 @@ class MaterialisedContext:
     files: int
 
 
+# Files at least this large (wheels) are hard-linked, not copied; smaller ones (imagekit's own
+# check script) are copied, so that editing a context in place never edits the source.
+_LINK_BYTES = 1 << 20
+
+
 def _place(source: Path, target: Path) -> None:
-    """A hard link when source and target share a file system (a wheelhouse is big), else a copy."""
+    """A hard link for a large file when source and target share a file system (a wheelhouse is
+    tens of GB), else a copy."""
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
+    if source.stat().st_size >= _LINK_BYTES:
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass
+    shutil.copy2(source, target)
+
+
+# Written into each bake context: the mark that a later export may replace the directory whole.
+CONTEXT_MARK = ".imagekit-bake-context"
+
+
+def _written_by_imagekit(directory: Path) -> bool:
+    """Whether ``directory`` is a bake context an earlier export made (it holds the mark, a
+    regular file). Anything else there is someone's, and is never removed."""
     try:
-        os.link(source, target)
+        return stat.S_ISREG(os.lstat(directory / CONTEXT_MARK).st_mode)
     except OSError:
-        shutil.copy2(source, target)
+        return False
 
 
 def materialise_context(rendered: RenderedCell, directory: Path, root: Path) -> MaterialisedContext:
     """Write one cell's build context to ``directory`` (inside ``root``, the --context-dir),
     replacing what an earlier run left there; never through (or by removing) a symbolic link."""
     refuse_links(directory, root)
+    if directory.exists() and not _written_by_imagekit(directory):
+        raise InputError(
+            f"{directory} exists and is not a bake context imagekit wrote (no {CONTEXT_MARK} in it);"
+            " imagekit replaces only its own: move it away, or pass another --context-dir"
+        )
     try:
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
     except OSError as exc:
         raise os_problem(exc, directory, "make the bake context") from None
+    atomic_write(
+        directory / CONTEXT_MARK,
+        "written by `imagekit matrix --format bake`; replaced by the next\n",
+        inside=root,
+    )
     atomic_write(directory / DOCKERFILE_NAME, rendered.dockerfile, inside=root)
     for name, source in rendered.context_files:
         # the directory was just made empty: only the name itself could lead out of it

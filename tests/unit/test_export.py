@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -13,7 +14,7 @@ import pytest
 from imagekit.export import GITHUB_MAX_JOBS, bake_target_name, github_matrix
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
-from tests.conftest import CUDA_BASE, REPO, run_cli
+from tests.conftest import CUDA_BASE, REPO, CliResult, run_cli
 
 BAKE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -92,19 +93,39 @@ def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> Non
         assert target["args"] == dict(item.build_args)
 
 
+def _export_bake(tmp_path: Path, cell_id: str) -> CliResult:
+    args = ("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(tmp_path / "bake"))
+    return run_cli(*args, "--only", cell_id)
+
+
 def test_bake_replaces_a_stale_context(tmp_path: Path) -> None:
-    plan = load_plan(REPO / "matrix.yaml")
-    cell = plan.cells[0]
+    cell = load_plan(REPO / "matrix.yaml").cells[0]
+    assert _export_bake(tmp_path, cell.id).exit_code == 0
     stale = tmp_path / "bake" / cell.id / "left-over.txt"
-    stale.parent.mkdir(parents=True)
     stale.write_text("old")
-    result = run_cli(
-        "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(tmp_path / "bake"),
-        "--only", cell.id,
-    )  # fmt: skip
+    result = _export_bake(tmp_path, cell.id)
     assert result.exit_code == 0, result.stderr
     assert not stale.exists()
     assert (stale.parent / "Dockerfile").is_file()
+    # imagekit's own check script is copied, not linked: editing the context edits nothing else
+    assert (stale.parent / "imagekit-check.py").stat().st_nlink == 1
+
+
+@pytest.mark.parametrize("kind", ["a directory of someone's files", "a FIFO as its Dockerfile"])
+def test_bake_never_removes_a_directory_it_did_not_write(kind: str, tmp_path: Path) -> None:
+    cell = load_plan(REPO / "matrix.yaml").cells[0]
+    theirs = tmp_path / "bake" / cell.id
+    if kind.startswith("a directory"):
+        (theirs / "Dockerfile").mkdir(parents=True)
+        (theirs / "Dockerfile" / "notes.txt").write_text("mine")
+    else:
+        theirs.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(theirs / "Dockerfile")  # reading it would block; it must not be opened
+    before = sorted(str(p.relative_to(tmp_path)) for p in theirs.rglob("*"))
+    result = _export_bake(tmp_path, cell.id)
+    assert result.exit_code == 2, result.stderr
+    assert "is not a bake context imagekit wrote" in result.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in theirs.rglob("*")) == before
 
 
 def test_bake_builds_a_local_base_first_through_a_target_context(
