@@ -238,6 +238,9 @@ class Items:
         return core_schema.no_info_after_validator_function(check, schema)
 
 
+_FIGURE_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
 def _json_scalar(value: Any) -> Any:
     """A JSON scalar that every reader can show: a 64-bit integer (10**400 parses, then overflows
     a float where it is formatted), a finite float, a short string, a boolean or null."""
@@ -258,7 +261,8 @@ def _json_scalar(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class JsonScalars:
-    """A mapping of short keys to JSON scalars (numbers, short strings, booleans, null)."""
+    """A mapping of figure names (letters, digits, '_', '.', '-') to JSON scalars (numbers, short
+    strings, booleans, null)."""
 
     limit: int = MAX_ITEMS
 
@@ -267,7 +271,8 @@ class JsonScalars:
 
         scalar = core_schema.no_info_plain_validator_function(_json_scalar)
         return core_schema.dict_schema(
-            keys_schema=core_schema.str_schema(strict=True, max_length=SHORT_CHARS),
+            # a key names a figure ("gemm_perf.tflops"): printed as it is, so plain names only
+            keys_schema=core_schema.str_schema(strict=True, max_length=SHORT_CHARS, pattern=_FIGURE_KEY),
             values_schema=scalar,
             max_length=self.limit,
             strict=True,

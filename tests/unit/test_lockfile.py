@@ -115,6 +115,11 @@ HOSTILE_ENTRIES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("cell of another entry", _set("cell", "other"), ".cell: 'other' is another cell's id"),
     ("published_at a number", _set("published_at", 1700000000), ".published_at: Input should be a valid"),
     ("negative count", lambda d: d["verification"]["checks"].__setitem__("passed", -1), "checks.passed: "),
+    (
+        "a login as a metric's name",
+        lambda d: d["verification"]["checks"].__setitem__("metrics", {"u:s3cret@h": 1}),
+        "***@h: String should match pattern",  # the login masked, with the field path before it
+    ),
 ]
 
 
@@ -127,6 +132,7 @@ def test_a_wrong_field_is_one_line_naming_file_and_field(
         read_lock(path)
     assert caught.value.message.startswith(f"{path}: "), caught.value.message
     assert problem in caught.value.message and "\n" not in caught.value.message
+    assert "s3cret" not in caught.value.message
 
 
 def test_a_hostile_lock_makes_images_and_k8s_exit_2_and_run_nothing(tmp_path: Path) -> None:
