@@ -13,6 +13,7 @@ without it.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import unicodedata
@@ -416,11 +417,22 @@ def _adapter(kind: Any) -> Any:
 
 
 def parse_json(raw: bytes | str) -> Any:
-    """JSON text as Python values, nesting bounded (json.loads would recurse to RecursionError);
-    ValueError when it is not JSON."""
+    """JSON text as Python values: strict JSON (no NaN or Infinity, no key given twice, where the
+    last would silently win), nesting bounded (json.loads alone would recurse to RecursionError);
+    ValueError when it is not such JSON."""
     from pydantic_core import from_json
 
-    return from_json(raw)
+    value = from_json(raw, allow_inf_nan=False)  # bounds the nesting before json.loads recurses
+    json.loads(raw, object_pairs_hook=_refuse_repeated_keys)  # a check: it keeps no tree
+    return value
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> None:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"key {shown(key)} is given twice")
+        seen.add(key)
 
 
 def parse_json_object(

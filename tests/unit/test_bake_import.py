@@ -224,6 +224,26 @@ def test_metadata_nested_past_the_parser_limit_is_one_line(tmp_path: Path) -> No
     assert result.exit_code == 2 and "not a readable bake metadata file" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"buildx.build.warnings": NaN}', "expected value"),  # not JSON: bake never writes it
+        ('{"a": {"containerimage.digest": "sha256:' + "0" * 64 + '"}, "a": 1}', "key 'a' is given twice"),
+        ('{"a": {"x": 1, "x": 2}}', "key 'x' is given twice"),
+    ],
+    ids=["NaN", "a target twice", "a key twice inside a target"],
+)
+def test_metadata_that_is_not_strict_json_is_refused(text: str, problem: str, tmp_path: Path) -> None:
+    # the last of two equal keys would silently win, and NaN is no JSON: both are refused
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    result = run_cli(
+        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(tmp_path)
+    )
+    assert result.exit_code == 2 and "not a readable bake metadata file" in result.stderr, result.stderr
+    assert problem in result.stderr and not (tmp_path / "report.json").exists()
+
+
 def test_metadata_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     result = run_cli(
