@@ -86,9 +86,17 @@ def checked_path(value: Any) -> Any:
     return value
 
 
+def path_flag(text: str) -> Path:
+    """A path flag's text as a Path. An empty one is refused: pathlib makes it '.', and imagekit
+    would write its files into the current directory."""
+    if not text:
+        raise typer.BadParameter("is empty; name a path (. for the current directory)")
+    return Path(text)
+
+
 def checked_dir(value: Any) -> Any:
-    """A directory flag's value: ``checked_path``, and when it exists, a directory (click's
-    file_okay=False only refuses regular files: /dev/null would pass)."""
+    """A directory flag's value: ``checked_path``, and when it exists, a directory (/dev/null
+    or a file is refused before any command runs)."""
     checked_path(value)
     if value is not None and os.path.lexists(value) and not Path(value).is_dir():
         raise typer.BadParameter(f"{shown(str(value))} exists and is not a directory; name a directory")
@@ -98,7 +106,7 @@ def checked_dir(value: Any) -> Any:
 MatrixOption = Annotated[
     Path,
     typer.Option(
-        "--matrix", "-m", help="The matrix file.", dir_okay=False, show_default=True, callback=checked_path
+        "--matrix", "-m", help="The matrix file.", show_default=True, parser=path_flag, callback=checked_path
     ),
 ]
 OnlyOption = Annotated[
@@ -108,7 +116,7 @@ OnlyOption = Annotated[
 StateDirOption = Annotated[
     Path,
     typer.Option(
-        "--state-dir", help="Where the report, logs and lock live.", file_okay=False, callback=checked_dir
+        "--state-dir", help="Where the report, logs and lock live.", parser=path_flag, callback=checked_dir
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
@@ -117,7 +125,7 @@ LockOption = Annotated[
     typer.Option(
         "--lock",
         help="The lock file `publish` writes and `images`/`k8s` read.",
-        dir_okay=False,
+        parser=path_flag,
         callback=checked_path,
     ),
 ]

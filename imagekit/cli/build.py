@@ -23,6 +23,7 @@ from imagekit.cli.app import (
     app,
     checked_path,
     parse_mapping,
+    path_flag,
     registry_host,
     reports_errors,
     say,
@@ -201,7 +202,7 @@ def report(
         typer.Option(
             "--html",
             help="Also write one self-contained HTML page of the report here.",
-            dir_okay=False,
+            parser=path_flag,
             callback=checked_path,
         ),
     ] = None,
@@ -255,7 +256,11 @@ def verify(
     matrix: Annotated[
         Path | None,
         typer.Option(
-            "--matrix", "-m", help="Verify this matrix's built cells.", dir_okay=False, callback=checked_path
+            "--matrix",
+            "-m",
+            help="Verify this matrix's built cells.",
+            parser=path_flag,
+            callback=checked_path,
         ),
     ] = None,
     only: OnlyOption = None,
@@ -265,7 +270,10 @@ def verify(
     junit: Annotated[
         Path | None,
         typer.Option(
-            "--junit", help="Write JUnit XML here (one test case per check).", callback=checked_path
+            "--junit",
+            help="Write JUnit XML here (one test case per check).",
+            parser=path_flag,
+            callback=checked_path,
         ),
     ] = None,
     pull: Annotated[

@@ -17,6 +17,7 @@ from imagekit.cli.app import (
     app,
     checked_path,
     load_plan,
+    path_flag,
     reports_errors,
     say,
 )
@@ -32,6 +33,7 @@ def bake_import(
         typer.Option(
             "--metadata-file",
             help="The file `docker buildx bake --metadata-file` wrote.",
+            parser=path_flag,
             callback=checked_path,
         ),
     ],
@@ -73,6 +75,7 @@ def merge_reports(
         typer.Argument(
             help="Directories holding a report.json (e.g. downloaded CI artifacts).",
             show_default=False,
+            parser=path_flag,
             callback=checked_path,
         ),
     ],

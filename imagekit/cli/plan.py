@@ -16,6 +16,7 @@ from imagekit.cli.app import (
     app,
     checked_path,
     load_plan,
+    path_flag,
     reports_errors,
     select_cells,
 )
@@ -76,7 +77,7 @@ def render(
         Path | None,
         typer.Option(
             help="Directory for the Dockerfiles (default: the matrix's `output`).",
-            file_okay=False,
+            parser=path_flag,
             callback=checked_path,
         ),
     ] = None,
@@ -88,7 +89,7 @@ def render(
         typer.Option(
             "--cst",
             help="Also write a container-structure-test config per cell here.",
-            file_okay=False,
+            parser=path_flag,
             callback=checked_path,
         ),
     ] = None,
@@ -164,7 +165,7 @@ def matrix_export(
         typer.Option(
             "--context-dir",
             help="bake: where each cell's build context is written.",
-            file_okay=False,
+            parser=path_flag,
             callback=checked_path,
         ),
     ] = Path(".imagekit/bake"),

@@ -346,6 +346,12 @@ def test_python_tag_never_executes(tmp_path: Path) -> None:
             ("report", "--state-dir", "/dev/null"),
             "Invalid value for '--state-dir': '/dev/null' exists and is not a",
         ),
+        # an empty path is not the current directory: pathlib would make it '.', and files land there
+        (("render", "--out", ""), "Invalid value for '--out': is empty"),
+        (("render", "--cst", ""), "Invalid value for '--cst': is empty"),
+        (("matrix", "--format", "bake", "--context-dir", ""), "Invalid value for '--context-dir': is empty"),
+        (("k8s", "--out", ""), "Invalid value for '--out': is empty"),
+        (("report", "--state-dir", ""), "Invalid value for '--state-dir': is empty"),
         (("no-such-command",), "No such command 'no-such-command'"),
         (("verify", "--gpus"), "Option '--gpus' requires an argument"),
     ],
