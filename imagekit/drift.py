@@ -7,13 +7,14 @@ docker-library style: ``dockerfiles/generated/`` is committed and carries a do-n
 from __future__ import annotations
 
 import contextlib
+import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.atomic import atomic_write_all
-from imagekit.errors import DriftError
+from imagekit.errors import DriftError, InputError
 from imagekit.matrix import Cell, Plan
 from imagekit.paths import os_problem, refuse_links
 from imagekit.render import HEADER_MARK, Renderer
@@ -70,6 +71,8 @@ class Drift:
 
 
 def check_drift(expected: Mapping[Path, str], out: Path) -> Drift:
+    if os.path.lexists(out) and not out.is_dir():  # a file or a device: no output directory at all
+        raise InputError(f"{out}: is not a directory; name the directory the Dockerfiles go to (--out)")
     changed, missing = [], []
     for path, text in sorted(expected.items()):
         try:

@@ -366,6 +366,13 @@ def test_a_usage_error_is_one_line_exit_2(args: tuple[str, ...], line: str) -> N
     assert "╭" not in result.stderr and "Usage:" not in result.stderr
 
 
+@pytest.mark.parametrize("check", [(), ("--check",)], ids=["render", "render --check"])
+def test_an_output_that_is_no_directory_is_bad_input_not_drift(check: tuple[str, ...]) -> None:
+    # --check said "out of date" (exit 1) for /dev/null: no run could ever make that true
+    result = run_cli("render", "--matrix", M, "--out", "/dev/null", *check)
+    assert result.exit_code == 2 and "/dev/null: is not a directory" in result.stderr, result.stderr
+
+
 def test_usage_errors_in_a_real_process_are_one_line() -> None:
     done = imagekit("render", "--bogus", timeout=60)
     assert done.returncode == 2
