@@ -94,6 +94,23 @@ def path_flag(text: str) -> Path:
     return Path(text)
 
 
+def complete_path(incomplete: str) -> list[str]:
+    """Shell completion for a path flag (``parser=`` takes the place of click's path type and its
+    file completion): the entries that start with what was typed, directories with a '/'."""
+    typed = Path(incomplete or ".")
+    folder, stem = (typed, "") if incomplete.endswith("/") or not incomplete else (typed.parent, typed.name)
+    try:
+        entries = sorted(p for p in folder.iterdir() if p.name.startswith(stem))[:200]
+    except OSError:
+        return []
+    prefix = str(folder)
+    if prefix == "." and not incomplete.startswith("./"):
+        prefix = ""
+    elif not prefix.endswith("/"):
+        prefix += "/"
+    return [f"{prefix}{p.name}" + ("/" if p.is_dir() else "") for p in entries]
+
+
 def checked_dir(value: Any) -> Any:
     """A directory flag's value: ``checked_path``, and when it exists, a directory (/dev/null
     or a file is refused before any command runs)."""
@@ -106,7 +123,13 @@ def checked_dir(value: Any) -> Any:
 MatrixOption = Annotated[
     Path,
     typer.Option(
-        "--matrix", "-m", help="The matrix file.", show_default=True, parser=path_flag, callback=checked_path
+        "--matrix",
+        "-m",
+        help="The matrix file.",
+        show_default=True,
+        parser=path_flag,
+        autocompletion=complete_path,
+        callback=checked_path,
     ),
 ]
 OnlyOption = Annotated[
@@ -116,7 +139,11 @@ OnlyOption = Annotated[
 StateDirOption = Annotated[
     Path,
     typer.Option(
-        "--state-dir", help="Where the report, logs and lock live.", parser=path_flag, callback=checked_dir
+        "--state-dir",
+        help="Where the report, logs and lock live.",
+        parser=path_flag,
+        autocompletion=complete_path,
+        callback=checked_dir,
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
@@ -126,6 +153,7 @@ LockOption = Annotated[
         "--lock",
         help="The lock file `publish` writes and `images`/`k8s` read.",
         parser=path_flag,
+        autocompletion=complete_path,
         callback=checked_path,
     ),
 ]

@@ -22,6 +22,7 @@ from imagekit.cli.app import (
     StateDirOption,
     app,
     checked_path,
+    complete_path,
     path_flag,
     registry_host,
     reports_errors,
@@ -148,7 +149,11 @@ def k8s(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", help="Directory for the Job manifests.", parser=path_flag, callback=checked_path
+            "--out",
+            help="Directory for the Job manifests.",
+            parser=path_flag,
+            autocompletion=complete_path,
+            callback=checked_path,
         ),
     ] = Path("k8s"),
     lock: LockOption = DEFAULT_LOCK,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from imagekit.cli.app import parse_mapping
@@ -66,3 +68,21 @@ def test_a_label_flag_is_checked_before_anything_is_built(label: str, problem: s
     assert result.exit_code == 2 and problem in result.stderr and result.stderr.count("\n") == 1, (
         result.stderr
     )
+
+
+def test_path_flags_complete_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagekit.cli.app import complete_path
+
+    (tmp_path / "matrix.yaml").write_text("")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.yaml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert complete_path("") == ["matrix.yaml", "out/"]
+    assert complete_path("ma") == ["matrix.yaml"]
+    assert complete_path("out/") == ["out/a.yaml"]
+    assert complete_path("./o") == ["./out/"]
+    assert complete_path(f"{tmp_path}/m") == [f"{tmp_path}/matrix.yaml"]
+    assert complete_path("/") and all(
+        c.startswith("/") and not c.startswith("//") for c in complete_path("/")
+    )
+    assert complete_path("nothing/here") == []
