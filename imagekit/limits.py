@@ -40,6 +40,13 @@ FILE_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)
 PATH_BYTES = 4_096  # a whole path (PATH_MAX on Linux)
 PORT_MAX = 65_535
 
+# -- flags -------------------------------------------------------------------------------------------
+
+# A week: past it a timeout is a typo, and 1e308 would overflow the socket timeouts it reaches.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+# The Kubernetes Job API's int32 fields (backoffLimit; activeDeadlineSeconds is bounded alike).
+MAX_INT32 = 2**31 - 1
+
 # -- state files: report.json, images.lock.json, bake metadata ---------------------------------------
 
 # A verified cell's record is about 50 kB (its checks' details); 128 MiB holds a few thousand.

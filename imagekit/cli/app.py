@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from imagekit.errors import ExitCode, ImagekitError, InputError, printable, redact, shown
-from imagekit.limits import VALUE_CHARS
+from imagekit.limits import MAX_TIMEOUT_S, VALUE_CHARS
 from imagekit.paths import length_problem
 
 if TYPE_CHECKING:
@@ -163,10 +163,6 @@ GpusOption = Annotated[
         "--gpus", help="GPUs for the check containers, as docker takes it: all, none, 2, device=0,1."
     ),
 ]
-# A week: past it a timeout is a typo, and 1e308 would overflow the socket timeouts it reaches.
-MAX_TIMEOUT_S = 7 * 24 * 3600
-# The Kubernetes Job API's int32 fields (backoffLimit; activeDeadlineSeconds is bounded alike).
-MAX_INT32 = 2**31 - 1
 VerifyTimeoutOption = Annotated[
     float,
     typer.Option(

@@ -12,7 +12,6 @@ import typer
 from imagekit.cli.app import (
     DEFAULT_MATRIX,
     DEFAULT_STATE_DIR,
-    MAX_TIMEOUT_S,
     GpusOption,
     JsonOption,
     MatrixOption,
@@ -32,6 +31,7 @@ from imagekit.cli.app import (
 )
 from imagekit.clock import today
 from imagekit.errors import ExitCode, InputError, printable
+from imagekit.limits import MAX_TIMEOUT_S
 from imagekit.naming import LABEL_PREFIX
 
 if TYPE_CHECKING:

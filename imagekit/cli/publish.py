@@ -13,7 +13,6 @@ from imagekit.cli.app import (
     DEFAULT_LOCK,
     DEFAULT_MATRIX,
     DEFAULT_STATE_DIR,
-    MAX_INT32,
     JsonOption,
     LockOption,
     MatrixOption,
@@ -30,6 +29,7 @@ from imagekit.cli.app import (
     select_cells,
 )
 from imagekit.errors import ExitCode, InputError
+from imagekit.limits import MAX_INT32
 
 
 @app.command()
