@@ -1,7 +1,8 @@
 """Whole-file writes: a reader sees the old file or the new one, never half of either.
 
-No write goes through a symbolic link (``imagekit.paths.refuse_links``): a link planted in an
-output or state directory could otherwise point a write anywhere the user may write.
+No write goes through a symbolic link or replaces what is not a regular file
+(``imagekit.paths.check_write_target``): a link planted in an output or state directory could
+otherwise point a write anywhere the user may write.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from imagekit.paths import os_problem, refuse_links, refuse_non_regular
+from imagekit.paths import check_write_target, os_problem
 
 # O_NOFOLLOW: the file itself is never a link; O_EXCL: a temporary file is always a new one.
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -34,8 +35,7 @@ def _create(path: Path) -> IO[str]:
 def open_new(path: Path, inside: Path | None = None) -> IO[str]:
     """``path`` opened for writing, replaced if it exists, never through a symbolic link (``path``
     or a directory between ``inside``, default ``path``'s directory, and it)."""
-    refuse_links(path, path.parent if inside is None else inside)
-    refuse_non_regular(path)
+    check_write_target(path, path.parent if inside is None else inside)
     try:
         return _create(path)
     except OSError as exc:
@@ -52,8 +52,7 @@ def atomic_write(path: Path, text: str, inside: Path | None = None) -> None:
     # pid + thread id make the name unique among live writers; one a killed writer left behind
     # is ours to replace.
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    refuse_links(path, path.parent if inside is None else inside)
-    refuse_non_regular(path)
+    check_write_target(path, path.parent if inside is None else inside)
     try:
         with _create(temporary) as handle:  # O_NOFOLLOW|O_EXCL: never through a planted link
             handle.write(text)
@@ -71,7 +70,6 @@ def atomic_write_all(files: Mapping[Path, str], inside: Path) -> None:
     target first: a link, a directory or a FIFO where the last one goes stops the run before the
     first is written, not halfway through the set."""
     for path in files:
-        refuse_links(path, inside)
-        refuse_non_regular(path)
+        check_write_target(path, inside)
     for path, text in files.items():
         atomic_write(path, text, inside=inside)

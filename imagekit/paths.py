@@ -120,21 +120,22 @@ def inside(path: Path, root: Path, where: str) -> Path:
     return resolved
 
 
-def refuse_links(path: Path, root: Path) -> None:
+def refuse_links(path: Path, root: Path) -> int | None:
     """Refuse a write to ``path`` through a symbolic link: ``path`` itself, or any directory
     between ``root`` (the directory asked for) and it. Components that do not exist yet will be
-    made as plain directories."""
+    made as plain directories. Returns the mode of what stands at ``path``, None if nothing does."""
     try:
         parts = path.relative_to(root).parts
     except ValueError:
         raise InputError(f"{path}: outside the output directory {root}") from None
     current = os.fspath(root)
+    mode: int | None = None
     for part in parts:  # strings and os.lstat, not pathlib: a render checks every file it writes
         current = f"{current}/{part}"
         try:
             mode = os.lstat(current).st_mode
         except FileNotFoundError:
-            return
+            return None
         except OSError as exc:
             raise os_problem(exc, current, "check") from None
         if stat.S_ISLNK(mode):
@@ -142,17 +143,13 @@ def refuse_links(path: Path, root: Path) -> None:
                 f"{current} is a symbolic link; imagekit never writes through one (it could point"
                 " anywhere): remove the link, or write to another directory"
             )
+    return mode
 
 
-def refuse_non_regular(path: Path) -> None:
-    """Refuse to replace anything at ``path`` but a regular file. A write renames a new file over
-    the old one: run as root, ``--html /dev/null`` would turn the device into a file, and a FIFO
-    someone reads from would silently stop being one."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise os_problem(exc, path, "check") from None
-    if not stat.S_ISREG(mode):
+def check_write_target(path: Path, root: Path) -> None:
+    """``refuse_links``, and refuse to replace anything at ``path`` but a regular file. A write
+    renames a new file over the old one: run as root, ``--html /dev/null`` would turn the device
+    into a file, and a FIFO someone reads from would silently stop being one."""
+    mode = refuse_links(path, root)
+    if mode is not None and not stat.S_ISREG(mode):
         raise InputError(f"{path}: is {_kind(mode)}; imagekit writes only regular files: name another path")

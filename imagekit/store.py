@@ -25,7 +25,7 @@ from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, InputError, redact
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, MAX_RECORDS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
-from imagekit.paths import check_length, os_problem, read_regular_file, refuse_links, refuse_non_regular
+from imagekit.paths import check_length, check_write_target, os_problem, read_regular_file
 from imagekit.safetypes import (
     RECORD_CONFIG,
     CellId,
@@ -396,8 +396,7 @@ def check_output_path(path: Path, state_dir: Path, flag: str) -> None:
     for name in (REPORT_NAME, LOCK_NAME):
         if target == os.path.realpath(state_dir / name):
             raise InputError(f"{flag} {path}: is imagekit's own {name} in {state_dir}; write it elsewhere")
-    refuse_links(path, path.parent)
-    refuse_non_regular(path)
+    check_write_target(path, path.parent)
 
 
 def read_report(state_dir: Path) -> BuildReport:
