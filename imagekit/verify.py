@@ -283,8 +283,15 @@ class Harness:
     # The one place a container is removed: also on Ctrl-C, also when the run is cut short.
     def remove_all(self) -> None:
         with self._lock:
-            live = list(self._live)
-        for container in live:
+            live = set(self._live)
+        # Ctrl-C can land after the engine created a container but before its id reached us (the
+        # create response still in flight): this run's label finds what the id set cannot.
+        with contextlib.suppress(DockerException, requests.RequestException, OSError):
+            labelled = self.api.containers(
+                all=True, quiet=True, filters={"label": f"{naming.VERIFY_RUN_LABEL}={self.run_id}"}
+            )
+            live.update(str(found["Id"]) for found in labelled)
+        for container in sorted(live):
             self._remove(container)
 
     def _remove(self, container: str) -> None:

@@ -242,3 +242,36 @@ def test_pull_targets_are_the_staged_digests() -> None:
     # Without --pull the image id runs; its staged digest is still what it was pushed as.
     targets, _ = targets_for(cells, replace(report, cells=(built,)))  # type: ignore[arg-type]
     assert targets == [Target(built.id, built.image_id, built.image_id, built.staged.digest)]
+
+
+def test_ctrl_c_during_the_create_call_still_removes_the_container() -> None:
+    """The engine made the container but Ctrl-C cut the create response short: its id never reached
+    the harness, so only this run's label can find it (a CI run left such a container behind)."""
+    from imagekit.verify import Harness, Target, verify_all
+
+    class InterruptedApi:
+        def __init__(self) -> None:
+            self.containers_made: dict[str, dict[str, str]] = {}
+
+        def inspect_image(self, ref: str) -> dict[str, object]:
+            return {"Id": "sha256:" + "1" * 64, "Config": {"Labels": {}}}
+
+        def create_host_config(self, **options: object) -> dict[str, object]:
+            return dict(options)
+
+        def create_container(self, image: str, labels: dict[str, str], **options: object) -> None:
+            self.containers_made["c0ffee"] = labels
+            raise KeyboardInterrupt  # the response never arrives
+
+        def containers(self, all: bool, quiet: bool, filters: dict[str, str]) -> list[dict[str, str]]:
+            key, _, value = filters["label"].partition("=")
+            return [{"Id": cid} for cid, labels in self.containers_made.items() if labels.get(key) == value]
+
+        def remove_container(self, container: str, force: bool, v: bool) -> None:
+            del self.containers_made[container]
+
+    api = InterruptedApi()
+    harness = Harness(api, GpuRequest.parse("none"))  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        verify_all(harness, [Target("t", "img")])
+    assert api.containers_made == {}
