@@ -20,7 +20,6 @@ import json
 import math
 import re
 import tarfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import docker
 import requests
-from docker.errors import APIError, DockerException, NotFound
+from docker.errors import APIError, DockerException
 from docker.types import DeviceRequest
 
 from imagekit import naming
@@ -261,7 +260,7 @@ def image_secrets(image: Mapping[str, Any], api: docker.APIClient) -> dict[str, 
 
 
 class Harness:
-    """Runs check containers; tracks every container it creates so none outlives it."""
+    """Runs check containers; labels every container it creates with its run id so none outlives it."""
 
     def __init__(
         self,
@@ -277,32 +276,25 @@ class Harness:
         self.logs_dir = logs_dir
         self.pull = pull  # pull a target this engine lacks (by digest, for a staged cell)
         self.run_id = uuid.uuid4().hex[:12]
-        self._live: set[str] = set()
-        self._lock = threading.Lock()
 
-    # The one place a container is removed: also on Ctrl-C, also when the run is cut short.
+    # Removes the run's containers also on Ctrl-C and when the run is cut short. It asks the
+    # engine's list, not ids kept here: Ctrl-C can land after the engine created a container but
+    # before the create response brought its id back.
     def remove_all(self) -> None:
-        with self._lock:
-            live = set(self._live)
-        # Ctrl-C can land after the engine created a container but before its id reached us (the
-        # create response still in flight): this run's label finds what the id set cannot.
-        with contextlib.suppress(DockerException, requests.RequestException, OSError):
+        try:
             labelled = self.api.containers(
                 all=True, quiet=True, filters={"label": f"{naming.VERIFY_RUN_LABEL}={self.run_id}"}
             )
-            live.update(str(found["Id"]) for found in labelled)
-        for container in sorted(live):
-            self._remove(container)
+        except (DockerException, requests.RequestException, OSError):
+            return  # engine gone: `imagekit` reports that (exit 3); the containers stay labelled
+        for found in labelled:
+            self._remove(str(found["Id"]))
 
     def _remove(self, container: str) -> None:
-        try:
+        # NotFound (a DockerException): removed already. Engine gone: `imagekit` reports that
+        # (exit 3); the container stays labelled.
+        with contextlib.suppress(DockerException, requests.RequestException, OSError):
             self.api.remove_container(container, force=True, v=True)
-        except NotFound:
-            pass
-        except (DockerException, requests.RequestException, OSError):
-            return  # engine gone: `imagekit` reports that (exit 3); the container stays labelled
-        with self._lock:
-            self._live.discard(container)
 
     @contextmanager
     def _container(
@@ -333,8 +325,6 @@ class Harness:
             network_disabled=True,
         )
         container = str(created["Id"])
-        with self._lock:
-            self._live.add(container)
         try:
             if inject:
                 self.api.put_archive(container, "/", _script_archive())
