@@ -55,7 +55,7 @@ from imagekit.matrix import Cell, Plan
 from imagekit.paths import read_regular_file
 from imagekit.progress import Progress
 from imagekit.registry import Backoff
-from imagekit.render import Renderer
+from imagekit.render import RenderedCell, Renderer
 from imagekit.store import BuildReport, CellResult, ReportStore, Status, Verification
 from imagekit.verify import Harness, verify_cells
 
@@ -172,7 +172,7 @@ class Builder:
         self.state = _RunState()
         self.results: dict[str, CellResult] = {}
         self.logs = store.logs
-        self._by_input_digest: dict[str, dict[str, Any]] | None = None
+        self._by_input_digest: dict[str, list[dict[str, Any]]] | None = None
         self._index_lock = threading.Lock()
         self.remote: BuildRegistry | None = None
         if options.registry and (options.push or options.cache_from):
@@ -374,23 +374,31 @@ class Builder:
                 write(f"FAILED: {message}")
                 return done("failed", error=message, error_tail=tuple(tail))
 
-    def _existing(self, input_digest: str) -> dict[str, Any] | None:
-        """The newest image already built from ``input_digest`` (its image-list summary).
+    def _existing(self, rendered: RenderedCell, tags: tuple[str, ...]) -> Mapping[str, Any] | None:
+        """The image this cell already built from ``rendered``'s inputs (its image-list summary).
 
         One listing of the engine's labelled images serves every cell of the run: a no-change
-        rebuild then costs one engine query, not one (plus an inspect) per cell.
+        rebuild then costs one engine query, not one (plus an inspect) per cell. The listing is
+        narrowed by ``cell_image``: labels alone do not say which image is the cell's.
         """
         with self._index_lock:
             if self._by_input_digest is None:
-                index: dict[str, dict[str, Any]] = {}
+                index: dict[str, list[dict[str, Any]]] = {}
                 for image in self.api.images(filters={"label": naming.INPUT_DIGEST_LABEL}):
                     digest = (image.get("Labels") or {}).get(naming.INPUT_DIGEST_LABEL)
-                    if digest and image.get("Created", 0) >= index.get(digest, {}).get("Created", -1):
-                        index[digest] = image
+                    if digest:
+                        index.setdefault(digest, []).append(image)
                 self._by_input_digest = index
-            return self._by_input_digest.get(input_digest)
+            candidates = self._by_input_digest.get(rendered.input_digest, [])
+        recorded = next(
+            (r.image_id for r in (self.previous.cells if self.previous else ()) if r.id == rendered.cell.id),
+            None,
+        )
+        return cell_image(candidates, rendered.input_digest, tags, recorded)
 
-    def _reusable(self, image: dict[str, Any] | None, write: Callable[[str], None]) -> dict[str, Any] | None:
+    def _reusable(
+        self, image: Mapping[str, Any] | None, write: Callable[[str], None]
+    ) -> Mapping[str, Any] | None:
         """``image`` (built from this cell's inputs) when it also carries every ``--label`` asked
         for: the labels are not an input of the digest, and a skip must not hand out an image
         without them. Otherwise None, and the cell is built (every step but the labels cached)."""
@@ -417,9 +425,7 @@ class Builder:
             image = inspect_image(self.api, built_here)
             base_digest = str(image["Id"]) if image else None
         cache_registry = self.remote if self.options.cache_from else None  # --no-cache-from: none
-        existing = (
-            None if self.options.force else self._reusable(self._existing(rendered.input_digest), write)
-        )
+        existing = None if self.options.force else self._reusable(self._existing(rendered, tags), write)
         if existing is None and not self.options.force and cache_registry:
             existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
         if existing is not None:
@@ -562,6 +568,30 @@ class Builder:
             repository, tag = naming.split_reference(reference)
             self.api.tag(image_id, repository, tag, force=True)
             write(f"tagged {reference}")
+
+
+def cell_image(
+    listing: Sequence[Mapping[str, Any]], input_digest: str, tags: Sequence[str], recorded: str | None
+) -> Mapping[str, Any] | None:
+    """Which of ``listing`` (image-list summaries) is the image a cell built from ``input_digest``.
+
+    Its input-digest label is necessary but not enough: every image built FROM a cell inherits
+    the cell's labels (a front end's build stage, any user's ``FROM`` image), and one of those is
+    often the newest. What a derived image cannot inherit decides: the image id the previous report
+    recorded for the cell, else one of the cell's own tags (``tags``: full references) still on it.
+    None when no image qualifies: the cell is built again (from the layer cache, to the same id).
+    """
+    mine = [
+        image
+        for image in listing
+        if (image.get("Labels") or {}).get(naming.INPUT_DIGEST_LABEL) == input_digest
+    ]
+    for image in mine:
+        if recorded is not None and image.get("Id") == recorded:
+            return image
+    own = set(tags)
+    tagged = [image for image in mine if own.intersection(image.get("RepoTags") or ())]
+    return max(tagged, key=lambda image: int(image.get("Created") or 0), default=None)
 
 
 def _skipped(

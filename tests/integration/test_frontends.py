@@ -143,3 +143,24 @@ def test_a_front_end_records_the_image_of_its_parent_cell(demo: Path) -> None:
     cells = {c["id"]: c for c in report["cells"]}
     for front_end in (JUPYTER, SSH):
         assert cells[front_end]["base_digest"] == cells[DEMO_CELL]["image_id"], front_end
+
+
+def test_no_change_rebuilds_keep_every_tag_on_the_image_its_own_cell_built(
+    demo: Path, api: docker.APIClient
+) -> None:
+    """Every image built FROM a cell (the front ends' build stages here) inherits the cell's labels
+    and is newer: a no-change rebuild once moved the cell's tags onto such a stage. Rebuilt twice,
+    with the report and without it (a fresh state directory on the same engine)."""
+    first = {c["id"]: c for c in json.loads((demo / ".imagekit" / "report.json").read_text())["cells"]}
+    for state in (".imagekit", ".imagekit-fresh"):
+        done = imagekit(
+            "build", "--matrix", "matrix.yaml", "--state-dir", state,
+            "--label", f"{TEST_LABEL}={RUN_ID}", cwd=demo, timeout=900,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        again = {c["id"]: c for c in json.loads((demo / state / "report.json").read_text())["cells"]}
+        for cell, record in first.items():
+            assert again[cell]["status"] == "skipped", (state, cell, again[cell])
+            assert again[cell]["image_id"] == record["image_id"], (state, cell)
+            for tag in record["tags"]:
+                assert api.inspect_image(tag)["Id"] == record["image_id"], (state, cell, tag)

@@ -54,6 +54,7 @@ class FakeApi:
             }
         }
         self.existing = existing
+        self.listing: list[dict[str, Any]] | None = None  # what images() answers, when not [existing]
         self.tagged: list[tuple[str, str, str | None]] = []
 
     def inspect_image(self, ref: str) -> dict[str, Any]:
@@ -62,6 +63,8 @@ class FakeApi:
         raise ImageNotFound(ref)
 
     def images(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        if self.listing is not None:
+            return self.listing
         return [self.existing] if self.existing else []
 
     def tag(self, image: str, repository: str, tag: str | None, force: bool = False) -> bool:
@@ -133,9 +136,42 @@ def existing_image(plan: Plan) -> dict[str, Any]:
         "Id": EXISTING,
         "Created": 1,
         "Size": 5,
-        "RepoTags": [],
+        "RepoTags": [rendered.names(plan.matrix.publish, TODAY).references()[0]],
         "Labels": {INPUT_DIGEST_LABEL: rendered.input_digest, BASE_DIGEST_LABEL: BASE_THEN},
     }
+
+
+def derived_image(plan: Plan) -> dict[str, Any]:
+    """An image built FROM the cell (a front end's build stage, a user's FROM image): it inherits
+    every label of the cell, and it is newer."""
+    cell = existing_image(plan)
+    return {**cell, "Id": OTHER, "Created": 2, "RepoTags": ["<none>:<none>"], "Labels": dict(cell["Labels"])}
+
+
+def test_an_image_derived_from_the_cell_is_never_taken_for_it() -> None:
+    digest = "sha256:" + "1" * 64
+    labels = {INPUT_DIGEST_LABEL: digest}
+    cell = {"Id": EXISTING, "Created": 1, "RepoTags": ["r:cell"], "Labels": labels}
+    stage = {"Id": OTHER, "Created": 9, "RepoTags": ["<none>:<none>"], "Labels": labels}
+    user = {"Id": NEW, "Created": 8, "RepoTags": ["mine:latest"], "Labels": labels}
+    listing = [stage, user, cell]
+    assert building.cell_image(listing, digest, ("r:cell",), None) is cell
+    # the id the report recorded wins over tags (the cell's tags may have been moved by hand)
+    assert building.cell_image(listing, digest, ("r:other",), EXISTING) is cell
+    # neither a recorded id nor one of the cell's own tags: built again (from the layer cache)
+    assert building.cell_image([stage, user], digest, ("r:cell",), None) is None
+    # a recorded id whose image no longer has this input digest is no evidence
+    assert building.cell_image(listing, "sha256:" + "2" * 64, ("r:cell",), EXISTING) is None
+
+
+def test_a_no_change_rebuild_keeps_the_cells_tags_on_its_own_image(plan: Plan, tmp_path: Path) -> None:
+    """The defect: the newest image with the cell's input-digest label was a front end's build
+    stage, and a no-change rebuild moved the cell's tags onto it."""
+    api = FakeApi(plan, existing_image(plan))
+    api.listing = [derived_image(plan), existing_image(plan)]
+    (cell,) = builder(plan, api, tmp_path / "state").run(plan.cells).report.cells
+    assert cell.status == "skipped" and cell.image_id == EXISTING
+    assert all(image == EXISTING for image, _, _ in api.tagged)
 
 
 def test_a_skipped_cell_reports_the_base_it_was_built_from(plan: Plan, tmp_path: Path) -> None:
