@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -165,19 +165,35 @@ AptPackage = Annotated[
 ]
 
 
-def _not_a_secret(name: str) -> str:
-    if any(word in name.upper() for word in SECRET_WORDS):
-        raise PydanticCustomError(
-            "secret_build_arg",
-            "{detail}",
-            {
-                "detail": f"build argument {name!r} looks like a secret; the classic builder keeps every"
-                " build argument in the image history (`docker history`), so it would ship with the"
-                " image. Give pip a credentialed mirror through the engine host instead (README:"
-                " 'Private mirrors')"
-            },
-        )
-    return name
+def _no_secret_names(code: str, kind: str, why: str) -> Callable[[str], str]:
+    """A validator refusing names that look like a secret (``SECRET_WORDS``): ``why`` says where
+    the value would end up and what to do instead."""
+
+    def check(name: str) -> str:
+        if any(word in name.upper() for word in SECRET_WORDS):
+            raise PydanticCustomError(
+                code,
+                "{detail}",
+                {"detail": f"{kind} {name!r} looks like a secret; {why}"},
+            )
+        return name
+
+    return check
+
+
+_not_a_secret_build_arg = _no_secret_names(
+    "secret_build_arg",
+    "build argument",
+    "the classic builder keeps every build argument in the image history (`docker history`), so it"
+    " would ship with the image. Give pip a credentialed mirror through the engine host instead"
+    " (README: 'Private mirrors')",
+)
+_not_a_secret_variable = _no_secret_names(
+    "secret_env",
+    "environment variable",
+    "ENV is baked into every layer and every published image (`docker inspect` shows it). Give it at"
+    " run time instead: a Kubernetes Secret or `docker run --env-file`",
+)
 
 
 EnvName = Annotated[
@@ -185,7 +201,8 @@ EnvName = Annotated[
     SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST", max_length=NAME_CHARS),
 ]
 # ENV values and build arguments never pass through a shell, so ';' (TORCH_CUDA_ARCH_LIST) is fine.
-BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret)]
+BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret_build_arg)]
+ImageEnvName = Annotated[EnvName, AfterValidator(_not_a_secret_variable)]
 SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0", max_length=VALUE_CHARS)]
 
 Flavour = Literal["devel", "runtime"]
@@ -264,7 +281,9 @@ class CellSpec(StrictModel):
         None, description="extra pip requirements, installed with torch pinned"
     )
     apt_packages: list[AptPackage] | None = Field(None, description="extra OS packages")
-    env: dict[EnvName, SafeText] | None = Field(None, description="environment variables set in the image")
+    env: dict[ImageEnvName, SafeText] | None = Field(
+        None, description="environment variables set in the image (never a secret: see README)"
+    )
     build_args: dict[BuildArgName, SafeText] | None = Field(
         None, description="docker build arguments (declared as ARG)"
     )

@@ -108,6 +108,14 @@ CASES: dict[str, tuple[str, str]] = {
         GOOD_AXES + CUDA_BASE + "defaults:\n  build_args: {PIP_TOKEN: abc}\n",
         "defaults.build_args.PIP_TOKEN: build argument 'PIP_TOKEN' looks like a secret",
     ),
+    "secret-looking ENV (baked into every layer)": (
+        GOOD_AXES + CUDA_BASE + "defaults:\n  env: {HF_TOKEN: abc}\n",
+        "defaults.env.HF_TOKEN: environment variable 'HF_TOKEN' looks like a secret",
+    ),
+    "secret-looking ENV in an include": (
+        GOOD_AXES + CUDA_BASE + "include:\n  - {torch: '2.4.1', env: {JUPYTER_TOKEN: x, PIP_PASSWORD: y}}\n",
+        "looks like a secret",
+    ),
     "secret-looking local base arg": (
         GOOD_AXES
         + CUDA_BASE
