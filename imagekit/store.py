@@ -15,7 +15,8 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+import stat
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -53,6 +54,8 @@ from imagekit.safetypes import (
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
 Verdict = Literal["validated", "checked", "failed"]
+# The GPU checks a validated verdict needs, each present and passed.
+GPU_CHECKS = ("cuda_available", "gemm_gpu")
 FIGURE_BOUND = 1e12
 Figure = Annotated[float, Number(-FIGURE_BOUND, FIGURE_BOUND)]  # a measured value, finite and bounded
 REPORT_NAME = "report.json"
@@ -161,6 +164,30 @@ class GpuFigures:
     # throttle reason -> samples it was active in; throttled_samples: samples any limited the clock
     throttle: Annotated[Mapping[ShortText, Count], Items(MAX_ITEMS)] = field(default_factory=dict)
     throttled_samples: Count | None = None
+
+
+def derive_verdict(
+    checks: Sequence[CheckRecord], gpu_requested: bool, gpu_visible: bool, error: str | None = None
+) -> Verdict:
+    """The verdict that a verification's own content supports: the one rule, applied when the
+    image's checks come back and again to every record read (a report may have been edited, or come
+    from another machine: its ``verdict`` field is never trusted on its own).
+
+    ``validated`` only when the run itself succeeded, not every check was skipped, every required
+    check passed, and a GPU was asked for, visible, and proved by each of ``GPU_CHECKS``; without a
+    GPU asked for, at most ``checked``. Any status other than pass or skip counts as a failure.
+    """
+    if error is not None or not checks or all(c.status == "skip" for c in checks):
+        return "failed"
+    if any(c.status not in ("pass", "skip") and c.required for c in checks):
+        return "failed"
+    if not gpu_requested:
+        return "checked"
+    status = {c.name: c.status for c in checks}
+    if gpu_visible and all(status.get(name) == "pass" for name in GPU_CHECKS):
+        return "validated"
+    # Asked for a GPU, and none visible or its checks absent or skipped: nothing proved the GPU works.
+    return "failed"
 
 
 @dataclass(frozen=True)
@@ -373,7 +400,30 @@ def parse_report(raw: bytes, path: Path) -> BuildReport:
                 path, f"{key}: {len(data[key]):,} records; a report holds at most {MAX_RECORDS:,}"
             )
     del data
-    return validate_json(BuildReport, raw, str(path), _move_away(path))
+    report = validate_json(BuildReport, raw, str(path), _move_away(path))
+    for key, records in (("cells", report.cells), ("bases", report.bases)):
+        seen: set[str] = set()
+        for record in records:
+            if record.id in seen:  # which one is true is unknowable: never "the last one wins"
+                raise _unreadable(path, f"{key}: two records for {record.id}; keep the one that is right")
+            seen.add(record.id)
+    for record in report.cells:
+        problem = record.verification and _contradiction(record.id, record.verification)
+        if problem:
+            raise InputError(f"{path}: cells: {record.id}: {problem}; run `imagekit verify` again")
+    return report
+
+
+def _contradiction(cell: str, verification: Verification) -> str | None:
+    """Why a verification record contradicts itself, or None."""
+    if verification.target != cell:
+        return f"its verification is of {verification.target}"
+    derived = derive_verdict(
+        verification.checks, verification.gpu_requested, verification.gpu_visible, verification.error
+    )
+    if derived != verification.verdict:
+        return f"its verification says {verification.verdict!r}, but its own checks say {derived!r}"
+    return None
 
 
 def read_previous(state_dir: Path) -> BuildReport | None:
@@ -441,6 +491,14 @@ def state_lock(state_dir: Path) -> Iterator[None]:
             raise problem from None
         raise EnvironmentProblem(f"cannot use {path}: {exc.strerror or exc}; {_KEPT}") from None
     try:
+        found = os.fstat(fd)
+        # A hard link in its place would have another file truncated (O_NOFOLLOW sees only
+        # symbolic links); a FIFO or a device is no lock file either.
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+            what = (
+                "is no regular file" if not stat.S_ISREG(found.st_mode) else "has another name (a hard link)"
+            )
+            raise InputError(f"{path} {what}; remove it (imagekit writes only a lock file of its own there)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -42,14 +42,12 @@ from imagekit.errors import EnvironmentProblem, InputError, one_line, shown
 from imagekit.figures import gemm_figures
 from imagekit.limits import MAX_ITEMS
 from imagekit.registry import docker_auth_config
-from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification
+from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification, derive_verdict
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
     from imagekit.matrix import Cell
 
 INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
-# The GPU checks a validated verdict needs, each present and passed.
-GPU_CHECKS = ("cuda_available", "gemm_gpu")
 NO_GPU_DRIVER = "could not select device driver"
 GPU_FIX = (
     "the Docker engine has no GPU support ({detail}): install nvidia-container-toolkit, run"
@@ -142,19 +140,7 @@ def verdict_of(
         if isinstance(c, Mapping)
     )
     gpu_visible = bool(document.get("gpu_visible"))
-    # Any status other than pass or skip (fail, error, an unknown word) counts as a failure.
-    if not checks or any(c.status not in ("pass", "skip") and c.required for c in checks):
-        return "failed", checks, gpu_visible
-    if gpus.requested and gpu_visible:
-        status = {c.name: c.status for c in checks}
-        if all(status.get(name) == "pass" for name in GPU_CHECKS):
-            return "validated", checks, gpu_visible
-        # A GPU visible but its checks absent or skipped: nothing proved the GPU works.
-        return "failed", checks, gpu_visible
-    if gpus.requested:
-        # Asked for a GPU, none visible, and yet nothing failed: never read that as a pass.
-        return "failed", checks, gpu_visible
-    return "checked", checks, gpu_visible
+    return derive_verdict(checks, gpus.requested, gpu_visible), checks, gpu_visible
 
 
 def _first_json_object(text: str) -> dict[str, Any] | None:

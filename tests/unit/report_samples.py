@@ -39,7 +39,7 @@ def verification(cell_id: str, verdict: str, checks: tuple[CheckRecord, ...]) ->
         image="sha256:" + "1" * 64,
         gpus="all",
         verdict=verdict,  # type: ignore[arg-type]
-        gpu_requested=True,
+        gpu_requested=verdict != "checked",  # each record as its own checks derive it
         gpu_visible=verdict == "validated",
         checks=checks,
         duration_s=42.0,
@@ -69,6 +69,8 @@ def sample_report() -> BuildReport:
                     "validated",
                     (
                         CheckRecord("torch", "pass", True, expected="2.5.1", actual="2.5.1+cu121"),
+                        CheckRecord("cuda_available", "pass", True),
+                        CheckRecord("gemm_gpu", "pass", True),
                         CheckRecord("gemm_perf", "pass", False, expected=">= 400.0", actual="612.3"),
                     ),
                 ),

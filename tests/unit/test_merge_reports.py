@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.store import read_report, write_report
+from imagekit.store import CheckRecord, read_report, write_report
 from tests.conftest import run_cli
 from tests.unit.report_samples import sample_report, verification
 
@@ -52,7 +52,9 @@ def test_reports_that_disagree_about_a_digest_are_refused_naming_both(tmp_path: 
     report = build_report()
     cell = report.cells[0]
     assert cell.staged is not None
-    verified = replace(cell, verification=verification(cell.id, "checked", ()))
+    verified = replace(
+        cell, verification=verification(cell.id, "checked", (CheckRecord("torch", "pass", True),))
+    )
     verified = replace(
         verified,
         verification=replace(verified.verification, image_digest=cell.staged.digest),  # type: ignore[type-var]

@@ -143,6 +143,7 @@ def test_read_report_of_a_malformed_report(tmp_path: Path, data: object, field: 
 def _report_with(path: tuple[str | int, ...], value: object) -> dict[str, Any]:
     data = build_report().as_json()
     data["cells"][0]["verification"] = sample_report().cells[0].verification.as_json()  # type: ignore[union-attr]
+    data["cells"][0]["verification"]["target"] = data["cells"][0]["id"]  # a verification of this cell
     target: Any = data
     for key in path[:-1]:
         target = target[key]
@@ -454,7 +455,7 @@ def test_what_imagekit_writes_it_reads_back_whatever_an_engine_or_image_said(tmp
     report = build_report()
     checks = tuple(CheckRecord.from_script({"name": f"c{i}", "status": "pass"}) for i in range(2_000))
     verification = Verification(
-        report.cells[0].id, "sha256:" + "1" * 64, "all", "failed", True, False, checks, 1.0,
+        report.cells[2].id, "sha256:" + "1" * 64, "all", "failed", True, False, checks, 1.0,
         error="e" * 200_000, log="/x/" + "l" * 3_000,
     )  # fmt: skip
     failed = replace(
@@ -464,3 +465,70 @@ def test_what_imagekit_writes_it_reads_back_whatever_an_engine_or_image_said(tmp
     back = read_report(tmp_path).cells[2]
     assert back.error is not None and len(back.error) == TEXT_CHARS
     assert back.verification is not None and len(back.verification.checks) == MAX_ITEMS
+
+
+@pytest.mark.parametrize("key", ["cells", "bases"])
+def test_two_records_of_one_id_are_a_conflict_not_last_wins(tmp_path: Path, key: str) -> None:
+    write_report(tmp_path, build_report())
+    data = json.loads((tmp_path / REPORT_NAME).read_text())
+    first = data[key][0]
+    data[key].append({**first, "image_id": "sha256:" + "9" * 64})
+    (tmp_path / REPORT_NAME).write_text(json.dumps(data))
+    with pytest.raises(InputError, match=rf"{key}: two records for {first['id']}"):
+        read_report(tmp_path)
+
+
+def test_the_state_lock_never_truncates_another_file_through_a_hard_link(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    precious = tmp_path / "precious"
+    precious.write_text("keep me\n")
+    os.link(precious, state / "lock")
+    with pytest.raises(InputError, match="hard link"), state_lock(state):
+        pytest.fail("the lock was taken through a hard link")
+    assert precious.read_text() == "keep me\n"
+
+
+def test_the_state_lock_is_no_fifo(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "lock")
+    with pytest.raises(InputError, match="no regular file"), state_lock(tmp_path):
+        pytest.fail("a FIFO was taken for the lock")
+
+
+VALIDATED_BUT = {
+    "no GPU asked for": {"gpu_requested": False},
+    "no GPU visible": {"gpu_visible": False},
+    "every check skipped": {"checks": [{"name": "cuda_available", "status": "skip", "required": True}]},
+    "a required check failed": {
+        "checks": [
+            {"name": "cuda_available", "status": "pass", "required": True},
+            {"name": "gemm_gpu", "status": "pass", "required": True},
+            {"name": "torch", "status": "fail", "required": True},
+        ]
+    },
+    "the GPU GEMM missing": {"checks": [{"name": "cuda_available", "status": "pass", "required": True}]},
+    "the run itself failed": {"error": "timed out after 900s; the check container was killed"},
+    "no checks at all": {"checks": []},
+}
+
+
+@pytest.mark.parametrize("change", VALIDATED_BUT.values(), ids=VALIDATED_BUT.keys())
+def test_a_validated_verdict_its_own_record_contradicts_is_refused(
+    tmp_path: Path, change: dict[str, Any]
+) -> None:
+    """publish, merge-reports and k8s read reports through here: a verdict field edited to
+    'validated' never promotes anything."""
+    data = _report_with(("cells", 0, "verification", "verdict"), "validated")
+    (tmp_path / REPORT_NAME).write_text(json.dumps(data))
+    assert read_report(tmp_path).cells[0].verification.verdict == "validated"  # type: ignore[union-attr]
+    data["cells"][0]["verification"].update(change)
+    (tmp_path / REPORT_NAME).write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"cells: cuda-built: its verification says 'validated', but its"):
+        read_report(tmp_path)
+
+
+def test_a_verification_of_another_cell_is_refused(tmp_path: Path) -> None:
+    data = _report_with(("cells", 0, "verification", "target"), "cuda-skipped")
+    (tmp_path / REPORT_NAME).write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"cells: cuda-built: its verification is of cuda-skipped"):
+        read_report(tmp_path)
