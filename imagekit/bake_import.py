@@ -117,6 +117,7 @@ def results_from_bake(
                 tags=item.names(publish, day).references(),
                 input_digest=item.input_digest,
                 image_digest=target.digest,
+                built_on=day,
             )
         )
     unknown = sorted(name for name in targets if name not in by_name and not name.startswith("base-"))

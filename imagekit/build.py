@@ -57,7 +57,6 @@ from imagekit.progress import Progress
 from imagekit.registry import Backoff
 from imagekit.render import RenderedCell, Renderer
 from imagekit.store import BuildReport, CellResult, ReportStore, Status, Verification
-from imagekit.verify import Harness, verify_cells
 
 TAIL_LINES = 20
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours a step's stderr
@@ -435,7 +434,14 @@ class Builder:
             # The base the existing image was built from, not the one the engine holds now.
             built_from = (existing.get("Labels") or {}).get(naming.BASE_DIGEST_LABEL)
             return self._stage(
-                _skipped(done, existing, tags, rendered.input_digest, base_digest=built_from or base_digest),
+                _skipped(
+                    done,
+                    existing,
+                    tags,
+                    rendered.input_digest,
+                    base_digest=built_from or base_digest,
+                    built_on=self.options.today,  # the day of the dated tags just put on it
+                ),
                 write,
             )
         if rendered.wheel_note:
@@ -459,6 +465,7 @@ class Builder:
             done,
             input_digest=rendered.input_digest,
             base_digest=base_digest,
+            built_on=self.options.today,
         )
         return self._stage(built, write)
 
@@ -610,21 +617,3 @@ def _skipped(
         input_digest=input_digest,
         **values,
     )
-
-
-def build_and_verify(
-    builder: Builder,
-    cells: Sequence[Cell],
-    store: ReportStore,
-    harness: Harness | None = None,
-    on_verified: Callable[[Verification], None] = lambda _: None,
-) -> BuildOutcome:
-    """Build ``cells`` and record the report; with a harness, then verify what was built or found
-    unchanged, each verdict landing in the same report as it comes."""
-    outcome = builder.run(tuple(cells))
-    store.save(outcome.report)
-    if harness is None or outcome.interrupted:
-        return outcome
-    ready = {r.id for r in outcome.report.cells if r.status in ("built", "skipped")}
-    verifications = verify_cells(harness, [c for c in cells if c.id in ready], store, on_verified)
-    return dataclasses.replace(outcome, verifications=tuple(verifications))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 from functools import lru_cache
 
 from imagekit.errors import InputError
@@ -223,34 +223,6 @@ def immutable_tags(readable: str, patterns: Iterable[str], day: date, input_dige
         if tag not in out:
             out.append(tag)
     return tuple(out)
-
-
-def build_day(tags: Iterable[str], readable: str, patterns: Iterable[str], input_digest: str) -> date | None:
-    """The day a cell's dated tags were made, read back from ``tags`` (its tags, without the
-    repository): the day that fills one of the immutable ``patterns`` holding ``{date}`` into
-    one of them. None when none does (another pattern, another digest, no such day)."""
-    values = {"readable": re.escape(readable), "digest": re.escape(short_digest(input_digest))}
-    candidates = [tag for tag in tags if TAG.fullmatch(tag)]
-    for pattern in patterns:
-        literals, names = _pieces(pattern)
-        if "date" not in names or not set(names) <= {"readable", "digest", "date"}:
-            continue
-        regex = re.compile(
-            re.escape(literals[0])
-            + "".join(
-                (values[name] if name != "date" else "([0-9]{8})") + re.escape(literal)
-                for name, literal in zip(names, literals[1:], strict=True)
-            )
-        )
-        for tag in candidates:
-            found = regex.fullmatch(tag)
-            if found is None or len(set(found.groups())) != 1:
-                continue
-            try:
-                return datetime.strptime(found.group(1), "%Y%m%d").date()
-            except ValueError:
-                continue
-    return None
 
 
 def published_tags(tags: Iterable[str], level: str, cell: str) -> tuple[str, ...]:

@@ -44,7 +44,6 @@ from imagekit.registry import (
     docker_auth_config,
     open_registry,
 )
-from imagekit.render import RenderedCell, Renderer
 from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.schema import Publish, PublishPolicy, ServedFrontend
 from imagekit.store import BuildReport, CellResult, Staged, Verification
@@ -105,16 +104,11 @@ def level_of(result: CellResult) -> Level | None:
     return verification.verdict
 
 
-def _refusal_reason(result: CellResult | None, policy: str, input_digest: str) -> str | None:
+def _refusal_reason(result: CellResult | None, policy: str) -> str | None:
     if result is None:
         return "not in the build report; run `imagekit build` first"
-    if result.status not in ("built", "skipped") or not result.image_id:
+    if result.status not in ("built", "skipped") or not result.image_id or not result.input_digest:
         return f"its build {result.status}"
-    if result.input_digest != input_digest:
-        return (
-            f"the report's image was built from other inputs ({(result.input_digest or '-')[:12]},"
-            f" now {input_digest[:12]}); run `imagekit build` and `imagekit verify` again"
-        )
     verification = result.verification
     staged = result.staged
     ran_on = (result.image_id, *result.tags, *((staged.reference,) if staged else ()))
@@ -150,49 +144,48 @@ def registry_side(candidate: Candidate, registry: str) -> bool:
 _ANY_DAY = date(2000, 1, 1)  # for tag patterns without {date}, which no day changes
 
 
-def final_tags(
-    item: RenderedCell, publish: Publish, result: CellResult, level: Level
-) -> tuple[str, ...] | None:
+def final_tags(cell: Cell, publish: Publish, result: CellResult, level: Level) -> tuple[str, ...] | None:
     """The matrix's tags for the cell (readable first), suffixed by level, dated as the build was.
 
-    Derived from the matrix, never copied from the report: the report (an editable file, or a CI
-    artifact) contributes only the build's day, read back from its tags and checked as a date.
-    None when the report holds none of the matrix's dated tags (the patterns changed since).
+    Derived from the matrix and the identity the build decided (input digest, build day, both
+    typed fields of the report), never copied from the report's tags and never rendered again.
+    None when a pattern needs the build day and the report (of an earlier release) has none.
     """
     patterns = publish.tags.immutable
-    day: date | None = _ANY_DAY
-    if any("date" in naming.placeholders(pattern) for pattern in patterns):
-        tags = [tag for ref in result.tags if (tag := naming.split_reference(ref)[1])]
-        day = naming.build_day(tags, item.cell.readable_tag, patterns, item.input_digest)
-    if day is None:
+    dated = any("date" in naming.placeholders(pattern) for pattern in patterns)
+    day = result.built_on if dated else _ANY_DAY
+    if day is None or result.input_digest is None:
         return None
-    return naming.published_tags(item.names(publish, day).tags, level, item.cell.id)
+    tags = naming.immutable_tags(cell.readable_tag, patterns, day, result.input_digest)
+    return naming.published_tags(tags, level, cell.id)
 
 
 def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list[Candidate], list[Refusal]]:
-    """Decide per cell, from the report alone, before anything is pushed."""
-    renderer = Renderer(plan)
+    """Decide per cell, from the report alone, before anything is pushed.
+
+    Nothing is rendered: the report's input digest is what the build decided, and ``prepare``
+    checks it against the label of the image the registry holds before any tag moves.
+    """
     by_id = {r.id: r for r in report.cells}
     publish = plan.matrix.publish
     admitted: list[Candidate] = []
     refused: list[Refusal] = []
     for cell in cells:
         result = by_id.get(cell.id)
-        item = renderer.render(cell)
-        reason = _refusal_reason(result, publish.policy, item.input_digest)
+        reason = _refusal_reason(result, publish.policy)
         if reason is not None:
             refused.append(Refusal(cell.id, reason))
             continue
         assert result is not None and result.image_id and result.input_digest
         level = level_of(result)
         assert level is not None
-        tags = final_tags(item, publish, result, level)
+        tags = final_tags(cell, publish, result, level)
         if tags is None:
             refused.append(
                 Refusal(
                     cell.id,
-                    "the build report names none of the matrix's dated tags for it (publish.tags"
-                    " changed since the build?); run `imagekit build` again, which re-tags it",
+                    "the build report does not say which day the build dated its tags (a report of an"
+                    " earlier release); run `imagekit build` again, which re-tags it without rebuilding",
                 )
             )
             continue
@@ -375,6 +368,13 @@ class Publisher:
             config = json.loads(self.registry.get_blob(staged.source, candidate.image_id))
             found = (config.get("config") or {}).get("Labels") if isinstance(config, dict) else None
             labels = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+        built_from = labels.get(naming.INPUT_DIGEST_LABEL)
+        if built_from != candidate.input_digest:
+            raise RegistryError(
+                f"the image staged as {staged.digest} was built from inputs {(built_from or 'unknown')[:12]}"
+                f" (its {naming.INPUT_DIGEST_LABEL} label), the report says {candidate.input_digest[:12]};"
+                " build and verify again"
+            )
         return _Ready(staged, manifest, tuple(children), labels)
 
     def promote(self, ready: _Ready) -> Manifest:

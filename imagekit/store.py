@@ -19,6 +19,7 @@ import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -281,12 +282,16 @@ class CellResult:
     verification: Verification | None = None  # the last `imagekit verify` of this image
     image_digest: ImageDigest | None = None  # sha256:... of the pushed manifest, when known (bake-import)
     staged: Staged | None = None  # where `build --push` staged this image
+    # The day the build named the image (its dated tags): decided once, by the build, so publish
+    # names the same tags without rendering the cell again. None in reports of earlier releases.
+    built_on: date | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["tags"] = list(self.tags)
         data["error_tail"] = list(self.error_tail)
         data["verification"] = self.verification.as_json() if self.verification else None
+        data["built_on"] = self.built_on.isoformat() if self.built_on else None
         return data
 
 
@@ -438,14 +443,17 @@ def read_previous(state_dir: Path) -> BuildReport | None:
     return parse_report(raw, path)
 
 
-def check_output_path(path: Path, state_dir: Path, flag: str) -> None:
+def check_output_path(path: Path, state_dir: Path, flag: str, published_lock: Path | None = None) -> None:
     """Refuse, before any work, an output flag's path that would replace the state directory's
     own report or lock (``report --html .imagekit/report.json`` would destroy the report it
-    renders) or something that is not a regular file."""
+    renders), the published lock file (``images.lock.json``), or something that is not a regular
+    file."""
     target = os.path.realpath(path)
     for name in (REPORT_NAME, LOCK_NAME):
         if target == os.path.realpath(state_dir / name):
             raise InputError(f"{flag} {path}: is imagekit's own {name} in {state_dir}; write it elsewhere")
+    if published_lock is not None and target == os.path.realpath(published_lock):
+        raise InputError(f"{flag} {path}: is the lock file `imagekit publish` writes; write it elsewhere")
     check_write_target(path, path.parent)
 
 

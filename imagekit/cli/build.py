@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from imagekit.cli.app import (
+    DEFAULT_LOCK,
     DEFAULT_MATRIX,
     DEFAULT_STATE_DIR,
     GpusOption,
@@ -123,9 +124,10 @@ def build(
     Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
     Example: imagekit build --matrix matrix.yaml --only "$CELL" --push
     """
-    from imagekit.build import Builder, BuildOptions, build_and_verify
+    from imagekit.build import Builder, BuildOptions
     from imagekit.engine import connect
     from imagekit.errors import shown
+    from imagekit.pipeline import build_and_verify
     from imagekit.progress import make_progress
     from imagekit.report_text import summary_line
     from imagekit.safetypes import LABEL_KEY, LABEL_VALUE
@@ -222,7 +224,7 @@ def report(
     from imagekit.store import check_output_path, read_report
 
     if html is not None:
-        check_output_path(html, state_dir, "--html")
+        check_output_path(html, state_dir, "--html", DEFAULT_LOCK)
     the_report = read_report(state_dir)
     if html is not None:
         from imagekit.atomic import atomic_write
@@ -304,7 +306,7 @@ def verify(
 
     GpuRequest.parse(gpus)  # a bad --gpus is bad input (exit 2), whether an engine answers or not
     if junit is not None:  # refused now, not after an hour of checks
-        check_output_path(junit, state_dir, "--junit")
+        check_output_path(junit, state_dir, "--junit", DEFAULT_LOCK)
     if images and matrix is not None:
         raise InputError("give images or --matrix, not both")
     if images:

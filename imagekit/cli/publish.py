@@ -58,10 +58,15 @@ def publish(
     Example: imagekit publish --matrix matrix.yaml --registry ghcr.io --dry-run
     """
     from imagekit import naming
+    from imagekit.lockfile import read_lock
     from imagekit.publish import Published, PublishOptions, Refusal, publish_cells
     from imagekit.registry import Backoff
-    from imagekit.store import open_store, read_report
+    from imagekit.store import check_output_path, open_store, read_report
 
+    # The lock is written after each promoted cell: one it cannot replace, or could not read back
+    # to merge, is refused now, before the first tag moves.
+    check_output_path(lock, state_dir, "--lock")
+    read_lock(lock)
     the_plan, cells = select_cells(matrix, only)
     settings = the_plan.matrix.publish
     host = registry_host(registry, the_plan, matrix)

@@ -13,6 +13,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from imagekit import build as building
+from imagekit import pipeline
 from imagekit.build import Builder, BuildOptions
 from imagekit.cli.app import parse_mapping
 from imagekit.context import local_base_digest
@@ -23,6 +24,7 @@ from imagekit.naming import BASE_DIGEST_LABEL, CONTEXT_DIGEST_LABEL, INPUT_DIGES
 from imagekit.progress import PlainProgress
 from imagekit.render import RenderedCell, Renderer
 from imagekit.store import (
+    GPU_CHECKS,
     BuildReport,
     CellResult,
     CheckRecord,
@@ -232,9 +234,11 @@ def test_build_verify_exits_1_when_a_verification_failed(
     verdicts: list[str] = []
 
     def verify_cells(*args: Any, **kwargs: Any) -> list[Verification]:
-        return [Verification(cell.id, NEW, "all", verdicts[0], True, True, (), 1.0)]  # type: ignore[arg-type]
+        passed = tuple(CheckRecord(name, "pass", True) for name in GPU_CHECKS)
+        checks = passed if verdicts[0] == "validated" else ()
+        return [Verification(cell.id, NEW, "all", verdicts[0], True, True, checks, 1.0)]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(building, "verify_cells", verify_cells)
+    monkeypatch.setattr(pipeline, "verify_cells", verify_cells)
     matrix = str(plan.root / "matrix.yaml")
     for verdict, code in (("failed", 1), ("validated", 0)):
         verdicts[:] = [verdict]

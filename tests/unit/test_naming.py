@@ -149,14 +149,5 @@ def test_a_reference_names_a_port_a_registry_can_listen_on() -> None:
     assert naming.is_reference("ubuntu:22.04") and naming.is_reference("sha256:" + "a" * 64)
 
 
-def test_the_build_day_is_read_back_from_a_dated_tag() -> None:
-    patterns = ("{readable}-{date}", "{readable}-{digest}")
-    digest = "ab" * 32
-    tags = ("2.1.2-cu121", "2.1.2-cu121-20261129", f"2.1.2-cu121-{digest[:12]}")
-    assert naming.build_day(tags, "2.1.2-cu121", patterns, digest) == date(2026, 11, 29)
-    # another readable tag, no 8-digit day, a day that does not exist, a pattern it cannot fill
-    assert naming.build_day(("x-20261129",), "2.1.2-cu121", patterns, digest) is None
-    assert naming.build_day(("2.1.2-cu121-2026112",), "2.1.2-cu121", patterns, digest) is None
-    assert naming.build_day(("2.1.2-cu121-20261399",), "2.1.2-cu121", patterns, digest) is None
-    assert naming.build_day(("n-20261129",), "r", ("n-{date}-{unknown}",), digest) is None
+def test_placeholders_are_listed_in_order() -> None:
     assert naming.placeholders("{readable}-{date}") == ("readable", "date")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
@@ -12,9 +13,8 @@ from typing import Any
 import pytest
 
 from imagekit.errors import EnvironmentProblem
-from imagekit.matrix import load_plan
+from imagekit.matrix import Cell, load_plan
 from imagekit.publish import ADMITS, final_tags, level_of
-from imagekit.render import RenderedCell, Renderer
 from imagekit.schema import Publish
 from imagekit.store import CellResult, CheckRecord, Verification
 from tests.conftest import CUDA_BASE
@@ -58,50 +58,49 @@ def test_levels_and_policies() -> None:
     assert "checked" in ADMITS["checked"] and "built" not in ADMITS["checked"]
 
 
-def _rendered(write_matrix: Callable[[str], Path]) -> tuple[RenderedCell, Publish]:
+def _cell(write_matrix: Callable[[str], Path]) -> tuple[Cell, Publish]:
     path = write_matrix(
         'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE + "publish:\n  repository: acme/pytorch\n"
         '  tags: {readable: "{torch}-{stack}", immutable: ["{readable}-{date}", "{readable}-{digest}"]}\n'
     )
     plan = load_plan(path)
-    return Renderer(plan).render(plan.cells[0]), plan.matrix.publish
+    return plan.cells[0], plan.matrix.publish
 
 
 def test_tags_say_how_far_an_image_was_verified(write_matrix: Callable[[str], Path]) -> None:
-    item, publish = _rendered(write_matrix)
-    built = replace(
-        result("checked"),
-        input_digest=item.input_digest,
-        tags=item.names(publish, date(2026, 11, 29)).references(),
-    )
-    short = item.input_digest[:12]
-    assert final_tags(item, publish, built, "validated") == (
+    cell, publish = _cell(write_matrix)
+    built = replace(result("checked"), built_on=date(2026, 11, 29))
+    short = built.input_digest[:12]  # type: ignore[index]
+    assert final_tags(cell, publish, built, "validated") == (
         "2.1.2-cuda12.1-cudnn8",
         "2.1.2-cuda12.1-cudnn8-20261129",
         f"2.1.2-cuda12.1-cudnn8-{short}",
     )
-    assert final_tags(item, publish, built, "checked") == (
+    assert final_tags(cell, publish, built, "checked") == (
         "2.1.2-cuda12.1-cudnn8-checked",
         "2.1.2-cuda12.1-cudnn8-20261129-checked",
         f"2.1.2-cuda12.1-cudnn8-{short}-checked",
     )
-    assert all(t.endswith("-unverified") for t in final_tags(item, publish, built, "built") or ())
+    assert all(t.endswith("-unverified") for t in final_tags(cell, publish, built, "built") or ())
 
 
 def test_published_tags_come_from_the_matrix_not_the_report(write_matrix: Callable[[str], Path]) -> None:
-    """The report gives the build's day and nothing else: a tag it adds is never published."""
-    item, publish = _rendered(write_matrix)
+    """The report gives the build's identity (input digest, day) and nothing else: a tag it lists
+    is never published, and a report without the day (an earlier release's) names no tags."""
+    cell, publish = _cell(write_matrix)
     tampered = replace(
         result("validated"),
-        input_digest=item.input_digest,
+        built_on=date(2024, 1, 1),
         tags=("acme/pytorch:latest", "acme/pytorch:2.1.2-cuda12.1-cudnn8-20240101", "evil/repo:owned"),
     )
-    tags = final_tags(item, publish, tampered, "validated")
-    assert tags == item.names(publish, date(2024, 1, 1)).tags
-    assert tags is not None and "latest" not in tags and "owned" not in tags
-    # no dated tag of the matrix's (patterns changed, or a date that is no day): nothing to publish
-    for tag in ("acme/pytorch:2.1.2-cuda12.1-cudnn8-20241399", "acme/pytorch:x-20240101"):
-        assert final_tags(item, publish, replace(tampered, tags=(tag,)), "validated") is None
+    tags = final_tags(cell, publish, tampered, "validated")
+    short = tampered.input_digest[:12]  # type: ignore[index]
+    assert tags == (
+        "2.1.2-cuda12.1-cudnn8",
+        "2.1.2-cuda12.1-cudnn8-20240101",
+        f"2.1.2-cuda12.1-cudnn8-{short}",
+    )
+    assert final_tags(cell, publish, replace(tampered, built_on=None), "validated") is None
 
 
 def test_transient_push_errors_match_whole_words() -> None:
@@ -178,12 +177,12 @@ def staged_result(verdict: str | None, verified_digest: str | None = STAGED_DIGE
 def test_a_verified_digest_other_than_the_staged_one_is_refused() -> None:
     from imagekit.publish import _refusal_reason
 
-    assert _refusal_reason(staged_result("checked"), "checked", "f" * 64) is None
-    wrong = _refusal_reason(staged_result("checked", "sha256:" + "6" * 64), "checked", "f" * 64)
+    assert _refusal_reason(staged_result("checked"), "checked") is None
+    wrong = _refusal_reason(staged_result("checked", "sha256:" + "6" * 64), "checked")
     assert wrong is not None and "is not its staged digest" in wrong and "verify --pull" in wrong
-    unknown = _refusal_reason(staged_result("checked", None), "checked", "f" * 64)
+    unknown = _refusal_reason(staged_result("checked", None), "checked")
     assert unknown is not None and "(unknown)" in unknown
-    failed = _refusal_reason(staged_result("failed"), "checked", "f" * 64)
+    failed = _refusal_reason(staged_result("failed"), "checked")
     assert failed is not None and "failed verification" in failed
 
 
@@ -262,7 +261,11 @@ class FakeRegistry:
             "layers": [{"digest": "sha256:" + "1" * 64}, {"digest": "sha256:" + "2" * 64}],
         }).encode()  # fmt: skip
         self.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body)
-        labels = {"imagekit.python": "3.11", "imagekit.check-script": "/opt/imagekit/check.py"}
+        labels = {
+            "imagekit.python": "3.11",
+            "imagekit.check-script": "/opt/imagekit/check.py",
+            "imagekit.input-digest": "f" * 64,  # what the report's records say it was built from
+        }
         self.config = json.dumps({"config": {"Labels": labels}}).encode()
 
     def ping(self) -> None:
@@ -324,6 +327,31 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     assert said == []  # nothing pushed, nothing staged by this run
 
 
+def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_promoted(
+    tmp_path: Path,
+) -> None:
+    """The report's input digest is the build's word; the image's own label in the registry must
+    agree before any tag moves (an edited report, or a staging tag moved since)."""
+    import json
+
+    from imagekit.publish import Candidate, Publisher, PublishOptions
+
+    registry = FakeRegistry(IMAGE)
+    registry.config = json.dumps({"config": {"Labels": {"imagekit.input-digest": "e" * 64}}}).encode()
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
+    assert published == [] and [r.cell for r in refused] == ["c"]
+    assert "built from inputs eeeeeeeeeeee" in refused[0].reason and "says ffffffffffff" in refused[0].reason
+    assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists()
+
+
 def test_publish_connects_to_no_engine_when_every_cell_is_staged(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -345,3 +373,105 @@ def test_publish_connects_to_no_engine_when_every_cell_is_staged(
     run = publishing.publish_cells(plan, [], None, options, print, print, print, lambda _: None)  # type: ignore[arg-type]
     assert [p.entry.cell for p in run.published] == ["c"]
     assert not [c for c in registry.calls if c[0] == "mount_blob"]  # staging is the final repository
+
+
+def test_publish_renders_nothing_and_needs_no_wheelhouse(tmp_path: Path) -> None:
+    """The build decided each cell's identity (input digest, build day): publish reads it from the
+    report and never renders again, so a publish runner needs neither templates nor a wheelhouse."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from imagekit.store import write_report
+    from tests.conftest import REPO
+
+    project = tmp_path / "checkout"
+    shutil.copytree(
+        REPO / "examples" / "offline", project, ignore=shutil.ignore_patterns("wheelhouse", ".imagekit")
+    )
+    cells = load_plan(project / "matrix.yaml").cells
+    checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
+
+    def validated(cell: Cell) -> CellResult:
+        verified = Verification(cell.id, IMAGE, "all", "validated", True, True, checks, 1.0)
+        record = replace(result(None), id=cell.id, image_id=IMAGE, verification=verified)
+        return replace(record, built_on=date(2026, 12, 1))
+
+    from imagekit.store import BuildReport
+
+    report = BuildReport("m", "2026-12-01T00:00:00Z", 1.0, "e", tuple(map(validated, cells)), ())
+    write_report(project / ".imagekit", report)
+    script = (
+        "import json, sys\nfrom imagekit.cli import main\ncode = 0\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "loaded = [m for m in sys.modules if m in ('imagekit.render', 'imagekit.wheels', 'imagekit.recipe')"
+        " or m.split('.')[0] == 'jinja2']\n"
+        "print(json.dumps({'code': code, 'loaded': loaded}))\n"
+    )
+    argv = ["publish", "--matrix", "matrix.yaml", "--registry", "127.0.0.1:5000", "--dry-run", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome == {"code": 0, "loaded": []}, done.stderr
+    published = json.loads("\n".join(done.stdout.strip().splitlines()[:-1]))["published"]
+    assert [entry["cell"] for entry in published] == [cell.id for cell in cells]
+    assert all(entry["tags"][1].endswith("-20261201") for entry in published), published
+
+
+def _lock_target(kind: str, directory: Path) -> Path:
+    """A --lock path that publish could not replace, or could not read back to merge."""
+    lock = directory / "lock.json"
+    if kind == "a directory":
+        lock.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(lock)
+    elif kind == "a symbolic link":
+        lock.symlink_to(directory / "elsewhere")
+    elif kind == "a newer version":
+        lock.write_text('{"version": 99, "images": {}}')
+    elif kind == "not JSON":
+        lock.write_text("{")
+    else:
+        return directory / "state" / {"the report": "report.json", "the state lock": "lock"}[kind]
+    return lock
+
+
+LOCK_TARGETS = ("a directory", "a FIFO", "a symbolic link", "a newer version", "not JSON", "the report")
+LOCK_TARGETS += ("the state lock",)
+
+
+@pytest.mark.parametrize("kind", LOCK_TARGETS)
+def test_a_lock_target_publish_could_not_write_or_read_back_is_refused_first(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagekit import publish as publishing
+    from tests.conftest import REPO, run_cli
+
+    (tmp_path / "state").mkdir()
+    lock = _lock_target(kind, tmp_path)
+    monkeypatch.setattr(publishing, "select", lambda *_: pytest.fail("publish got past the lock check"))
+    result = run_cli(
+        "publish", "-m", str(REPO / "matrix.yaml"), "--registry", "127.0.0.1:5000",
+        "--state-dir", str(tmp_path / "state"), "--lock", str(lock),
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    assert str(lock) in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_report_html_never_replaces_the_published_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("images.lock.json").write_text("{}")
+    result = run_cli("report", "--state-dir", str(tmp_path / "state"), "--html", "images.lock.json")
+    assert result.exit_code == 2 and "the lock file `imagekit publish` writes" in result.stderr
+    assert Path("images.lock.json").read_text() == "{}"
