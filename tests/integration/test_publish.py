@@ -176,14 +176,17 @@ def test_push_promote_pull_back_list_tags_and_export(
         assert container["image"] in {f"{e['repository']}@{e['digest']}" for e in lock.values()}
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
 
-    # A changed cell no longer matches its report entry: refused until rebuilt.
-    path = project.root / "matrix.yaml"
-    document = yaml.safe_load(path.read_text())
-    document["defaults"]["env"]["RUN_ID"] = "changed-" + document["defaults"]["env"]["RUN_ID"]
-    path.write_text(yaml.safe_dump(document))
+    # A report whose input digests were edited no longer matches the images' own labels in the
+    # registry: refused before any tag moves (publish renders nothing; the label is the witness).
+    report_path = project.root / ".imagekit" / "report.json"
+    document = json.loads(report_path.read_text())
+    for record in document["cells"]:
+        record["input_digest"] = "e" * 64
+    report_path.write_text(json.dumps(document))
     stale = project.run("publish", "--matrix", "matrix.yaml", "--registry", registry.host)
-    assert stale.returncode == 1
-    assert stale.stderr.count("built from other inputs") == 2
+    assert stale.returncode == 1, stale.stderr
+    assert stale.stderr.count("was built from inputs") == 2, stale.stderr
+    assert {c: e["digest"] for c, e in lock_of(project).items()} == {c: e["digest"] for c, e in lock.items()}
 
 
 def test_a_registry_that_is_down_is_exit_3_with_nothing_promoted(
