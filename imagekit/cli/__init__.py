@@ -24,7 +24,18 @@ for _group in ("plan", "build", "publish", "ci"):
     import_module(f"imagekit.cli.{_group}")
 
 
+def _never_fail_to_print() -> None:
+    """A terminal, pipe or CI log whose encoding is ASCII (LANG=C, PYTHONIOENCODING=ascii) must
+    still get every line: a character it cannot show (a value's U+FFFD stand-in, a name from an
+    edited report) is written as an escape instead of ending the command in a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
+    _never_fail_to_print()
     # SIGTERM (docker stop, a CI runner's cancel, systemd) takes Ctrl-C's path: Python's default
     # would end the process without running a `finally`, leaving check containers and half work.
     terminated = threading.Event()

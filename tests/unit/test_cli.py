@@ -6,10 +6,12 @@ import os
 import shutil
 import stat
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from imagekit.store import write_report
 from tests.conftest import CUDA_BASE, REPO, imagekit, run_cli
 
 GOOD_AXES = 'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n'
@@ -618,3 +620,17 @@ def test_a_publish_dry_run_only_reads_the_state(tmp_path: Path) -> None:
     result = run_cli(*preview, "--state-dir", str(missing))
     assert result.exit_code == 2 and "no build report at" in result.stderr, result.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("view", [[], ["--markdown"], ["--json"]])
+def test_every_report_view_prints_on_an_ascii_only_terminal(tmp_path: Path, view: list[str]) -> None:
+    """LANG=C or PYTHONIOENCODING=ascii: a value the terminal cannot show (an edited report's
+    right-to-left override, shown as U+FFFD) is escaped, never a UnicodeEncodeError traceback."""
+    from tests.unit.report_samples import build_report
+
+    report = build_report()
+    failed = replace(report.cells[2], error="bad \u202e value \u00e9")
+    write_report(tmp_path, replace(report, cells=(*report.cells[:2], failed, *report.cells[3:])))
+    done = imagekit("report", "--state-dir", str(tmp_path), *view, env={"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 1, done.stderr  # the sample holds a failed build
+    assert "Traceback" not in done.stderr and "cuda-failed" in done.stdout
