@@ -3,7 +3,8 @@
 # dumb-init runs as PID 1 and starts this script as the image's non-root user:
 #
 #   start-jupyter [ARGS...]  JupyterLab on ${JUPYTER_IP:-0.0.0.0}:${JUPYTER_PORT:-8888}, root dir
-#                            ${JUPYTER_ROOT_DIR:-/workspace}; ARGS go to jupyter-lab.
+#                            ${JUPYTER_ROOT_DIR:-/workspace}; ARGS (an allow-list, see
+#                            JUPYTER_ALLOWED) go to jupyter-lab.
 #   start-sshd [ARGS...]     OpenSSH on ${SSH_PORT:-2222} (${SSH_LISTEN:-all addresses}), public
 #                            keys only; ARGS go to sshd (start-sshd -T prints the effective config).
 #   anything else            run as given: `docker run IMAGE python train.py`.
@@ -11,8 +12,9 @@
 # Jupyter token, the first that is set: JUPYTER_TOKEN; the file JUPYTER_TOKEN_FILE (a mounted
 # secret; /run/secrets/jupyter_token is read when it exists); else a random token generated here
 # and printed once, on stderr. The token goes to the server in its environment, never on a command
-# line. An empty token, and ARGS that set a token or password or turn authentication or XSRF checks
-# off, are refused: a token is always required.
+# line. An empty token, and any ARG not on the allow-list (so every spelling that sets a token or
+# password, or turns authentication or XSRF checks off), are refused: a token is always required.
+# The server reads no config directory the caller names (JUPYTER_CONFIG_DIR is private to it).
 #
 # SSH authorized keys, all that are given: SSH_AUTHORIZED_KEYS (the keys' text, one a line) and the
 # file SSH_AUTHORIZED_KEYS_FILE (a mounted file; /run/secrets/authorized_keys is read when it
@@ -94,15 +96,43 @@ write_environment() {
 
 # ---------------------------------------------------------------------------------- jupyter --
 
+# The Jupyter arguments a user may pass, as --Name=value: an allow-list, because authentication can
+# be weakened through many spellings (token, password, XSRF, tornado_settings, a --config file,
+# an identity or authorizer class, ...). Anything else is refused before the server starts.
+JUPYTER_ALLOWED='--log-level --debug --ServerApp.base_url --ServerApp.default_url --LabApp.default_url
+--ServerApp.max_body_size --ServerApp.max_buffer_size --ServerApp.iopub_data_rate_limit
+--ServerApp.iopub_msg_rate_limit --ServerApp.rate_limit_window --ServerApp.terminals_enabled
+--ServerApp.shutdown_no_activity_timeout --MappingKernelManager.cull_idle_timeout
+--MappingKernelManager.cull_interval --MappingKernelManager.cull_connected
+--MappingKernelManager.cull_busy --ContentsManager.allow_hidden --FileContentsManager.delete_to_trash'
+
+jupyter_argument_allowed() {
+    name=${1%%=*}
+    case $1 in
+        --debug) return 0 ;;  # the one flag without a value
+        --debug=*) return 1 ;;
+        --*=*) ;;  # the value in the same argument: a separate one would go unchecked
+        *) return 1 ;;
+    esac
+    for allowed in $JUPYTER_ALLOWED; do
+        [ "$name" = "$allowed" ] && return 0
+    done
+    return 1
+}
+
 start_jupyter() {
     refuse_root "Jupyter"
     for arg in "$@"; do
-        case $arg in
-            *[Tt]oken* | *[Pp]assword* | *disable_check_xsrf* | *allow_unauthenticated_access* | *allow_root*)
-                die "refusing the Jupyter argument '${arg%%=*}': give the token in JUPYTER_TOKEN or JUPYTER_TOKEN_FILE (a mounted secret); a token is always required"
-                ;;
-        esac
+        if ! jupyter_argument_allowed "$arg"; then
+            die "refusing the Jupyter argument '${arg%%=*}': only these may be passed, as --Name=value: $(echo $JUPYTER_ALLOWED); give the token in JUPYTER_TOKEN or JUPYTER_TOKEN_FILE (a mounted secret): a token is always required"
+        fi
     done
+    # Configuration reaches the server through files too: only the image's own (system) config
+    # directories count, never one named by the caller's environment or kept on the workspace.
+    if [ -n "${JUPYTER_CONFIG_DIR:-}${JUPYTER_CONFIG_PATH:-}" ]; then
+        log "ignoring JUPYTER_CONFIG_DIR/JUPYTER_CONFIG_PATH: pass allowed arguments instead"
+    fi
+    unset JUPYTER_CONFIG_PATH
     generated=0
     if [ "${JUPYTER_TOKEN+set}" = set ]; then
         token=$JUPYTER_TOKEN
@@ -134,6 +164,11 @@ start_jupyter() {
     # Jupyter writes the token into its runtime files (jpserver-<pid>.json, read by the
     # HEALTHCHECK): keep them in the private state directory, not in the home on a volume.
     export JUPYTER_RUNTIME_DIR="${JUPYTER_RUNTIME_DIR:-$STATE/jupyter}"
+    export JUPYTER_CONFIG_DIR="$STATE/jupyter-config"
+    # ... while the user's JupyterLab settings and workspaces stay where they were (the home).
+    export JUPYTERLAB_SETTINGS_DIR="${JUPYTERLAB_SETTINGS_DIR:-${HOME:-$STATE}/.jupyter/lab/user-settings}"
+    export JUPYTERLAB_WORKSPACES_DIR="${JUPYTERLAB_WORKSPACES_DIR:-${HOME:-$STATE}/.jupyter/lab/workspaces}"
+    (umask 077 && mkdir -p "$JUPYTER_CONFIG_DIR") || die "cannot create $JUPYTER_CONFIG_DIR"
     export IMAGEKIT_CONTAINER_ENV="$STATE/environment"
     write_environment "$IMAGEKIT_CONTAINER_ENV"
     if [ "$generated" = 1 ]; then
