@@ -9,6 +9,7 @@ pool is validated by the same checks as the build machine. Options come from the
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -286,9 +287,35 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
     return manifests
 
 
-def render_jobs(entries: Mapping[str, LockEntry], options: JobOptions) -> dict[str, str]:
+def _overlap(one: str, other: str) -> bool:
+    """Whether two mount paths are the same directory or one holds the other."""
+    return one == other or one.startswith(other.rstrip("/") + "/") or other.startswith(one.rstrip("/") + "/")
+
+
+def check_mounts(options: JobOptions, frontend: bool) -> None:
+    """Refuse a --pvc mount path that would hide or be hidden by another mount: /dev/shm, a front
+    end's Secret and workspace directories, another claim (Kubernetes would start the pod, and
+    one of the two would silently not be what the workload reads)."""
+    taken = [("/dev/shm", "the shared-memory volume")]
+    if frontend:
+        taken.append((SECRET_DIR, "the front end's Secret"))
+        taken += [(f"{FRONTEND.workspace}/{d}", "the workspace claim") for d in FRONTEND.workspace_dirs]
+    for claim in options.claims:
+        mount = posixpath.normpath(claim.mount)
+        for path, what in taken:
+            if _overlap(mount, path):
+                raise InputError(
+                    f"--pvc {claim.name}:{claim.mount}: collides with {what} at {path}; mount it elsewhere"
+                )
+        taken.append((mount, f"the claim {claim.name}"))
+
+
+def render_jobs(
+    entries: Mapping[str, LockEntry], options: JobOptions, frontends: Mapping[str, str | None]
+) -> dict[str, str]:
     """File name -> YAML, for every entry (a Job, or a front end's workloads); raises before
-    anything is written."""
+    anything is written. ``frontends``: which front end each cell serves, from the matrix (the
+    lock file is an editable record, never the word on what a cell is)."""
     for flag, value in (
         ("--runtime-class", options.runtime_class),
         ("--namespace", options.namespace),
@@ -299,15 +326,28 @@ def render_jobs(entries: Mapping[str, LockEntry], options: JobOptions) -> dict[s
             raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
     out: dict[str, str] = {}
+    made_by: dict[str, str] = {}
     for cell in sorted(entries):
+        frontend = frontends.get(cell)
+        if frontend != entries[cell].frontend:
+            raise InputError(
+                f"{cell}: the lock file says front end {entries[cell].frontend or 'none'}, the matrix"
+                f" {frontend or 'none'}; run `imagekit publish` again"
+            )
+        check_mounts(options, frontend is not None)
         entry = entries[cell]
-        if entry.frontend:
+        if frontend:
             manifests = frontend_manifests(entry, options)
             name = manifests[0]["metadata"]["name"]
-            out[f"{name}.yaml"] = yaml.safe_dump_all(manifests, sort_keys=False)
+            text = yaml.safe_dump_all(manifests, sort_keys=False)
         else:
             manifest = job_manifest(entry, options)
-            out[f"{manifest['metadata']['name']}.yaml"] = yaml.safe_dump(manifest, sort_keys=False)
+            name = manifest["metadata"]["name"]
+            text = yaml.safe_dump(manifest, sort_keys=False)
+        if name in made_by:  # one object would silently replace the other in the cluster
+            raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
+        made_by[name] = cell
+        out[f"{name}.yaml"] = text
     return out
 
 

@@ -240,7 +240,7 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
-    files = kube.render_jobs(entries, options)
+    files = kube.render_jobs(entries, options, {c.id: c.frontend for c in cells})
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)

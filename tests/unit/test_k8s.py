@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,16 @@ import yaml
 
 from imagekit.errors import InputError
 from imagekit.k8s import Claim, JobOptions, Toleration, job_name, parse_node_selector, render_jobs, write_jobs
-from imagekit.lockfile import merge_lock
+from imagekit.lockfile import LockEntry, merge_lock
 from imagekit.matrix import load_plan
 from tests.conftest import REPO, run_cli
 from tests.unit.report_samples import LOCK_DIGEST as DIGEST
 from tests.unit.report_samples import lock_entry as entry
+
+
+def render(entries: dict[str, LockEntry], options: JobOptions) -> dict[str, str]:
+    """render_jobs with each cell's front end as the matrix gives it (here: as the lock says)."""
+    return render_jobs(entries, options, {cell: e.frontend for cell, e in entries.items()})
 
 
 def test_k8s_options_are_checked() -> None:
@@ -56,7 +62,7 @@ def test_k8s_options_are_checked() -> None:
     ],
 )
 def test_every_job_manifest_is_valid_kubernetes(options: JobOptions) -> None:
-    files = render_jobs({"a": entry("a"), "b": entry("b" * 70)}, options)
+    files = render({"a": entry("a"), "b": entry("b" * 70)}, options)
     assert len(files) == 2
     for text in files.values():
         manifest: dict[str, Any] = yaml.safe_load(text)
@@ -81,7 +87,7 @@ def test_every_job_manifest_is_valid_kubernetes(options: JobOptions) -> None:
 @pytest.mark.parametrize("frontend", ["jupyter", "ssh"])
 def test_a_front_end_is_a_deployment_with_its_service_and_workspace(frontend: str) -> None:
     cell = f"cuda-torch2.5.1-cuda12.1-py3.10-runtime-{frontend}"
-    files = render_jobs({cell: entry(cell, frontend=frontend)}, JobOptions(gpus=1, runtime_class="nvidia"))
+    files = render({cell: entry(cell, frontend=frontend)}, JobOptions(gpus=1, runtime_class="nvidia"))
     ((name, text),) = files.items()
     manifests = list(yaml.safe_load_all(text))
     for manifest in manifests:
@@ -119,11 +125,11 @@ def test_a_front_end_is_a_deployment_with_its_service_and_workspace(frontend: st
 def test_a_named_claim_and_secret_are_referenced_not_written() -> None:
     cell = "c-jupyter"
     options = JobOptions(secret="team-token", workspace_claim="team-ws")
-    (text,) = render_jobs({cell: entry(cell, frontend="jupyter")}, options).values()
+    (text,) = render({cell: entry(cell, frontend="jupyter")}, options).values()
     kinds = [m["kind"] for m in yaml.safe_load_all(text)]
     assert kinds == ["Deployment", "Service"] and "team-token" in text and "team-ws" in text
     with pytest.raises(InputError, match="--secret"):
-        render_jobs({cell: entry(cell, frontend="jupyter")}, JobOptions(secret="Bad_Name"))
+        render({cell: entry(cell, frontend="jupyter")}, JobOptions(secret="Bad_Name"))
 
 
 def test_jobs_pull_only_from_the_matrixs_repository(tmp_path: Path) -> None:
@@ -149,12 +155,12 @@ def test_jobs_pull_only_from_the_matrixs_repository(tmp_path: Path) -> None:
 @pytest.mark.parametrize("namespace", ["$(id)", "Team", "a" * 64, "gpu\u202e"])
 def test_a_namespace_is_a_dns_label(namespace: str) -> None:
     with pytest.raises(InputError, match=r"--namespace .*: not a DNS label"):
-        render_jobs({"c": entry("c")}, JobOptions(namespace=namespace))
+        render({"c": entry("c")}, JobOptions(namespace=namespace))
 
 
 def test_manifests_are_written_all_or_none(tmp_path: Path) -> None:
     """A directory where the last manifest goes stops the run before the first is written."""
-    files = render_jobs({"a": entry("a"), "b": entry("b")}, JobOptions())
+    files = render({"a": entry("a"), "b": entry("b")}, JobOptions())
     out = tmp_path / "k8s"
     *first, last = sorted(files)
     (out / last).mkdir(parents=True)
@@ -186,3 +192,42 @@ def test_a_bad_k8s_flag_never_repeats_a_login(flag: tuple[str, str], tmp_path: P
     result = run_cli(*args, "--out", str(tmp_path / "o"), *flag)
     assert result.exit_code == 2, result.stderr
     assert "s3cret" not in result.stderr + result.stdout and "***@h" in result.stderr
+
+
+MOUNTS = {
+    "/dev/shm": "the shared-memory volume",
+    "/dev": "the shared-memory volume",
+    "/": "the shared-memory volume",
+    "/run/secrets": "the front end's Secret",
+    "/workspace/code": "the workspace claim",
+    "/workspace/data/raw": "the workspace claim",
+    "/ckpt/../dev/shm/x": "the shared-memory volume",
+}
+
+
+@pytest.mark.parametrize(("mount", "what"), MOUNTS.items())
+def test_a_claim_mounted_over_another_mount_is_refused(mount: str, what: str) -> None:
+    cell = "c-jupyter"
+    options = JobOptions(claims=(Claim("ckpt", mount),))
+    with pytest.raises(InputError, match=f"--pvc ckpt:{mount}: collides with {what}"):
+        render({cell: entry(cell, frontend="jupyter")}, options)
+
+
+def test_two_claims_on_one_path_are_refused_and_disjoint_ones_pass() -> None:
+    clash = JobOptions(claims=(Claim("a", "/data"), Claim("b", "/data/b")))
+    with pytest.raises(InputError, match="collides with the claim a at /data"):
+        render({"c": entry("c")}, clash)
+    assert render({"c": entry("c")}, JobOptions(claims=(Claim("a", "/data"), Claim("b", "/datasets"))))
+
+
+def test_what_a_cell_is_comes_from_the_matrix_not_the_lock() -> None:
+    edited = {"c-ssh": entry("c-ssh", frontend=None)}  # an ssh cell the lock calls a plain image
+    with pytest.raises(InputError, match="the lock file says front end none, the matrix ssh"):
+        render_jobs(edited, JobOptions(), {"c-ssh": "ssh"})
+
+
+def test_two_cells_that_would_be_one_kubernetes_object_are_refused() -> None:
+    entries = {"a.b": entry("a.b"), "a-b": entry("a-b")}
+    both = re.escape("a-b and a.b would both be the Kubernetes object imagekit-check-a-b")
+    with pytest.raises(InputError, match=both):
+        render(entries, JobOptions())
