@@ -372,6 +372,26 @@ class Source:
         raise NotImplementedError
 
 
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+RECORDING_BYTES = 64 << 20  # pip's largest dry-run report of a torch release is a few hundred KB
+
+
+def read_json(path: Path) -> Any:
+    """A recorded JSON file, bounded; anything else (not UTF-8, not JSON, nested past what the
+    parser takes) is one RefreshError naming the file."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(RECORDING_BYTES + 1)
+        if len(raw) > RECORDING_BYTES:
+            raise RefreshError(f"{path}: larger than {RECORDING_BYTES:,} bytes; not a recording")
+        return json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise RefreshError(f"{path}: not a JSON recording ({type(exc).__name__}: {one_line(exc)})") from None
+
+
 class RecordedSource(Source):
     """Reads what `--save-reports` wrote: files-<project>.json, <key>.json and, where PyTorch's
     index was read, <project>-index-files.json."""
@@ -383,7 +403,7 @@ class RecordedSource(Source):
         path = self.directory / name
         if not path.is_file():
             raise RefreshError(f"{path} is not recorded (record it with --save-reports)")
-        return json.loads(path.read_text())
+        return read_json(path)
 
     def listing(self, project: str) -> list[dict[str, Any]]:
         files: list[dict[str, Any]] = self._load(f"files-{project}.json")["files"]
@@ -397,7 +417,7 @@ class RecordedSource(Source):
         path = self.directory / f"{project}-index-files.json"
         if not path.is_file():
             return None
-        files: list[str] = json.loads(path.read_text())["files"]
+        files: list[str] = read_json(path)["files"]
         return files
 
     def torch_index_report(
@@ -406,7 +426,7 @@ class RecordedSource(Source):
         path = self.directory / f"{key}.json"
         if not path.is_file():
             return None
-        report: dict[str, Any] = json.loads(path.read_text())
+        report: dict[str, Any] = read_json(path)
         return report
 
     def describe(self) -> str:
@@ -1038,14 +1058,31 @@ def main(argv: list[str] | None = None) -> int:
             args.save_reports,
             notes,
         )
-    text = args.compat.read_text()
-    data = yaml.safe_load(text)
+    try:
+        text = args.compat.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict) or not isinstance(data.get("torch") or {}, dict):
+            raise RefreshError(f"{args.compat}: no compat table (a mapping with a torch section)")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        print(f"refresh-compat: {args.compat}: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except RefreshError as exc:
+        print(f"refresh-compat: {exc}", file=sys.stderr)
+        return 2
     try:
         result = refresh(data.get("torch") or {}, source, args.since, notes)
         section = emit_section(result.releases, args.today)
         new_text = splice(text, section)
     except RefreshError as exc:
         print(f"refresh-compat: {exc}", file=sys.stderr)
+        return 2
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        # Every recording and registry answer is untrusted: one of an unexpected shape ends the
+        # run in one line, with nothing written.
+        detail = f"{type(exc).__name__}: {one_line(exc)}"
+        print(
+            f"refresh-compat: {source.describe()}: an answer of unexpected shape ({detail})", file=sys.stderr
+        )
         return 2
     reread = yaml.safe_load(new_text)["torch"]
     if reread["releases"] != result.releases or reread["checked_on"] != args.today:

@@ -274,3 +274,40 @@ def test_splice_replaces_only_the_torch_section() -> None:
     )
     with pytest.raises(tool.RefreshError):
         tool.splice("cuda: {}\n", "torch:\n")
+
+
+MALFORMED = {
+    "not JSON": "{",
+    "a JSON list": "[]",
+    "an empty object": "{}",
+    "wrong types": '{"files": 7, "install": "x", "environment": []}',
+    "bad UTF-8": b"\xff\xfe{}",
+    "deep nesting": "[" * 100_000 + "]" * 100_000,
+}
+
+
+@pytest.mark.parametrize("content", MALFORMED.values(), ids=MALFORMED.keys())
+@pytest.mark.parametrize("recording", ["files-torch.json", "torch-2.13.0.json", "torchvision-0.29.2.json"])
+def test_a_malformed_recording_is_one_line_exit_2_and_the_file_is_kept(
+    compat: Path, tmp_path: Path, recording: str, content: str | bytes
+) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(FIXTURES, broken)
+    target = broken / recording
+    target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = compat.read_text()
+    result = run(compat, "--since", "2.9", "--write", reports=broken)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refresh-compat: "), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert compat.read_text() == before
+
+
+@pytest.mark.parametrize("content", ["{", "[]", "torch: 7\n", "torch: {releases: 3}\n"])
+def test_a_malformed_compat_file_is_one_line_exit_2(compat: Path, content: str) -> None:
+    compat.write_text(content)
+    result = run(compat, "--since", "2.9")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert compat.read_text() == content
