@@ -182,10 +182,12 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
     by ``imagekit publish`` after ``bake-import`` and ``verify``.
     """
     targets: dict[str, dict[str, Any]] = {}
+    made_by: dict[str, str] = {}  # target name -> the cell or base it was made for
     group: list[str] = []
     publish = plan.matrix.publish
     staging = naming.repository(publish.registry, publish.staging_repository)
     for name, base in sorted(_local_bases(rendered).items()):
+        made_by[base_target_name(base)] = f"local base {name}"
         targets[base_target_name(base)] = {
             "context": str(base.context),
             "dockerfile": base.dockerfile,
@@ -196,8 +198,9 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
     for item in rendered:
         cell = item.cell
         name = bake_target_name(cell.id)
-        if name in targets:
-            raise InputError(f"cells {cell.id} and another map to one bake target name {name!r}")
+        if name in made_by:
+            raise InputError(f"{made_by[name]} and {cell.id} map to one bake target name {name!r}")
+        made_by[name] = cell.id
         target: dict[str, Any] = {
             "context": str(context_dir / cell.id),
             "dockerfile": DOCKERFILE_NAME,

@@ -192,3 +192,19 @@ def test_a_context_path_that_leaves_the_cells_directory_is_refused(name: str, tm
     with pytest.raises(InputError, match=r"context path .* leaves its directory"):
         materialise_context(rendered, root / "cell", root)
     assert not (tmp_path / "escaped.txt").exists() and not (root / "escaped.txt").exists()
+
+
+def test_two_cells_that_would_be_one_bake_target_are_refused_naming_both(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Bake target names turn dots into underscores: one target would silently build the other."""
+    from imagekit.errors import InputError
+    from imagekit.export import bake_file
+
+    matrix = write_matrix('version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE)
+    plan = load_plan(matrix)
+    (item,) = Renderer(plan).render_all()
+    twin = replace(item, cell=replace(item.cell, id=item.cell.id.replace("py3.10", "py3_10")))
+    both = f"{re.escape(item.cell.id)} and {re.escape(twin.cell.id)} map to one"
+    with pytest.raises(InputError, match=both):
+        bake_file(plan, [item, twin], tmp_path / "contexts")
