@@ -24,7 +24,6 @@ from imagekit.cli.app import (
 from imagekit.clock import today
 from imagekit.errors import InputError
 from imagekit.export_format import ExportFormat
-from imagekit.rules import REFRESH_COMMAND
 
 
 @app.command()
@@ -62,6 +61,8 @@ def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> 
     for row, cell in zip(rows, cells, strict=True):
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
         typer.echo(f"    tags: {', '.join(cell['tags'])}")
+    from imagekit.rules import REFRESH_COMMAND  # rules (and the compat table's types) load on use
+
     typer.echo(
         f"\n{len(cells)} cells, {len(refused)} refused; compatibility table of {compat.checked_on}"
         f" (torch up to {compat.newest_patch()}; {REFRESH_COMMAND} refreshes it)"
