@@ -111,6 +111,26 @@ def complete_path(incomplete: str) -> list[str]:
     return [f"{prefix}{p.name}" + ("/" if p.is_dir() else "") for p in entries]
 
 
+def path_option(*names: str, **settings: Any) -> Any:
+    """``typer.Option`` for a path flag: the empty value refused (``path_flag``), the shell
+    completing paths (``complete_path``), and by default ``checked_path``'s bounds."""
+    return typer.Option(
+        *names,
+        parser=path_flag,
+        autocompletion=complete_path,
+        **{"callback": checked_path, **settings},
+    )
+
+
+def path_argument(**settings: Any) -> Any:
+    """``typer.Argument`` for path arguments, with ``path_option``'s checks."""
+    return typer.Argument(
+        parser=path_flag,
+        autocompletion=complete_path,
+        **{"callback": checked_path, **settings},
+    )
+
+
 def checked_dir(value: Any) -> Any:
     """A directory flag's value: ``checked_path``, and when it exists, a directory (/dev/null
     or a file is refused before any command runs)."""
@@ -122,14 +142,11 @@ def checked_dir(value: Any) -> Any:
 
 MatrixOption = Annotated[
     Path,
-    typer.Option(
+    path_option(
         "--matrix",
         "-m",
         help="The matrix file.",
         show_default=True,
-        parser=path_flag,
-        autocompletion=complete_path,
-        callback=checked_path,
     ),
 ]
 OnlyOption = Annotated[
@@ -138,23 +155,18 @@ OnlyOption = Annotated[
 ]
 StateDirOption = Annotated[
     Path,
-    typer.Option(
+    path_option(
         "--state-dir",
         help="Where the report, logs and lock live.",
-        parser=path_flag,
-        autocompletion=complete_path,
         callback=checked_dir,
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 LockOption = Annotated[
     Path,
-    typer.Option(
+    path_option(
         "--lock",
         help="The lock file `publish` writes and `images`/`k8s` read.",
-        parser=path_flag,
-        autocompletion=complete_path,
-        callback=checked_path,
     ),
 ]
 GpusOption = Annotated[

@@ -21,10 +21,8 @@ from imagekit.cli.app import (
     StateDirOption,
     VerifyTimeoutOption,
     app,
-    checked_path,
-    complete_path,
     parse_mapping,
-    path_flag,
+    path_option,
     registry_host,
     reports_errors,
     say,
@@ -202,12 +200,9 @@ def report(
     as_json: JsonOption = False,
     html: Annotated[
         Path | None,
-        typer.Option(
+        path_option(
             "--html",
             help="Also write one self-contained HTML page of the report here.",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = None,
 ) -> None:
@@ -259,13 +254,10 @@ def verify(
     ] = None,
     matrix: Annotated[
         Path | None,
-        typer.Option(
+        path_option(
             "--matrix",
             "-m",
             help="Verify this matrix's built cells.",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = None,
     only: OnlyOption = None,
@@ -274,12 +266,9 @@ def verify(
     memory: Annotated[str, typer.Option("--memory", help="Memory limit of a check container.")] = "16g",
     junit: Annotated[
         Path | None,
-        typer.Option(
+        path_option(
             "--junit",
             help="Write JUnit XML here (one test case per check).",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = None,
     pull: Annotated[

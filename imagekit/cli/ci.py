@@ -15,10 +15,9 @@ from imagekit.cli.app import (
     MatrixOption,
     StateDirOption,
     app,
-    checked_path,
-    complete_path,
     load_plan,
-    path_flag,
+    path_argument,
+    path_option,
     reports_errors,
     say,
 )
@@ -31,12 +30,9 @@ from imagekit.errors import InputError
 def bake_import(
     metadata_file: Annotated[
         Path,
-        typer.Option(
+        path_option(
             "--metadata-file",
             help="The file `docker buildx bake --metadata-file` wrote.",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ],
     matrix: MatrixOption = DEFAULT_MATRIX,
@@ -74,12 +70,8 @@ def bake_import(
 def merge_reports(
     sources: Annotated[
         list[Path],
-        typer.Argument(
-            help="Directories holding a report.json (e.g. downloaded CI artifacts).",
-            show_default=False,
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
+        path_argument(
+            help="Directories holding a report.json (e.g. downloaded CI artifacts).", show_default=False
         ),
     ],
     state_dir: StateDirOption = DEFAULT_STATE_DIR,

@@ -14,10 +14,8 @@ from imagekit.cli.app import (
     MatrixOption,
     OnlyOption,
     app,
-    checked_path,
-    complete_path,
     load_plan,
-    path_flag,
+    path_option,
     reports_errors,
     select_cells,
 )
@@ -77,11 +75,8 @@ def render(
     matrix: MatrixOption = DEFAULT_MATRIX,
     out: Annotated[
         Path | None,
-        typer.Option(
+        path_option(
             help="Directory for the Dockerfiles (default: the matrix's `output`).",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = None,
     check: Annotated[
@@ -89,12 +84,9 @@ def render(
     ] = False,
     cst: Annotated[
         Path | None,
-        typer.Option(
+        path_option(
             "--cst",
             help="Also write a container-structure-test config per cell here.",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -166,12 +158,9 @@ def matrix_export(
     only: OnlyOption = None,
     context_dir: Annotated[
         Path,
-        typer.Option(
+        path_option(
             "--context-dir",
             help="bake: where each cell's build context is written.",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = Path(".imagekit/bake"),
 ) -> None:

@@ -20,9 +20,7 @@ from imagekit.cli.app import (
     RegistryOption,
     StateDirOption,
     app,
-    checked_path,
-    complete_path,
-    path_flag,
+    path_option,
     registry_host,
     reports_errors,
     say,
@@ -153,12 +151,9 @@ def k8s(
     only: OnlyOption = None,
     out: Annotated[
         Path,
-        typer.Option(
+        path_option(
             "--out",
             help="Directory for the Job manifests.",
-            parser=path_flag,
-            autocompletion=complete_path,
-            callback=checked_path,
         ),
     ] = Path("k8s"),
     lock: LockOption = DEFAULT_LOCK,
