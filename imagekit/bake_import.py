@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.clock import timestamp
-from imagekit.errors import InputError, shown
+from imagekit.errors import InputError
 from imagekit.export import bake_target_name
 from imagekit.limits import MAX_RECORDS, STATE_BYTES
 from imagekit.paths import read_regular_file
@@ -34,6 +34,7 @@ from imagekit.safetypes import (
 )
 from imagekit.schema import Publish
 from imagekit.store import BuildReport, CellResult
+from imagekit.text import shown
 
 ENGINE = "docker buildx bake"
 

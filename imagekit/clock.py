@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from datetime import date, datetime, timezone
 
-from imagekit.errors import InputError, shown
+from imagekit.errors import InputError
+from imagekit.text import shown
 
 # The last second a four-digit year (a {date} tag's YYYYMMDD) can hold: 9999-12-31T23:59:59Z.
 _LAST_EPOCH = 253_402_300_799

@@ -21,10 +21,11 @@ from typing import Any
 from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.context import DOCKERFILE_NAME
-from imagekit.errors import InputError, shown
+from imagekit.errors import InputError
 from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.paths import os_problem, refuse_links
 from imagekit.render import RenderedCell
+from imagekit.text import shown
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on the jobs one matrix may generate
 _BAKE_NAME = re.compile(r"[^A-Za-z0-9_-]")

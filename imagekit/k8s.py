@@ -20,8 +20,9 @@ import yaml
 
 from imagekit import naming
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
-from imagekit.errors import InputError, shown
+from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
+from imagekit.text import shown
 from imagekit.verify import GpuRequest, check_arguments
 
 GPU_RESOURCE = "nvidia.com/gpu"

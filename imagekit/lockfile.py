@@ -19,7 +19,7 @@ import yaml
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.errors import InputError, shown
+from imagekit.errors import InputError
 from imagekit.limits import MAX_ITEMS, MAX_RECORDS, STATE_BYTES
 from imagekit.naming import by_digest
 from imagekit.paths import read_regular_file
@@ -45,6 +45,7 @@ from imagekit.safetypes import (
     validate_json,
 )
 from imagekit.schema import PublishPolicy, ServedFrontend
+from imagekit.text import shown
 
 LOCK_NAME = "images.lock.json"
 LOCK_VERSION = 1

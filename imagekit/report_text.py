@@ -12,8 +12,8 @@ import html
 import re
 from collections.abc import Sequence
 
-from imagekit.errors import printable
 from imagekit.store import STATUSES, BuildReport, CellResult, GpuFigures
+from imagekit.text import printable
 
 _MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]|~])")
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from imagekit import naming
-from imagekit.errors import SHOWN_CHARS, URL_WITH_USER, InputError, redact, shown
+from imagekit.errors import InputError
 from imagekit.limits import (
     MAX_ITEMS,
     NAME_CHARS,
@@ -33,6 +33,7 @@ from imagekit.limits import (
     TEXT_CHARS,
     URL_CHARS,
 )
+from imagekit.text import SHOWN_CHARS, URL_WITH_USER, redact, shown
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler

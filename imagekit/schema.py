@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from imagekit.errors import InputError, shown
+from imagekit.errors import InputError
 from imagekit.limits import (
     NAME_CHARS,
     PACKAGE_CHARS,
@@ -45,6 +45,7 @@ from imagekit.safetypes import (
     more_problems,
     port_problem,
 )
+from imagekit.text import shown
 from imagekit.yamlsource import SourceDocument, format_path
 
 

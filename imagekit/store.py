@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.errors import EnvironmentProblem, InputError, redact
+from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, MAX_RECORDS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
 from imagekit.paths import check_length, check_write_target, os_problem, read_regular_file
 from imagekit.safetypes import (
@@ -51,6 +51,7 @@ from imagekit.safetypes import (
     parse_json_object,
     validate_json,
 )
+from imagekit.text import redact
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")

@@ -38,11 +38,12 @@ from imagekit.atomic import atomic_write
 from imagekit.clock import timestamp
 from imagekit.contract import packaged_check_script
 from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_transient, pull, unreachable
-from imagekit.errors import EnvironmentProblem, InputError, one_line, shown
+from imagekit.errors import EnvironmentProblem, InputError, one_line
 from imagekit.figures import gemm_figures
 from imagekit.limits import MAX_ITEMS
 from imagekit.registry import docker_auth_config
 from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification, derive_verdict
+from imagekit.text import shown
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
     from imagekit.matrix import Cell

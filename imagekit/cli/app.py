@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from imagekit.errors import ExitCode, ImagekitError, InputError, printable, redact, shown
+from imagekit.errors import ExitCode, ImagekitError, InputError
 from imagekit.limits import MAX_TIMEOUT_S, VALUE_CHARS
 from imagekit.paths import length_problem
+from imagekit.text import printable, redact, shown
 
 if TYPE_CHECKING:
     from imagekit.matrix import Cell, Plan

@@ -29,9 +29,10 @@ from imagekit.cli.app import (
     select_cells,
 )
 from imagekit.clock import today
-from imagekit.errors import ExitCode, InputError, printable
+from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_TIMEOUT_S
 from imagekit.naming import LABEL_PREFIX
+from imagekit.text import printable
 
 if TYPE_CHECKING:
     import docker
@@ -124,13 +125,13 @@ def build(
     """
     from imagekit.build import Builder, BuildOptions
     from imagekit.engine import connect
-    from imagekit.errors import shown
     from imagekit.pipeline import build_and_verify
     from imagekit.progress import make_progress
     from imagekit.report_text import summary_line
     from imagekit.safetypes import LABEL_KEY, LABEL_VALUE
     from imagekit.schema import IMAGE_PREFIX
     from imagekit.store import open_store
+    from imagekit.text import shown
 
     extra_labels = parse_mapping(label or [], "--label")
     for key, value in extra_labels:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagekit.errors import EnvironmentProblem, InputError, printable, redact, shown
+from imagekit.errors import EnvironmentProblem, InputError
+from imagekit.text import printable, redact, shown
 
 
 def test_error_and_warning_lines_hold_no_control_character() -> None:

@@ -6,9 +6,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.errors import printable
 from imagekit.report_text import ROW_HEADERS, markdown, rows, summary_line
 from imagekit.store import BuildReport, write_report
+from imagekit.text import printable
 from tests.conftest import run_cli
 from tests.unit.report_samples import build_report
 
