@@ -101,6 +101,10 @@ def _requirements(cell: Cell) -> tuple[str, ...]:
         pins.append(f"torchaudio=={cell.torchaudio}")
     if cell.numpy_cap:
         pins.append(f"numpy{cell.numpy_cap}")
+    elif not cell.torchvision and "numpy" not in {project_name(p) for p in cell.pip_packages}:
+        # torch's own requirements name no NumPy (torchvision brings it): without one,
+        # tensor.numpy() and DataLoader's collation of arrays raise "Numpy is not available"
+        pins.append("numpy")
     return tuple(pins)
 
 

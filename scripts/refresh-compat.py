@@ -105,8 +105,10 @@ SOURCE_NOTE = (
     "admits it; null: none). variants and the other variants' libraries: PyTorch's wheel index "
     "(download.pytorch.org/whl/<variant>) when reachable, otherwise kept from this table, which took "
     "them from that index, PyTorch's release announcements, pytorch/pytorch's RELEASE.md and "
-    "pytorch/test-infra's release build matrix (see shared/FACTS.md). numpy caps are kept as they "
-    "are. A release with checked: false holds a fact not read from a source."
+    "pytorch/test-infra's release build matrix (see shared/FACTS.md); corrected in December 2026: "
+    "2.9 has cu129 (torch-2.9.1+cu129 wheels for x86_64 and aarch64), 2.12 and 2.13 have none (CUDA "
+    "12.9 dropped in 2.12, pytorch issue 187834), 2.15 has cu130 and cu132 (RFC 190385). numpy caps "
+    "are kept as they are. A release with checked: false holds a fact not read from a source."
 )
 NUMPY_COMMENT = (
     '  # numpy: releases compiled against NumPy 1.x break under NumPy 2 ("Numpy is not available",\n'
@@ -627,12 +629,15 @@ class Companion:
     version: str
     uploaded: dt.datetime | None
     torch: str | None  # its torch specifier; None: it names no torch
+    stable_abi: bool = False  # only py3-none / abi3 wheels: no operator compiled against one torch
 
 
-# torchvision 0.(m+15) and torchaudio 2.m are built for torch 2.m: their C++ operators are compiled
-# against that release. A companion of another minor is no pair, whatever its metadata admits
-# (torchvision 0.29.2 says torch>=2.14.0 and torchaudio 2.11.1 torch>=2.11, both uploaded with
-# torch 2.15.0).
+# torchvision 0.(m+15) and torchaudio 2.m with CPython-specific wheels are built for torch 2.m:
+# their C++ operators are compiled against that release, so one of another minor is no pair,
+# whatever its metadata admits. Stable-ABI companions (a single py3-none or abi3 wheel, as from
+# torch 2.15 on: torchvision 0.29.2 requires torch>=2.14.0, torchaudio 2.11.1 torch>=2.11, both
+# uploaded with torch 2.15.0) state the torch range they accept themselves: their requirement
+# decides, not version arithmetic.
 COMPANION_MINOR_OFFSET = {"torchvision": 15, "torchaudio": 0}
 
 
@@ -646,8 +651,8 @@ def built_for(name: str, companion: str, torch: str) -> bool:
 
 def pair(patch: Patch, companions: list[Companion], name: str) -> str | None:
     """The companion release that goes with a torch patch: the newest that pins it exactly, else
-    the newest of the release line built for its minor uploaded with it (within RELEASE_WINDOW)
-    whose torch requirement admits it."""
+    the newest uploaded with it (within RELEASE_WINDOW) whose torch requirement admits it and that
+    is of the release line built for its minor, or of stable ABI."""
     exact = [
         c for c in companions if exact_pin(c.torch) and compare(exact_pin(c.torch) or "0", patch.version) == 0
     ]
@@ -660,7 +665,7 @@ def pair(patch: Patch, companions: list[Companion], name: str) -> str | None:
         and patch.uploaded
         and abs(c.uploaded - patch.uploaded) <= RELEASE_WINDOW
         and (c.torch is None or admits(c.torch, patch.version))
-        and built_for(name, c.version, patch.version)
+        and (c.stable_abi or built_for(name, c.version, patch.version))
     ]
     if near:
         return max(near, key=lambda c: vkey(c.version)).version
@@ -738,9 +743,9 @@ def refresh(existing: dict[str, Any], source: Source, since: str | None, notes: 
                 f"{project}-{version}", [f"{project}=={version}"], deps=False, python=python_for(release)
             )
             meta = report_item(report, project)
-            companions[project].append(
-                Companion(version, release.uploaded, torch_requirement(meta.get("requires_dist")))
-            )
+            requirement = torch_requirement(meta.get("requires_dist"))
+            # no cpXY wheel among its files: one wheel for every CPython (stable ABI)
+            companions[project].append(Companion(version, release.uploaded, requirement, not release.pythons))
 
     torch_index = {project: source.torch_index_files(project) for project in ("torch", "torchvision")}
     releases = {m: v for m, v in old_releases.items() if compare(m, floor) < 0}

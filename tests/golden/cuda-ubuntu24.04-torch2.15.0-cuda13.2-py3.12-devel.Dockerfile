@@ -11,7 +11,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 RUN python3.12 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu132 \
-      torch==2.15.0 \
+      torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \
  && python -c 'import sys, torch; want = "2.15.0"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "13.2"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 13.2")'
 # torch, its companions and the CUDA library wheels it brought stay pinned, local version
 # included, for every later `pip install` in this image and in images built from it: no dependency
@@ -33,6 +33,8 @@ LABEL org.opencontainers.image.title="pytorch-2.15.0-cuda13.2-cudnn9-devel-ubunt
       org.opencontainers.image.vendor="imagekit" \
       imagekit.cell="cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel" \
       imagekit.torch="2.15.0" \
+      imagekit.torchvision="0.29.2" \
+      imagekit.torchaudio="2.11.1" \
       imagekit.cuda="13.2" \
       imagekit.cuda-full="13.2.1" \
       imagekit.cudnn="9" \

@@ -67,7 +67,9 @@ def test_the_refresh_prints_a_diff_and_leaves_the_file_alone(compat: Path) -> No
         '+    "2.15":',
         "+      pypi_default: cu132",
         '+        cu132: {cudnn: "9.26.0.51", nccl: "2.30.7", cudart: "13.2.86"}',
-        '+        "2.15.0": [null, null]',  # 0.29.2 and 2.11.1 went out with it, built for 2.14 / 2.11
+        # stable-ABI companions uploaded with it whose own requirement admits it (torchvision
+        # 0.29.2: torch>=2.14.0; torchaudio 2.11.1: torch>=2.11): paired by requirement
+        '+        "2.15.0": ["0.29.2", "2.11.1"]',
         '+        "2.12.0": ["0.27.0", null]',
     ):
         assert line in diff.splitlines(), line

@@ -203,15 +203,18 @@ def test_the_first_refusal_wins() -> None:
 @pytest.mark.parametrize(
     ("torch", "cuda", "reason"),
     [
-        ("2.9.1", "11.8", "torch 2.9 has no CUDA 11.8 wheel (its wheels: CUDA 12.6, 12.8, 13.0)"),
+        ("2.9.1", "11.8", "torch 2.9 has no CUDA 11.8 wheel (its wheels: CUDA 12.6, 12.8, 12.9, 13.0)"),
         ("2.6.0", "12.1", "torch 2.6 has no CUDA 12.1 wheel"),
         ("2.0.1", "12.1", "torch 2.0 has no CUDA 12.1 wheel"),
         ("2.1.9", "12.1", "torch 2.1.9 is not a 2.1 release (its patches: 2.1.0, 2.1.1, 2.1.2)"),
         ("2.15.5", "13.2", "torch 2.15.5 is a patch missing from imagekit's compatibility table"),
         ("2.16", "13.2", "so its latest patch is unknown; write the full version (2.16.0)"),
         ("2.16.0", "13.2", "torch 2.16.0 is newer than imagekit's compatibility table"),
-        ("2.12.0", "12.1", "torch 2.12 has no CUDA 12.1 wheel (its wheels: CUDA 12.6, 12.9, 13.0, 13.2)"),
-        ("2.15.0", "12.8", "torch 2.15 has no CUDA 12.8 wheel (its wheels: CUDA 13.2)"),
+        ("2.12.0", "12.1", "torch 2.12 has no CUDA 12.1 wheel (its wheels: CUDA 12.6, 13.0, 13.2)"),
+        # CUDA 12.9 wheels were dropped in 2.12 (pytorch issue 187834)
+        ("2.12.1", "12.9", "torch 2.12 has no CUDA 12.9 wheel (its wheels: CUDA 12.6, 13.0, 13.2)"),
+        ("2.13.0", "12.9", "torch 2.13 has no CUDA 12.9 wheel (its wheels: CUDA 12.6, 13.0, 13.2)"),
+        ("2.15.0", "12.8", "torch 2.15 has no CUDA 12.8 wheel (its wheels: CUDA 13.0, 13.2)"),
         ("1.13.1", "11.7", "torch 1.13.1 is not a release imagekit knows"),
     ],
 )
@@ -224,6 +227,14 @@ def test_impossible_cells_are_refused(
         r.reason for r in plan.refused if r.combination["torch"] == torch and r.combination["cuda"] == cuda
     ]
     assert reasons and reason in reasons[0]
+
+
+@pytest.mark.parametrize(("torch", "cuda"), [("2.9.1", "12.9"), ("2.10.0", "12.9"), ("2.15.0", "13.0")])
+def test_corrected_variants_are_admitted(torch: str, cuda: str, write_matrix: Callable[[str], Path]) -> None:
+    """torch-2.9.1+cu129 exists (x86_64 and aarch64); 2.15 publishes cu130 beside cu132."""
+    axes = f'axes:\n  torch: ["{torch}"]\n  cuda: ["{cuda}"]\n  python: ["3.12"]\n'
+    path = write_matrix(axes + CUDA_BASE.replace("ubuntu22.04", "ubuntu24.04"))
+    assert [(c.torch, c.cuda) for c in load_plan(path).cells] == [(torch, cuda)]
 
 
 def test_ngc_never_crosses_the_cuda_axis(write_matrix: Callable[[str], Path]) -> None:
