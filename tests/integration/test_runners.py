@@ -349,20 +349,26 @@ FAKE_TORCH = {
 }
 
 
-def fake_torch_wheel(where: Path) -> None:
-    """A stand-in torch that passes the CPU build guard: what is measured is the layer reuse."""
+def fake_wheel(where: Path, name: str, version: str, files: dict[str, str]) -> None:
     import zipfile
 
-    info = "torch-2.13.0+cpu.dist-info"
+    info = f"{name}-{version}.dist-info"
     files = {
-        **FAKE_TORCH,
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n",
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(where / "torch-2.13.0+cpu-py3-none-any.whl", "w") as archive:
-        for name, text in {**files, f"{info}/RECORD": record}.items():
-            archive.writestr(name, text)
+    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(where / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(path, text)
+
+
+def fake_torch_wheel(where: Path) -> None:
+    """A stand-in torch that passes the CPU build guard (what is measured is the layer reuse), and
+    the NumPy a cell without torchvision installs beside it."""
+    fake_wheel(where, "torch", "2.13.0+cpu", FAKE_TORCH)
+    fake_wheel(where, "numpy", "2.0.0", {"numpy/__init__.py": "__version__ = '2.0.0'\n"})
 
 
 def test_an_empty_runner_builds_nothing_for_a_cell_staged_elsewhere(
