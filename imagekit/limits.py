@@ -61,3 +61,36 @@ MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
 
 # A cached wheel closure: a list of wheel paths (a CUDA torch closure names about 25 wheels).
 CLOSURE_CACHE_BYTES = 1_000_000
+
+# -- registry answers ---------------------------------------------------------------------------------
+
+# A registry is a server on the network, trusted no more than a file: every body read from it has
+# a bound, checked while it is read (never after), and every operation a deadline, so that an
+# endless or drip-fed answer ends in one line, not in a MemoryError, a hang or a full disk.
+
+# The OCI distribution spec asks registries to accept manifests of at least 4 MiB; a larger one
+# would not be portable to every registry, and imagekit's own are a few kilobytes.
+MANIFEST_BYTES = 4 << 20
+# An image config (labels, env, history): a CUDA image's is about 20 kB.
+CONFIG_BYTES = 8 << 20
+# A token service's JSON answer: a JWT with a few scopes is a few kilobytes.
+TOKEN_BYTES = 1 << 20
+# An error body: 200 characters of it reach the error line; the rest is not read.
+REGISTRY_ERROR_BYTES = 64 << 10
+# One page of the tag list: 100,000 tags of 128 characters (a registry may ignore ``n``).
+TAGS_PAGE_BYTES = 16 << 20
+# Pages of tags followed (``Link: <...>; rel="next"``): 1,000 pages of 1,000 tags.
+TAG_PAGES = 1_000
+# A WWW-Authenticate challenge: a realm URL, a service and a scope take a few hundred characters.
+CHALLENGE_CHARS = 4_096
+# Redirects followed for one GET or HEAD (the registry to its blob storage is one; a CDN two).
+REDIRECTS = 5
+# A blob copied through imagekit whose manifest gives no size: the largest CUDA layers are ~5 GB.
+BLOB_BYTES = 64 << 30
+# $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
+DOCKER_CONFIG_BYTES = 1 << 20
+# One registry operation (a manifest, a tag, a token: small answers), retries included: five
+# attempts of 30 s reads and their 7.5 s of backoff fit four times over.
+REGISTRY_DEADLINE_S = 600.0
+# Copying one blob through imagekit (only where the registry declines a mount): 64 GiB at 3 MB/s.
+BLOB_COPY_DEADLINE_S = 6 * 3600.0

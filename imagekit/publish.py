@@ -347,22 +347,24 @@ class Publisher:
     def prepare(self, staged: _Staged) -> _Ready:
         """Everything short of a final tag: the manifest by digest, its image, its blobs in place."""
         candidate = staged.candidate
+        where = naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)
         manifest = self.registry.get_manifest(staged.source, staged.digest)
+        manifest.check_promotable(where)  # before any blob or tag moves: what is promoted is checked
         children: list[Manifest] = []
         images = [manifest]
         for child in manifest.children:
             images.append(self.registry.get_manifest(staged.source, child))
+            images[-1].check_promotable(f"{where} (its manifest {child})", image_only=True)
             children.append(images[-1])
         configs = [c for c in (m.config_digest for m in images) if c]
         if candidate.image_id not in configs and configs:
-            raise RegistryError(
-                f"{naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)}"
-                f" holds image {configs[0]}, not the verified {candidate.image_id}"
-            )
+            raise RegistryError(f"{where} holds image {configs[0]}, not the verified {candidate.image_id}")
         if staged.source != self.options.repository:
             for image in images:
+                sizes = image.blob_sizes  # a blob copied (where a mount is declined) reads no more
                 for blob in image.blobs:
-                    self.registry.mount_blob(self.options.repository, blob, staged.source)
+                    target = self.options.repository
+                    self.registry.mount_blob(target, blob, staged.source, size=sizes.get(blob))
         labels: Mapping[str, str] = {}
         if candidate.image_id in configs:
             config = json.loads(self.registry.get_blob(staged.source, candidate.image_id))

@@ -283,7 +283,7 @@ class FakeRegistry:
         self.calls.append(("get_blob", repository, digest))
         return self.config
 
-    def mount_blob(self, repository: str, digest: str, source: str) -> str:
+    def mount_blob(self, repository: str, digest: str, source: str, size: int | None = None) -> str:
         self.calls.append(("mount_blob", repository, digest, source))
         return "mounted"
 
@@ -349,6 +349,56 @@ def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_pr
     assert published == [] and [r.cell for r in refused] == ["c"]
     assert "built from inputs eeeeeeeeeeee" in refused[0].reason and "says ffffffffffff" in refused[0].reason
     assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists()
+
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_IMAGE = "application/vnd.oci.image.manifest.v1+json"
+CHILD = {"mediaType": OCI_IMAGE, "digest": "sha256:" + "a" * 64, "size": 10}
+NESTED = {**CHILD, "digest": "sha256:" + "b" * 64, "mediaType": OCI_INDEX}
+UNVERIFIABLE = {
+    "a single image naming no config": ({"schemaVersion": 2, "layers": []}, OCI_IMAGE),
+    "an empty index": ({"schemaVersion": 2, "manifests": []}, OCI_INDEX),
+    "an index of an index": ({"schemaVersion": 2, "manifests": [NESTED]}, OCI_INDEX),
+    "an index whose child turns out to be an index": ({"schemaVersion": 2, "manifests": [CHILD]}, OCI_INDEX),
+    "a mediaType that is not a string": ({"mediaType": {"x": 1}, "config": {"digest": IMAGE}}, OCI_IMAGE),
+}
+
+
+@pytest.mark.parametrize("case", list(UNVERIFIABLE))
+def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path: Path) -> None:
+    """What is promoted is what was verified: a staged manifest with no image id to compare (no
+    config, an empty index, an index of indexes, a non-string mediaType) is refused for its cell
+    before any blob is mounted or any tag is written."""
+    import hashlib
+    import json
+
+    from imagekit.publish import Candidate, Publisher, PublishOptions
+    from imagekit.registry import Manifest
+
+    document, media_type = UNVERIFIABLE[case]
+    registry = FakeRegistry(IMAGE)
+    body = json.dumps(document).encode()
+    registry.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), media_type, body)
+    if case == "an index whose child turns out to be an index":
+        child = json.dumps({"schemaVersion": 2, "manifests": [CHILD]}).encode()
+        fetched = [registry.manifest, Manifest(str(CHILD["digest"]), OCI_INDEX, child)]
+        registry.get_manifest = lambda *args: (
+            registry.calls.append(("get_manifest", *args)),
+            fetched.pop(0),
+        )[1]  # type: ignore[method-assign]
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t1", "t2"), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    published, refused = publisher.run([candidate])
+    assert published == [] and [r.cell for r in refused] == ["c"]
+    assert "reg:5000/acme/staging@sha256:" in refused[0].reason and "nothing promoted" in refused[0].reason
+    assert [c for c in registry.calls if c[0] in ("put_manifest", "mount_blob")] == []
     assert not (tmp_path / "lock.json").exists()
 
 
