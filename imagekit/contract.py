@@ -16,7 +16,11 @@ VENV = "/opt/venv"  # where torch lives in images whose base brings no PyTorch o
 
 
 def packaged_check_script() -> Path:
-    return Path(__file__).parent / "incontainer" / "check.py"
+    """The probe's zipapp (imagekit/probe, bundled by imagekit.probe_bundle): what lands at
+    CHECK_SCRIPT_PATH."""
+    from imagekit.probe_bundle import zipapp_path
+
+    return zipapp_path("check")
 
 
 # -- front ends (jupyter, ssh): what their images hold and where ---------------------------------
@@ -46,7 +50,10 @@ FRONTEND_FILES = Path(__file__).parent / "frontends"  # entrypoint, sshd_config,
 
 
 def packaged_frontend_check() -> Path:
-    return Path(__file__).parent / "incontainer" / "frontend_check.py"
+    """The probe's zipapp with the front-end check as its entry: what lands at FRONTEND.check_path."""
+    from imagekit.probe_bundle import zipapp_path
+
+    return zipapp_path("frontend")
 
 
 def frontend_files() -> tuple[tuple[str, Path], ...]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, SHORT_CHARS
+from imagekit.probe.protocol import GEMM_PERF
 from imagekit.store import FIGURE_BOUND, CheckRecord, GpuFigures, Span
 
 
@@ -91,7 +92,7 @@ def gemm_figures(checks: tuple[CheckRecord, ...]) -> tuple[dict[str, Any], tuple
     out: dict[str, Any] = {}
     gpus: tuple[GpuFigures, ...] = ()
     for check in checks:
-        if check.name != "gemm_perf" or check.actual is None:
+        if check.name != GEMM_PERF or check.actual is None:
             continue
         try:
             tflops = _scalar(float(check.actual))
@@ -99,10 +100,10 @@ def gemm_figures(checks: tuple[CheckRecord, ...]) -> tuple[dict[str, Any], tuple
         except (ValueError, RecursionError):  # the image's output: any text, nested any depth
             continue
         if tflops is not None:
-            out["gemm_perf.tflops"] = tflops
+            out[f"{GEMM_PERF}.tflops"] = tflops
         if isinstance(detail, dict):
-            out["gemm_perf.device"] = _scalar(detail.get("device"))
-            out["gemm_perf.floor_tflops"] = _scalar(detail.get("floor_tflops"))
+            out[f"{GEMM_PERF}.device"] = _scalar(detail.get("device"))
+            out[f"{GEMM_PERF}.floor_tflops"] = _scalar(detail.get("floor_tflops"))
             devices = detail.get("devices")
             if isinstance(devices, list):
                 gpus = tuple(_gpu_figures(d) for d in devices[:MAX_GPUS] if isinstance(d, Mapping))

@@ -21,6 +21,7 @@ from datetime import date
 from functools import lru_cache
 
 from imagekit.errors import InputError
+from imagekit.probe import protocol
 
 # -- limits of the distribution spec and the engine -------------------------------------------------
 
@@ -57,7 +58,7 @@ TARGET_LABEL = label("target")  # on check containers: which cell or image they 
 OCI_PREFIX = "org.opencontainers.image."
 
 # The labels that tell the check script what an image must hold (its --expect-* options).
-EXPECTED_LABELS = ("torch", "cuda", "cudnn", "python", "flavour")
+EXPECTED_LABELS: tuple[str, ...] = tuple(protocol.EXPECT_OPTIONS)
 
 
 def expectations(labels: Mapping[str, str]) -> dict[str, str]:

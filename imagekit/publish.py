@@ -36,6 +36,7 @@ from imagekit.engine import PushFailed, connect, inspect_image, push_as
 from imagekit.errors import EnvironmentProblem
 from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy, merge_lock
 from imagekit.matrix import Cell, Plan
+from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
 from imagekit.registry import (
     Backoff,
     Manifest,
@@ -248,8 +249,8 @@ def provenance(verification: Verification | None, staged: str | None, promoted: 
     gpus: list[str] = []
     driver: str | None = None
     cuda_driver: str | None = None
-    smi = by_name.get("nvidia_smi")
-    if smi is not None and smi.status == "pass":
+    smi = by_name.get(NVIDIA_SMI)
+    if smi is not None and smi.status == PASS:
         actual = _json(smi.actual)
         if isinstance(actual, dict):
             gpus = [str(g["name"]) for g in actual.get("gpus") or () if isinstance(g, dict) and g.get("name")]
@@ -258,8 +259,8 @@ def provenance(verification: Verification | None, staged: str | None, promoted: 
         header = detail.get("header") if isinstance(detail, dict) else None
         if isinstance(header, dict) and header.get("cuda"):
             cuda_driver = str(header["cuda"])
-    check = by_name.get("driver")
-    if check is not None and check.status == "pass":
+    check = by_name.get(DRIVER)
+    if check is not None and check.status == PASS:
         driver = driver or (check.actual if check.actual and not check.actual.startswith("{") else None)
         detail = _json(check.detail)
         if isinstance(detail, dict) and detail.get("host_cuda"):

@@ -28,6 +28,7 @@ from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, MAX_RECORDS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
 from imagekit.paths import check_length, check_write_target, os_problem, read_regular_file
+from imagekit.probe import protocol
 from imagekit.safetypes import (
     RECORD_CONFIG,
     CellId,
@@ -57,7 +58,7 @@ Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
 Verdict = Literal["validated", "checked", "failed"]
 # The GPU checks a validated verdict needs, each present and passed.
-GPU_CHECKS = ("cuda_available", "gemm_gpu")
+GPU_CHECKS = protocol.VALIDATING_GPU_CHECKS
 FIGURE_BOUND = 1e12
 Figure = Annotated[float, Number(-FIGURE_BOUND, FIGURE_BOUND)]  # a measured value, finite and bounded
 REPORT_NAME = "report.json"

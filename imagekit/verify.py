@@ -41,6 +41,7 @@ from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_
 from imagekit.errors import EnvironmentProblem, InputError, one_line
 from imagekit.figures import gemm_figures
 from imagekit.limits import MAX_ITEMS
+from imagekit.probe import protocol
 from imagekit.registry import docker_auth_config
 from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification, derive_verdict
 from imagekit.text import shown
@@ -121,9 +122,9 @@ def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
     """The check script's expectations, read from the image's ``imagekit.*`` labels."""
     args: list[str] = []
     for name, value in naming.expectations(labels).items():
-        args += ["--flavour" if name == "flavour" else f"--expect-{name}", value]
+        args += [protocol.EXPECT_OPTIONS[name], value]
     if gpus.requested:
-        args.append("--require-gpu")
+        args.append(protocol.REQUIRE_GPU_OPTION)
     return args
 
 
@@ -206,12 +207,10 @@ class CheckRun:
 def frontend_arguments(labels: Mapping[str, str]) -> list[str]:
     """The front-end check's command, from the image's labels."""
     script, frontend = labels[naming.FRONTEND_CHECK_LABEL], labels.get(naming.FRONTEND_LABEL, "")
-    command = ["python3", script, "--frontend", frontend]
-    for option, name in (("--expect-user", "frontend-user"), ("--expect-uid", "frontend-uid")):
+    command = ["python3", script, protocol.FRONTEND_OPTION, frontend]
+    for name, option in protocol.FRONTEND_EXPECT_OPTIONS.items():
         if labels.get(naming.label(name)):
             command += [option, labels[naming.label(name)]]
-    if labels.get(naming.label("jupyterlab")):
-        command += ["--expect-jupyterlab", labels[naming.label("jupyterlab")]]
     return command
 
 
@@ -234,12 +233,17 @@ def image_secrets(image: Mapping[str, Any], api: docker.APIClient) -> dict[str, 
         history = []
     places += [("history", str(step.get("CreatedBy") or "")) for step in history]
     found = sorted({place for place, text in places if _SECRET.search(text)})
-    record: dict[str, Any] = {"name": "image_secrets", "required": True, "expected": "none", "actual": found}
+    record: dict[str, Any] = {
+        "name": protocol.IMAGE_SECRETS,
+        "required": True,
+        "expected": "none",
+        "actual": found,
+    }
     if not found:
-        return {**record, "status": "pass", "actual": [], "detail": {"scanned": len(places)}}
+        return {**record, "status": protocol.PASS, "actual": [], "detail": {"scanned": len(places)}}
     return {
         **record,
-        "status": "fail",
+        "status": protocol.FAIL,
         "cause": f"a token, key or password is in the image's {', '.join(found)} (docker history / inspect)",
         "fix": "give secrets at run time (a mounted file or an environment variable), never in ENV, ARG,"
         " LABEL or a RUN line",

@@ -1,6 +1,7 @@
-"""The in-image check script (imagekit/incontainer/check.py): parsers on real captured outputs,
-the NVIDIA_REQUIRE_* evaluator, the GPU policy, and real runs of the script (host Python without
-torch; a venv with the real PyTorch CPU wheel). Fixture provenance: tests/fixtures/check/NOTES.md."""
+"""The in-image check (imagekit/probe, shipped as the zipapp at /opt/imagekit/check.py): parsers on
+real captured outputs, the NVIDIA_REQUIRE_* evaluator, the GPU policy, and real runs of the script
+(host Python without torch; a venv with the real PyTorch CPU wheel). Fixture provenance:
+tests/fixtures/check/NOTES.md."""
 
 from __future__ import annotations
 
@@ -10,16 +11,21 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from imagekit.incontainer import check
+from imagekit.probe import arch, arguments, context, perf, require, results, versions
+from imagekit.probe import driver as probe_driver
+from imagekit.probe import smi as probe_smi
+from imagekit.probe_bundle import zipapp_path
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "imagekit" / "incontainer" / "check.py"
+SCRIPT = zipapp_path("check")  # the zipapp every image carries, built from imagekit/probe
+PROBE = REPO / "imagekit" / "probe"
 FIXTURES = REPO / "tests" / "fixtures" / "check"
 TORCH_VERSION = "2.13.0"  # what the real-torch tests below expect
 # Where a real torch CPU wheel may lie: a host's wheel store, or the offline demo's wheelhouse
@@ -33,7 +39,7 @@ TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "trai
 
 def satisfied(expression: str, props: dict[str, str | None]) -> bool | None:
     """Three-valued: True, False (also: an expression the toolkit refuses), None (undetermined)."""
-    return check.evaluate_require_verdict(expression, props).satisfied
+    return require.evaluate_require_verdict(expression, props).satisfied
 
 
 def torch_wheel() -> Path | None:
@@ -108,7 +114,7 @@ def assert_no_gpu_pass(report: dict[str, Any]) -> None:
     ],
 )
 def test_parse_nvcc_version_on_captured_outputs(name: str, release: str, version: str) -> None:
-    assert check.parse_nvcc_version(fixture(name)) == {"release": release, "version": version}
+    assert versions.parse_nvcc_version(fixture(name)) == {"release": release, "version": version}
 
 
 def test_parse_nvcc_version_published_12_1_and_garbage() -> None:
@@ -117,21 +123,21 @@ def test_parse_nvcc_version_published_12_1_and_garbage() -> None:
         "Built on Tue_Feb__7_19:32:13_PST_2023\nCuda compilation tools, release 12.1, V12.1.66\n"
         "Build cuda_12.1.r12.1/compiler.32415258_0\n"
     )
-    assert check.parse_nvcc_version(published) == {"release": "12.1", "version": "12.1.66"}
-    assert check.parse_nvcc_version("bash: nvcc: command not found") is None
+    assert versions.parse_nvcc_version(published) == {"release": "12.1", "version": "12.1.66"}
+    assert versions.parse_nvcc_version("bash: nvcc: command not found") is None
 
 
 def test_parse_version_json() -> None:
-    assert check.parse_version_json(fixture("version-json-11.8-excerpt.json")) == "11.8.20220929"
-    assert check.parse_version_json(fixture("version-json-13.3.1-excerpt.json")) == "13.3.1"
-    assert check.cuda_minor("11.8.20220929") == "11.8"
-    assert check.parse_version_json("not json") is None
-    assert check.parse_version_json("[]") is None
+    assert versions.parse_version_json(fixture("version-json-11.8-excerpt.json")) == "11.8.20220929"
+    assert versions.parse_version_json(fixture("version-json-13.3.1-excerpt.json")) == "13.3.1"
+    assert versions.cuda_minor("11.8.20220929") == "11.8"
+    assert versions.parse_version_json("not json") is None
+    assert versions.parse_version_json("[]") is None
 
 
 def test_parse_nvidia_smi_csv_with_header() -> None:
     fields = ["compute_cap", "compute_mode", "driver_version", "name", "index"]
-    rows = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-compute-cap-header.txt"), fields)
+    rows = probe_smi.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-compute-cap-header.txt"), fields)
     assert rows == [
         {
             "compute_cap": "7.0",
@@ -148,7 +154,7 @@ def test_parse_nvidia_smi_csv_with_header() -> None:
             "index": "1",
         },
     ]
-    b300 = check.parse_nvidia_smi_csv(
+    b300 = probe_smi.parse_nvidia_smi_csv(
         fixture("nvidia-smi-csv-b300-header.txt"), ["driver_version", "name", "compute_cap"]
     )
     assert len(b300) == 7
@@ -165,7 +171,8 @@ FIELDS_440 = (
 
 
 def test_parse_nvidia_smi_csv_noheader_nounits() -> None:
-    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), list(FIELDS_440))
+    text = fixture("nvidia-smi-csv-noheader-nounits-440.txt")
+    (row,) = probe_smi.parse_nvidia_smi_csv(text, list(FIELDS_440))
     assert row["name"] == "GeForce RTX 2080"
     assert row["driver_version"] == "440.64"
     assert row["memory.total"] == "7979"
@@ -174,7 +181,7 @@ def test_parse_nvidia_smi_csv_noheader_nounits() -> None:
 def test_parse_nvidia_smi_csv_ignores_the_old_driver_rejection() -> None:
     text = fixture("nvidia-smi-compute-cap-rejected.txt")
     fields = ["index", "name", "driver_version", "memory.total", "compute_cap"]
-    assert check.parse_nvidia_smi_csv(text, fields) == []
+    assert probe_smi.parse_nvidia_smi_csv(text, fields) == []
 
 
 @pytest.mark.parametrize(
@@ -190,30 +197,30 @@ def test_parse_nvidia_smi_csv_ignores_the_old_driver_rejection() -> None:
     ],
 )
 def test_parse_nvidia_smi_header(name: str, expected: dict[str, str]) -> None:
-    assert check.parse_nvidia_smi_header(fixture(name)) == expected
+    assert probe_smi.parse_nvidia_smi_header(fixture(name)) == expected
 
 
 def test_parse_nvidia_smi_list_and_brands() -> None:
-    gpus = check.parse_nvidia_smi_list(fixture("nvidia-smi-L.txt"))
+    gpus = probe_smi.parse_nvidia_smi_list(fixture("nvidia-smi-L.txt"))
     assert [g["name"] for g in gpus] == ["NVIDIA TITAN V", "NVIDIA RTX 5880 Ada Generation"]
     assert gpus[0]["uuid"] == "GPU-b5169cef-2205-c30e-f2b3-220cfa14bafd"
     # `nvidia-smi -q` line layout as in https://github.com/anderskm/gputil/issues/38
-    assert check.parse_nvidia_smi_brands("    Product Brand                   : GeForce\n") == ["GeForce"]
+    assert probe_smi.parse_nvidia_smi_brands("    Product Brand                   : GeForce\n") == ["GeForce"]
 
 
 def test_parse_cudnn_header_and_torch_ints() -> None:
-    assert check.parse_cudnn_header(fixture("cudnn-version-h-9.5.0.txt")) == "9.5.0"
+    assert versions.parse_cudnn_header(fixture("cudnn-version-h-9.5.0.txt")) == "9.5.0"
     header_8 = "#define CUDNN_MAJOR 8\n#define CUDNN_MINOR 9\n#define CUDNN_PATCHLEVEL 2\n"
-    assert check.parse_cudnn_header(header_8) == "8.9.2"
-    assert check.parse_cudnn_header("#define CUDNN_MAJOR 8\n") is None
-    assert check.cudnn_int_to_version(8902) == "8.9.2"
-    assert check.cudnn_int_to_version(8700) == "8.7.0"
-    assert check.cudnn_int_to_version(90100) == "9.1.0"
-    assert check.cudnn_int_to_version(91200) == "9.12.0"
+    assert versions.parse_cudnn_header(header_8) == "8.9.2"
+    assert versions.parse_cudnn_header("#define CUDNN_MAJOR 8\n") is None
+    assert versions.cudnn_int_to_version(8902) == "8.9.2"
+    assert versions.cudnn_int_to_version(8700) == "8.7.0"
+    assert versions.cudnn_int_to_version(90100) == "9.1.0"
+    assert versions.cudnn_int_to_version(91200) == "9.12.0"
 
 
 def test_parse_os_release() -> None:
-    found = check.parse_os_release('NAME="Ubuntu"\nVERSION_ID="22.04"\n# comment\n')
+    found = versions.parse_os_release('NAME="Ubuntu"\nVERSION_ID="22.04"\n# comment\n')
     assert found == {"NAME": "Ubuntu", "VERSION_ID": "22.04"}
 
 
@@ -230,13 +237,13 @@ def props(**kw: str | None) -> dict[str, str | None]:
 
 
 def test_parse_require_groups() -> None:
-    groups = check.parse_require(REQ_118)
+    groups = require.parse_require(REQ_118)
     assert [[f"{t.prop}{t.op}{t.value}" for t in g] for g in groups] == [
         ["cuda>=11.8"],
         ["brand=tesla", "driver>=470", "driver<471"],
     ]
     with pytest.raises(ValueError):
-        check.parse_require("cuda>=12.1 brand")
+        require.parse_require("cuda>=12.1 brand")
 
 
 def test_require_or_branch_tesla_470_passes() -> None:
@@ -266,17 +273,17 @@ def test_require_numeric_comparison_and_operators() -> None:
 
 def test_require_double_equals_is_an_invalid_expression() -> None:
     # dsl.c's operator table is = != < <= > >=, matched on the whole run of <>=! characters
-    verdict = check.evaluate_require_verdict("driver==535.104.05", props(driver="535.104.05"))
+    verdict = require.evaluate_require_verdict("driver==535.104.05", props(driver="535.104.05"))
     assert verdict.satisfied is False
     assert verdict.invalid is not None and "'=='" in verdict.invalid
     for bad in ("cuda=>12.1", "cuda>12.1x", "cuda>=", ">=12.1", "brand>=tesla", "cuda>=12.1a"):
-        result = check.evaluate_require_verdict(bad, props(cuda="12.2", brand="Tesla"))
+        result = require.evaluate_require_verdict(bad, props(cuda="12.2", brand="Tesla"))
         assert result.satisfied is False and result.invalid, bad
 
 
 def test_require_unknown_property_fails_when_reached_only() -> None:
     # dsl.c: an unknown property is "invalid expression" (the container does not start) ...
-    assert check.evaluate_require_verdict("gpu_mem>=80", props(cuda="13.0")).invalid
+    assert require.evaluate_require_verdict("gpu_mem>=80", props(cuda="13.0")).invalid
     assert satisfied("gpu_mem>=80 cuda>=12.0", props(cuda="13.0")) is False
     # ... but evaluation stops at the first group that holds, and an AND group at its first false term
     assert satisfied("cuda>=12.0 gpu_mem>=80", props(cuda="13.0")) is True
@@ -298,25 +305,25 @@ def test_require_unknown_property_fails_when_reached_only() -> None:
     ],
 )
 def test_dsl_compare_version(left: str, op: str, right: str, expected: bool) -> None:
-    assert check.dsl_compare_version(left, op, right) is expected
+    assert require.dsl_compare_version(left, op, right) is expected
 
 
 def test_dsl_compare_version_rejects_non_numeric() -> None:
-    with pytest.raises(check.InvalidRequirement):
-        check.dsl_compare_version("12.1", ">=", "12.1a")
-    with pytest.raises(check.InvalidRequirement):
-        check.dsl_compare_version("", ">=", "12")
+    with pytest.raises(require.InvalidRequirement):
+        require.dsl_compare_version("12.1", ">=", "12.1a")
+    with pytest.raises(require.InvalidRequirement):
+        require.dsl_compare_version("", ">=", "12")
 
 
 def test_require_variables_all_and_legacy_cuda_version() -> None:
     env = {"NVIDIA_REQUIRE_CUDA": "cuda>=12.1", "NVIDIA_REQUIRE_ARCH": "arch>=8.0", "PATH": "/bin"}
-    found = check.require_variables(env)
+    found = require.require_variables(env)
     assert found == {"NVIDIA_REQUIRE_ARCH": "arch>=8.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.1"}
     devices: list[dict[str, str | None]] = [{"arch": "9.0"}, {"arch": "7.5"}]
-    verdicts = check.evaluate_all_requirements(found, "12.2", "535.104.05", devices)
+    verdicts = require.evaluate_all_requirements(found, "12.2", "535.104.05", devices)
     assert verdicts == {"NVIDIA_REQUIRE_ARCH": False, "NVIDIA_REQUIRE_CUDA": True}  # one device fails
-    assert check.require_variables({"CUDA_VERSION": "11.8.0"}) == {"NVIDIA_REQUIRE_CUDA": "cuda>=11.8"}
-    assert check.go_parse_bool("true") and check.go_parse_bool("1") and not check.go_parse_bool("yes")
+    assert require.require_variables({"CUDA_VERSION": "11.8.0"}) == {"NVIDIA_REQUIRE_CUDA": "cuda>=11.8"}
+    assert require.go_parse_bool("true") and require.go_parse_bool("1") and not require.go_parse_bool("yes")
 
 
 # -- driver table, arch, floors -------------------------------------------------------------------
@@ -326,70 +333,70 @@ def test_embedded_driver_table_equals_compat_yaml() -> None:
     data = yaml.safe_load((REPO / "imagekit" / "data" / "compat.yaml").read_text(encoding="utf-8"))
     releases = data["cuda"]["releases"]
     from_yaml = {minor: (row["driver"], row["minor_floor"]) for minor, row in releases.items()}
-    assert from_yaml == check.CUDA_DRIVER_TABLE
+    assert from_yaml == probe_driver.CUDA_DRIVER_TABLE
 
 
 def test_driver_satisfies() -> None:
-    assert check.driver_satisfies("520.61.05", "11.8") == "full"
-    assert check.driver_satisfies("470.57.02", "11.8") == "minor"
-    assert check.driver_satisfies("440.64", "11.8") == "too_old"
-    assert check.driver_satisfies("530.30.02", "12.1.1") == "full"
-    assert check.driver_satisfies("525.60.13", "12.1") == "minor"
-    assert check.driver_satisfies("525.60.12", "12.1") == "too_old"
-    assert check.driver_satisfies("470.5", "12.1") == "too_old"
-    assert check.driver_satisfies("575.57.08", "13.0") == "too_old"  # 13.x floor is 580.65.06
-    assert check.driver_satisfies("999", "10.2") == "unknown_cuda"
+    assert probe_driver.driver_satisfies("520.61.05", "11.8") == "full"
+    assert probe_driver.driver_satisfies("470.57.02", "11.8") == "minor"
+    assert probe_driver.driver_satisfies("440.64", "11.8") == "too_old"
+    assert probe_driver.driver_satisfies("530.30.02", "12.1.1") == "full"
+    assert probe_driver.driver_satisfies("525.60.13", "12.1") == "minor"
+    assert probe_driver.driver_satisfies("525.60.12", "12.1") == "too_old"
+    assert probe_driver.driver_satisfies("470.5", "12.1") == "too_old"
+    assert probe_driver.driver_satisfies("575.57.08", "13.0") == "too_old"  # 13.x floor is 580.65.06
+    assert probe_driver.driver_satisfies("999", "10.2") == "unknown_cuda"
 
 
 def test_arch_supported() -> None:
     cu121 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
-    assert check.arch_supported(cu121, (9, 0)) == (True, "SASS sm_90")
-    assert check.arch_supported(cu121, (8, 9))[0] is True  # sm_86 SASS runs on 8.9
-    assert check.arch_supported(cu121, (10, 0)) == (False, "no SASS or PTX for this device")
-    ok, how = check.arch_supported([*cu121, "compute_90"], (10, 0))
+    assert arch.arch_supported(cu121, (9, 0)) == (True, "SASS sm_90")
+    assert arch.arch_supported(cu121, (8, 9))[0] is True  # sm_86 SASS runs on 8.9
+    assert arch.arch_supported(cu121, (10, 0)) == (False, "no SASS or PTX for this device")
+    ok, how = arch.arch_supported([*cu121, "compute_90"], (10, 0))
     assert ok and "PTX compute_90" in how
-    assert check.arch_supported(["sm_90a"], (9, 0))[0] is True
-    assert check.arch_supported(["sm_90a"], (10, 0))[0] is False
-    assert check.arch_supported(["sm_37", "sm_50"], (12, 0))[0] is False
+    assert arch.arch_supported(["sm_90a"], (9, 0))[0] is True
+    assert arch.arch_supported(["sm_90a"], (10, 0))[0] is False
+    assert arch.arch_supported(["sm_37", "sm_50"], (12, 0))[0] is False
 
 
 def test_gemm_floor_exact_names() -> None:
-    assert check.gemm_floor("NVIDIA H200")[0] == 400.0
-    assert check.gemm_floor("NVIDIA H100 80GB HBM3")[0] == 350.0
-    assert check.gemm_floor("NVIDIA GeForce RTX 4090")[0] == 70.0
-    assert check.gemm_floor("NVIDIA A100-SXM4-80GB")[0] == 140.0
-    assert check.gemm_floor("NVIDIA TITAN V")[0] is None
+    assert perf.gemm_floor("NVIDIA H200")[0] == 400.0
+    assert perf.gemm_floor("NVIDIA H100 80GB HBM3")[0] == 350.0
+    assert perf.gemm_floor("NVIDIA GeForce RTX 4090")[0] == 70.0
+    assert perf.gemm_floor("NVIDIA A100-SXM4-80GB")[0] == 140.0
+    assert perf.gemm_floor("NVIDIA TITAN V")[0] is None
     # the substring match of old gave this Ampere laptop-class card the A100 floor
-    floor, how = check.gemm_floor("NVIDIA RTX A1000")
+    floor, how = perf.gemm_floor("NVIDIA RTX A1000")
     assert floor is None and "exact device name" in how
-    assert check.gemm_floor("NVIDIA A100")[0] is None
-    assert check.gemm_floor("Tesla T4")[0] == 20.0 and check.GEMM_FLOORS["Tesla T4"].dtype == "float16"
+    assert perf.gemm_floor("NVIDIA A100")[0] is None
+    assert perf.gemm_floor("Tesla T4")[0] == 20.0 and perf.GEMM_FLOORS["Tesla T4"].dtype == "float16"
 
 
 def test_gemm_floor_mig_slices_scale_by_sms() -> None:
     # torch's name for a MIG slice: the board, " MIG ", the profile (published PyTorch output)
-    floor, how = check.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14)
+    floor, how = perf.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14)
     assert floor == round(140.0 * 14 / 108, 1) and "14/108" in how
-    assert check.gemm_floor("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 98)[0] == round(140.0 * 98 / 108, 1)
-    floor, how = check.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+    assert perf.gemm_floor("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 98)[0] == round(140.0 * 98 / 108, 1)
+    floor, how = perf.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb")
     assert floor is None and "cannot be scaled" in how
-    floor, how = check.gemm_floor("NVIDIA A30 MIG 1g.6gb", 14)
+    floor, how = perf.gemm_floor("NVIDIA A30 MIG 1g.6gb", 14)
     assert floor is None and "no floor known for the board" in how
 
 
 def test_perf_dtype() -> None:
-    assert check.perf_dtype("NVIDIA H200", (9, 0)) == "bfloat16"
-    assert check.perf_dtype("Tesla V100-SXM2-16GB", (7, 0)) == "float16"
-    assert check.perf_dtype("Some Future GPU", (7, 5)) == "float16"
-    assert check.perf_dtype("Some Future GPU", (10, 0)) == "bfloat16"
+    assert perf.perf_dtype("NVIDIA H200", (9, 0)) == "bfloat16"
+    assert perf.perf_dtype("Tesla V100-SXM2-16GB", (7, 0)) == "float16"
+    assert perf.perf_dtype("Some Future GPU", (7, 5)) == "float16"
+    assert perf.perf_dtype("Some Future GPU", (10, 0)) == "bfloat16"
 
 
 def test_exception_in_a_check_becomes_its_failure() -> None:
-    def boom(ctx: check.Context) -> check.CheckResult:
+    def boom(ctx: context.Context) -> results.CheckResult:
         raise RuntimeError("kaboom")
 
-    ctx = check.Context(check.Expect(), clean_env())
-    result = check.run_check("boom", boom, ctx)
+    ctx = context.Context(arguments.Expect(), clean_env())
+    result = results.run_check("boom", boom, ctx)
     assert result.status == "fail"
     assert result.cause is not None and "RuntimeError: kaboom" in result.cause
 
@@ -419,17 +426,21 @@ def test_bad_arguments_exit_2() -> None:
 
 
 def test_arguments_win_over_environment() -> None:
-    expect, _ = check.parse_args(
+    expect, _ = arguments.parse_args(
         ["--expect-torch", "2.1.2"], {"IMAGEKIT_EXPECT_TORCH": "2.0.0", "IMAGEKIT_EXPECT_CUDA": "12.1"}
     )
     assert expect.torch == "2.1.2"
     assert expect.cuda == "12.1"
-    assert check.parse_args([], {"IMAGEKIT_REQUIRE_GPU": "1"})[0].require_gpu is True
+    assert arguments.parse_args([], {"IMAGEKIT_REQUIRE_GPU": "1"})[0].require_gpu is True
 
 
 def test_script_is_python_3_8_syntax() -> None:
     """Always runs (no 3.8 interpreter needed): the grammar check behind the real 3.8 run below."""
-    ast.parse(SCRIPT.read_text(encoding="utf-8"), feature_version=(3, 8))
+    with zipfile.ZipFile(SCRIPT) as archive:
+        sources = {name: archive.read(name).decode("utf-8") for name in archive.namelist()}
+    assert "__main__.py" in sources and len(sources) == len(list(PROBE.glob("*.py"))) + 1
+    for name, text in sources.items():
+        ast.parse(text, filename=name, feature_version=(3, 8))
 
 
 # -- real runs on this host's Python (no torch here) -------------------------------------------
@@ -673,8 +684,8 @@ def test_real_torch_wrong_version_and_wrong_variant(torch_python: str) -> None:
 def test_real_collectives_machinery_with_gloo(torch_python: str) -> None:
     """The NCCL check's spawn/all-reduce/broadcast path, run for real on the CPU (gloo)."""
     code = (
-        f"import sys, json; sys.path.insert(0, {str(SCRIPT.parent)!r}); import check; "
-        "print(json.dumps(check.run_collectives(2, 'gloo', 120)))"
+        f"import sys, json; sys.path.insert(0, {str(SCRIPT)!r}); from imagekit_probe import collectives; "
+        "print(json.dumps(collectives.run_collectives(2, 'gloo', 120)))"
     )
     proc = subprocess.run(
         [torch_python, "-c", code], capture_output=True, text=True, timeout=180, check=False

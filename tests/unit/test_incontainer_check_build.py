@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from imagekit.incontainer import check
+from imagekit.probe import build
 from tests.unit.test_incontainer_check import by_name, clean_env, run_script, torch_python
 
 __all__ = ["torch_python"]
@@ -85,7 +85,7 @@ def test_compile_without_python_h_names_the_dev_package(torch_python: str, tmp_p
     compiled = checks["compile"]
     assert compiled["status"] == "fail"
     assert "Python.h missing" in compiled["cause"]
-    version = check.toolchain(dict(os.environ))["python"]  # the test host's 3.11, as the venv's
+    version = build.toolchain(dict(os.environ))["python"]  # the test host's 3.11, as the venv's
     assert f"python{version}-dev" in compiled["fix"]
 
 

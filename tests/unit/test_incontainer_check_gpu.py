@@ -111,23 +111,24 @@ class FakeTorch:
 
 DRIVER = """
 import json, os, sys
-sys.path.insert(0, {script_dir!r})
+from dataclasses import asdict
+sys.path.insert(0, {script!r})
 sys.path.insert(0, {fake_dir!r})
-import check
+from imagekit_probe import arguments, context, perf, report, results
 import fake_torch
 scenario = json.loads(sys.argv[2])
 for name, value in scenario.get("patch", {{}}).items():
-    setattr(check, name, value)
+    setattr(perf, name, value)  # gemm_perf's own settings
 torch = fake_torch.FakeTorch(scenario["devices"], scenario.get("broken", ()))
 env = dict(os.environ)
-ctx = check.Context(check.Expect(cuda="12.1", require_gpu=True), env)
+ctx = context.Context(arguments.Expect(cuda="12.1", require_gpu=True), env)
 ctx._torch, ctx._torch_tried = torch, True
 if scenario.get("smi"):
     ctx._smi = {{"path": scenario["smi"], "gpus": [{{"index": "0"}}]}}
 else:
     ctx._smi = {{"path": None, "gpus": []}}
-result = check.run_check(scenario["check"], getattr(check, "check_" + scenario["check"]), ctx)
-out = {{"result": check.asdict(result), "telemetry": ctx.telemetry}}
+result = results.run_check(scenario["check"], dict(report.CHECKS)[scenario["check"]], ctx)
+out = {{"result": asdict(result), "telemetry": ctx.telemetry}}
 ctx.cleanup()
 with open(sys.argv[1], "w") as handle:
     json.dump(out, handle, default=str)
@@ -149,7 +150,7 @@ def run_scenario(python: str, tmp_path: Path, scenario: dict[str, Any]) -> dict[
     fake_dir.mkdir(exist_ok=True)
     (fake_dir / "fake_torch.py").write_text(FAKE_TORCH, encoding="utf-8")
     driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER.format(script_dir=str(SCRIPT.parent), fake_dir=str(fake_dir)), encoding="utf-8")
+    driver.write_text(DRIVER.format(script=str(SCRIPT), fake_dir=str(fake_dir)), encoding="utf-8")
     out = tmp_path / "out.json"
     done = subprocess.run(
         [python, str(driver), str(out), json.dumps(scenario)],
@@ -269,8 +270,9 @@ def test_train_step_on_every_device_with_a_grad_scaler(torch_python: str, tmp_pa
 
 BOUND = """
 import json, sys
-sys.path.insert(0, {script_dir!r})
-import torch, check
+sys.path.insert(0, {script!r})
+import torch
+from imagekit_probe import gemm as check
 gen = torch.Generator().manual_seed(0)
 a = torch.randn(512, 512, generator=gen)
 b = torch.randn(512, 512, generator=gen)
@@ -296,7 +298,7 @@ json.dump(out, open(sys.argv[1], "w"))
 
 def test_per_element_bound_catches_what_the_norm_missed(torch_python: str, tmp_path: Path) -> None:
     driver = tmp_path / "bound.py"
-    driver.write_text(BOUND.format(script_dir=str(SCRIPT.parent)), encoding="utf-8")
+    driver.write_text(BOUND.format(script=str(SCRIPT)), encoding="utf-8")
     out_path = tmp_path / "bound.json"
     subprocess.run([torch_python, str(driver), str(out_path)], check=True, capture_output=True, timeout=300)
     out = json.loads(out_path.read_text(encoding="utf-8"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.incontainer import check
+from imagekit.probe import arguments, collectives
 from tests.conftest import REPO
 
 WORKER = """
@@ -57,9 +57,9 @@ def test_collective_workers_cannot_block_on_their_output(
     flag = tmp_path / "flag"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    monkeypatch.setattr(check, "__file__", str(script))
+    monkeypatch.setattr(collectives, "self_command", lambda: [sys.executable, str(script)])
     # The backend argument carries the flag's path to the fake worker.
-    result = check.run_collectives(2, str(flag), timeout=15)
+    result = collectives.run_collectives(2, str(flag), timeout=15)
     assert not result["timed_out"]
     assert result["ok"], result
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
@@ -70,10 +70,10 @@ def test_collective_results_survive_any_amount_of_library_output(
 ) -> None:
     script = tmp_path / "worker.py"
     script.write_text(NOISY_WORKER)
-    monkeypatch.setattr(check, "__file__", str(script))
+    monkeypatch.setattr(collectives, "self_command", lambda: [sys.executable, str(script)])
     work = tmp_path / "work"
     work.mkdir()
-    result = check.run_collectives(2, "nccl", timeout=60, workdir=str(work))
+    result = collectives.run_collectives(2, "nccl", timeout=60, workdir=str(work))
     assert result["ok"], result
     assert [r["all_reduce"] for r in result["ranks"]] == [True, True]
 
@@ -83,16 +83,16 @@ def test_a_rank_without_a_result_file_fails_whatever_it_printed(
 ) -> None:
     script = tmp_path / "worker.py"
     script.write_text(LYING_WORKER)
-    monkeypatch.setattr(check, "__file__", str(script))
-    result = check.run_collectives(2, "nccl", timeout=30)
+    monkeypatch.setattr(collectives, "self_command", lambda: [sys.executable, str(script)])
+    result = collectives.run_collectives(2, "nccl", timeout=30)
     assert result["ok"] is False
     assert all(r["ok"] is False and '"ok": true' in r["output"] for r in result["ranks"])
 
 
 def test_worker_invocation_needs_its_result_file() -> None:
-    with pytest.raises(check.ArgumentError, match="--result-file"):
-        check.parse_args(["--collective-worker", "0", "2", "1234", "gloo"], {})
-    _, invocation = check.parse_args(
+    with pytest.raises(arguments.ArgumentError, match="--result-file"):
+        arguments.parse_args(["--collective-worker", "0", "2", "1234", "gloo"], {})
+    _, invocation = arguments.parse_args(
         ["--collective-worker", "0", "2", "1234", "gloo", "--result-file", "/tmp/r.json"], {}
     )
     assert invocation.worker == ("0", "2", "1234", "gloo") and invocation.result_file == "/tmp/r.json"
@@ -102,14 +102,14 @@ def test_c_stdio_written_during_the_checks_never_follows_the_json() -> None:
     program = textwrap.dedent(
         """
         import ctypes, sys
-        from imagekit.incontainer import check
-        real = check.build_report
+        from imagekit.probe import report as probe_report
+        real = probe_report.build_report
         def noisy(ctx, invocation=None):
             report = real(ctx, invocation)
             ctypes.CDLL(None).printf(b"banner from a C library\\n")  # left in C's stdout buffer
             return report
-        check.build_report = noisy
-        sys.exit(check.main([]))
+        probe_report.build_report = noisy
+        sys.exit(probe_report.main([]))
         """
     )
     done = subprocess.run(

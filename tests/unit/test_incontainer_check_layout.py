@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.incontainer import check
+from imagekit.probe import arguments, context, libraries, protocol, tasks
 from tests.unit.test_incontainer_check import FIXTURES, SCRIPT, by_name, clean_env, fixture, run_script
 
 
@@ -32,7 +32,7 @@ def test_cuda_13_wheels_share_one_lib_directory(tmp_path: Path) -> None:
         "wheel-files-nvidia_nccl_cu13-2.29.7.txt",
     ):
         install_listing(site, name)
-    libs = check.pip_cuda_libraries([str(site)])
+    libs = libraries.pip_cuda_libraries([str(site)])
     assert [Path(p).relative_to(site).as_posix() for p in libs["cudart"]] == [
         "nvidia/cu13/lib/libcudart.so.13"
     ]
@@ -40,16 +40,16 @@ def test_cuda_13_wheels_share_one_lib_directory(tmp_path: Path) -> None:
     cudnn = [Path(p).relative_to(site).as_posix() for p in libs["cudnn"]]
     assert cudnn == ["nvidia/cudnn/lib/libcudnn.so.9"]  # the libcudnn_*.so.9 sub-libraries beside it
     assert [Path(p).relative_to(site).as_posix() for p in libs["nccl"]] == ["nvidia/nccl/lib/libnccl.so.2"]
-    candidates = check.cudart_candidates("13", [str(site)])
+    candidates = libraries.cudart_candidates("13", [str(site)])
     assert candidates[:3] == ["libcudart.so", "libcudart.so.13", "libcudart.so.13.0"]
     assert candidates[3:] == [str(site / "nvidia/cu13/lib/libcudart.so.13")]
-    assert check.cudart_candidates("12", [str(site)])[3:] == []  # a CUDA 13 runtime is not a 12 one
+    assert libraries.cudart_candidates("12", [str(site)])[3:] == []  # a CUDA 13 runtime is not a 12 one
 
 
 def test_cuda_12_wheel_layout_still_found(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     install_listing(site, "wheel-files-nvidia_cuda_runtime_cu12-12.8.90.txt")
-    assert check.cudart_candidates("12", [str(site)])[3:] == [
+    assert libraries.cudart_candidates("12", [str(site)])[3:] == [
         str(site / "nvidia/cuda_runtime/lib/libcudart.so.12")
     ]
 
@@ -59,15 +59,15 @@ def test_pip_cudnn_header_of_the_cu13_wheel(tmp_path: Path) -> None:
     install_listing(site, "wheel-files-nvidia_cudnn_cu13-9.20.0.48.txt")
     header = site / "nvidia/cudnn/include/cudnn_version.h"
     header.write_text(fixture("cudnn-version-h-9.20.0-cu13-wheel.txt"), encoding="utf-8")
-    assert check.pip_cudnn_header([str(site)]) == ("9.20.0", str(header))
+    assert libraries.pip_cudnn_header([str(site)]) == ("9.20.0", str(header))
 
 
 def test_cuda_toolkit_metapackage_names_unsuffixed_wheels() -> None:
     """torch >= 2.12 takes the runtime through cuda-toolkit[cudart]: no -cu13 suffix any more."""
     requires = fixture("cuda-toolkit-13.0.2-requires-cudart-cublas-nvrtc.txt")
     assert "nvidia-cuda-runtime==13.0.96.*" in requires and "-cu13" not in requires
-    assert "nvidia-cuda-runtime (CUDA 13" in check.cudart_package("13")
-    assert check.cudart_package("12") == "nvidia-cuda-runtime-cu12"
+    assert "nvidia-cuda-runtime (CUDA 13" in libraries.cudart_package("13")
+    assert libraries.cudart_package("12") == "nvidia-cuda-runtime-cu12"
 
 
 # -- options ---------------------------------------------------------------------------------------
@@ -98,11 +98,11 @@ def test_only_and_skip_leave_checks_out_as_skips() -> None:
 
 
 def test_parse_args_check_names() -> None:
-    _, invocation = check.parse_args(["--only", "gemm_gpu, gemm_perf", "--only", "nccl"], {})
+    _, invocation = arguments.parse_args(["--only", "gemm_gpu, gemm_perf", "--only", "nccl"], {})
     assert invocation.only == ("gemm_gpu", "gemm_perf", "nccl")
-    with pytest.raises(check.ArgumentError, match="unknown check gemm"):
-        check.parse_args(["--skip", "gemm"], {})
-    assert set(check.CHECK_NAMES) >= {"compile", "extension", "train_step", "gemm_perf"}
+    with pytest.raises(arguments.ArgumentError, match="unknown check gemm"):
+        arguments.parse_args(["--skip", "gemm"], {})
+    assert set(protocol.CHECK_NAMES) >= {"compile", "extension", "train_step", "gemm_perf"}
 
 
 # -- scratch space ---------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_parse_args_check_names() -> None:
 
 def test_workdir_lives_under_tmpdir_and_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    ctx = check.Context(check.Expect(), clean_env(TMPDIR=str(tmp_path)))
+    ctx = context.Context(arguments.Expect(), clean_env(TMPDIR=str(tmp_path)))
     work = Path(ctx.subdir("compile-cpu"))
     assert work.parent.parent == tmp_path and work.is_dir()
     with ctx.cache_environment():
@@ -121,9 +121,9 @@ def test_workdir_lives_under_tmpdir_and_is_removed(tmp_path: Path, monkeypatch: 
 
 
 def test_task_environment_points_every_cache_into_the_task_dir(tmp_path: Path) -> None:
-    ctx = check.Context(check.Expect(), clean_env(TMPDIR=str(tmp_path), HOME="/root"))
+    ctx = context.Context(arguments.Expect(), clean_env(TMPDIR=str(tmp_path), HOME="/root"))
     taskdir = ctx.subdir("t")
-    env = check.task_env(ctx, taskdir)
+    env = tasks.task_env(ctx, taskdir)
     for name in (
         "TORCHINDUCTOR_CACHE_DIR",
         "TRITON_CACHE_DIR",

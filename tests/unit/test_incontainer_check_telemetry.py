@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from imagekit.incontainer import check
+from imagekit.probe import smi as probe_smi
+from imagekit.probe import telemetry
 from tests.unit.test_incontainer_check import FIELDS_440, fixture
 
 LOOP_FIELDS = [
@@ -25,9 +26,9 @@ LOOP_FIELDS = [
 
 def test_looped_csv_with_units_summarised_per_gpu() -> None:
     """13 samples of `nvidia-smi --query-gpu=... --format=csv -l` (header and units) on one GPU."""
-    rows = check.parse_nvidia_smi_csv(fixture("nvidia-smi-loop-csv-units-520.txt"), LOOP_FIELDS)
+    rows = probe_smi.parse_nvidia_smi_csv(fixture("nvidia-smi-loop-csv-units-520.txt"), LOOP_FIELDS)
     assert len(rows) == 13  # the header line is skipped
-    summary = check.summarise_telemetry(rows)
+    summary = telemetry.summarise_telemetry(rows)
     assert list(summary) == ["0"]
     gpu = summary["0"]
     assert gpu["samples"] == 13
@@ -41,25 +42,26 @@ def test_looped_csv_with_units_summarised_per_gpu() -> None:
 
 
 def test_noheader_nounits_row_and_not_available_values() -> None:
-    (row,) = check.parse_nvidia_smi_csv(fixture("nvidia-smi-csv-noheader-nounits-440.txt"), list(FIELDS_440))
-    assert check.telemetry_number(row["power.draw"]) == 176.98
-    assert check.telemetry_number(row["temperature.memory"]) is None  # "N/A"
-    assert check.telemetry_number("[Not Supported]") is None
-    assert check.telemetry_number("[N/A]") is None
-    summary = check.summarise_telemetry([{**row, "index": "0"}])
+    text = fixture("nvidia-smi-csv-noheader-nounits-440.txt")
+    (row,) = probe_smi.parse_nvidia_smi_csv(text, list(FIELDS_440))
+    assert telemetry.telemetry_number(row["power.draw"]) == 176.98
+    assert telemetry.telemetry_number(row["temperature.memory"]) is None  # "N/A"
+    assert telemetry.telemetry_number("[Not Supported]") is None
+    assert telemetry.telemetry_number("[N/A]") is None
+    summary = telemetry.summarise_telemetry([{**row, "index": "0"}])
     assert summary["0"]["metrics"]["clocks_sm_mhz"]["max"] == 1965.0
     assert summary["0"]["metrics"]["utilization_gpu_pct"]["mean"] == 86.0
 
 
 def test_throttle_reason_bitmask_decoded() -> None:
     text = fixture("nvidia-smi-throttle-supported-1ff.txt")
-    (row,) = check.parse_nvidia_smi_csv(text, ["clocks_throttle_reasons.supported"])
-    names = check.decode_throttle_reasons(row["clocks_throttle_reasons.supported"])
-    assert names == [name for _, name in check.THROTTLE_REASONS]  # 0x1FF: all nine
-    assert check.decode_throttle_reasons("0x0000000000000000") == []
-    assert check.decode_throttle_reasons("0x0000000000000004") == ["sw_power_cap"]
-    assert check.decode_throttle_reasons("0x0000000000001004") == ["sw_power_cap", "0x1000"]
-    assert check.decode_throttle_reasons("[N/A]") is None
+    (row,) = probe_smi.parse_nvidia_smi_csv(text, ["clocks_throttle_reasons.supported"])
+    names = telemetry.decode_throttle_reasons(row["clocks_throttle_reasons.supported"])
+    assert names == [name for _, name in telemetry.THROTTLE_REASONS]  # 0x1FF: all nine
+    assert telemetry.decode_throttle_reasons("0x0000000000000000") == []
+    assert telemetry.decode_throttle_reasons("0x0000000000000004") == ["sw_power_cap"]
+    assert telemetry.decode_throttle_reasons("0x0000000000001004") == ["sw_power_cap", "0x1000"]
+    assert telemetry.decode_throttle_reasons("[N/A]") is None
 
 
 def test_summary_counts_perf_limiting_samples() -> None:
@@ -70,7 +72,7 @@ def test_summary_counts_perf_limiting_samples() -> None:
         {"index": "0", "clocks_throttle_reasons.active": "0x0000000000000001", "clocks.sm": "345"},
         {"index": "1", "clocks_throttle_reasons.active": "0x0000000000000000", "clocks.sm": "1980"},
     ]
-    summary = check.summarise_telemetry(rows)
+    summary = telemetry.summarise_telemetry(rows)
     gpu0 = summary["0"]["throttle_reasons"]
     assert gpu0 == {
         "sampled": 4,
@@ -86,13 +88,13 @@ def test_cuda_devices_matched_to_nvidia_smi_rows() -> None:
         "1": {"uuid": "GPU-588b70bd-7af1-b8d2-f0a9-d8af8d063f30"},
     }
     by_uuid = {"index": 0, "uuid": "588b70bd-7af1-b8d2-f0a9-d8af8d063f30", "name": "NVIDIA RTX A6000"}
-    assert check.match_smi_gpu(by_uuid, ["NVIDIA RTX A6000"] * 2, summary, {}) == ("1", "uuid")
+    assert telemetry.match_smi_gpu(by_uuid, ["NVIDIA RTX A6000"] * 2, summary, {}) == ("1", "uuid")
     plain = {"index": 1, "uuid": None, "name": "NVIDIA RTX A6000"}
-    assert check.match_smi_gpu(plain, ["NVIDIA RTX A6000"] * 2, summary, {}) == ("1", "index")
+    assert telemetry.match_smi_gpu(plain, ["NVIDIA RTX A6000"] * 2, summary, {}) == ("1", "index")
     # CUDA_VISIBLE_DEVICES may reorder, mixed models are ordered fastest first: no guess
     reordered = {"CUDA_VISIBLE_DEVICES": "1,0"}
-    assert check.match_smi_gpu(plain, ["NVIDIA RTX A6000"] * 2, summary, reordered) == (None, None)
-    assert check.match_smi_gpu(plain, ["NVIDIA RTX A6000", "NVIDIA H100 80GB HBM3"], summary, {}) == (
+    assert telemetry.match_smi_gpu(plain, ["NVIDIA RTX A6000"] * 2, summary, reordered) == (None, None)
+    assert telemetry.match_smi_gpu(plain, ["NVIDIA RTX A6000", "NVIDIA H100 80GB HBM3"], summary, {}) == (
         None,
         None,
     )
@@ -128,15 +130,15 @@ def _script(tmp_path: Path, name: str, text: str) -> str:
 
 def test_sampler_runs_in_the_background_and_stops(tmp_path: Path) -> None:
     smi = _script(tmp_path, "nvidia-smi", LOOPING_SMI)
-    fields, error = check.telemetry_query_fields(smi)
+    fields, error = telemetry.telemetry_query_fields(smi)
     assert error is None and fields[-1] == "clocks_throttle_reasons.active"
-    sampler = check.TelemetrySampler(smi, fields, str(tmp_path / "samples.csv"), 100)
+    sampler = telemetry.TelemetrySampler(smi, fields, str(tmp_path / "samples.csv"), 100)
     sampler.start()
     time.sleep(0.8)
     rows = sampler.stop()
     assert sampler.proc is not None and sampler.proc.poll() is not None  # ended, reaped
     assert len(rows) >= 3
-    summary = check.summarise_telemetry(rows)["0"]
+    summary = telemetry.summarise_telemetry(rows)["0"]
     assert summary["metrics"]["power_draw_w"]["max"] == 300.5
     assert summary["throttle_reasons"]["counts"] == {"sw_power_cap": summary["samples"]}
     assert sampler.seconds >= 0.8
@@ -144,16 +146,17 @@ def test_sampler_runs_in_the_background_and_stops(tmp_path: Path) -> None:
 
 def test_sampler_drops_a_throttle_field_old_drivers_reject(tmp_path: Path) -> None:
     smi = _script(tmp_path, "nvidia-smi", OLD_SMI)
-    fields, error = check.telemetry_query_fields(smi)
+    fields, error = telemetry.telemetry_query_fields(smi)
     assert error is None
-    assert fields == list(check.TELEMETRY_BASE_FIELDS)
+    assert fields == list(telemetry.TELEMETRY_BASE_FIELDS)
 
 
 def test_sampler_reports_no_samples(tmp_path: Path) -> None:
     smi = _script(tmp_path, "nvidia-smi", "#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
-    fields, error = check.telemetry_query_fields(smi)
+    fields, error = telemetry.telemetry_query_fields(smi)
     assert fields == [] and error is not None and "exited 9" in error
-    sampler = check.TelemetrySampler(smi, list(check.TELEMETRY_BASE_FIELDS), str(tmp_path / "s.csv"), 100)
+    fields = list(telemetry.TELEMETRY_BASE_FIELDS)
+    sampler = telemetry.TelemetrySampler(smi, fields, str(tmp_path / "s.csv"), 100)
     sampler.start()
     rows = sampler.stop()
     assert rows == []

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from imagekit.incontainer import check
+from imagekit.probe import arguments, context, require, system
+from imagekit.probe import driver as probe_driver
+from imagekit.probe import smi as probe_smi
 from tests.unit.test_incontainer_check import FIXTURES, by_name, clean_env, fixture, run_script
 
 REQ_1211 = fixture("nvidia-require-cuda-12.1.1.txt").strip()
@@ -19,7 +21,7 @@ REQ_1211 = fixture("nvidia-require-cuda-12.1.1.txt").strip()
 
 def satisfied(expression: str, props: dict[str, str | None]) -> bool | None:
     """Three-valued: True, False (also: an expression the toolkit refuses), None (undetermined)."""
-    return check.evaluate_require_verdict(expression, props).satisfied
+    return require.evaluate_require_verdict(expression, props).satisfied
 
 
 def props(**kw: str | None) -> dict[str, str | None]:
@@ -43,28 +45,28 @@ def props(**kw: str | None) -> dict[str, str | None]:
     ],
 )
 def test_product_brand_maps_to_the_toolkit_name(name: str, product_brand: str, toolkit: str) -> None:
-    (brand,) = check.parse_nvidia_smi_brands(fixture(name))
+    (brand,) = probe_smi.parse_nvidia_smi_brands(fixture(name))
     assert brand == product_brand
-    assert check.toolkit_brand(brand) == toolkit
+    assert probe_smi.toolkit_brand(brand) == toolkit
 
 
 def test_every_nvml_brand_has_a_toolkit_name_and_an_smi_spelling() -> None:
     # nvml.h: NVML_BRAND_UNKNOWN = 0 ... NVML_BRAND_TITAN_RTX = 16 (NVML_BRAND_COUNT = 18 skips 17)
-    assert sorted(check.NVML_BRAND_TOOLKIT_NAMES) == list(range(17))
-    assert set(check.SMI_BRAND_TO_NVML.values()) == set(range(17))
+    assert sorted(probe_smi.NVML_BRAND_TOOLKIT_NAMES) == list(range(17))
+    assert set(probe_smi.SMI_BRAND_TO_NVML.values()) == set(range(17))
     # the spellings the cuda images' NVIDIA_REQUIRE_CUDA use are among the toolkit's names
-    names = {n.lower() for n in check.NVML_BRAND_TOOLKIT_NAMES.values()}
+    names = {n.lower() for n in probe_smi.NVML_BRAND_TOOLKIT_NAMES.values()}
     used = {term.split("=")[1] for term in REQ_1211.replace(" ", ",").split(",") if term.startswith("brand=")}
     assert used == {
         *("tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx"),
         *("quadro", "quadrortx", "titan", "titanrtx"),
     }
     assert used <= names
-    assert check.toolkit_brand("Quadro RTX") == "QuadroRTX"
-    assert check.toolkit_brand("GeForce") == "GeForce"
-    assert check.toolkit_brand("  nvidia   rtx ") == "NvidiaRTX"
-    assert check.toolkit_brand("Some Brand Of Tomorrow") is None
-    assert check.toolkit_brand(None) is None
+    assert probe_smi.toolkit_brand("Quadro RTX") == "QuadroRTX"
+    assert probe_smi.toolkit_brand("GeForce") == "GeForce"
+    assert probe_smi.toolkit_brand("  nvidia   rtx ") == "NvidiaRTX"
+    assert probe_smi.toolkit_brand("Some Brand Of Tomorrow") is None
+    assert probe_smi.toolkit_brand(None) is None
 
 
 class FakeNvml:
@@ -100,10 +102,11 @@ class FakeNvml:
 
 def test_nvml_brands_read_as_the_toolkit_reads_them() -> None:
     lib = FakeNvml([13, 2, 14, 99])
-    assert check.nvml_brands_from(lib) == ["NvidiaRTX", "Tesla", "Nvidia", "Unknown"]  # unknown enum: default
+    # an unknown enum reads as the default
+    assert probe_smi.nvml_brands_from(lib) == ["NvidiaRTX", "Tesla", "Nvidia", "Unknown"]
     assert lib.shutdown
     for step in ("init", "count", "handle", "brand"):
-        assert check.nvml_brands_from(FakeNvml([13], fail=step)) is None, step
+        assert probe_smi.nvml_brands_from(FakeNvml([13], fail=step)) is None, step
 
 
 # -- NVIDIA_REQUIRE_CUDA of the 12.1.1 images ---------------------------------------------------------
@@ -113,9 +116,9 @@ def test_rtx_a6000_on_driver_525_is_accepted_like_the_toolkit_does() -> None:
     """An RTX A6000 (NVML brand NVIDIA_RTX -> "NvidiaRTX") on the 525 branch (CUDA 12.0): cuda>=12.1
     fails, and brand=nvidiartx,driver>=525,driver<526 holds. The old lower-cased "nvidia rtx"
     matched no term, so the check refused what the toolkit starts."""
-    (smi_brand,) = check.parse_nvidia_smi_brands(fixture("nvidia-smi-q-rtx-a6000-550.txt"))
-    brand = check.toolkit_brand(smi_brand)
-    verdict = check.evaluate_require_verdict(REQ_1211, props(cuda="12.0", driver="525.60.13", brand=brand))
+    (smi_brand,) = probe_smi.parse_nvidia_smi_brands(fixture("nvidia-smi-q-rtx-a6000-550.txt"))
+    brand = probe_smi.toolkit_brand(smi_brand)
+    verdict = require.evaluate_require_verdict(REQ_1211, props(cuda="12.0", driver="525.60.13", brand=brand))
     assert verdict.satisfied is True
     assert verdict.by == "brand=nvidiartx,driver>=525,driver<526"
     assert satisfied(REQ_1211, props(cuda="12.0", driver="525.60.13", brand="nvidia rtx")) is False
@@ -137,15 +140,15 @@ def test_rtx_a6000_on_driver_525_is_accepted_like_the_toolkit_does() -> None:
     ],
 )
 def test_12_1_1_requirement_per_brand(fixture_name: str, driver: str, cuda: str, accepted: bool) -> None:
-    (smi_brand,) = check.parse_nvidia_smi_brands(fixture(fixture_name))
-    brand = check.toolkit_brand(smi_brand)
+    (smi_brand,) = probe_smi.parse_nvidia_smi_brands(fixture(fixture_name))
+    brand = probe_smi.toolkit_brand(smi_brand)
     assert satisfied(REQ_1211, props(cuda=cuda, driver=driver, brand=brand)) is accepted
 
 
 def test_brand_comparison_is_case_insensitive_and_takes_equal_or_not_equal() -> None:
     assert satisfied("brand=TESLA", props(brand="Tesla")) is True
     assert satisfied("brand!=tesla", props(brand="NvidiaRTX")) is True
-    assert check.evaluate_require_verdict("brand<tesla", props(brand="Tesla")).invalid
+    assert require.evaluate_require_verdict("brand<tesla", props(brand="Tesla")).invalid
     # brand unknown here: undetermined, never a pass
     assert satisfied(REQ_1211, props(cuda="12.0", driver="525.60.13")) is None
 
@@ -156,7 +159,7 @@ def test_every_device_must_satisfy() -> None:
         {"arch": "8.6", "brand": "NvidiaRTX"},
         {"arch": "8.6", "brand": "VWS"},
     ]
-    report = check.requirement_report(variables, "12.0", "525.60.13", devices)
+    report = require.requirement_report(variables, "12.0", "525.60.13", devices)
     entry = report["NVIDIA_REQUIRE_CUDA"]
     assert entry["satisfied"] is False
     assert [d["satisfied"] for d in entry["devices"]] == [True, False]
@@ -164,8 +167,8 @@ def test_every_device_must_satisfy() -> None:
 
 def test_require_variables_skip_jetpack_and_keep_the_legacy_rule() -> None:
     env = {"NVIDIA_REQUIRE_JETPACK": "csv-mounts=all", "NVIDIA_REQUIRE_ARCH": "arch>=8.0"}
-    assert check.require_variables(env) == {"NVIDIA_REQUIRE_ARCH": "arch>=8.0"}
-    assert check.require_variables({"CUDA_VERSION": "12.1.1", "NVIDIA_REQUIRE_CUDA": ""}) == {
+    assert require.require_variables(env) == {"NVIDIA_REQUIRE_ARCH": "arch>=8.0"}
+    assert require.require_variables({"CUDA_VERSION": "12.1.1", "NVIDIA_REQUIRE_CUDA": ""}) == {
         "NVIDIA_REQUIRE_CUDA": "cuda>=12.1"
     }
 
@@ -237,8 +240,8 @@ def test_script_reports_an_expression_the_toolkit_refuses(tmp_path: Path) -> Non
 )
 def test_environment_needs_compute_for_cuda_builds(value: str | None, expect_cuda: str, status: str) -> None:
     extra = {} if value is None else {"NVIDIA_DRIVER_CAPABILITIES": value}
-    ctx = check.Context(check.Expect(cuda=expect_cuda), clean_env(**extra))
-    result = check.check_environment(ctx)
+    ctx = context.Context(arguments.Expect(cuda=expect_cuda), clean_env(**extra))
+    result = system.check_environment(ctx)
     assert result.status == status
     if status == "fail":
         assert result.cause is not None and "compute" in result.cause
@@ -247,9 +250,9 @@ def test_environment_needs_compute_for_cuda_builds(value: str | None, expect_cud
 
 
 def test_driver_capabilities_parsing() -> None:
-    assert check.driver_capabilities(None) == {"utility"}
-    assert "compute" in check.driver_capabilities("all")
-    assert check.driver_capabilities("compute, video") == {"compute", "video"}
+    assert context.driver_capabilities(None) == {"utility"}
+    assert "compute" in context.driver_capabilities("all")
+    assert context.driver_capabilities("compute, video") == {"compute", "video"}
 
 
 # -- forward compatibility -------------------------------------------------------------------------
@@ -263,7 +266,7 @@ def test_forward_compat_libraries_in_both_layouts(tmp_path: Path) -> None:
     plain = tmp_path / "cuda-12.1" / "compat"
     plain.mkdir(parents=True)
     (plain / "libcuda.so.530.30.02").write_bytes(b"")
-    found = check.find_forward_compat((str(ngc), str(plain), str(tmp_path / "missing")))
+    found = probe_driver.find_forward_compat((str(ngc), str(plain), str(tmp_path / "missing")))
     assert found["versions"] == ["530.30.02", "545.23.08"]
     assert found["dirs"] == [str(ngc), str(plain)]
     assert {Path(lib).name for lib in found["libs"]} >= {"libcuda.so.545.23.08", "libcuda.so.530.30.02"}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from imagekit.incontainer import frontend_check as check
+from imagekit.probe import frontend as check
 
 
 def test_arguments_come_from_the_labels_or_the_environment() -> None:

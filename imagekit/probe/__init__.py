@@ -1,0 +1,98 @@
+"""imagekit probe: the in-image check; verifies what an image holds and prints ONE JSON document.
+
+Shipped into every image as one zipapp at /opt/imagekit/check.py (imagekit.probe_bundle builds it);
+one module per concern, check names and the result schema in ``protocol`` (the host imports it
+too). Standard library only (torch is imported when present); runs on Python 3.8+, so
+`docker run IMAGE python3 /opt/imagekit/check.py`, a CI job or a Kubernetes job can run it without
+imagekit installed.
+
+Expectations come from the image's `imagekit.*` labels, passed as arguments or environment
+(arguments win):
+
+    --expect-torch 2.1.2   IMAGEKIT_EXPECT_TORCH     torch.__version__ (public part unless it has '+')
+    --expect-cuda 12.1     IMAGEKIT_EXPECT_CUDA      CUDA minor (or x.y.z), or "cpu"
+    --expect-cudnn 8       IMAGEKIT_EXPECT_CUDNN     cuDNN major, or a full version (NGC stacks)
+    --expect-python 3.10   IMAGEKIT_EXPECT_PYTHON
+    --flavour devel        IMAGEKIT_FLAVOUR          devel (nvcc must be there) or runtime (must not)
+    --require-gpu          IMAGEKIT_REQUIRE_GPU=1    a GPU must be visible: GPU checks fail without one
+    --only a,b / --skip c  IMAGEKIT_CHECK_ONLY/_SKIP run only / leave out these checks (comma lists,
+                                                     repeatable); a check left out reads skip, never pass
+
+Output: {"schema": 1, "checks": [...], "summary": {...}, "gpu_visible", "gpu_requested",
+"expected", "telemetry", "inventory"}. Every check has name, status (pass|fail|skip), required,
+reason (skip), expected, actual, detail, cause and fix (fail), duration_s. Exit 0 when no required
+check failed, 1 otherwise, 2 on bad arguments (an unknown check name too). An exception inside a
+check becomes that check's failure. `telemetry` is null, or what nvidia-smi sampled on each GPU
+while gemm_perf timed its GEMM (min/max/mean per metric, clock throttle reasons).
+
+Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
+torch_cuda, cudnn, libcudart, cuda_available, arch, gemm_cpu, gemm_gpu, gemm_perf, compile,
+extension, train_step, nccl.
+
+GPU policy (never a pass for something that did not run):
+- a GPU is *requested* when --require-gpu / IMAGEKIT_REQUIRE_GPU is given, when
+  NVIDIA_VISIBLE_DEVICES names specific devices (indices or UUIDs: someone chose them), or when the
+  NVIDIA runtime evidently wired a GPU in (/dev/nvidiactl or /dev/nvidia<N>, or an nvidia-smi on
+  PATH, which images do not ship: the container toolkit mounts it). NVIDIA_VISIBLE_DEVICES=all
+  alone is NOT a request: nvidia/cuda images set it in their own ENV, so it is there with or
+  without `--gpus`. void/none/empty never request. GPU jobs should pass --require-gpu.
+- a GPU is *visible* when nvidia-smi lists one or torch counts one.
+- requested and not visible: every GPU check FAILS ("--gpus missing or no NVIDIA runtime"), and so
+  does the GPU part of compile, extension and train_step. Not requested and not visible: GPU
+  checks (and those GPU parts) are skip with reason "no GPU requested".
+- GPU checks run on EVERY visible device; the detail holds one result per device and one failing
+  device fails the check.
+
+environment: a CUDA build (expected CUDA, or torch's own CUDA when none is expected) must have
+NVIDIA_DRIVER_CAPABILITIES with compute (or all): without it no compute library is mounted and torch
+sees no GPU. Unset counts as utility only (what these machines' runtimes did; the toolkit's
+defaults vary by version and path), so an image must set it itself. A CPU build needs nothing.
+
+NVIDIA_REQUIRE_* evaluation, as the NVIDIA container toolkit's nvidia-container-cli does it
+(libnvidia-container src/cli/dsl.c and configure.c): every NVIDIA_REQUIRE_* variable must hold (but
+NVIDIA_REQUIRE_JETPACK, which the hook does not pass); inside one, space = OR and comma = AND,
+evaluated left to right with short cuts (an AND group stops at its first false term, the whole
+stops at the first true group). Properties (case-insensitive) cuda (the driver's CUDA version),
+driver, arch (compute capability) and brand; arch and brand are evaluated per device and every
+device must satisfy. Operators: = != < <= > >= exactly (`==` is NOT one: the toolkit calls it an
+invalid expression); brand takes = and != only and compares case-insensitively; versions hold only
+digits and dots and compare numerically, component by component. A term the toolkit cannot parse
+(unknown property, bad operator, empty or non-numeric version) makes the whole variable invalid
+when evaluation reaches it: the container would not start, so it reads as not satisfied. Brands are
+the toolkit's names for NVML's brand type: Quadro, Tesla, NVS, GRID, GeForce, TITAN, VApps, VPC,
+VCS, VWS, CloudGaming, QuadroRTX, NvidiaRTX, Nvidia, GeForceRTX, TitanRTX, Unknown (read from NVML
+through libnvidia-ml.so.1, else from nvidia-smi -q's "Product Brand": "NVIDIA RTX" is NvidiaRTX). A
+term whose value is not known here (brand with neither) is undetermined; an undetermined result is
+a failure, not a pass. NVIDIA_DISABLE_REQUIRE (Go's ParseBool true) skips it. With no
+NVIDIA_REQUIRE_CUDA but a CUDA_VERSION, "cuda>=<major.minor>" is implied (the toolkit's legacy
+rule).
+
+driver: NVIDIA's driver table (full and minor-version compatibility); below the minor-version floor
+an image may still run through the forward-compatibility libraries (cuda-compat: libcuda.so.<ver>
+in /usr/local/cuda/compat in nvidia/cuda images, /usr/local/cuda/compat/lib.real in NGC images),
+on datacenter GPUs only; the detail says which libcuda the process loaded.
+
+compile: torch.compile (torch >= 2.0) of a small function compared with eager, on the CPU (inductor,
+C++: needs a C++ compiler and Python.h) always and on each visible GPU (Triton: needs a C compiler
+and Python.h too). Runs in a child process bounded in time; a failure names the missing compiler or
+Python headers. Required except in runtime images (which carry no compiler: reported, not fatal).
+extension (devel flavour only): a C++ extension through torch.utils.cpp_extension.load_inline, built
+and called; plus a CUDA kernel where nvcc exists and a GPU is visible. train_step: a two-layer MLP
+on a fixed synthetic problem, a few optimizer steps under autocast (bf16 on the CPU; fp16 with a
+GradScaler, and bf16 where the device supports it, on each GPU); the loss must fall by half.
+Every build and cache of these (inductor, Triton, torch extensions, the CUDA JIT cache) goes to a
+fresh directory under the temporary directory ($TMPDIR, else /tmp), removed at the end, so nothing
+is written outside it and nothing stale is reused.
+
+gemm_gpu: per device and dtype, every element is checked against a float64 CPU reference of the
+same (rounded) inputs: |got - ref| <= rtol * scale, scale = sqrt(sum_k (a_ik b_kj)^2), rtol from
+the dtype's epsilon and K; any element past it fails (the count and the worst are reported). bf16
+is skipped where torch.cuda.is_bf16_supported() is false (pre-Ampere with an old torch).
+
+gemm_perf is reported with required=false: a throttled shared device must not fail an image; its
+status still says fail when far below the floor. Timed with CUDA events over at least
+PERF_MIN_SECONDS after a warm-up, on every device, bf16 (fp16 below compute capability 8.0); floors
+are looked up by the EXACT device name and scaled by the SM fraction for MIG slices.
+nccl: all-reduce and broadcast across the GPUs in worker processes, each returning its result in
+its own file, so library output (NCCL_DEBUG=INFO) cannot break it.
+"""

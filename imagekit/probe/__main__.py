@@ -1,0 +1,7 @@
+"""`python -m imagekit.probe` (and the zipapp's entry): the check, printing one JSON document."""
+
+import sys
+
+from .report import main
+
+sys.exit(main())

@@ -1,0 +1,122 @@
+"""The probe's arguments: expectations (--expect-*, IMAGEKIT_EXPECT_*), the check selection
+(--only/--skip) and its internal child roles; names from ``protocol``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import NoReturn
+
+from .protocol import CHECK_NAMES, TASK_NAMES
+
+
+@dataclass(frozen=True)
+class Expect:
+    torch: str | None = None
+    cuda: str | None = None  # "cpu", "12.1" or "12.1.1"
+    cudnn: str | None = None
+    python: str | None = None
+    flavour: str | None = None
+    require_gpu: bool = False
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.cuda == "cpu"
+
+
+class ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # exit 2 through main, not argparse's own exit
+        raise ArgumentError(message)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How the script was called besides the expectations: a selection of checks, or an internal
+    child role (a collective rank, or a bounded task such as a torch.compile run)."""
+
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    worker: tuple[str, ...] | None = None  # --collective-worker RANK WORLD PORT BACKEND
+    task: str | None = None  # --task NAME (compile, extension_cpu, extension_cuda)
+    device: str = "cpu"
+    result_file: str | None = None
+
+
+def _names(values: list[str] | None, env_value: str | None, option: str) -> tuple[str, ...]:
+    raw = list(values or [])
+    if not raw and env_value:
+        raw = [env_value]
+    names = tuple(n.strip() for value in raw for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in CHECK_NAMES]
+    if unknown:
+        raise ArgumentError(f"{option}: unknown check {', '.join(unknown)} (known: {', '.join(CHECK_NAMES)})")
+    return names
+
+
+def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation]:
+    parser = _Parser(prog="check.py", description="imagekit in-image check (prints one JSON document)")
+    parser.add_argument("--expect-torch")
+    parser.add_argument("--expect-cuda")
+    parser.add_argument("--expect-cudnn")
+    parser.add_argument("--expect-python")
+    parser.add_argument("--flavour")
+    parser.add_argument("--require-gpu", action="store_true", default=None)
+    parser.add_argument(
+        "--only", action="append", metavar="CHECKS", help="run only these checks (comma list)"
+    )
+    parser.add_argument(
+        "--skip", action="append", metavar="CHECKS", help="leave these checks out (comma list)"
+    )
+    # internal: the script re-runs itself for work that must be isolated or bounded in time
+    parser.add_argument(
+        "--collective-worker", nargs=4, metavar=("RANK", "WORLD", "PORT", "BACKEND"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--task", choices=TASK_NAMES, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    only = _names(ns.only, env.get("IMAGEKIT_CHECK_ONLY"), "--only")
+    skip = _names(ns.skip, env.get("IMAGEKIT_CHECK_SKIP"), "--skip")
+    if (ns.collective_worker or ns.task) and not ns.result_file:
+        raise ArgumentError("--collective-worker and --task need --result-file")
+    invocation = Invocation(
+        only=only,
+        skip=skip,
+        worker=tuple(ns.collective_worker) if ns.collective_worker else None,
+        task=ns.task,
+        device=ns.device,
+        result_file=ns.result_file,
+    )
+
+    def pick(arg: str | None, var: str) -> str | None:
+        value = arg if arg is not None else env.get(var)
+        return value.strip() if value and value.strip() else None
+
+    cuda = pick(ns.expect_cuda, "IMAGEKIT_EXPECT_CUDA")
+    if cuda is not None:
+        cuda = cuda.lower()
+        if cuda != "cpu" and not re.match(r"^\d+\.\d+(\.\d+)?$", cuda):
+            raise ArgumentError(f"--expect-cuda: {cuda!r} is neither 'cpu' nor a CUDA version like 12.1")
+    cudnn = pick(ns.expect_cudnn, "IMAGEKIT_EXPECT_CUDNN")
+    if cudnn is not None and not re.match(r"^\d+(\.\d+)*$", cudnn):
+        raise ArgumentError(f"--expect-cudnn: {cudnn!r} is not a cuDNN version like 8 or 8.9.5.29")
+    python = pick(ns.expect_python, "IMAGEKIT_EXPECT_PYTHON")
+    if python is not None and not re.match(r"^\d+\.\d+$", python):
+        raise ArgumentError(f"--expect-python: {python!r} is not like 3.10")
+    flavour = pick(ns.flavour, "IMAGEKIT_FLAVOUR")
+    if flavour is not None and flavour not in ("devel", "runtime"):
+        raise ArgumentError(f"--flavour: {flavour!r} is neither devel nor runtime")
+    torch_version = pick(ns.expect_torch, "IMAGEKIT_EXPECT_TORCH")
+    if torch_version is not None and not re.match(r"^\d+\.\d+", torch_version):
+        raise ArgumentError(f"--expect-torch: {torch_version!r} is not a torch version")
+    require_env = env.get("IMAGEKIT_REQUIRE_GPU", "").strip().lower()
+    if require_env not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ArgumentError(f"IMAGEKIT_REQUIRE_GPU: {require_env!r} is not a boolean")
+    require_gpu = bool(ns.require_gpu) or require_env in ("1", "true", "yes")
+    expect = Expect(torch_version, cuda, cudnn, python, flavour, require_gpu)
+    return expect, invocation

@@ -1,0 +1,232 @@
+"""compile and extension: torch.compile and a C++/CUDA extension, built in bounded children, with a
+diagnosis of the toolchain when a build fails."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import sysconfig
+from typing import Any
+
+from .context import Context, torch_skip
+from .results import CheckResult, skipped
+from .tasks import COMPILE_TIMEOUT_S, EXTENSION_TIMEOUT_S, run_task
+
+
+def toolchain(env: dict[str, str]) -> dict[str, Any]:
+    """What torch.compile and cpp_extension need from the image: a C++ and a C compiler (inductor
+    builds C++ on the CPU, Triton a C launcher on the GPU) and the interpreter's Python.h."""
+    path = env.get("PATH", os.defpath)
+
+    def first(*names: str | None) -> str | None:
+        for name in names:
+            if name:
+                found = shutil.which(name.split()[0], path=path)
+                if found:
+                    return found
+        return None
+
+    include = sysconfig.get_paths().get("include") or ""
+    header = os.path.join(include, "Python.h") if include else ""
+    return {
+        "cxx": first(env.get("CXX"), "g++", "c++", "clang++"),
+        "cc": first(env.get("CC"), "gcc", "cc", "clang"),
+        "python_h": header if header and os.path.exists(header) else None,
+        "python_include": include or None,
+        "python": "{}.{}".format(*sys.version_info[:2]),
+    }
+
+
+COMPILER_MISSING = re.compile(
+    r"(InvalidCxxCompiler|No working C compiler|Failed to find C compiler|[gc]\+\+: not found|gcc: not found"
+    r"|\bcc: not found|No such file or directory: '(?:g\+\+|gcc|c\+\+|cc|clang\+?\+?)'|compiler.*not found)",
+    re.IGNORECASE,
+)
+PYTHON_H_MISSING = re.compile(r"Python\.h: No such file|fatal error: Python\.h", re.IGNORECASE)
+# dlopen of a freshly compiled .so on a noexec mount (Docker mounts --tmpfs noexec by default).
+NOEXEC = re.compile(r"failed to map segment from shared object|mounted with noexec", re.IGNORECASE)
+NVCC_MISMATCH = re.compile(
+    r"detected CUDA version \(([\d.]+)\) mismatches the version that was used to compile", re.I
+)
+
+
+def diagnose_build(
+    what: str, outcome: dict[str, Any], tools: dict[str, Any], needs: str, timeout: float
+) -> tuple[str, str]:
+    """(cause, fix) for a failed torch.compile / extension child, naming the missing piece."""
+    result = outcome.get("result") or {}
+    text = "\n".join(
+        str(x) for x in (result.get("error"), result.get("traceback"), outcome.get("output_tail")) if x
+    )
+    python_dev = f"python{tools['python']}-dev"
+    compiler_fix = (
+        "install a compiler in the image: apt-get install -y g++ (or build-essential); or set CXX/CC"
+    )
+    header_fix = (
+        f"install the Python headers for this interpreter: apt-get install -y {python_dev} (Debian/Ubuntu; "
+        f"they belong in {tools.get('python_include')})"
+    )
+    if outcome.get("timed_out"):
+        return (
+            f"{what} did not finish within {timeout:.0f} s (killed)",
+            "give the check more CPU time; see the output tail in the detail",
+        )
+    if result.get("missing") == "ninja":
+        return (
+            f"{what}: ninja is missing (torch.utils.cpp_extension.load_inline builds with it)",
+            "install it in the image: pip install ninja (or apt-get install -y ninja-build)",
+        )
+    mismatch = NVCC_MISMATCH.search(text)
+    if mismatch:
+        return (
+            f"{what}: nvcc is CUDA {mismatch.group(1)}, not the CUDA torch was built with: torch's extension "
+            "builder refuses a differing major",
+            "use the -devel base of torch's CUDA version (nvcc at /usr/local/cuda/bin/nvcc)",
+        )
+    compiler = tools.get("cxx") if needs == "cxx" else tools.get("cc")
+    if COMPILER_MISSING.search(text) or compiler is None:
+        looked = "CXX, g++, c++, clang++" if needs == "cxx" else "CC, gcc, cc, clang"
+        return (f"{what}: no C/C++ compiler in the image (looked for {looked} on PATH)", compiler_fix)
+    if PYTHON_H_MISSING.search(text) or tools.get("python_h") is None:
+        return (f"{what}: Python.h missing (no {tools.get('python_include')}/Python.h)", header_fix)
+    if NOEXEC.search(text):
+        return (
+            f"{what}: the temporary directory is mounted noexec, and the library it compiled must be"
+            " loaded from there (failed to map segment)",
+            "give the container an exec /tmp (`docker run --tmpfs /tmp:exec`; `imagekit verify` does)"
+            " or point TMPDIR at an exec mount",
+        )
+    first_line = (result.get("error") or outcome.get("output_tail") or "no output").strip().splitlines()
+    return (
+        f"{what} failed: {first_line[0][:400] if first_line else 'no output'} (exit {outcome.get('rc')})",
+        "see the output tail in the check's detail",
+    )
+
+
+def _torch_at_least(torch: Any, major: int, minor: int) -> bool:
+    match = re.match(r"^(\d+)\.(\d+)", str(torch.__version__))
+    if match is None:
+        return False
+    return (int(match.group(1)), int(match.group(2))) >= (major, minor)
+
+
+def gpu_part(ctx: Context, name: str) -> dict[str, Any] | None:
+    """The GPU policy for the GPU part of a CPU+GPU check: None to run it, else the part's verdict."""
+    gate = ctx.gpu_gate(name)
+    if gate is not None:
+        if gate.status == "fail":
+            return {"status": "fail", "cause": gate.cause, "fix": gate.fix}
+        return {"status": "skip", "reason": gate.reason}
+    if not ctx.torch.cuda.is_available():
+        return {
+            "status": "fail",
+            "cause": "a GPU is visible but torch.cuda.is_available() is False (see cuda_available)",
+            "fix": "fix cuda_available first",
+        }
+    return None
+
+
+def combine_parts(
+    name: str, parts: dict[str, dict[str, Any]], detail: dict[str, Any], required: bool
+) -> CheckResult:
+    """One check from its parts (cpu, cuda:N, ...): any failed part fails it; passes when at least one
+    part passed and none failed; otherwise skip with the parts' reasons."""
+    detail = {**detail, "parts": parts}
+    actual = {key: part["status"] for key, part in parts.items()}
+    bad = {key: part for key, part in parts.items() if part["status"] == "fail"}
+    if bad:
+        return CheckResult(
+            name,
+            "fail",
+            required=required,
+            expected=dict.fromkeys(parts, "pass"),
+            actual=actual,
+            detail=detail,
+            cause="; ".join(f"[{key}] {part.get('cause')}" for key, part in bad.items()),
+            fix="; ".join(dict.fromkeys(str(part.get("fix")) for part in bad.values())),
+        )
+    if any(part["status"] == "pass" for part in parts.values()):
+        return CheckResult(name, "pass", required=required, actual=actual, detail=detail)
+    reasons = "; ".join(f"[{key}] {part.get('reason')}" for key, part in parts.items())
+    return CheckResult(name, "skip", required=required, reason=reasons, actual=actual, detail=detail)
+
+
+def build_part(
+    ctx: Context, task: str, key: str, what: str, needs: str, timeout: float, tools: dict[str, Any]
+) -> dict[str, Any]:
+    """One compile/extension run in its child process, as a part: pass, or fail with the missing piece."""
+    outcome = run_task(ctx, task, key, timeout)
+    result = outcome["result"] or {}
+    part: dict[str, Any] = {k: v for k, v in result.items() if k != "traceback"}
+    part["seconds"] = outcome["seconds"]
+    if result.get("ok"):
+        part["status"] = "pass"
+    else:
+        cause, fix = diagnose_build(what, outcome, tools, needs, timeout)
+        part.update({"status": "fail", "cause": cause, "fix": fix, "output_tail": outcome["output_tail"]})
+    return part
+
+
+def check_compile(ctx: Context) -> CheckResult:
+    skip = torch_skip(ctx, "compile")
+    if skip:
+        return skip
+    torch = ctx.torch
+    if not _torch_at_least(torch, 2, 0) or not hasattr(torch, "compile"):
+        return skipped("compile", f"torch {torch.__version__} has no torch.compile (needs >= 2.0)")
+    # Runtime images carry no compiler: a failure there is reported, not fatal to the image.
+    required = ctx.expect.flavour != "runtime"
+    tools = toolchain(ctx.env)
+    detail: dict[str, Any] = {"toolchain": tools, "timeout_s": COMPILE_TIMEOUT_S}
+    parts: dict[str, dict[str, Any]] = {}
+    devices = [("cpu", "inductor C++ on the CPU", "cxx")]
+    gpu = gpu_part(ctx, "compile")
+    if gpu is None:
+        devices.append(("cuda:0", "inductor Triton on GPU 0", "cc"))
+    else:
+        parts["cuda"] = gpu
+    for device, what, needs in devices:
+        parts[device] = build_part(
+            ctx, "compile", device, f"torch.compile ({what})", needs, COMPILE_TIMEOUT_S, tools
+        )
+    return combine_parts("compile", parts, detail, required)
+
+
+def check_extension(ctx: Context) -> CheckResult:
+    flavour = ctx.expect.flavour
+    if flavour is None:
+        return skipped("extension", "no flavour given (extensions are checked in devel images)")
+    if flavour == "runtime":
+        return skipped(
+            "extension", "runtime flavour: no compiler toolchain expected, extensions are not built"
+        )
+    skip = torch_skip(ctx, "extension")
+    if skip:
+        return skip
+    tools = toolchain(ctx.env)
+    nvcc = shutil.which("nvcc", path=ctx.env.get("PATH", os.defpath))
+    if nvcc is None and os.path.exists("/usr/local/cuda/bin/nvcc"):
+        nvcc = "/usr/local/cuda/bin/nvcc"
+    detail: dict[str, Any] = {
+        "toolchain": tools,
+        "nvcc": nvcc,
+        "timeout_s": EXTENSION_TIMEOUT_S,
+        "TORCH_EXTENSIONS_DIR": ctx.env.get("TORCH_EXTENSIONS_DIR"),
+        "build_dir": "a fresh directory under the temporary directory (a cached build would prove nothing)",
+    }
+    parts: dict[str, dict[str, Any]] = {}
+    runs = [("extension_cpu", "cpu", "a C++ extension (load_inline)")]
+    gpu = gpu_part(ctx, "extension")
+    if gpu is not None:
+        parts["cuda"] = gpu
+    elif nvcc is None:
+        parts["cuda"] = {"status": "skip", "reason": "no nvcc in the image (PATH, /usr/local/cuda/bin)"}
+    elif ctx.expect.is_cpu or not ctx.torch.version.cuda:
+        parts["cuda"] = {"status": "skip", "reason": "torch is a CPU build: no CUDA extension to build"}
+    else:
+        runs.append(("extension_cuda", "cuda:0", "a CUDA extension (load_inline, nvcc)"))
+    for task, key, what in runs:
+        parts[key] = build_part(ctx, task, key, what, "cxx", EXTENSION_TIMEOUT_S, tools)
+    return combine_parts("extension", parts, detail, True)

@@ -1,0 +1,149 @@
+"""nccl: all-reduce and broadcast across the GPUs in worker processes (this probe run again), each
+returning its result in its own file."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from .context import Context, needs_gpu_and_torch
+from .proc import read_result, read_text, self_command, write_result
+from .results import CheckResult, failed, passed, skipped
+
+NCCL_TIMEOUT_S = 120.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_collectives(
+    world: int, backend: str, timeout: float = NCCL_TIMEOUT_S, workdir: str | None = None
+) -> dict[str, Any]:
+    """Spawn `world` worker processes (this script) that all-reduce and broadcast; bounded by timeout.
+
+    Each rank returns its result in its own file (--result-file); its stdout and stderr go to files
+    too (not pipes: a rank blocked on a full pipe while another waits for it in a collective would
+    hang until the timeout), and are only quoted when a rank wrote no result."""
+    port = _free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    outputs: list[dict[str, Any]] = []
+    timed_out = False
+    own_dir = workdir is None
+    directory = tempfile.mkdtemp(prefix="imagekit-collective-") if workdir is None else workdir
+    try:
+        logs = [os.path.join(directory, f"rank{rank}.log") for rank in range(world)]
+        results = [os.path.join(directory, f"rank{rank}.json") for rank in range(world)]
+        try:
+            for rank in range(world):
+                command = [
+                    *self_command(),
+                    "--collective-worker",
+                    str(rank),
+                    str(world),
+                    str(port),
+                    backend,
+                    "--result-file",
+                    results[rank],
+                ]
+                with open(logs[rank], "wb") as log:
+                    procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+            deadline = time.monotonic() + timeout
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    for other in procs:
+                        other.kill()
+                    proc.wait()
+        finally:
+            for proc in procs:  # also on an exception: no rank outlives the check
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        for rank, proc in enumerate(procs):
+            result = read_result(results[rank])
+            if result is None:
+                output = read_text(logs[rank]) or ""
+                result = {"rank": rank, "ok": False, "rc": proc.returncode, "output": output[-600:]}
+            outputs.append(result)
+    finally:
+        if own_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+    return {
+        "ok": not timed_out and len(outputs) == world and all(o.get("ok") for o in outputs),
+        "timed_out": timed_out,
+        "ranks": outputs,
+    }
+
+
+def collective_worker(rank: int, world: int, port: int, backend: str, result_file: str) -> int:
+    """One rank: all_reduce(sum) of rank+1 and broadcast of rank 0's tensor; writes its result file."""
+    from datetime import timedelta
+
+    result: dict[str, Any] = {"rank": rank, "ok": False}
+    try:
+        torch: Any = importlib.import_module("torch")
+        dist: Any = importlib.import_module("torch.distributed")
+        device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=60),
+        )
+        t = torch.full((1024,), float(rank + 1), device=device)
+        dist.all_reduce(t)
+        want_sum = world * (world + 1) / 2
+        reduce_ok = bool((t == want_sum).all().item())
+        expected = torch.arange(1024, dtype=torch.float32, device=device)
+        src = expected.clone() if rank == 0 else torch.zeros(1024, device=device)
+        dist.broadcast(src, 0)
+        broadcast_ok = bool((src == expected).all().item())
+        dist.barrier()
+        dist.destroy_process_group()
+        result.update({"all_reduce": reduce_ok, "broadcast": broadcast_ok, "ok": reduce_ok and broadcast_ok})
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    write_result(result_file, result)
+    return 0 if result["ok"] else 1
+
+
+@needs_gpu_and_torch("nccl")
+def check_nccl(ctx: Context, torch: Any) -> CheckResult:
+    count = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    if count < 2:
+        return skipped("nccl", f"fewer than 2 GPUs ({count})", actual=count)
+    dist = importlib.import_module("torch.distributed")
+    if not dist.is_available() or not dist.is_nccl_available():
+        return failed(
+            "nccl",
+            "torch.distributed has no NCCL backend in this build",
+            "install a CUDA torch wheel (it ships NCCL through nvidia-nccl-cu*)",
+            expected="nccl",
+            actual=None,
+        )
+    outcome = run_collectives(count, "nccl", workdir=ctx.subdir("nccl"))
+    if not outcome["ok"]:
+        return failed(
+            "nccl",
+            "NCCL all-reduce/broadcast across the GPUs failed"
+            + (" (timed out: a hang)" if outcome["timed_out"] else ""),
+            "run with NCCL_DEBUG=INFO (its output does not disturb the check); check --ipc=host / "
+            "--shm-size and P2P (NCCL_P2P_DISABLE=1)",
+            expected={"world": count},
+            actual=outcome,
+        )
+    return passed("nccl", {"world": count, "ops": ["all_reduce", "broadcast"]}, outcome)

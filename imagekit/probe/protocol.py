@@ -1,0 +1,167 @@
+"""The protocol between the host and the in-image probe: what both sides name the same way.
+
+The probe (this package, shipped into every image as /opt/imagekit/check.py) and the host (verify,
+store, figures, publish, k8s) import these names from here; nothing else spells a check name.
+Standard library only, Python 3.8+: the probe imports it inside the oldest supported image.
+"""
+
+from __future__ import annotations
+
+SCHEMA = 1  # the result document's "schema"; a change to its fields changes this
+
+# Every check of /opt/imagekit/check.py, in the order it runs and reports them.
+ENVIRONMENT = "environment"
+PYTHON = "python"
+NVCC = "nvcc"
+CUDA_INSTALLS = "cuda_installs"
+NVIDIA_SMI = "nvidia_smi"
+DRIVER = "driver"
+REQUIRE = "require"
+TORCH = "torch"
+TORCH_CUDA = "torch_cuda"
+CUDNN = "cudnn"
+LIBCUDART = "libcudart"
+CUDA_AVAILABLE = "cuda_available"
+ARCH = "arch"
+GEMM_CPU = "gemm_cpu"
+GEMM_GPU = "gemm_gpu"
+GEMM_PERF = "gemm_perf"
+COMPILE = "compile"
+EXTENSION = "extension"
+TRAIN_STEP = "train_step"
+NCCL = "nccl"
+
+CHECK_NAMES: tuple[str, ...] = (
+    ENVIRONMENT,
+    PYTHON,
+    NVCC,
+    CUDA_INSTALLS,
+    NVIDIA_SMI,
+    DRIVER,
+    REQUIRE,
+    TORCH,
+    TORCH_CUDA,
+    CUDNN,
+    LIBCUDART,
+    CUDA_AVAILABLE,
+    ARCH,
+    GEMM_CPU,
+    GEMM_GPU,
+    GEMM_PERF,
+    COMPILE,
+    EXTENSION,
+    TRAIN_STEP,
+    NCCL,
+)
+# Reported, never fails an image (a shared device may be busy): its record says required=false.
+NOT_REQUIRED = frozenset({GEMM_PERF})
+# The GPU checks a `validated` verdict needs, each present and passed.
+VALIDATING_GPU_CHECKS: tuple[str, ...] = (CUDA_AVAILABLE, GEMM_GPU)
+
+# Checks of /opt/imagekit/frontend_check.py (jupyter and ssh images), in report order per front end.
+FRONTEND_COMMON_CHECKS: tuple[str, ...] = (
+    "user",
+    "init",
+    "workspace",
+    "packages",
+    "no_baked_secrets",
+)
+FRONTEND_CHECKS: dict[str, tuple[str, ...]] = {
+    "jupyter": (
+        *FRONTEND_COMMON_CHECKS,
+        "jupyter_refuses_unsafe",
+        "jupyter_auth",
+        "jupyter_listen",
+        "server_user",
+        "healthcheck",
+        "jupyter_token_file",
+        "jupyter_kernel",
+    ),
+    "ssh": (
+        *FRONTEND_COMMON_CHECKS,
+        "sshd_refuses_no_keys",
+        "sshd_config",
+        "ssh_login",
+        "ssh_password_refused",
+        "ssh_other_keys_refused",
+        "ssh_host_keys",
+        "server_user",
+        "healthcheck",
+    ),
+}
+FRONTEND_KIND = "frontend"  # the front-end document's "kind"
+# A check the host adds to a front-end image's report (from the engine's view of the image).
+IMAGE_SECRETS = "image_secrets"
+
+# A check's status, and the fields of its record (CheckResult), in order.
+PASS = "pass"
+FAIL = "fail"
+SKIP = "skip"
+STATUSES: tuple[str, ...] = (PASS, FAIL, SKIP)
+RESULT_FIELDS: tuple[str, ...] = (
+    "name",
+    "status",
+    "required",
+    "reason",
+    "expected",
+    "actual",
+    "detail",
+    "cause",
+    "fix",
+    "duration_s",
+)
+# The top-level keys of the check document, and of its summary.
+DOCUMENT_FIELDS: tuple[str, ...] = (
+    "schema",
+    "checks",
+    "summary",
+    "gpu_visible",
+    "gpu_requested",
+    "expected",
+    "telemetry",
+    "inventory",
+)
+SUMMARY_FIELDS: tuple[str, ...] = (PASS, FAIL, SKIP, "required_failed", "ok")
+
+# Exit statuses of both scripts.
+EXIT_OK = 0  # no required check failed
+EXIT_FAILED = 1  # a required check failed
+EXIT_BAD_ARGUMENTS = 2
+
+# Expectations: the option, the environment variable that stands in for it, and the image label
+# (imagekit.<name>) the host reads it from. Arguments win over the environment.
+EXPECT_OPTIONS: dict[str, str] = {
+    "torch": "--expect-torch",
+    "cuda": "--expect-cuda",
+    "cudnn": "--expect-cudnn",
+    "python": "--expect-python",
+    "flavour": "--flavour",
+}
+EXPECT_ENV: dict[str, str] = {
+    "torch": "IMAGEKIT_EXPECT_TORCH",
+    "cuda": "IMAGEKIT_EXPECT_CUDA",
+    "cudnn": "IMAGEKIT_EXPECT_CUDNN",
+    "python": "IMAGEKIT_EXPECT_PYTHON",
+    "flavour": "IMAGEKIT_FLAVOUR",
+}
+REQUIRE_GPU_OPTION = "--require-gpu"
+REQUIRE_GPU_ENV = "IMAGEKIT_REQUIRE_GPU"
+ONLY_OPTION = "--only"
+ONLY_ENV = "IMAGEKIT_CHECK_ONLY"
+SKIP_OPTION = "--skip"
+SKIP_ENV = "IMAGEKIT_CHECK_SKIP"
+
+# Front-end check expectations: option -> (environment variable, image label name).
+FRONTEND_OPTION = "--frontend"
+FRONTEND_EXPECT_OPTIONS: dict[str, str] = {
+    "frontend-user": "--expect-user",
+    "frontend-uid": "--expect-uid",
+    "jupyterlab": "--expect-jupyterlab",
+}
+
+# Internal roles: the probe re-runs itself for work that must be isolated or bounded in time.
+TASK_NAMES: tuple[str, ...] = ("compile", "extension_cpu", "extension_cuda")
+WORKER_OPTION = "--collective-worker"
+TASK_OPTION = "--task"
+DEVICE_OPTION = "--device"
+RESULT_FILE_OPTION = "--result-file"

@@ -1,0 +1,157 @@
+"""The check run: every check in ``protocol.CHECK_NAMES`` order, the report document, and ``main``
+(also the child roles: a collective rank, a bounded task)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from .arch import check_arch, check_cuda_available
+from .arguments import ArgumentError, Invocation, parse_args
+from .build import check_compile, check_extension
+from .collectives import check_nccl, collective_worker
+from .context import Context
+from .driver import check_driver
+from .gemm import check_gemm_cpu, check_gemm_gpu
+from .libraries import check_cudnn, check_libcudart, check_torch, check_torch_cuda
+from .perf import check_gemm_perf
+from .proc import read_text
+from .protocol import SCHEMA
+from .require import check_require
+from .results import CheckResult, run_check, skipped, summarize
+from .system import check_cuda_installs, check_environment, check_nvcc, check_nvidia_smi, check_python
+from .tasks import run_task_child
+from .training import check_train_step
+from .versions import parse_os_release
+
+
+def inventory() -> dict[str, Any]:
+    packages: list[dict[str, str]] = []
+    try:
+        from importlib import metadata
+
+        seen = set()
+        for dist in metadata.distributions():
+            name = dist.metadata["Name"]
+            if name and name.lower() not in seen:
+                seen.add(name.lower())
+                packages.append({"name": name, "version": dist.version})
+    except Exception as exc:
+        packages.append({"name": "<error>", "version": str(exc)})
+    packages.sort(key=lambda p: p["name"].lower())
+    return {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "os_release": parse_os_release(read_text("/etc/os-release") or ""),
+        "packages": packages,
+    }
+
+
+CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
+    ("environment", check_environment),
+    ("python", check_python),
+    ("nvcc", check_nvcc),
+    ("cuda_installs", check_cuda_installs),
+    ("nvidia_smi", check_nvidia_smi),
+    ("driver", check_driver),
+    ("require", check_require),
+    ("torch", check_torch),
+    ("torch_cuda", check_torch_cuda),
+    ("cudnn", check_cudnn),
+    ("libcudart", check_libcudart),
+    ("cuda_available", check_cuda_available),
+    ("arch", check_arch),
+    ("gemm_cpu", check_gemm_cpu),
+    ("gemm_gpu", check_gemm_gpu),
+    ("gemm_perf", check_gemm_perf),
+    ("compile", check_compile),
+    ("extension", check_extension),
+    ("train_step", check_train_step),
+    ("nccl", check_nccl),
+)
+
+
+def selected(name: str, invocation: Invocation) -> str | None:
+    """None when the check runs, else the reason it was left out (--only / --skip)."""
+    if invocation.only and name not in invocation.only:
+        return "not selected (--only " + ",".join(invocation.only) + ")"
+    if name in invocation.skip:
+        return "left out (--skip)"
+    return None
+
+
+def build_report(ctx: Context, invocation: Invocation | None = None) -> dict[str, Any]:
+    chosen = invocation or Invocation()
+    started = time.monotonic()
+    _ = ctx.torch  # import once up front, so its cost is not billed to whichever check asks first
+    ctx.torch_import_s = round(time.monotonic() - started, 3)
+    checks = []
+    try:
+        with ctx.cache_environment():
+            for name, fn in CHECKS:
+                reason = selected(name, chosen)
+                checks.append(skipped(name, reason) if reason else run_check(name, fn, ctx))
+    finally:
+        ctx.cleanup()  # builds, caches and result files of this run: nothing stays behind
+    summary = summarize(checks)
+    expect = asdict(ctx.expect)
+    return {
+        "schema": SCHEMA,
+        "checks": [asdict(c) for c in checks],
+        "summary": summary,
+        "gpu_visible": ctx.gpu_visible,
+        "gpu_requested": ctx.gpu_requested,
+        "expected": expect,
+        "telemetry": ctx.telemetry,
+        "inventory": inventory(),
+    }
+
+
+def _flush_c_stdio() -> None:
+    """fflush(NULL): flush every C stdio stream (a native library's printf buffer)."""
+    # no libc symbol table (static or unusual runtimes): nothing to flush
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
+def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
+    environ = dict(os.environ if env is None else env)
+    try:
+        expect, invocation = parse_args(sys.argv[1:] if argv is None else argv, environ)
+    except ArgumentError as exc:
+        sys.stderr.write(f"check.py: bad arguments: {exc}\n")
+        return 2
+    if invocation.worker is not None:
+        worker = invocation.worker
+        try:
+            rank, world, port = int(worker[0]), int(worker[1]), int(worker[2])
+        except ValueError:
+            sys.stderr.write("check.py: --collective-worker RANK WORLD PORT BACKEND --result-file PATH\n")
+            return 2
+        return collective_worker(rank, world, port, worker[3], str(invocation.result_file))
+    if invocation.task is not None:
+        return run_task_child(invocation.task, invocation.device, str(invocation.result_file))
+    # Libraries may print to stdout (warnings, banners); keep stdout for the one JSON document.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        report = build_report(Context(expect, environ), invocation)
+    finally:
+        sys.stdout.flush()
+        _flush_c_stdio()  # C libraries' buffered stdout must land on stderr, not after the JSON
+        os.dup2(saved, 1)
+        os.close(saved)
+    sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+    return 0 if report["summary"]["ok"] else 1

@@ -1,0 +1,258 @@
+"""Bounded child tasks (torch.compile, C++/CUDA extensions): run in a process of their own, results
+through a file, every cache under the run's scratch directory."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import traceback
+from typing import Any
+
+from .context import Context
+from .proc import read_result, read_text, self_command, write_result
+
+COMPILE_TIMEOUT_S = 300.0  # torch.compile's first call: tens of seconds (inductor + a C++ build)
+EXTENSION_TIMEOUT_S = 600.0  # load_inline: torch/extension.h alone takes ~30 s to compile
+
+
+EXT_CPP = """
+#include <torch/extension.h>
+torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double alpha) {
+  TORCH_CHECK(a.sizes() == b.sizes(), "shape mismatch");
+  auto ac = a.contiguous().to(torch::kFloat);
+  auto bc = b.contiguous().to(torch::kFloat);
+  auto out = torch::empty_like(ac);
+  const float* pa = ac.data_ptr<float>();
+  const float* pb = bc.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const float s = static_cast<float>(alpha);
+  for (int64_t i = 0; i < ac.numel(); ++i) po[i] = pa[i] + s * pb[i];
+  return out;
+}
+"""
+EXT_CUDA_DECL = "torch::Tensor scaled_add_cuda(torch::Tensor a, torch::Tensor b, double alpha);"
+EXT_CUDA = """
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+__global__ void scaled_add_kernel(const float* a, const float* b, float* out, float alpha, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + alpha * b[i];
+}
+torch::Tensor scaled_add_cuda(torch::Tensor a, torch::Tensor b, double alpha) {
+  TORCH_CHECK(a.is_cuda() && b.is_cuda() && a.sizes() == b.sizes(), "CUDA tensors of one shape expected");
+  auto ac = a.contiguous().to(torch::kFloat);
+  auto bc = b.contiguous().to(torch::kFloat);
+  auto out = torch::empty_like(ac);
+  const int64_t n = ac.numel();
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
+  scaled_add_kernel<<<blocks, threads>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(),
+                                        static_cast<float>(alpha), n);
+  cudaError_t err = cudaGetLastError();
+  TORCH_CHECK(err == cudaSuccess, "kernel launch failed: ", cudaGetErrorString(err));
+  return out;
+}
+"""
+
+
+def _files_under(directory: str | None) -> list[str]:
+    found: list[str] = []
+    if not directory or not os.path.isdir(directory):
+        return found
+    for root, _dirs, files in os.walk(directory):
+        found.extend(os.path.join(root, f) for f in files)
+    return found
+
+
+def task_compile(device: str) -> dict[str, Any]:
+    """torch.compile (inductor) of a small function, compared with eager, on one device."""
+    torch: Any = importlib.import_module("torch")
+    dynamo: Any = importlib.import_module("torch._dynamo")
+    dynamo.config.suppress_errors = False  # a failed compile must raise, not quietly run eager
+
+    def fn(x: Any, y: Any) -> Any:
+        return torch.nn.functional.gelu(x @ y) * torch.sigmoid(y.sum(dim=0)) + torch.sin(x).mean(
+            dim=1, keepdim=True
+        )
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 64, generator=gen).to(device)
+    y = torch.randn(64, 64, generator=gen).to(device)
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    started = time.monotonic()
+    compiled = torch.compile(fn, fullgraph=True)
+    out = compiled(x, y)
+    sync()
+    first = time.monotonic() - started
+    started = time.monotonic()
+    again = compiled(x, y)
+    sync()
+    second = time.monotonic() - started
+    ref = fn(x, y)
+    max_err = float((out - ref).abs().max().item())
+    close = bool(torch.allclose(out, ref, rtol=1e-4, atol=1e-4)) and bool(torch.equal(out, again))
+    generated = [
+        f
+        for f in _files_under(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+        if f.endswith((".cpp", ".py", ".so", ".cubin", ".ptx"))
+    ]
+    result: dict[str, Any] = {
+        "ok": close and bool(generated),
+        "device": device,
+        "torch": str(torch.__version__),
+        "max_abs_error": max_err,
+        "first_call_s": round(first, 2),
+        "second_call_s": round(second, 4),
+        "generated_files": len(generated),
+    }
+    if not close:
+        result["error"] = f"compiled result differs from eager (max abs error {max_err:.3g})"
+    elif not generated:
+        result["error"] = "no generated code in TORCHINDUCTOR_CACHE_DIR: torch.compile did not compile"
+    return result
+
+
+def task_extension(cuda: bool) -> dict[str, Any]:
+    """A C++ (or CUDA) extension through load_inline, built into a fresh directory, then called."""
+    torch: Any = importlib.import_module("torch")
+    cpp_extension: Any = importlib.import_module("torch.utils.cpp_extension")
+    info: dict[str, Any] = {
+        "torch": str(torch.__version__),
+        "cuda_home": getattr(cpp_extension, "CUDA_HOME", None),
+    }
+    if not cpp_extension.is_ninja_available():
+        return {
+            **info,
+            "ok": False,
+            "missing": "ninja",
+            "error": "ninja is not available (load_inline needs it)",
+        }
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.mkdtemp()
+    build = os.path.join(root, "cuda" if cuda else "cpu")
+    os.makedirs(build, exist_ok=True)
+    name = f"imagekit_check_{'cuda' if cuda else 'cpu'}_{os.getpid()}"
+    started = time.monotonic()
+    if cuda:
+        module = cpp_extension.load_inline(
+            name=name,
+            cpp_sources=[EXT_CUDA_DECL],
+            cuda_sources=[EXT_CUDA],
+            functions=["scaled_add_cuda"],
+            build_directory=build,
+            verbose=False,
+        )
+    else:
+        module = cpp_extension.load_inline(
+            name=name, cpp_sources=[EXT_CPP], functions=["scaled_add"], build_directory=build, verbose=False
+        )
+    build_s = time.monotonic() - started
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(4097, generator=gen)
+    b = torch.randn(4097, generator=gen)
+    if cuda:
+        a, b = a.cuda(), b.cuda()
+        got = module.scaled_add_cuda(a, b, 0.5)
+        torch.cuda.synchronize()
+    else:
+        got = module.scaled_add(a, b, 0.5)
+    ref = a + 0.5 * b
+    max_err = float((got - ref).abs().max().item())
+    built = [os.path.basename(f) for f in _files_under(build) if f.endswith(".so")]
+    ok = bool(torch.allclose(got, ref, rtol=1e-6, atol=1e-6)) and bool(built)
+    result = {**info, "ok": ok, "build_s": round(build_s, 1), "max_abs_error": max_err, "built": built}
+    if not ok:
+        result["error"] = f"the extension's result differs (max abs error {max_err:.3g}) or no .so was built"
+    return result
+
+
+def run_task_child(task: str, device: str, result_file: str) -> int:
+    """Child side of run_task: do the task, write its result file, exit 0 when it passed."""
+    try:
+        if task == "compile":
+            result = task_compile(device)
+        elif task == "extension_cpu":
+            result = task_extension(cuda=False)
+        else:
+            result = task_extension(cuda=True)
+    except Exception as exc:
+        result = {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}"[-4000:],
+            "traceback": traceback.format_exc(limit=8)[-3000:],
+        }
+    write_result(result_file, result)
+    return 0 if result.get("ok") else 1
+
+
+def task_env(ctx: Context, taskdir: str) -> dict[str, str]:
+    """The child's environment: every cache and build directory inside the run's work directory,
+    so nothing lands outside the temporary directory and no stale build is reused."""
+    env = dict(ctx.env)
+    scratch = os.path.join(taskdir, "tmp")
+    os.makedirs(scratch, exist_ok=True)
+    env.update(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(taskdir, "inductor"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",  # compile in the child itself: no worker pool to outlive it
+            "TRITON_CACHE_DIR": os.path.join(taskdir, "triton"),
+            "TRITON_HOME": taskdir,
+            "TORCH_EXTENSIONS_DIR": os.path.join(taskdir, "extensions"),
+            "CUDA_CACHE_PATH": os.path.join(taskdir, "nv-compute-cache"),
+            "XDG_CACHE_HOME": os.path.join(taskdir, "cache"),
+            "TMPDIR": scratch,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def run_task(ctx: Context, task: str, device: str, timeout: float) -> dict[str, Any]:
+    """Run `check.py --task` in a child process (own process group) bounded by `timeout`; its result
+    comes back through a file, its output (kept for diagnosis) through another."""
+    taskdir = ctx.subdir(f"{task}-{device.replace(':', '')}")
+    result_file = os.path.join(taskdir, "result.json")
+    log_path = os.path.join(taskdir, "output.log")
+    command = [
+        *self_command(),
+        "--task",
+        task,
+        "--device",
+        device,
+        "--result-file",
+        result_file,
+    ]
+    started = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=task_env(ctx, taskdir),
+            cwd=taskdir,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the child and whatever it started
+            rc = proc.wait()
+    return {
+        "rc": rc,
+        "timed_out": timed_out,
+        "seconds": round(time.monotonic() - started, 1),
+        "result": read_result(result_file),
+        "output_tail": (read_text(log_path) or "")[-2000:],
+    }
