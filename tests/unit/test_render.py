@@ -128,7 +128,8 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "g++" not in runtime and "ninja" not in runtime
     current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
     assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
-    assert "torch==2.15.0 \\\n" in current and "torchvision==" not in current  # 2.15 has none
+    # 2.15's companions are stable-ABI wheels paired by their own torch requirement
+    assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \\\n" in current
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
     assert 'want = "2.1.0a0+32f93b1"' in ngc
