@@ -32,6 +32,7 @@ import ipaddress
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -590,15 +591,18 @@ class Registry:
             raise requests.Timeout("the operation's deadline passed")
         wait = min(TIMEOUT_S, remaining)
         _rewind(data)
-        return self.session.request(
-            method,
-            url,
-            headers=dict(headers),
-            data=data,
-            params=params,
-            timeout=(wait, wait),
-            stream=True,
-            allow_redirects=False,
+        return _before(
+            remaining,
+            lambda: self.session.request(
+                method,
+                url,
+                headers=dict(headers),
+                data=data,
+                params=params,
+                timeout=(wait, wait),
+                stream=True,
+                allow_redirects=False,
+            ),
         )
 
     def _authorised(
@@ -923,6 +927,40 @@ def open_registry(
 ) -> Registry:
     """A client for ``host`` with the credentials found for it (environment, Docker config)."""
     return Registry(host, find_credentials(host), backoff=backoff, on_retry=on_retry)
+
+
+def _before(seconds: float, request: Callable[[], requests.Response]) -> requests.Response:
+    """``request`` (up to its status line and headers) if it answers within ``seconds``.
+
+    The per-read timeout bounds each read, not the whole: a server that drips its status line or
+    headers a byte at a time (up to http.client's 100 lines of 64 KiB) would hold an operation for
+    hours. The request runs in a thread of its own and is abandoned at the deadline; it then ends
+    on its own read timeout, and a response that still comes is closed, never used.
+    """
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+    abandoned = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["response"] = request()
+        except BaseException as exc:  # handed to the caller's thread, which raises it
+            outcome["error"] = exc
+        finally:
+            finished.set()
+            if abandoned.is_set() and "response" in outcome:
+                outcome["response"].close()
+
+    threading.Thread(target=run, name="imagekit-registry-request", daemon=True).start()
+    if not finished.wait(max(seconds, 0.0)):
+        abandoned.set()
+        if finished.is_set() and "response" in outcome:  # it came in between: still too late
+            outcome["response"].close()
+        raise requests.Timeout("the status line and headers did not come before the deadline")
+    if "error" in outcome:
+        raise outcome["error"]
+    response: requests.Response = outcome["response"]
+    return response
 
 
 def _rewind(data: Any) -> None:

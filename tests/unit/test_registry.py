@@ -415,6 +415,17 @@ def _upload_then(blob_answer: Callable[[Scripted, Any], None]) -> Callable[[Scri
     return respond
 
 
+def _drip_headers(server: Scripted, h: Any) -> None:
+    """A status line, then 90 header lines 0.3 s apart (27 s): each read is quick, the whole is not."""
+    h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+    h.wfile.flush()
+    for n in range(90):
+        time.sleep(0.3)
+        h.wfile.write(f"X-Drip-{n}: x\r\n".encode())
+        h.wfile.flush()
+    h.wfile.write(b"Content-Length: 0\r\n\r\n")
+
+
 BLOB = "sha256:" + "e" * 64
 BOUNDED: dict[str, tuple[Callable[[Scripted, Any], None], Callable[[Registry], object], str]] = {
     "an endless manifest": (
@@ -431,6 +442,11 @@ BOUNDED: dict[str, tuple[Callable[[Scripted, Any], None], Callable[[Registry], o
         lambda s, h: s.stream(h, 200, b" ", 1000, 0.05, {**DOCKER_V2, "Content-Length": "1000"}),
         lambda r: r.get_manifest("r", "t"),
         "no whole answer within 1s",
+    ),
+    "drip-fed headers": (
+        _drip_headers,
+        lambda r: r.get_manifest("r", "t"),
+        "within 1s",
     ),
     "an answer that never comes": (
         lambda s, h: time.sleep(10),
@@ -473,7 +489,8 @@ def test_every_registry_answer_is_bounded_in_size_and_time(case: str) -> None:
     server = Scripted(lambda h: respond(server, h))
     registry = hostile(server.host, deadline_s=1.0)
     try:
-        caught = one_line_naming(outcome(lambda: operation(registry)), server.host)
+        # a 1 s deadline: 15 s is "ended", while every hostile server here would go on far longer
+        caught = one_line_naming(outcome(lambda: operation(registry), seconds=15), server.host)
         assert expected in caught.message
         assert server.written < 32 * MiB  # it stopped reading; the server never got to write it all
     finally:
