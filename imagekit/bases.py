@@ -15,9 +15,9 @@ import docker
 import requests
 from docker.errors import APIError
 
+from imagekit.cells import LocalBase
 from imagekit.engine import alive, inspect_image, is_engine_failure, pull, repo_digest, unreachable
 from imagekit.errors import InputError, one_line
-from imagekit.matrix import LocalBase
 from imagekit.naming import split_reference
 from imagekit.store import BuildReport
 

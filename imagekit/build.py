@@ -36,6 +36,7 @@ from imagekit import naming
 from imagekit.atomic import open_new
 from imagekit.bases import ResolvedBase, apply_mirrors, recorded_digests, resolve_base
 from imagekit.build_registry import BuildRegistry, StagingFailed
+from imagekit.cells import Cell, FrontendCell, Plan, local_base_of
 from imagekit.clock import timestamp
 from imagekit.context import local_base_context
 from imagekit.engine import (
@@ -51,7 +52,6 @@ from imagekit.engine import (
 from imagekit.errors import EnvironmentProblem, ImagekitError, one_line
 from imagekit.jobs import Job, plan_jobs
 from imagekit.limits import STATE_BYTES
-from imagekit.matrix import Cell, Plan
 from imagekit.paths import read_regular_file
 from imagekit.progress import Progress
 from imagekit.registry import Backoff
@@ -224,18 +224,18 @@ class Builder:
         mirrors = options.mirrors + tuple(self.plan.matrix.mirrors.items())
         mirrored = tuple(
             c
-            if c.local_base is not None
+            if local_base_of(c) is not None
             else dataclasses.replace(c, base_image=apply_mirrors(c.base_image, mirrors))
             for c in cells
         )
         recorded = recorded_digests(self.previous) if options.pin_base_digests else {}
-        local_images = {c.local_base.image for c in self.plan.cells if c.local_base is not None}
+        local_images = {local.image for c in self.plan.cells if (local := local_base_of(c)) is not None}
         produced_prefix = naming.reference(self.plan.repository, "")
         resolved: dict[str, ResolvedBase] = {}
         for cell in mirrored:
             ref = cell.base_image
             if (
-                cell.local_base is not None
+                local_base_of(cell) is not None
                 or ref in resolved
                 or ref in local_images
                 or ref.startswith(produced_prefix)  # built by this run
@@ -419,7 +419,8 @@ class Builder:
         base_digest = job.external_digest
         cell = rendered.cell
         # built on this engine (a local base, or a front end's parent cell): its image id
-        built_here = cell.local_base.image if cell.local_base else cell.base_image if cell.parent else None
+        local = local_base_of(cell)
+        built_here = local.image if local else cell.base_image if isinstance(cell, FrontendCell) else None
         if built_here is not None:
             image = inspect_image(self.api, built_here)
             base_digest = str(image["Id"]) if image else None

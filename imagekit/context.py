@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
+from imagekit.cells import LocalBase
 from imagekit.errors import InputError
-from imagekit.matrix import LocalBase
 
 DOCKERFILE_NAME = "Dockerfile"
 _SPOOL_LIMIT = 16 << 20

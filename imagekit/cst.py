@@ -17,8 +17,8 @@ import yaml
 
 from imagekit import naming
 from imagekit.atomic import atomic_write_all
+from imagekit.cells import Cell, StackCell, local_base_of
 from imagekit.contract import CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, VENV
-from imagekit.matrix import Cell
 
 SCHEMA_VERSION = "2.0.0"
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -48,9 +48,9 @@ def _labels(cell: Cell) -> list[dict[str, Any]]:
 def _env(cell: Cell) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"key": k, "value": v} for k, v in cell.env]
     env.append({"key": "PIP_CONSTRAINT", "value": CONSTRAINTS_FILE})
-    if cell.stack is None:
+    if not isinstance(cell, StackCell):
         env.append({"key": "VIRTUAL_ENV", "value": VENV})
-    if cell.is_cuda and cell.cuda_full and cell.local_base is None:
+    if cell.is_cuda and cell.cuda_full and local_base_of(cell) is None:
         # nvidia/cuda and NGC images set it; NGC appends a build number (12.2.2.009).
         env.append({"key": "CUDA_VERSION", "value": "^" + re.escape(cell.cuda_full), "isRegex": True})
     return env
@@ -62,7 +62,7 @@ def _python(code: str) -> list[str]:
 
 def _commands(cell: Cell) -> list[dict[str, Any]]:
     torch_pattern = (
-        _exact(cell.torch) if cell.stack is not None else "^" + re.escape(cell.torch) + r"(\+\S+)?\s*$"
+        _exact(cell.torch) if isinstance(cell, StackCell) else "^" + re.escape(cell.torch) + r"(\+\S+)?\s*$"
     )
     tests: list[dict[str, Any]] = [
         {

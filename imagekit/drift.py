@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.atomic import atomic_write_all
+from imagekit.cells import Cell, Plan
 from imagekit.errors import DriftError, InputError
-from imagekit.matrix import Cell, Plan
 from imagekit.paths import os_problem, refuse_links
 from imagekit.render import HEADER_MARK, Renderer
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
+from imagekit.cells import Cell, FrontendCell, LocalBase, Plan, local_base_of
 from imagekit.context import DOCKERFILE_NAME
 from imagekit.errors import InputError
-from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.paths import os_problem, refuse_links
 from imagekit.render import RenderedCell
 from imagekit.text import shown
@@ -78,7 +78,8 @@ def json_export(plan: Plan, rendered: Sequence[RenderedCell], today: date) -> di
         entry["input_digest"] = item.input_digest
         entry["build_args"] = dict(item.build_args)
         entry["build_labels"] = item.build_labels()
-        entry["local_base"] = item.cell.local_base.image if item.cell.local_base else None
+        local = local_base_of(item.cell)
+        entry["local_base"] = local.image if local else None
         cells.append(entry)
     return {"matrix": plan.source_name, "repository": plan.repository, "cells": cells}
 
@@ -166,7 +167,7 @@ def materialise_contexts(rendered: Sequence[RenderedCell], context_dir: Path) ->
 def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:
     bases: dict[str, LocalBase] = {}
     for item in rendered:
-        base = item.cell.local_base
+        base = local_base_of(item.cell)
         if base is not None:
             bases.setdefault(base.name, base)
     return bases
@@ -209,9 +210,10 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "tags": [naming.reference(staging, naming.staging_tag(item.input_digest))],
             "labels": item.build_labels(),
         }
-        if cell.local_base is not None:
-            target["contexts"] = {cell.local_base.image: f"target:{base_target_name(cell.local_base)}"}
-        elif cell.parent is not None:
+        local = local_base_of(cell)
+        if local is not None:
+            target["contexts"] = {local.image: f"target:{base_target_name(local)}"}
+        elif isinstance(cell, FrontendCell):
             # a front end: FROM its cell's image, which this bake file builds as another target
             target["contexts"] = {cell.base_image: f"target:{bake_target_name(cell.parent)}"}
         targets[name] = target

@@ -9,9 +9,9 @@ from datetime import date
 from typing import Any, Literal
 
 from imagekit.bases import ResolvedBase, local_base_froms
+from imagekit.cells import Cell, LocalBase, Plan, local_base_of
 from imagekit.context import local_base_digest
 from imagekit.errors import InputError
-from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.render import RenderedCell, Renderer
 from imagekit.store import CellResult, Status
 
@@ -61,8 +61,8 @@ def plan_jobs(
         needed.setdefault(base.name, base)
 
     for cell in cells:
-        if cell.local_base is not None:
-            need(cell.local_base, ())
+        if (local := local_base_of(cell)) is not None:
+            need(local, ())
 
     jobs: list[Job] = []
     for base in needed.values():
@@ -90,8 +90,8 @@ def plan_jobs(
     for item, resolution in rendered_cells:
         cell = item.cell
         depends: tuple[str, ...] = ()
-        if cell.local_base is not None:
-            depends = (base_job_name(cell.local_base),)
+        if (local := local_base_of(cell)) is not None:
+            depends = (base_job_name(local),)
         elif cell.base_image in produced:  # a cell built on another cell of this matrix
             depends = (produced[cell.base_image],)
         jobs.append(

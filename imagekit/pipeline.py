@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from imagekit.build import Builder, BuildOutcome
-from imagekit.matrix import Cell
+from imagekit.cells import Cell
 from imagekit.store import ReportStore, Verification
 from imagekit.verify import Harness, verify_cells
 

@@ -31,11 +31,11 @@ from typing import Any, Literal, cast, get_args
 import docker
 
 from imagekit import naming
+from imagekit.cells import Cell, Plan
 from imagekit.clock import timestamp
 from imagekit.engine import PushFailed, connect, inspect_image, push_as
 from imagekit.errors import EnvironmentProblem
 from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy, merge_lock
-from imagekit.matrix import Cell, Plan
 from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
 from imagekit.registry import (
     Backoff,

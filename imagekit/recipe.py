@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from imagekit import naming
+from imagekit.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
 from imagekit.contract import (
     CHECK_SCRIPT_CONTEXT,
     CHECK_SCRIPT_PATH,
@@ -21,7 +22,6 @@ from imagekit.contract import (
     FrontendLayout,
 )
 from imagekit.errors import InputError
-from imagekit.matrix import Cell
 from imagekit.schema import Matrix
 
 WHEELHOUSE_CONTEXT = "wheelhouse"
@@ -57,7 +57,7 @@ class Recipe:
     check_script_path: str
 
 
-def _build_guard(cell: Cell) -> str:
+def _build_guard(cell: ImageCell) -> str:
     """Python run right after the install: the build fails unless torch is what the cell says.
 
     For a CUDA variant this is PyTorch's own release check (``torch.cuda._is_compiled()``, no GPU
@@ -69,7 +69,7 @@ def _build_guard(cell: Cell) -> str:
         "import sys, torch",
         f"want = {want}",
         "got = torch.__version__",
-        "ok = got == want" if cell.stack is not None else 'ok = got.split("+")[0] == want',
+        "ok = got == want" if isinstance(cell, StackCell) else 'ok = got.split("+")[0] == want',
     ]
     if cell.is_cuda:
         lines += [
@@ -93,7 +93,7 @@ def project_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~;@ ]", requirement, maxsplit=1)[0]).lower()
 
 
-def _requirements(cell: Cell) -> tuple[str, ...]:
+def _requirements(cell: ImageCell) -> tuple[str, ...]:
     pins = [f"torch=={cell.torch}"]
     if cell.torchvision:
         pins.append(f"torchvision=={cell.torchvision}")
@@ -101,7 +101,11 @@ def _requirements(cell: Cell) -> tuple[str, ...]:
         pins.append(f"torchaudio=={cell.torchaudio}")
     if cell.numpy_cap:
         pins.append(f"numpy{cell.numpy_cap}")
-    elif not cell.torchvision and "numpy" not in {project_name(p) for p in cell.pip_packages}:
+    elif (
+        isinstance(cell, WheelCell)  # a stack brings its own NumPy
+        and not cell.torchvision
+        and "numpy" not in {project_name(p) for p in cell.pip_packages}
+    ):
         # torch's own requirements name no NumPy (torchvision brings it): without one,
         # tensor.numpy() and DataLoader's collation of arrays raise "Numpy is not available"
         pins.append("numpy")
@@ -116,7 +120,7 @@ PINNED_NAMES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton"
 PINNED_PREFIXES = ("nvidia-", "cuda-")
 
 
-def _pin_script(cell: Cell) -> str:
+def _pin_script(cell: ImageCell) -> str:
     """Python that prints the constraints file from what is installed, local versions included.
 
     Pinning ``torch==2.1.2`` would still admit PyPI's 2.1.2 or a ``+cpu`` build; the installed
@@ -134,7 +138,7 @@ def _pin_script(cell: Cell) -> str:
     )
 
 
-def _nvidia_env(cell: Cell) -> tuple[tuple[str, str], ...]:
+def _nvidia_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
     """On a plain base the image must ask for the GPU itself: the container toolkit reads these.
     Unset capabilities mean `utility` alone (nvidia-smi, no compute library mounted: torch sees
     no GPU); nvidia/cuda images set them, any other base must."""
@@ -147,10 +151,10 @@ def _nvidia_env(cell: Cell) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _toolchain(cell: Cell) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _toolchain(cell: ImageCell) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(OS packages to install, packages to install only where the base lacks them) for a devel
     image: torch.compile (Triton, inductor) and cpp_extension need a C++ compiler and Python.h."""
-    if cell.flavour != "devel" or cell.stack is not None:
+    if cell.flavour != "devel" or isinstance(cell, StackCell):
         return (), ()
     if cell.python_from_base:
         return (), ("g++", "python3-dev")
@@ -165,7 +169,7 @@ TOOLCHAIN_PROBE = (
 )
 
 
-def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
+def _labels(cell: ImageCell) -> tuple[tuple[str, str], ...]:
     """Static labels. Build-time ones (input digest, created, base digest) come from the builder:
     the input digest hashes this very file, so it cannot be written into it."""
     accel = "CPU" if cell.cuda == "cpu" else f"CUDA {cell.cuda_full or cell.cuda}"
@@ -202,7 +206,7 @@ def _labels(cell: Cell) -> tuple[tuple[str, str], ...]:
 def uses_wheelhouse(cell: Cell, matrix: Matrix) -> bool:
     """Whether ``cell`` installs from the matrix's wheelhouse; a fixed stack installs into its own
     Python, with no wheelhouse stage and no venv to carry over."""
-    return bool(matrix.sources.pip.find_links) and cell.stack is None
+    return bool(matrix.sources.pip.find_links) and not isinstance(cell, StackCell)
 
 
 def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
@@ -235,15 +239,20 @@ def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
     return torch_args, extra_args
 
 
+def _python_from_base(cell: ImageCell) -> bool:
+    """Whether the base brings the interpreter (a stack always does; else the OS archive's)."""
+    return not isinstance(cell, WheelCell) or cell.python_from_base
+
+
 def make_recipe(
-    cell: Cell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
+    cell: ImageCell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
 ) -> Recipe:
     torch_args, extra_args = pip_arguments(cell, matrix)
     wheelhouse = uses_wheelhouse(cell, matrix)
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
-    if not cell.python_from_base:
+    if not _python_from_base(cell):
         apt_packages += [f"python{cell.python}", f"python{cell.python}-venv", "ca-certificates"]
     apt_packages += [p for p in (*toolchain, *cell.apt_packages) if p not in apt_packages]
     extras = list(cell.pip_packages)
@@ -258,8 +267,8 @@ def make_recipe(
             for archive, suffix in os_archives
             if matrix.sources.apt.mirror
         ),
-        python=f"python{cell.python}" if not cell.python_from_base else "python3",
-        venv=None if cell.stack is not None else VENV,
+        python=f"python{cell.python}" if not _python_from_base(cell) else "python3",
+        venv=None if isinstance(cell, StackCell) else VENV,
         torch_pip_args=tuple(torch_args),
         torch_requirements=pins,
         extra_pip_args=tuple(extra_args),
@@ -313,8 +322,7 @@ FREEZE_SCRIPT = (
 )
 
 
-def make_frontend_recipe(cell: Cell, matrix: Matrix, matrix_name: str) -> FrontendRecipe:
-    assert cell.frontend is not None
+def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -> FrontendRecipe:
     versions = matrix.frontends
     requirements = [f"dumb-init=={versions.dumb_init}"]
     labels = {

@@ -26,6 +26,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from imagekit import __version__, naming
+from imagekit.cells import Cell, FrontendCell, ImageCell, Plan, local_base_of
 from imagekit.context import DOCKERFILE_NAME, FileHasher, local_base_digest, make_tar, walk_context
 from imagekit.contract import (
     CHECK_SCRIPT_CONTEXT,
@@ -36,9 +37,15 @@ from imagekit.contract import (
 )
 from imagekit.errors import InputError, one_line
 from imagekit.limits import TEMPLATE_BYTES
-from imagekit.matrix import Cell, Plan
 from imagekit.paths import read_regular_file
-from imagekit.recipe import WHEELHOUSE_CONTEXT, make_frontend_recipe, make_recipe, uses_wheelhouse
+from imagekit.recipe import (
+    WHEELHOUSE_CONTEXT,
+    FrontendRecipe,
+    Recipe,
+    make_frontend_recipe,
+    make_recipe,
+    uses_wheelhouse,
+)
 from imagekit.schema import Publish
 from imagekit.wheels import Request, WheelResolver, platform_tags
 
@@ -227,6 +234,10 @@ class Renderer:
         self._parent_digests: dict[str, str] = {}  # cell id -> input digest, for its front ends
         self._wheelhouse: tuple[tuple[str, Path], ...] | None = None
         self._resolver: WheelResolver | None = None
+        # Each cell's recipe, made once: its Dockerfile, its wheel closure and its identity
+        # Dockerfile (a mirror or a pin renders the same cell twice) all read it.
+        self._image_recipes: dict[ImageCell, Recipe] = {}
+        self._frontend_recipes: dict[FrontendCell, FrontendRecipe] = {}
 
     def _os_archives(self, cell: Cell) -> tuple[tuple[str, str], ...]:
         system = self.plan.compat.operating_systems.get(cell.os)
@@ -248,14 +259,27 @@ class Renderer:
         except jinja2.TemplateError as exc:
             raise InputError(f"{chosen}: template error: {exc}") from None
 
+    def image_recipe(self, cell: ImageCell) -> Recipe:
+        found = self._image_recipes.get(cell)
+        if found is None:
+            found = make_recipe(cell, self.plan.matrix, self.matrix_name, self._os_archives(cell))
+            self._image_recipes[cell] = found
+        return found
+
+    def frontend_recipe(self, cell: FrontendCell) -> FrontendRecipe:
+        found = self._frontend_recipes.get(cell)
+        if found is None:
+            found = make_frontend_recipe(cell, self.plan.matrix, self.matrix_name)
+            self._frontend_recipes[cell] = found
+        return found
+
     def dockerfile(self, cell: Cell) -> str:
-        matrix = self.plan.matrix
-        if cell.frontend is not None:
-            template = self.frontend_template
-            recipe: object = make_frontend_recipe(cell, matrix, self.matrix_name)
+        template: jinja2.Template
+        recipe: Recipe | FrontendRecipe
+        if isinstance(cell, FrontendCell):
+            template, recipe = self.frontend_template, self.frontend_recipe(cell)
         else:
-            template = self.template
-            recipe = make_recipe(cell, matrix, self.matrix_name, self._os_archives(cell))
+            template, recipe = self.template, self.image_recipe(cell)
         try:
             return template.render(cell=cell, recipe=recipe)
         except jinja2.TemplateError as exc:
@@ -292,14 +316,14 @@ class Renderer:
             self._resolver = WheelResolver([self.plan.root / entry for entry in pip.find_links])
         # A front end installs into its cell's environment: it needs the wheels of what it adds,
         # resolved together with what the cell holds, less the cell's own wheels.
-        parent = self.plan.cell(cell.parent) if cell.parent else cell
+        parent = self.plan.image_cell(cell.parent) if isinstance(cell, FrontendCell) else cell
         own = self._requirements(parent)
         requirements = own
-        if cell.frontend is not None:
-            requirements += make_frontend_recipe(cell, self.plan.matrix, self.matrix_name).requirements
+        if isinstance(cell, FrontendCell):
+            requirements += self.frontend_recipe(cell).requirements
         try:
             closure = self._closure(parent, requirements)
-            if cell.frontend is not None:
+            if isinstance(cell, FrontendCell):
                 installed = set(self._closure(parent, own))
                 closure = [path for path in closure if path not in installed]
         except InputError as exc:
@@ -312,8 +336,8 @@ class Renderer:
             raise InputError(f"{cell.id}: pip picked a wheel outside sources.pip.find_links")
         return tuple(c for c in chosen if c is not None), None
 
-    def _requirements(self, cell: Cell) -> tuple[str, ...]:
-        recipe = make_recipe(cell, self.plan.matrix, self.matrix_name, self._os_archives(cell))
+    def _requirements(self, cell: ImageCell) -> tuple[str, ...]:
+        recipe = self.image_recipe(cell)
         return (*recipe.torch_requirements, *recipe.extra_requirements)
 
     def _closure(self, cell: Cell, requirements: tuple[str, ...]) -> list[Path]:
@@ -328,7 +352,7 @@ class Renderer:
         built = cell if build_from in (None, cell.base_image) else replace(cell, base_image=build_from)
         context: list[tuple[str, Path]] = (
             [*frontend_files(), (FRONTEND.check_context, packaged_frontend_check())]
-            if cell.frontend is not None
+            if isinstance(cell, FrontendCell)
             else [(CHECK_SCRIPT_CONTEXT, packaged_check_script())]
         )
         wheel_note = None
@@ -336,23 +360,23 @@ class Renderer:
             wheels, wheel_note = self.cell_wheels(cell)
             context += wheels
         base_digest = None
-        if cell.parent is not None:
+        local = local_base_of(cell)
+        if isinstance(cell, FrontendCell):
             # Built FROM the parent's tag: the parent's inputs are this cell's too.
             base_digest = self._parent_digests.get(cell.parent)
             if base_digest is None:
                 base_digest = self.render(self.plan.cell(cell.parent)).input_digest
                 self._parent_digests[cell.parent] = base_digest
-        elif cell.local_base is not None:
-            name = cell.local_base.name
-            if name not in self._local_base_digests:
-                self._local_base_digests[name] = local_base_digest(cell.local_base, self.hasher)
-            base_digest = self._local_base_digests[name]
+        elif local is not None:
+            if local.name not in self._local_base_digests:
+                self._local_base_digests[local.name] = local_base_digest(local, self.hasher)
+            base_digest = self._local_base_digests[local.name]
         dockerfile = self.dockerfile(built)
         return RenderedCell(
             cell=built,
             dockerfile=dockerfile,
             context_files=tuple(context),
-            build_args=cell.build_args,
+            build_args=() if isinstance(cell, FrontendCell) else cell.build_args,
             base_digest=base_digest,
             hasher=self.hasher,
             identity_base=cell.base_image,

@@ -47,7 +47,7 @@ from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verif
 from imagekit.text import shown
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
-    from imagekit.matrix import Cell
+    from imagekit.cells import Cell
 
 INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
 NO_GPU_DRIVER = "could not select device driver"

@@ -24,7 +24,7 @@ from imagekit.paths import length_problem
 from imagekit.text import printable, redact, shown
 
 if TYPE_CHECKING:
-    from imagekit.matrix import Cell, Plan
+    from imagekit.cells import Cell, Plan
 
 # click's UsageError (typer vendors click in newer releases): found through a class typer exports.
 _USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")

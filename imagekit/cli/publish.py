@@ -134,8 +134,8 @@ def images(
 
     Example: eval "$(imagekit images --format env)"; docker pull "$IMAGEKIT_IMAGE_..."
     """
+    from imagekit.cells import select_ids
     from imagekit.lockfile import read_lock, render_lock
-    from imagekit.matrix import select_ids
 
     if not lock.exists():
         raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
@@ -209,6 +209,7 @@ def k8s(
     import shlex
 
     from imagekit import k8s as kube
+    from imagekit.cells import frontend_of
     from imagekit.lockfile import entries_for, read_lock
 
     the_plan, cells = select_cells(matrix, only)
@@ -235,7 +236,7 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
-    files = kube.render_jobs(entries, options, {c.id: c.frontend for c in cells})
+    files = kube.render_jobs(entries, options, {c.id: frontend_of(c) for c in cells})
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)

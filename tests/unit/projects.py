@@ -6,7 +6,8 @@ import textwrap
 from datetime import date
 from pathlib import Path
 
-from imagekit.matrix import Plan, load_plan
+from imagekit.cells import Plan
+from imagekit.matrix import load_plan
 
 TODAY = date(2024, 5, 17)
 

@@ -15,11 +15,11 @@ from docker.errors import ImageNotFound
 from imagekit import build as building
 from imagekit import pipeline
 from imagekit.build import Builder, BuildOptions
+from imagekit.cells import Plan
 from imagekit.cli.app import parse_mapping
 from imagekit.context import local_base_digest
 from imagekit.errors import InputError
 from imagekit.jobs import Job
-from imagekit.matrix import Plan
 from imagekit.naming import BASE_DIGEST_LABEL, CONTEXT_DIGEST_LABEL, INPUT_DIGEST_LABEL
 from imagekit.progress import PlainProgress
 from imagekit.render import RenderedCell, Renderer

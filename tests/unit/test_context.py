@@ -9,9 +9,9 @@ from typing import IO
 
 import pytest
 
+from imagekit.cells import LocalBase
 from imagekit.context import FileHasher, local_base_context, local_base_digest, make_tar, walk_context
 from imagekit.errors import InputError
-from imagekit.matrix import LocalBase
 
 # -- build contexts ---------------------------------------------------------------------------------------
 

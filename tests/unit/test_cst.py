@@ -8,8 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from imagekit.cells import Cell, StackCell
 from imagekit.cst import NVCC, cst_config
-from imagekit.matrix import Cell, load_plan
+from imagekit.matrix import load_plan
 from tests.conftest import REPO, run_cli
 
 # The keys container-structure-test's schemaVersion 2.0.0 accepts in these sections.
@@ -114,7 +115,7 @@ def test_version_patterns_accept_the_real_output_and_refuse_neighbours() -> None
 
 
 def test_a_fixed_stack_pins_its_exact_torch() -> None:
-    ngc = next(c for c in cells().values() if c.stack is not None)
+    ngc = next(c for c in cells().values() if isinstance(c, StackCell))
     config = cst_config(ngc)
     (torch,) = command(config, "torch is")
     assert re.search(torch, ngc.torch + "\n")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from imagekit.bases import local_base_froms
+from imagekit.cells import Cell, LocalBase, Plan
 from imagekit.errors import InputError
 from imagekit.jobs import Job, plan_jobs
-from imagekit.matrix import Cell, LocalBase, Plan
 from imagekit.render import Renderer
 from tests.unit.projects import TODAY, write_project
 

@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imagekit.cells import FrontendCell, WheelCell
 from imagekit.errors import InputError
+from imagekit.expand import check_size, collapse, expand
 from imagekit.limits import MAX_COMBINATIONS, MAX_EXPANSION_STEPS, WARNINGS_SHOWN
-from imagekit.matrix import check_size, collapse, expand, load_plan
+from imagekit.matrix import load_plan
 from tests.conftest import CUDA_BASE, run_cli
 
 
@@ -138,8 +140,11 @@ def test_a_front_end_is_built_from_its_cell(write_matrix: Callable[[str], Path])
     )
     plan = load_plan(path)
     parent, jupyter, ssh = plan.cells  # the cell itself is implied, first, and listed once
-    assert parent.id == "deb-torch2.5.1-cpu-py3.11-devel" and parent.frontend is None
+    assert isinstance(parent, WheelCell) and parent.id == "deb-torch2.5.1-cpu-py3.11-devel"
+    assert isinstance(jupyter, FrontendCell) and isinstance(ssh, FrontendCell)
     assert (jupyter.id, jupyter.frontend, jupyter.parent) == (f"{parent.id}-jupyter", "jupyter", parent.id)
+    # what a front end holds is its parent's: the same versions, nothing of its own to install
+    assert (jupyter.torch, jupyter.python, jupyter.env) == (parent.torch, parent.python, parent.env)
     assert jupyter.base_image == f"ghcr.io/acme/pytorch:{parent.readable_tag}"
     assert jupyter.readable_tag == f"{parent.readable_tag}-jupyter" and ssh.readable_tag.endswith("-ssh")
     assert plan.with_parents((ssh,)) == (parent, ssh)

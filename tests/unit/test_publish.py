@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from imagekit.cells import Cell
 from imagekit.errors import EnvironmentProblem
-from imagekit.matrix import Cell, load_plan
+from imagekit.matrix import load_plan
 from imagekit.publish import ADMITS, final_tags, level_of
 from imagekit.schema import Publish
 from imagekit.store import CellResult, CheckRecord, Verification

@@ -16,9 +16,10 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from imagekit.cells import Plan
 from imagekit.drift import check_drift, dockerfile_path, expected_files
 from imagekit.errors import InputError
-from imagekit.matrix import Plan, load_plan
+from imagekit.matrix import load_plan
 from imagekit.render import Renderer
 from tests.conftest import REPO, run_cli
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import rules
+from imagekit.cells import WheelCell
 from imagekit.compat import load_compat
 from imagekit.matrix import load_plan
 from imagekit.rules import Request
@@ -307,6 +308,7 @@ def test_allow_unknown_admits_a_new_patch_of_a_known_release(write_matrix: Calla
         'allow_unknown: true\naxes:\n  torch: ["2.15.5"]\n  cuda: ["13.2"]\n  python: ["3.11"]\n' + CUDA_BASE
     )
     (cell,) = load_plan(path).cells
+    assert isinstance(cell, WheelCell)
     assert cell.torch == "2.15.5" and cell.unknown and cell.numpy_cap is None
 
 
