@@ -1,8 +1,9 @@
 """Kubernetes Job manifests that run each published image on a cluster's GPU nodes.
 
 The image is named by digest from ``images.lock.json`` (never by a moving tag, so a Job runs
-exactly what was verified), and the default command is the image's own check script: a node
-pool is validated by the same checks as the build machine. Options come from the command line
+exactly what was verified), and the default arguments run the image's own check script behind the
+image's entrypoint, as verification did: a node pool is validated by the same checks as the build
+machine. Options come from the command line
 (the matrix schema has no Kubernetes section).
 """
 
@@ -82,7 +83,7 @@ class JobOptions:
     tolerations: tuple[Toleration, ...] = ()
     runtime_class: str | None = None
     claims: tuple[Claim, ...] = ()
-    command: tuple[str, ...] = ()  # empty: the image's check script
+    command: tuple[str, ...] = ()  # the container's args (behind the entrypoint); empty: the check script
     cpu: str | None = None
     memory: str | None = None
     shm: str = "2Gi"  # NCCL's all-reduce needs more than the default 64 MiB /dev/shm
@@ -188,7 +189,9 @@ def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
     name = job_name(entry.cell)
     metadata = _metadata(name, entry, options, "gpu-check")
     container = _container("check", entry, options)
-    container["command"] = list(options.command) or check_command(entry, options.gpus)
+    # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
+    # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
+    container["args"] = list(options.command) or check_command(entry, options.gpus)
     pod = {"restartPolicy": "Never", **_pod(container, options, [])}
     spec: dict[str, Any] = {
         "backoffLimit": options.backoff_limit,

@@ -177,7 +177,12 @@ def k8s(
         typer.Option("--pvc", help="NAME[:/mount]: a claim for data and checkpoints (default /data)."),
     ] = None,
     command: Annotated[
-        str | None, typer.Option("--command", help="Run this (shell-split) instead of the check script.")
+        str | None,
+        typer.Option(
+            "--command",
+            help="Run this (shell-split) instead of the check script, as the container's args:"
+            " behind the image's entrypoint, as verification ran.",
+        ),
     ] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request and limit (8, 500m).")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="Memory request and limit (64Gi).")] = None,

@@ -74,10 +74,14 @@ def test_every_job_manifest_is_valid_kubernetes(options: JobOptions) -> None:
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         limits = container["resources"]["limits"]
         assert limits.get("nvidia.com/gpu", 0) == options.gpus
+        # args, never command: the image's ENTRYPOINT runs, as it did when the image was verified
+        assert "command" not in container
         if not options.command:
-            assert container["command"][:2] == ["python3", "/opt/imagekit/check.py"]
-            assert ("--require-gpu" in container["command"]) == (options.gpus > 0)
-            assert container["command"][container["command"].index("--expect-torch") + 1] == "2.1.2"
+            assert container["args"][:2] == ["python3", "/opt/imagekit/check.py"]
+            assert ("--require-gpu" in container["args"]) == (options.gpus > 0)
+            assert container["args"][container["args"].index("--expect-torch") + 1] == "2.1.2"
+        else:
+            assert container["args"] == list(options.command)
         claims = [
             v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
         ]
@@ -144,7 +148,7 @@ def test_jobs_pull_only_from_the_matrixs_repository(tmp_path: Path) -> None:
     (manifest,) = (yaml.safe_load(p.read_text()) for p in out.iterdir())
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == f"ghcr.io/imagekit/pytorch@{DIGEST}"
-    assert container["command"][:2] == ["python3", "/opt/imagekit/check.py"]
+    assert container["args"][:2] == ["python3", "/opt/imagekit/check.py"] and "command" not in container
     merge_lock(lock, {cell: replace(entry(cell), repository="ghcr.io/evil/pytorch")})
     refused = run_cli(*args[:-2], "--out", str(tmp_path / "k8s-2"))
     assert refused.exit_code == 2 and not (tmp_path / "k8s-2").exists()
