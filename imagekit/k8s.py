@@ -86,7 +86,7 @@ class JobOptions:
     command: tuple[str, ...] = ()  # the container's args (behind the entrypoint); empty: the check script
     cpu: str | None = None
     memory: str | None = None
-    shm: str = "2Gi"  # NCCL's all-reduce needs more than the default 64 MiB /dev/shm
+    shm: str | None = None  # /dev/shm's size limit; None: shm_default(gpus), capped by memory
     backoff_limit: int = 0  # a failed check is a finding, not a flake to retry
     deadline_s: int = 3600
     ttl_s: int | None = 86400
@@ -110,6 +110,46 @@ def check_quantity(option: str, value: str | None) -> str | None:
     if value is not None and not _QUANTITY.fullmatch(value):
         raise InputError(f"{option} {shown(value)}: not a Kubernetes quantity (like 8, 500m, 16Gi)")
     return value
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+_UNITS["Ti"] = 2**40
+SHM_PER_GPU_GI = 8  # DataLoader workers pass batches through /dev/shm: one GPU's worth each
+SHM_MIN_GI = 2  # NCCL's intra-node transport alone needs more than Docker's 64 MiB
+
+
+def quantity_bytes(value: str) -> float:
+    """A checked quantity (``check_quantity``) in bytes (``500m`` is half a byte)."""
+    match = _QUANTITY.fullmatch(value)
+    assert match is not None
+    number = float(value[: match.start(2)] if match.group(2) else value)
+    unit = match.group(2) or ""
+    return number / 1000 if unit == "m" else number * _UNITS[unit]
+
+
+def shm_default(gpus: int) -> str:
+    """/dev/shm for ``gpus`` GPUs: 8Gi each, at least 2Gi. A memory-backed emptyDir reserves
+    nothing; what is written there counts against the container's memory limit."""
+    return f"{max(SHM_MIN_GI, SHM_PER_GPU_GI * gpus)}Gi"
+
+
+def shm_size(options: JobOptions) -> str:
+    """``--shm`` as checked, or the default for ``--gpus``; never above ``--memory`` (pages in
+    /dev/shm are the container's memory: a larger limit would only move where it is killed)."""
+    if options.shm is not None:
+        check_quantity("--shm", options.shm)
+        if quantity_bytes(options.shm) < 2**20:
+            raise InputError(f"--shm {shown(options.shm)}: below 1Mi; give a size like 16Gi")
+        if options.memory and quantity_bytes(options.shm) > quantity_bytes(options.memory):
+            raise InputError(
+                f"--shm {shown(options.shm)}: larger than --memory {options.memory}; /dev/shm is"
+                " memory the container's limit counts: raise --memory or lower --shm"
+            )
+        return options.shm
+    default = shm_default(options.gpus)
+    if options.memory and quantity_bytes(default) > quantity_bytes(options.memory):
+        return options.memory
+    return default
 
 
 def dns_name(prefix: str, cell: str) -> str:
@@ -170,7 +210,7 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
 
 def _pod(container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]]) -> dict[str, Any]:
     """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": options.shm}}, *volumes]
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}}, *volumes]
     for index, claim in enumerate(options.claims):
         volume = f"data-{index}"
         container["volumeMounts"].append({"name": volume, "mountPath": claim.mount})
@@ -328,6 +368,7 @@ def render_jobs(
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
             raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
+    shm_size(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}
     for cell in sorted(entries):

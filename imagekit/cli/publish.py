@@ -186,6 +186,14 @@ def k8s(
     ] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request and limit (8, 500m).")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="Memory request and limit (64Gi).")] = None,
+    shm: Annotated[
+        str | None,
+        typer.Option(
+            "--shm",
+            help="Size of /dev/shm (DataLoader workers, NCCL); default 8Gi per GPU (at least 2Gi),"
+            " at most --memory.",
+        ),
+    ] = None,
     backoff_limit: Annotated[
         int, typer.Option("--backoff-limit", min=0, max=MAX_INT32, help="Job retries.")
     ] = 0,
@@ -238,6 +246,7 @@ def k8s(
         command=argv,
         cpu=kube.check_quantity("--cpu", cpu),
         memory=kube.check_quantity("--memory", memory),
+        shm=kube.check_quantity("--shm", shm),
         backoff_limit=backoff_limit,
         deadline_s=deadline,
         namespace=namespace,

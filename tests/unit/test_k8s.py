@@ -184,6 +184,7 @@ def test_manifests_are_written_all_or_none(tmp_path: Path) -> None:
         ("--cpu", "u:s3cret@h"),
         ("--memory", "https://u:s3cret@h"),
         ("--workspace-size", "u:s3cret@h"),
+        ("--shm", "u:s3cret@h"),
     ],
     ids=lambda flag: flag[0],
 )
@@ -235,3 +236,45 @@ def test_two_cells_that_would_be_one_kubernetes_object_are_refused() -> None:
     both = re.escape("a-b and a.b would both be the Kubernetes object imagekit-check-a-b")
     with pytest.raises(InputError, match=both):
         render(entries, JobOptions())
+
+
+def _pod_of(text: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = next(iter(yaml.safe_load_all(text)))
+    pod: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return pod
+
+
+def _shm(options: JobOptions) -> str:
+    (text,) = render({"c": entry("c")}, options).values()
+    (volume,) = (v for v in _pod_of(text)["volumes"] if v["name"] == "dshm")
+    assert volume["emptyDir"]["medium"] == "Memory"
+    size: str = volume["emptyDir"]["sizeLimit"]
+    return size
+
+
+@pytest.mark.parametrize(
+    ("options", "size"),
+    [
+        (JobOptions(gpus=0), "2Gi"),
+        (JobOptions(gpus=1), "8Gi"),
+        (JobOptions(gpus=8), "64Gi"),  # DataLoader workers of 8 ranks: far beyond a fixed 2Gi
+        (JobOptions(gpus=8, memory="32Gi"), "32Gi"),  # never above the memory it counts against
+        (JobOptions(gpus=8, shm="100Gi"), "100Gi"),
+        (JobOptions(gpus=1, shm="512Mi", memory="1Gi"), "512Mi"),
+    ],
+)
+def test_shared_memory_scales_with_the_gpus_or_is_the_flag(options: JobOptions, size: str) -> None:
+    assert _shm(options) == size
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (JobOptions(shm="lots"), "--shm 'lots': not a Kubernetes quantity"),
+        (JobOptions(shm="100"), "--shm '100': below 1Mi"),
+        (JobOptions(shm="64Gi", memory="32Gi"), "--shm '64Gi': larger than --memory 32Gi"),
+    ],
+)
+def test_a_bad_shm_is_one_line_naming_the_flag(options: JobOptions, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        render({"c": entry("c")}, options)
