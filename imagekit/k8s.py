@@ -26,6 +26,10 @@ from imagekit.lockfile import LockEntry
 from imagekit.verify import GpuRequest, check_arguments
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
+# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`).
+_GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]{1,3}gb(\.me)?)")
+GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU operator's docs) carry
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -41,12 +45,15 @@ class Toleration:
 
     @classmethod
     def parse(cls, text: str) -> Toleration:
-        """``key=value:Effect`` (Equal) or ``key:Effect`` (Exists)."""
+        """``key=value:Effect`` (Equal), ``key:Effect`` (Exists), or ``gpu``: the usual GPU
+        node taint, ``nvidia.com/gpu`` with any value, NoSchedule."""
+        if text == "gpu":
+            return cls(GPU_TAINT, None, "NoSchedule")
         head, sep, effect = text.rpartition(":")
         key, eq, value = head.partition("=")
         if not sep or effect not in _EFFECTS or not _LABEL_KEY.fullmatch(key):
             raise InputError(
-                f"--toleration {shown(text)}: use key=value:Effect or key:Effect,"
+                f"--toleration {shown(text)}: use gpu, key=value:Effect or key:Effect,"
                 f" Effect one of {', '.join(_EFFECTS)}"
             )
         if eq and not (value and _LABEL_VALUE.fullmatch(value)):
@@ -79,6 +86,7 @@ class Claim:
 @dataclass(frozen=True)
 class JobOptions:
     gpus: int = 1
+    gpu_resource: str = GPU_RESOURCE  # or a MIG slice, nvidia.com/mig-1g.10gb
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     runtime_class: str | None = None
@@ -152,6 +160,20 @@ def shm_size(options: JobOptions) -> str:
     return default
 
 
+def check_gpu_resource(options: JobOptions) -> None:
+    resource = options.gpu_resource
+    if not _GPU_RESOURCE.fullmatch(resource):
+        raise InputError(
+            f"--gpu-resource {shown(resource)}: use nvidia.com/gpu, nvidia.com/gpu.shared or a MIG"
+            " slice of the mixed strategy such as nvidia.com/mig-1g.10gb"
+        )
+    if "/mig-" in resource and options.gpus != 1:
+        raise InputError(
+            f"--gpu-resource {resource}: a MIG slice takes --gpus 1 (a CUDA process uses one MIG"
+            f" device), not {options.gpus}"
+        )
+
+
 def dns_name(prefix: str, cell: str) -> str:
     """A DNS label (<= 63) from the cell id; a hash keeps truncated names distinct."""
     base = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{cell}".lower()).strip("-")
@@ -191,8 +213,8 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
     limits: dict[str, str | int] = {}
     requests: dict[str, str | int] = {}
     if options.gpus:
-        limits[GPU_RESOURCE] = options.gpus  # extended resources: request == limit
-        requests[GPU_RESOURCE] = options.gpus
+        limits[options.gpu_resource] = options.gpus  # extended resources: request == limit
+        requests[options.gpu_resource] = options.gpus
     if options.cpu:
         limits["cpu"] = requests["cpu"] = options.cpu
     if options.memory:
@@ -368,6 +390,7 @@ def render_jobs(
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
             raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
+    check_gpu_resource(options)
     shm_size(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}

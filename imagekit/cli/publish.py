@@ -162,12 +162,24 @@ def k8s(
         ),
     ] = Path("k8s"),
     lock: LockOption = DEFAULT_LOCK,
-    gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="nvidia.com/gpu per Job.")] = 1,
+    gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="GPUs (--gpu-resource) per Job.")] = 1,
+    gpu_resource: Annotated[
+        str,
+        typer.Option(
+            "--gpu-resource",
+            help="The GPU resource to request: nvidia.com/gpu, or a MIG slice (mixed strategy)"
+            " such as nvidia.com/mig-1g.10gb.",
+        ),
+    ] = "nvidia.com/gpu",
     node_selector: Annotated[
         list[str] | None, typer.Option("--node-selector", help="key=value (repeatable).")
     ] = None,
     toleration: Annotated[
-        list[str] | None, typer.Option("--toleration", help="key=value:Effect or key:Effect (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--toleration",
+            help="gpu (the nvidia.com/gpu:NoSchedule taint), key=value:Effect or key:Effect (repeatable).",
+        ),
     ] = None,
     runtime_class: Annotated[
         str | None, typer.Option("--runtime-class", help="RuntimeClass, e.g. nvidia.")
@@ -239,6 +251,7 @@ def k8s(
         raise InputError("--command is empty")
     options = kube.JobOptions(
         gpus=gpus,
+        gpu_resource=gpu_resource,
         node_selector=kube.parse_node_selector(node_selector or []),
         tolerations=tuple(kube.Toleration.parse(t) for t in toleration or []),
         runtime_class=runtime_class,

@@ -185,6 +185,7 @@ def test_manifests_are_written_all_or_none(tmp_path: Path) -> None:
         ("--memory", "https://u:s3cret@h"),
         ("--workspace-size", "u:s3cret@h"),
         ("--shm", "u:s3cret@h"),
+        ("--gpu-resource", "u:s3cret@h"),
     ],
     ids=lambda flag: flag[0],
 )
@@ -278,3 +279,39 @@ def test_shared_memory_scales_with_the_gpus_or_is_the_flag(options: JobOptions, 
 def test_a_bad_shm_is_one_line_naming_the_flag(options: JobOptions, message: str) -> None:
     with pytest.raises(InputError, match=re.escape(message)):
         render({"c": entry("c")}, options)
+
+
+def test_a_mig_slice_is_requested_by_its_resource_name() -> None:
+    options = JobOptions(gpu_resource="nvidia.com/mig-1g.10gb")
+    (text,) = render({"c": entry("c")}, options).values()
+    kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
+    (container,) = _pod_of(text)["containers"]
+    resources = container["resources"]
+    assert resources["limits"] == resources["requests"] == {"nvidia.com/mig-1g.10gb": 1}
+    assert "--require-gpu" in container["args"]  # a slice is a GPU the checks must see
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (JobOptions(gpu_resource="amd.com/gpu"), "--gpu-resource 'amd.com/gpu': use nvidia.com/gpu"),
+        (JobOptions(gpu_resource="nvidia.com/mig-1g"), "--gpu-resource 'nvidia.com/mig-1g': use"),
+        (JobOptions(gpus=2, gpu_resource="nvidia.com/mig-3g.40gb"), "a MIG slice takes --gpus 1"),
+        (JobOptions(gpus=0, gpu_resource="nvidia.com/mig-3g.40gb"), "not 0"),
+    ],
+)
+def test_a_bad_gpu_resource_is_refused(options: JobOptions, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        render({"c": entry("c")}, options)
+
+
+def test_the_gpu_toleration_shorthand() -> None:
+    assert Toleration.parse("gpu").as_json() == {
+        "key": "nvidia.com/gpu",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
+    (text,) = render({"c": entry("c")}, JobOptions(tolerations=(Toleration.parse("gpu"),))).values()
+    assert _pod_of(text)["tolerations"] == [Toleration.parse("gpu").as_json()]
+    with pytest.raises(InputError, match="--toleration 'gpus': use gpu, key=value:Effect"):
+        Toleration.parse("gpus")
