@@ -36,6 +36,34 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
+# Pod Security Standards, level 'restricted', for every workload written here. The user is the
+# front-end images' (FRONTEND.uid, numeric so the kubelet can prove it is not root); a plain image
+# has no such user in /etc/passwd, which nothing the check script runs needs (HOME is /tmp, as
+# in verification). The root filesystem is read-only: /tmp and /dev/shm are emptyDirs, a front
+# end's home is its workspace claim.
+RUN_AS = FRONTEND.uid
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    # claims writable by that user where the storage honours fsGroup; OnRootMismatch: a large
+    # workspace is not walked again at every start once its root is right
+    "fsGroup": RUN_AS,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+TMP_SIZE = "8Gi"  # torch.compile and extension builds write and load their output here
+
 
 @dataclass(frozen=True)
 class Toleration:
@@ -209,7 +237,8 @@ def _metadata(name: str, entry: LockEntry, options: JobOptions, component: str) 
 
 
 def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, Any]:
-    """The image by digest, the resources asked for (GPUs: request == limit), no privileges."""
+    """The image by digest, the resources asked for (GPUs: request == limit), and Pod Security's
+    'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
     limits: dict[str, str | int] = {}
     requests: dict[str, str | int] = {}
     if options.gpus:
@@ -225,19 +254,29 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
         "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {"limits": limits, "requests": requests},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
     }
 
 
 def _pod(container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]]) -> dict[str, Any]:
     """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}}, *volumes]
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+        *volumes,
+    ]
     for index, claim in enumerate(options.claims):
         volume = f"data-{index}"
         container["volumeMounts"].append({"name": volume, "mountPath": claim.mount})
         volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.name}})
-    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    pod: dict[str, Any] = {
+        # no workload here talks to the Kubernetes API: no service account token in the pod
+        "automountServiceAccountToken": False,
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+        "volumes": volumes,
+    }
     if options.runtime_class:
         pod["runtimeClassName"] = options.runtime_class
     if options.node_selector:
@@ -251,6 +290,7 @@ def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
     name = job_name(entry.cell)
     metadata = _metadata(name, entry, options, "gpu-check")
     container = _container("check", entry, options)
+    container["env"].append({"name": "HOME", "value": "/tmp"})  # as verification ran it
     # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
     # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
     container["args"] = list(options.command) or check_command(entry, options.gpus)
@@ -275,12 +315,30 @@ FRONTEND_SECRETS = {
     "ssh": ("SSH_AUTHORIZED_KEYS_FILE", "authorized_keys"),
 }
 SERVICE_PORTS = {"jupyter": 8888, "ssh": 22}  # what a client connects to; the container's is higher
+# The entrypoint's state directory (IMAGEKIT_STATE_DIR): sshd's host keys on the workspace claim,
+# so a restarted pod keeps its identity (clients never see "host identification has changed");
+# Jupyter's runtime files, which hold its token, stay off the claim, on the pod's /tmp.
+STATE_DIRS = {"jupyter": "/tmp/imagekit-frontend", "ssh": f"{FRONTEND.workspace}/.imagekit-frontend"}
+# Run by an init container (the image, its user, the same restrictions) before the server: the
+# claim is the whole home, so its directories are made here; a claim its user cannot write (storage
+# that ignores fsGroup, such as many NFS provisioners) stops the pod with the reason, in its log.
+WORKSPACE_INIT = f"""set -eu
+cd {FRONTEND.workspace}
+if ! (: > .imagekit-writable) 2>/dev/null; then
+  echo "imagekit: the workspace claim at {FRONTEND.workspace} is not writable by uid $(id -u)." \\
+    "Its storage ignores fsGroup: make the volume's root owned by uid {RUN_AS}" \\
+    "(chown {RUN_AS}:{RUN_AS} on the NFS export, or the provisioner's uid/gid options)" >&2
+  exit 1
+fi
+rm -f .imagekit-writable
+mkdir -p {" ".join(FRONTEND.workspace_dirs)}
+"""
 
 
 def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, Any]]:
-    """A front-end cell as a long-running service: Deployment (one replica, by digest, non-root,
-    the secret from a Secret reference, never inline), a ClusterIP Service and, unless a claim is
-    named, a PersistentVolumeClaim whose code/, data/ and checkpoints/ mount below the workspace."""
+    """A front-end cell as a long-running service: Deployment (one replica, by digest, Pod Security
+    'restricted', the secret from a Secret reference, never inline), a ClusterIP Service and,
+    unless a claim is named, a PersistentVolumeClaim that holds the whole workspace (the home)."""
     frontend = entry.frontend
     assert frontend in FRONTEND_SECRETS
     name = dns_name(f"imagekit-{frontend}", entry.cell)
@@ -291,13 +349,15 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
     port = FRONTEND.port(frontend)
     container = _container(frontend, entry, options)
     container["env"].append({"name": variable, "value": f"{SECRET_DIR}/{key}"})
+    container["env"].append({"name": "IMAGEKIT_STATE_DIR", "value": STATE_DIRS[frontend]})
     container["ports"] = [{"name": frontend, "containerPort": port}]
+    # The claim is the whole workspace, which is the user's home and Jupyter's root directory:
+    # notebooks, code/ data/ checkpoints/, ~/.cache (model downloads), ~/.local, shell history and
+    # sshd's host keys all outlive the pod.
+    workspace_mount = {"name": "workspace", "mountPath": FRONTEND.workspace}
     container["volumeMounts"] += [
         {"name": "secret", "mountPath": SECRET_DIR, "readOnly": True},
-        *(
-            {"name": "workspace", "mountPath": f"{FRONTEND.workspace}/{d}", "subPath": d}
-            for d in FRONTEND.workspace_dirs
-        ),
+        workspace_mount,
     ]
     probe = {"exec": {"command": ["python3", f"{FRONTEND.files_dir}/healthcheck.py"]}, "timeoutSeconds": 10}
     container["readinessProbe"] = {**probe, "initialDelaySeconds": 10, "periodSeconds": 15}
@@ -307,13 +367,20 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
         {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
     ]
     pod = _pod(container, options, volumes)
-    pod["securityContext"] = {
-        "runAsNonRoot": True,
-        "runAsUser": FRONTEND.uid,
-        "runAsGroup": FRONTEND.uid,
-        "fsGroup": FRONTEND.uid,  # the claim and the secret readable by the image's user
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    pod["initContainers"] = [
+        {
+            "name": "workspace",
+            "image": entry.reference,
+            "imagePullPolicy": "IfNotPresent",
+            "args": ["sh", "-c", WORKSPACE_INIT],  # behind the image's entrypoint, as the server
+            "resources": {  # what the server asks for, but no GPU
+                kind: {r: v for r, v in amounts.items() if r in ("cpu", "memory")}
+                for kind, amounts in container["resources"].items()
+            },
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [workspace_mount],
+        }
+    ]
     selector = {"app.kubernetes.io/name": "imagekit", "job": name}
     deployment = {
         "apiVersion": "apps/v1",
@@ -361,10 +428,10 @@ def check_mounts(options: JobOptions, frontend: bool) -> None:
     """Refuse a --pvc mount path that would hide or be hidden by another mount: /dev/shm, a front
     end's Secret and workspace directories, another claim (Kubernetes would start the pod, and
     one of the two would silently not be what the workload reads)."""
-    taken = [("/dev/shm", "the shared-memory volume")]
+    taken = [("/dev/shm", "the shared-memory volume"), ("/tmp", "the pod's /tmp")]
     if frontend:
         taken.append((SECRET_DIR, "the front end's Secret"))
-        taken += [(f"{FRONTEND.workspace}/{d}", "the workspace claim") for d in FRONTEND.workspace_dirs]
+        taken.append((FRONTEND.workspace, "the workspace claim"))
     for claim in options.claims:
         mount = posixpath.normpath(claim.mount)
         for path, what in taken:

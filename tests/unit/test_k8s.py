@@ -109,14 +109,26 @@ def test_a_front_end_is_a_deployment_with_its_service_and_workspace(frontend: st
     assert secret_volume["secret"]["secretName"].endswith("-secret")
     variable = "JUPYTER_TOKEN_FILE" if frontend == "jupyter" else "SSH_AUTHORIZED_KEYS_FILE"
     # only a path and a switch in the environment: the token or keys are read from the mounted Secret
-    assert {e["name"] for e in container["env"]} == {"PYTHONDONTWRITEBYTECODE", variable}
+    assert {e["name"] for e in container["env"]} == {
+        "PYTHONDONTWRITEBYTECODE",
+        variable,
+        "IMAGEKIT_STATE_DIR",
+    }
     assert {
         "name": variable,
         "value": f"/run/secrets/imagekit/{'token' if frontend == 'jupyter' else 'authorized_keys'}",
     } in container["env"]
+    # the claim is the whole workspace (home, Jupyter's root): everything a user makes outlives the pod
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    for sub in ("code", "data", "checkpoints"):
-        assert mounts[f"/workspace/{sub}"]["subPath"] == sub
+    assert mounts["/workspace"] == {"name": "workspace", "mountPath": "/workspace"}
+    (init,) = pod["initContainers"]
+    assert init["image"] == container["image"] and "command" not in init
+    assert "mkdir -p code data checkpoints" in init["args"][-1]
+    assert init["volumeMounts"] == [mounts["/workspace"]] and "nvidia.com/gpu" not in str(init["resources"])
+    state = next(e["value"] for e in container["env"] if e["name"] == "IMAGEKIT_STATE_DIR")
+    # sshd's host keys live in the state directory: on the claim, so a restart keeps them;
+    # Jupyter's runtime files (they hold its token) stay off it
+    assert state == ("/tmp/imagekit-frontend" if frontend == "jupyter" else "/workspace/.imagekit-frontend")
     assert (
         claim["metadata"]["name"]
         == next(v for v in pod["volumes"] if v["name"] == "workspace")["persistentVolumeClaim"]["claimName"]
@@ -207,6 +219,8 @@ MOUNTS = {
     "/run/secrets": "the front end's Secret",
     "/workspace/code": "the workspace claim",
     "/workspace/data/raw": "the workspace claim",
+    "/workspace": "the workspace claim",
+    "/tmp/x": "the pod's /tmp",
     "/ckpt/../dev/shm/x": "the shared-memory volume",
 }
 
@@ -315,3 +329,39 @@ def test_the_gpu_toleration_shorthand() -> None:
     assert _pod_of(text)["tolerations"] == [Toleration.parse("gpu").as_json()]
     with pytest.raises(InputError, match="--toleration 'gpus': use gpu, key=value:Effect"):
         Toleration.parse("gpus")
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@pytest.mark.parametrize("frontend", [None, "jupyter", "ssh"])
+def test_every_pod_meets_pod_security_restricted(frontend: str | None) -> None:
+    """Pod Security 'restricted': non-root by number, RuntimeDefault seccomp, no escalation, no
+    capability; a read-only root with the places that are written on emptyDirs or the claim."""
+    cell = f"c-{frontend}" if frontend else "c"
+    (text,) = render({cell: entry(cell, frontend=frontend)}, JobOptions(gpus=8)).values()
+    pod = _pod_of(text)
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert pod["automountServiceAccountToken"] is False
+    assert "hostNetwork" not in pod and "hostIPC" not in pod and "hostPID" not in pod
+    for container in (*pod["containers"], *pod.get("initContainers", ())):
+        assert container["securityContext"] == RESTRICTED_CONTAINER
+        assert (
+            "/tmp" in {m["mountPath"] for m in container["volumeMounts"]} or container["name"] == "workspace"
+        )
+    allowed = {"emptyDir", "persistentVolumeClaim", "secret", "configMap", "projected", "downwardAPI"}
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= allowed
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+    assert "sizeLimit" in tmp["emptyDir"]
