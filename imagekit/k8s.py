@@ -14,16 +14,20 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from imagekit import naming
+from imagekit.compat import load_compat
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.errors import InputError, shown
 from imagekit.lockfile import LockEntry
 from imagekit.verify import GpuRequest, check_arguments
+from imagekit.versions import cuda_variant, version_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
@@ -127,6 +131,7 @@ class JobOptions:
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
+    gpu_affinity: bool = True  # node affinity on GPU feature discovery's labels, from the cell
     secret: str | None = None  # front ends: the Secret with the token / authorized keys
     workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
     workspace_size: str = "50Gi"
@@ -202,6 +207,70 @@ def check_gpu_resource(options: JobOptions) -> None:
         )
 
 
+# -- where a cell's image can run: node affinity from the cell ------------------------------------
+
+# GPU feature discovery's node labels (NVIDIA GPU operator); kubernetes.io/arch is the kubelet's.
+ARCH_LABEL = "kubernetes.io/arch"
+COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
+COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
+DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
+PLATFORM = "amd64"  # the lock records no platform: every shipped cell is linux/amd64
+
+
+@cache
+def _arch_table() -> dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]]:
+    """variant -> (lowest capability per major with a cubin, newest PTX) from gpu_arch.yaml."""
+    text = resources.files("imagekit.data").joinpath("gpu_arch.yaml").read_text(encoding="utf-8")
+    out: dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]] = {}
+    for variant, row in yaml.safe_load(text)["variants"].items():
+
+        def capability(value: str) -> tuple[int, int]:
+            major, minor = version_key(value)[:2]
+            return major, minor
+
+        ptx = row.get("ptx")
+        out[variant] = (tuple(capability(sm) for sm in row["sm"]), capability(ptx) if ptx else None)
+    return out
+
+
+def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": [str(v) for v in values]}
+
+
+def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | None:
+    """Node affinity from the cell: its platform; with GPUs, the compute capabilities its torch
+    has kernels for (the arch table, by the cell's CUDA variant) and a driver at or above the
+    CUDA minor's minor-version-compatibility floor (the compat data; by driver major, the
+    granularity of the label). None with ``--no-gpu-affinity`` (no feature discovery)."""
+    if not options.gpu_affinity:
+        return None
+    common = [_requirement(ARCH_LABEL, "In", PLATFORM)]
+    capabilities: list[list[dict[str, Any]]] = [[]]
+    cuda = entry.expect.get("cuda")
+    if options.gpus and cuda and cuda != "cpu":
+        release = load_compat().cuda_release(cuda)
+        if release is not None:
+            floor = version_key(release.driver_minor_floor)[0]
+            common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
+        arch = _arch_table().get(cuda_variant(cuda))
+        if arch is not None:
+            cubins, ptx = arch
+            whole = [major for major, minor in cubins if minor == 0]
+            capabilities = [[_requirement(COMPUTE_MAJOR, "In", *whole)]] if whole else []
+            for major, minor in cubins:  # a major whose first cubin is past X.0: X.Y and later
+                if minor:
+                    capabilities.append(
+                        [
+                            _requirement(COMPUTE_MAJOR, "In", major),
+                            _requirement(COMPUTE_MINOR, "Gt", minor - 1),
+                        ]
+                    )
+            if ptx is not None:  # the driver compiles the PTX for every later major
+                capabilities.append([_requirement(COMPUTE_MAJOR, "Gt", max(ptx[0], *(m for m, _ in cubins)))])
+    terms = [{"matchExpressions": [*common, *extra]} for extra in capabilities]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
 def dns_name(prefix: str, cell: str) -> str:
     """A DNS label (<= 63) from the cell id; a hash keeps truncated names distinct."""
     base = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{cell}".lower()).strip("-")
@@ -259,7 +328,9 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
     }
 
 
-def _pod(container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+def _pod(
+    container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]], entry: LockEntry
+) -> dict[str, Any]:
     """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}},
@@ -281,6 +352,9 @@ def _pod(container: dict[str, Any], options: JobOptions, volumes: list[dict[str,
         pod["runtimeClassName"] = options.runtime_class
     if options.node_selector:
         pod["nodeSelector"] = dict(options.node_selector)
+    affinity = node_affinity(entry, options)
+    if affinity is not None:
+        pod["affinity"] = affinity
     if options.tolerations:
         pod["tolerations"] = [t.as_json() for t in options.tolerations]
     return pod
@@ -294,7 +368,7 @@ def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
     # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
     # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
     container["args"] = list(options.command) or check_command(entry, options.gpus)
-    pod = {"restartPolicy": "Never", **_pod(container, options, [])}
+    pod = {"restartPolicy": "Never", **_pod(container, options, [], entry)}
     spec: dict[str, Any] = {
         "backoffLimit": options.backoff_limit,
         "activeDeadlineSeconds": options.deadline_s,
@@ -366,7 +440,7 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
         {"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o440}},
         {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
     ]
-    pod = _pod(container, options, volumes)
+    pod = _pod(container, options, volumes, entry)
     pod["initContainers"] = [
         {
             "name": "workspace",

@@ -213,6 +213,14 @@ def k8s(
         int, typer.Option("--deadline", min=1, max=MAX_INT32, help="activeDeadlineSeconds of each Job.")
     ] = 3600,
     namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace.")] = None,
+    gpu_affinity: Annotated[
+        bool,
+        typer.Option(
+            "--gpu-affinity/--no-gpu-affinity",
+            help="Node affinity on GPU feature discovery's labels (compute capability, driver) and"
+            " the platform, from each cell; off for clusters without feature discovery.",
+        ),
+    ] = True,
     secret: Annotated[
         str | None,
         typer.Option("--secret", help="Front ends: the Secret holding `token` or `authorized_keys`."),
@@ -263,6 +271,7 @@ def k8s(
         backoff_limit=backoff_limit,
         deadline_s=deadline,
         namespace=namespace,
+        gpu_affinity=gpu_affinity,
         secret=secret,
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,

@@ -365,3 +365,83 @@ def test_every_pod_meets_pod_security_restricted(frontend: str | None) -> None:
         assert set(volume) - {"name"} <= allowed
     tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
     assert "sizeLimit" in tmp["emptyDir"]
+
+
+def _schedulable(pod: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a node with ``labels`` satisfies the pod's required node affinity (the scheduler's
+    rule: any term, every expression of it; Gt/Lt compare integers)."""
+    affinity = pod.get("affinity")
+    if affinity is None:
+        return True
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+    def holds(expr: dict[str, Any]) -> bool:
+        value = labels.get(expr["key"])
+        if value is None:
+            return False
+        if expr["operator"] == "In":
+            return value in expr["values"]
+        (bound,) = expr["values"]
+        return int(value) > int(bound) if expr["operator"] == "Gt" else int(value) < int(bound)
+
+    return any(all(holds(e) for e in term["matchExpressions"]) for term in terms)
+
+
+def node(capability: str, driver: int, arch: str = "amd64") -> dict[str, str]:
+    major, minor = capability.split(".")
+    return {
+        "kubernetes.io/arch": arch,
+        "nvidia.com/gpu.compute.major": major,
+        "nvidia.com/gpu.compute.minor": minor,
+        "nvidia.com/cuda.driver.major": str(driver),
+    }
+
+
+NODES = {  # FACTS.md's capabilities; drivers as such nodes run them
+    "V100": node("7.0", 550),
+    "T4": node("7.5", 535),
+    "A100": node("8.0", 535),
+    "L40S": node("8.9", 550),
+    "H100": node("9.0", 560),
+    "B200": node("10.0", 580),
+    "B300": node("10.3", 590),
+    "RTX PRO 6000": node("12.0", 580),
+    "GH200 (arm64)": node("9.0", 560, arch="arm64"),
+    "H100 on R470": node("9.0", 470),
+}
+
+
+@pytest.mark.parametrize(
+    ("cuda", "runs_on"),
+    [
+        # cu118: kernels up to sm_90, no Blackwell; any 11.x runs on driver >= 450
+        ("11.8", {"V100", "T4", "A100", "L40S", "H100", "H100 on R470"}),
+        ("12.1", {"V100", "T4", "A100", "L40S", "H100"}),  # CUDA 12 needs driver >= 525
+        # CUDA 13: no Volta, Blackwell and later through PTX, driver >= 580 (never an R550 node)
+        ("13.2", {"B200", "B300", "RTX PRO 6000"}),
+        # NGC's own build: no arch list in the table, so the platform and the driver floor only
+        ("12.2", {"V100", "T4", "A100", "L40S", "H100", "B200", "B300", "RTX PRO 6000"}),
+    ],
+)
+def test_node_affinity_keeps_an_image_off_gpus_it_cannot_serve(cuda: str, runs_on: set[str]) -> None:
+    cell = entry("c")
+    cell = replace(cell, expect={**cell.expect, "cuda": cuda})
+    (text,) = render({"c": cell}, JobOptions()).values()
+    kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
+    pod = _pod_of(text)
+    assert {name for name, labels in NODES.items() if _schedulable(pod, labels)} == runs_on
+
+
+def test_node_affinity_without_gpus_or_feature_discovery() -> None:
+    (text,) = render({"c": entry("c")}, JobOptions(gpus=0)).values()
+    terms = _pod_of(text)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {"nodeSelectorTerms": [{"matchExpressions": [_req("kubernetes.io/arch", "In", "amd64")]}]}
+    (text,) = render({"c": entry("c")}, JobOptions(gpu_affinity=False)).values()
+    assert "affinity" not in _pod_of(text)
+    # a front end carries the same affinity as a Job of its cell
+    (text,) = render({"c-ssh": entry("c-ssh", frontend="ssh")}, JobOptions()).values()
+    assert _schedulable(_pod_of(text), NODES["H100"]) and not _schedulable(_pod_of(text), NODES["B200"])
+
+
+def _req(key: str, operator: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": list(values)}
