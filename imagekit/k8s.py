@@ -516,6 +516,14 @@ def check_mounts(options: JobOptions, frontend: bool) -> None:
         taken.append((mount, f"the claim {claim.name}"))
 
 
+class _Dumper(yaml.SafeDumper):
+    """Every value written out in full: no YAML anchors and aliases where one dict is shared
+    (the restricted securityContext, an affinity term), which readers of manifests rarely expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render_jobs(
     entries: Mapping[str, LockEntry], options: JobOptions, frontends: Mapping[str, str | None]
 ) -> dict[str, str]:
@@ -547,11 +555,11 @@ def render_jobs(
         if frontend:
             manifests = frontend_manifests(entry, options)
             name = manifests[0]["metadata"]["name"]
-            text = yaml.safe_dump_all(manifests, sort_keys=False)
+            text = yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False)
         else:
             manifest = job_manifest(entry, options)
             name = manifest["metadata"]["name"]
-            text = yaml.safe_dump(manifest, sort_keys=False)
+            text = yaml.dump(manifest, Dumper=_Dumper, sort_keys=False)
         if name in made_by:  # one object would silently replace the other in the cluster
             raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
         made_by[name] = cell

@@ -430,6 +430,7 @@ def test_node_affinity_keeps_an_image_off_gpus_it_cannot_serve(cuda: str, runs_o
     kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
     pod = _pod_of(text)
     assert {name for name, labels in NODES.items() if _schedulable(pod, labels)} == runs_on
+    assert "&id" not in text and "*id" not in text  # shared terms written out, not as YAML aliases
 
 
 def test_node_affinity_without_gpus_or_feature_discovery() -> None:
