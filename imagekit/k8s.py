@@ -1,8 +1,9 @@
 """Kubernetes Job manifests that run each published image on a cluster's GPU nodes.
 
 The image is named by digest from ``images.lock.json`` (never by a moving tag, so a Job runs
-exactly what was verified), and the default command is the image's own check script: a node
-pool is validated by the same checks as the build machine. Options come from the command line
+exactly what was verified), and the default arguments run the image's own check script behind the
+image's entrypoint, as verification did: a node pool is validated by the same checks as the build
+machine. Options come from the command line
 (the matrix schema has no Kubernetes section).
 """
 
@@ -13,24 +14,60 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from imagekit import naming
+from imagekit.compat import load_compat
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
 from imagekit.text import shown
 from imagekit.verify import GpuRequest, check_arguments
+from imagekit.versions import cuda_variant, version_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
+# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`).
+_GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]{1,3}gb(\.me)?)")
+GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU operator's docs) carry
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Pod Security Standards, level 'restricted', for every workload written here. The user is the
+# front-end images' (FRONTEND.uid, numeric so the kubelet can prove it is not root); a plain image
+# has no such user in /etc/passwd, which nothing the check script runs needs (HOME is /tmp, as
+# in verification). The root filesystem is read-only: /tmp and /dev/shm are emptyDirs, a front
+# end's home is its workspace claim.
+RUN_AS = FRONTEND.uid
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    # claims writable by that user where the storage honours fsGroup; OnRootMismatch: a large
+    # workspace is not walked again at every start once its root is right
+    "fsGroup": RUN_AS,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+TMP_SIZE = "8Gi"  # torch.compile and extension builds write and load their output here
 
 
 @dataclass(frozen=True)
@@ -41,12 +78,15 @@ class Toleration:
 
     @classmethod
     def parse(cls, text: str) -> Toleration:
-        """``key=value:Effect`` (Equal) or ``key:Effect`` (Exists)."""
+        """``key=value:Effect`` (Equal), ``key:Effect`` (Exists), or ``gpu``: the usual GPU
+        node taint, ``nvidia.com/gpu`` with any value, NoSchedule."""
+        if text == "gpu":
+            return cls(GPU_TAINT, None, "NoSchedule")
         head, sep, effect = text.rpartition(":")
         key, eq, value = head.partition("=")
         if not sep or effect not in _EFFECTS or not _LABEL_KEY.fullmatch(key):
             raise InputError(
-                f"--toleration {shown(text)}: use key=value:Effect or key:Effect,"
+                f"--toleration {shown(text)}: use gpu, key=value:Effect or key:Effect,"
                 f" Effect one of {', '.join(_EFFECTS)}"
             )
         if eq and not (value and _LABEL_VALUE.fullmatch(value)):
@@ -79,18 +119,20 @@ class Claim:
 @dataclass(frozen=True)
 class JobOptions:
     gpus: int = 1
+    gpu_resource: str = GPU_RESOURCE  # or a MIG slice, nvidia.com/mig-1g.10gb
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     runtime_class: str | None = None
     claims: tuple[Claim, ...] = ()
-    command: tuple[str, ...] = ()  # empty: the image's check script
+    command: tuple[str, ...] = ()  # the container's args (behind the entrypoint); empty: the check script
     cpu: str | None = None
     memory: str | None = None
-    shm: str = "2Gi"  # NCCL's all-reduce needs more than the default 64 MiB /dev/shm
+    shm: str | None = None  # /dev/shm's size limit; None: shm_default(gpus), capped by memory
     backoff_limit: int = 0  # a failed check is a finding, not a flake to retry
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
+    gpu_affinity: bool = True  # node affinity on GPU feature discovery's labels, from the cell
     secret: str | None = None  # front ends: the Secret with the token / authorized keys
     workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
     workspace_size: str = "50Gi"
@@ -110,6 +152,124 @@ def check_quantity(option: str, value: str | None) -> str | None:
     if value is not None and not _QUANTITY.fullmatch(value):
         raise InputError(f"{option} {shown(value)}: not a Kubernetes quantity (like 8, 500m, 16Gi)")
     return value
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+_UNITS["Ti"] = 2**40
+SHM_PER_GPU_GI = 8  # DataLoader workers pass batches through /dev/shm: one GPU's worth each
+SHM_MIN_GI = 2  # NCCL's intra-node transport alone needs more than Docker's 64 MiB
+
+
+def quantity_bytes(value: str) -> float:
+    """A checked quantity (``check_quantity``) in bytes (``500m`` is half a byte)."""
+    match = _QUANTITY.fullmatch(value)
+    assert match is not None
+    number = float(value[: match.start(2)] if match.group(2) else value)
+    unit = match.group(2) or ""
+    return number / 1000 if unit == "m" else number * _UNITS[unit]
+
+
+def shm_default(gpus: int) -> str:
+    """/dev/shm for ``gpus`` GPUs: 8Gi each, at least 2Gi. A memory-backed emptyDir reserves
+    nothing; what is written there counts against the container's memory limit."""
+    return f"{max(SHM_MIN_GI, SHM_PER_GPU_GI * gpus)}Gi"
+
+
+def shm_size(options: JobOptions) -> str:
+    """``--shm`` as checked, or the default for ``--gpus``; never above ``--memory`` (pages in
+    /dev/shm are the container's memory: a larger limit would only move where it is killed)."""
+    if options.shm is not None:
+        check_quantity("--shm", options.shm)
+        if quantity_bytes(options.shm) < 2**20:
+            raise InputError(f"--shm {shown(options.shm)}: below 1Mi; give a size like 16Gi")
+        if options.memory and quantity_bytes(options.shm) > quantity_bytes(options.memory):
+            raise InputError(
+                f"--shm {shown(options.shm)}: larger than --memory {options.memory}; /dev/shm is"
+                " memory the container's limit counts: raise --memory or lower --shm"
+            )
+        return options.shm
+    default = shm_default(options.gpus)
+    if options.memory and quantity_bytes(default) > quantity_bytes(options.memory):
+        return options.memory
+    return default
+
+
+def check_gpu_resource(options: JobOptions) -> None:
+    resource = options.gpu_resource
+    if not _GPU_RESOURCE.fullmatch(resource):
+        raise InputError(
+            f"--gpu-resource {shown(resource)}: use nvidia.com/gpu, nvidia.com/gpu.shared or a MIG"
+            " slice of the mixed strategy such as nvidia.com/mig-1g.10gb"
+        )
+    if "/mig-" in resource and options.gpus != 1:
+        raise InputError(
+            f"--gpu-resource {resource}: a MIG slice takes --gpus 1 (a CUDA process uses one MIG"
+            f" device), not {options.gpus}"
+        )
+
+
+# -- where a cell's image can run: node affinity from the cell ------------------------------------
+
+# GPU feature discovery's node labels (NVIDIA GPU operator); kubernetes.io/arch is the kubelet's.
+ARCH_LABEL = "kubernetes.io/arch"
+COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
+COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
+DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
+PLATFORM = "amd64"  # the lock records no platform: every shipped cell is linux/amd64
+
+
+@cache
+def _arch_table() -> dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]]:
+    """variant -> (lowest capability per major with a cubin, newest PTX) from gpu_arch.yaml."""
+    text = resources.files("imagekit.data").joinpath("gpu_arch.yaml").read_text(encoding="utf-8")
+    out: dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]] = {}
+    for variant, row in yaml.safe_load(text)["variants"].items():
+
+        def capability(value: str) -> tuple[int, int]:
+            major, minor = version_key(value)[:2]
+            return major, minor
+
+        ptx = row.get("ptx")
+        out[variant] = (tuple(capability(sm) for sm in row["sm"]), capability(ptx) if ptx else None)
+    return out
+
+
+def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": [str(v) for v in values]}
+
+
+def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | None:
+    """Node affinity from the cell: its platform; with GPUs, the compute capabilities its torch
+    has kernels for (the arch table, by the cell's CUDA variant) and a driver at or above the
+    CUDA minor's minor-version-compatibility floor (the compat data; by driver major, the
+    granularity of the label). None with ``--no-gpu-affinity`` (no feature discovery)."""
+    if not options.gpu_affinity:
+        return None
+    common = [_requirement(ARCH_LABEL, "In", PLATFORM)]
+    capabilities: list[list[dict[str, Any]]] = [[]]
+    cuda = entry.expect.get("cuda")
+    if options.gpus and cuda and cuda != "cpu":
+        release = load_compat().cuda_release(cuda)
+        if release is not None:
+            floor = version_key(release.driver_minor_floor)[0]
+            common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
+        arch = _arch_table().get(cuda_variant(cuda))
+        if arch is not None:
+            cubins, ptx = arch
+            whole = [major for major, minor in cubins if minor == 0]
+            capabilities = [[_requirement(COMPUTE_MAJOR, "In", *whole)]] if whole else []
+            for major, minor in cubins:  # a major whose first cubin is past X.0: X.Y and later
+                if minor:
+                    capabilities.append(
+                        [
+                            _requirement(COMPUTE_MAJOR, "In", major),
+                            _requirement(COMPUTE_MINOR, "Gt", minor - 1),
+                        ]
+                    )
+            if ptx is not None:  # the driver compiles the PTX for every later major
+                capabilities.append([_requirement(COMPUTE_MAJOR, "Gt", max(ptx[0], *(m for m, _ in cubins)))])
+    terms = [{"matchExpressions": [*common, *extra]} for extra in capabilities]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def dns_name(prefix: str, cell: str) -> str:
@@ -147,12 +307,13 @@ def _metadata(name: str, entry: LockEntry, options: JobOptions, component: str) 
 
 
 def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, Any]:
-    """The image by digest, the resources asked for (GPUs: request == limit), no privileges."""
+    """The image by digest, the resources asked for (GPUs: request == limit), and Pod Security's
+    'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
     limits: dict[str, str | int] = {}
     requests: dict[str, str | int] = {}
     if options.gpus:
-        limits[GPU_RESOURCE] = options.gpus  # extended resources: request == limit
-        requests[GPU_RESOURCE] = options.gpus
+        limits[options.gpu_resource] = options.gpus  # extended resources: request == limit
+        requests[options.gpu_resource] = options.gpus
     if options.cpu:
         limits["cpu"] = requests["cpu"] = options.cpu
     if options.memory:
@@ -163,23 +324,38 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
         "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {"limits": limits, "requests": requests},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
     }
 
 
-def _pod(container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+def _pod(
+    container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]], entry: LockEntry
+) -> dict[str, Any]:
     """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": options.shm}}, *volumes]
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+        *volumes,
+    ]
     for index, claim in enumerate(options.claims):
         volume = f"data-{index}"
         container["volumeMounts"].append({"name": volume, "mountPath": claim.mount})
         volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.name}})
-    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    pod: dict[str, Any] = {
+        # no workload here talks to the Kubernetes API: no service account token in the pod
+        "automountServiceAccountToken": False,
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+        "volumes": volumes,
+    }
     if options.runtime_class:
         pod["runtimeClassName"] = options.runtime_class
     if options.node_selector:
         pod["nodeSelector"] = dict(options.node_selector)
+    affinity = node_affinity(entry, options)
+    if affinity is not None:
+        pod["affinity"] = affinity
     if options.tolerations:
         pod["tolerations"] = [t.as_json() for t in options.tolerations]
     return pod
@@ -189,8 +365,11 @@ def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
     name = job_name(entry.cell)
     metadata = _metadata(name, entry, options, "gpu-check")
     container = _container("check", entry, options)
-    container["command"] = list(options.command) or check_command(entry, options.gpus)
-    pod = {"restartPolicy": "Never", **_pod(container, options, [])}
+    container["env"].append({"name": "HOME", "value": "/tmp"})  # as verification ran it
+    # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
+    # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
+    container["args"] = list(options.command) or check_command(entry, options.gpus)
+    pod = {"restartPolicy": "Never", **_pod(container, options, [], entry)}
     spec: dict[str, Any] = {
         "backoffLimit": options.backoff_limit,
         "activeDeadlineSeconds": options.deadline_s,
@@ -211,12 +390,30 @@ FRONTEND_SECRETS = {
     "ssh": ("SSH_AUTHORIZED_KEYS_FILE", "authorized_keys"),
 }
 SERVICE_PORTS = {"jupyter": 8888, "ssh": 22}  # what a client connects to; the container's is higher
+# The entrypoint's state directory (IMAGEKIT_STATE_DIR): sshd's host keys on the workspace claim,
+# so a restarted pod keeps its identity (clients never see "host identification has changed");
+# Jupyter's runtime files, which hold its token, stay off the claim, on the pod's /tmp.
+STATE_DIRS = {"jupyter": "/tmp/imagekit-frontend", "ssh": f"{FRONTEND.workspace}/.imagekit-frontend"}
+# Run by an init container (the image, its user, the same restrictions) before the server: the
+# claim is the whole home, so its directories are made here; a claim its user cannot write (storage
+# that ignores fsGroup, such as many NFS provisioners) stops the pod with the reason, in its log.
+WORKSPACE_INIT = f"""set -eu
+cd {FRONTEND.workspace}
+if ! (: > .imagekit-writable) 2>/dev/null; then
+  echo "imagekit: the workspace claim at {FRONTEND.workspace} is not writable by uid $(id -u)." \\
+    "Its storage ignores fsGroup: make the volume's root owned by uid {RUN_AS}" \\
+    "(chown {RUN_AS}:{RUN_AS} on the NFS export, or the provisioner's uid/gid options)" >&2
+  exit 1
+fi
+rm -f .imagekit-writable
+mkdir -p {" ".join(FRONTEND.workspace_dirs)}
+"""
 
 
 def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, Any]]:
-    """A front-end cell as a long-running service: Deployment (one replica, by digest, non-root,
-    the secret from a Secret reference, never inline), a ClusterIP Service and, unless a claim is
-    named, a PersistentVolumeClaim whose code/, data/ and checkpoints/ mount below the workspace."""
+    """A front-end cell as a long-running service: Deployment (one replica, by digest, Pod Security
+    'restricted', the secret from a Secret reference, never inline), a ClusterIP Service and,
+    unless a claim is named, a PersistentVolumeClaim that holds the whole workspace (the home)."""
     frontend = entry.frontend
     assert frontend in FRONTEND_SECRETS
     name = dns_name(f"imagekit-{frontend}", entry.cell)
@@ -227,13 +424,15 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
     port = FRONTEND.port(frontend)
     container = _container(frontend, entry, options)
     container["env"].append({"name": variable, "value": f"{SECRET_DIR}/{key}"})
+    container["env"].append({"name": "IMAGEKIT_STATE_DIR", "value": STATE_DIRS[frontend]})
     container["ports"] = [{"name": frontend, "containerPort": port}]
+    # The claim is the whole workspace, which is the user's home and Jupyter's root directory:
+    # notebooks, code/ data/ checkpoints/, ~/.cache (model downloads), ~/.local, shell history and
+    # sshd's host keys all outlive the pod.
+    workspace_mount = {"name": "workspace", "mountPath": FRONTEND.workspace}
     container["volumeMounts"] += [
         {"name": "secret", "mountPath": SECRET_DIR, "readOnly": True},
-        *(
-            {"name": "workspace", "mountPath": f"{FRONTEND.workspace}/{d}", "subPath": d}
-            for d in FRONTEND.workspace_dirs
-        ),
+        workspace_mount,
     ]
     probe = {"exec": {"command": ["python3", f"{FRONTEND.files_dir}/healthcheck.py"]}, "timeoutSeconds": 10}
     container["readinessProbe"] = {**probe, "initialDelaySeconds": 10, "periodSeconds": 15}
@@ -242,14 +441,21 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
         {"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o440}},
         {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
     ]
-    pod = _pod(container, options, volumes)
-    pod["securityContext"] = {
-        "runAsNonRoot": True,
-        "runAsUser": FRONTEND.uid,
-        "runAsGroup": FRONTEND.uid,
-        "fsGroup": FRONTEND.uid,  # the claim and the secret readable by the image's user
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    pod = _pod(container, options, volumes, entry)
+    pod["initContainers"] = [
+        {
+            "name": "workspace",
+            "image": entry.reference,
+            "imagePullPolicy": "IfNotPresent",
+            "args": ["sh", "-c", WORKSPACE_INIT],  # behind the image's entrypoint, as the server
+            "resources": {  # what the server asks for, but no GPU
+                kind: {r: v for r, v in amounts.items() if r in ("cpu", "memory")}
+                for kind, amounts in container["resources"].items()
+            },
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [workspace_mount],
+        }
+    ]
     selector = {"app.kubernetes.io/name": "imagekit", "job": name}
     deployment = {
         "apiVersion": "apps/v1",
@@ -297,10 +503,10 @@ def check_mounts(options: JobOptions, frontend: bool) -> None:
     """Refuse a --pvc mount path that would hide or be hidden by another mount: /dev/shm, a front
     end's Secret and workspace directories, another claim (Kubernetes would start the pod, and
     one of the two would silently not be what the workload reads)."""
-    taken = [("/dev/shm", "the shared-memory volume")]
+    taken = [("/dev/shm", "the shared-memory volume"), ("/tmp", "the pod's /tmp")]
     if frontend:
         taken.append((SECRET_DIR, "the front end's Secret"))
-        taken += [(f"{FRONTEND.workspace}/{d}", "the workspace claim") for d in FRONTEND.workspace_dirs]
+        taken.append((FRONTEND.workspace, "the workspace claim"))
     for claim in options.claims:
         mount = posixpath.normpath(claim.mount)
         for path, what in taken:
@@ -309,6 +515,14 @@ def check_mounts(options: JobOptions, frontend: bool) -> None:
                     f"--pvc {claim.name}:{claim.mount}: collides with {what} at {path}; mount it elsewhere"
                 )
         taken.append((mount, f"the claim {claim.name}"))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Every value written out in full: no YAML anchors and aliases where one dict is shared
+    (the restricted securityContext, an affinity term), which readers of manifests rarely expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def render_jobs(
@@ -326,6 +540,8 @@ def render_jobs(
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
             raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
+    check_gpu_resource(options)
+    shm_size(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}
     for cell in sorted(entries):
@@ -340,11 +556,11 @@ def render_jobs(
         if frontend:
             manifests = frontend_manifests(entry, options)
             name = manifests[0]["metadata"]["name"]
-            text = yaml.safe_dump_all(manifests, sort_keys=False)
+            text = yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False)
         else:
             manifest = job_manifest(entry, options)
             name = manifest["metadata"]["name"]
-            text = yaml.safe_dump(manifest, sort_keys=False)
+            text = yaml.dump(manifest, Dumper=_Dumper, sort_keys=False)
         if name in made_by:  # one object would silently replace the other in the cluster
             raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
         made_by[name] = cell

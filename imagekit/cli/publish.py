@@ -157,12 +157,24 @@ def k8s(
         ),
     ] = Path("k8s"),
     lock: LockOption = DEFAULT_LOCK,
-    gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="nvidia.com/gpu per Job.")] = 1,
+    gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="GPUs (--gpu-resource) per Job.")] = 1,
+    gpu_resource: Annotated[
+        str,
+        typer.Option(
+            "--gpu-resource",
+            help="The GPU resource to request: nvidia.com/gpu, or a MIG slice (mixed strategy)"
+            " such as nvidia.com/mig-1g.10gb.",
+        ),
+    ] = "nvidia.com/gpu",
     node_selector: Annotated[
         list[str] | None, typer.Option("--node-selector", help="key=value (repeatable).")
     ] = None,
     toleration: Annotated[
-        list[str] | None, typer.Option("--toleration", help="key=value:Effect or key:Effect (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--toleration",
+            help="gpu (the nvidia.com/gpu:NoSchedule taint), key=value:Effect or key:Effect (repeatable).",
+        ),
     ] = None,
     runtime_class: Annotated[
         str | None, typer.Option("--runtime-class", help="RuntimeClass, e.g. nvidia.")
@@ -172,10 +184,23 @@ def k8s(
         typer.Option("--pvc", help="NAME[:/mount]: a claim for data and checkpoints (default /data)."),
     ] = None,
     command: Annotated[
-        str | None, typer.Option("--command", help="Run this (shell-split) instead of the check script.")
+        str | None,
+        typer.Option(
+            "--command",
+            help="Run this (shell-split) instead of the check script, as the container's args:"
+            " behind the image's entrypoint, as verification ran.",
+        ),
     ] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request and limit (8, 500m).")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="Memory request and limit (64Gi).")] = None,
+    shm: Annotated[
+        str | None,
+        typer.Option(
+            "--shm",
+            help="Size of /dev/shm (DataLoader workers, NCCL); default 8Gi per GPU (at least 2Gi),"
+            " at most --memory.",
+        ),
+    ] = None,
     backoff_limit: Annotated[
         int, typer.Option("--backoff-limit", min=0, max=MAX_INT32, help="Job retries.")
     ] = 0,
@@ -183,6 +208,14 @@ def k8s(
         int, typer.Option("--deadline", min=1, max=MAX_INT32, help="activeDeadlineSeconds of each Job.")
     ] = 3600,
     namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace.")] = None,
+    gpu_affinity: Annotated[
+        bool,
+        typer.Option(
+            "--gpu-affinity/--no-gpu-affinity",
+            help="Node affinity on GPU feature discovery's labels (compute capability, driver) and"
+            " the platform, from each cell; off for clusters without feature discovery.",
+        ),
+    ] = True,
     secret: Annotated[
         str | None,
         typer.Option("--secret", help="Front ends: the Secret holding `token` or `authorized_keys`."),
@@ -222,6 +255,7 @@ def k8s(
         raise InputError("--command is empty")
     options = kube.JobOptions(
         gpus=gpus,
+        gpu_resource=gpu_resource,
         node_selector=kube.parse_node_selector(node_selector or []),
         tolerations=tuple(kube.Toleration.parse(t) for t in toleration or []),
         runtime_class=runtime_class,
@@ -229,9 +263,11 @@ def k8s(
         command=argv,
         cpu=kube.check_quantity("--cpu", cpu),
         memory=kube.check_quantity("--memory", memory),
+        shm=kube.check_quantity("--shm", shm),
         backoff_limit=backoff_limit,
         deadline_s=deadline,
         namespace=namespace,
+        gpu_affinity=gpu_affinity,
         secret=secret,
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
