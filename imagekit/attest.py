@@ -456,5 +456,16 @@ class Finding:
     problem: str | None
 
 
-def accepted(findings: Sequence[Finding]) -> bool:
-    return any(f.problem is None for f in findings)
+def accepted(findings: Sequence[Finding], requirement: Requirement) -> bool:
+    """Whether one verification attestation satisfies ``requirement`` (an SBOM never does)."""
+    return any(f.problem is None and f.predicate_type in requirement.predicate_types for f in findings)
+
+
+def short_type(predicate_type: str) -> str:
+    """A predicate type as a line names it."""
+    names = {
+        VALIDATED_PREDICATE: "verification attestation (gpu-validated)",
+        CHECKED_PREDICATE: "verification attestation (checked without GPU)",
+        SBOM_PREDICATE: "SBOM (CycloneDX)",
+    }
+    return names.get(predicate_type, shown(predicate_type))

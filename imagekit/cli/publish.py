@@ -45,6 +45,14 @@ def publish(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     lock: LockOption = DEFAULT_LOCK,
     as_json: JsonOption = False,
+    signing_key: Annotated[
+        Path | None,
+        path_option(
+            "--signing-key",
+            help="PEM private key (ECDSA P-256) that signs the attestations and SBOMs attached to each"
+            " published digest; or the PEM itself in IMAGEKIT_SIGNING_KEY. Never printed.",
+        ),
+    ] = None,
 ) -> None:
     """Promote the cells that pass the matrix's publish policy, by manifest digest.
 
@@ -68,6 +76,14 @@ def publish(
     the_plan, cells = select_cells(matrix, only)
     settings = the_plan.matrix.publish
     host = registry_host(registry, the_plan, matrix)
+    from imagekit.attest import KEY_ENV, load_signing_key
+
+    key = load_signing_key(signing_key)  # before anything moves: a bad key is exit 2 now
+    if key is None and settings.signing == "required":
+        raise InputError(
+            f"{matrix}: publish.signing is required; pass --signing-key PATH or set {KEY_ENV}"
+            " (the PEM of an ECDSA P-256 key)"
+        )
     options = PublishOptions(
         registry=host,
         repository=settings.repository,
@@ -75,7 +91,10 @@ def publish(
         lock_path=lock,
         dry_run=dry_run,
         backoff=Backoff(attempts=retries),
+        signing_key=key,
     )
+    if key is None and not dry_run:
+        say("note", f"nothing signed: no --signing-key or {KEY_ENV}; no attestation or SBOM is attached")
 
     def refused(refusal: Refusal) -> None:
         say("refused", f"{refusal.cell}: {refusal.reason}")
