@@ -48,6 +48,7 @@ from imagekit.safetypes import parse_json
 
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # on the artifact and its layer
 COSIGN_PREDICATE_ANNOTATION = "predicateType"  # on a layer of the .att manifest, as cosign writes it
+COSIGN_SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 CREATED_ANNOTATION = "org.opencontainers.image.created"
 COSIGN_CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 
@@ -90,7 +91,8 @@ def attach_statements(
                 "mediaType": DSSE_MEDIA_TYPE,
                 "digest": digest,
                 "size": len(envelope),
-                "annotations": {COSIGN_PREDICATE_ANNOTATION: kind},
+                # cosign reads the signature from this annotation; a DSSE layer carries its own
+                "annotations": {COSIGN_PREDICATE_ANNOTATION: kind, COSIGN_SIGNATURE_ANNOTATION: ""},
             }
         )
         kinds.append(kind)

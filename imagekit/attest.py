@@ -95,6 +95,14 @@ class PublicKey:
     keyid: str
     source: str
 
+    def pem(self) -> str:
+        from cryptography.hazmat.primitives import serialization
+
+        text: bytes = self.key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return text.decode()
+
 
 def key_id(public_key: Any) -> str:
     """The hex SHA-256 of the key's DER SubjectPublicKeyInfo: the envelope's ``keyid`` hint."""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from imagekit.cli.app import OneLineUsageErrors, app, path_option, reports_errors, say
 from imagekit.errors import ExitCode, InputError
+
+if TYPE_CHECKING:
+    from imagekit.lockfile import LockEntry as LockEntryLike
 
 attest_app = typer.Typer(
     name="attest",
@@ -116,3 +119,37 @@ def verify_attestation(
         what = short_type(finding.predicate_type) if finding.predicate_type else "attestation"
         say("refused", f"{finding.manifest[:19]} ({what}): {finding.problem}")
     raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+def require_attested(entries: dict[str, LockEntryLike], key: Path, policy: str, retries: int = 5) -> None:
+    """Refuse (exit 1, one line per cell) to hand out a digest that carries no attestation
+    satisfying ``policy`` signed with ``key``: what `images` and `k8s` check first."""
+    from datetime import datetime, timezone
+
+    from imagekit.attach import find_attestations
+    from imagekit.attest import Requirement, accepted, load_public_key
+    from imagekit.errors import ImagekitError
+    from imagekit.registry import Backoff, open_registry
+
+    need = requirement(policy, None, None)
+    assert isinstance(need, Requirement)
+    public = load_public_key(key)
+    now = datetime.now(tz=timezone.utc)
+    refused: list[str] = []
+    for cell in sorted(entries):
+        entry = entries[cell]
+        path = entry.repository.split("/", 1)[1]
+        client = open_registry(entry.registry, Backoff(attempts=retries), lambda m: say("retry", m))
+        try:
+            findings = find_attestations(client, path, entry.digest, public, need, now)
+        finally:
+            client.close()
+        if not accepted(findings, need):
+            why = next((f.problem for f in findings if f.problem), "no signed verification attestation")
+            refused.append(f"{cell}: {entry.reference}: {why}")
+    for line in refused:
+        say("refused", line)
+    if refused:
+        raise ImagekitError(
+            f"{len(refused)} of {len(entries)} digests carry no valid attestation; none handed out"
+        )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import json_format
@@ -233,6 +234,32 @@ def test_published_digests_carry_signed_attestations_and_sboms(
     checked_ok = project.run("attest", "verify", cpu_ref, "--key", str(public), "--policy", "checked")
     assert checked_ok.returncode == 0, checked_ok.stderr
     assert "not a B200" in refused(gpu_ref, "--key", str(public), "--gpu", "B200")
+
+    # `images` and `k8s` hand out a digest only with a valid attestation.
+    gpu_only = ("--only", gpu_cell, "--require-attestation", str(public))
+    listed = project.run("images", "--format", "env", *gpu_only)
+    assert listed.returncode == 0 and str(gpu["digest"]) in listed.stdout, listed.stderr
+    cpu_listed = project.run("images", "--only", cpu_cell, "--require-attestation", str(public))
+    assert cpu_listed.returncode == 1 and cpu_listed.stdout == ""
+    assert f"imagekit: refused: {cpu_cell}:" in cpu_listed.stderr
+    out = tmp_path / "k8s"
+    kube = project.run(
+        "k8s", "--matrix", "matrix.yaml", *gpu_only, "--out", str(out), "--policy", "kyverno",
+        "--key", str(public),
+    )  # fmt: skip
+    assert kube.returncode == 0, kube.stderr
+    policy = yaml.safe_load((out / "imagekit-attestation-policy.kyverno.yaml").read_text())
+    assert policy["kind"] == "ClusterPolicy" and policy["apiVersion"] == "kyverno.io/v1"
+    rule = policy["spec"]["rules"][0]["verifyImages"][0]
+    assert rule["imageReferences"] == sorted(f"{gpu['repository']}{s}" for s in (":*", "@*"))
+    attestation = rule["attestations"][0]
+    assert attestation["type"] == VALIDATED
+    assert attestation["attestors"][0]["entries"][0]["keys"]["publicKeys"] == public.read_text().strip()
+    no_cpu = project.run(
+        "k8s", "--matrix", "matrix.yaml", "--only", cpu_cell, "--require-attestation", str(public),
+        "--out", str(tmp_path / "k8s-cpu"),
+    )  # fmt: skip
+    assert no_cpu.returncode == 1 and not (tmp_path / "k8s-cpu").exists()
 
 
 def test_tampered_and_misdirected_attestations_are_refused(
