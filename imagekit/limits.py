@@ -94,3 +94,18 @@ DOCKER_CONFIG_BYTES = 1 << 20
 REGISTRY_DEADLINE_S = 600.0
 # Copying one blob through imagekit (only where the registry declines a mount): 64 GiB at 3 MB/s.
 BLOB_COPY_DEADLINE_S = 6 * 3600.0
+
+# -- attestations and SBOMs ---------------------------------------------------------------------------
+
+# A PEM private or public key: an ECDSA P-256 key is about 250 bytes, an RSA-4096 one 3.3 kB; a
+# file far past that is no key (and must not be read whole from a FIFO or /dev/zero).
+KEY_BYTES = 64 << 10
+# One DSSE envelope read back from a registry: a verification predicate is a few kilobytes, an
+# SBOM of a CUDA image (about 500 Debian and 200 Python packages) a few hundred, base64 included.
+ENVELOPE_BYTES = 16 << 20
+# Referrers of one image that are looked at (attestations, SBOMs, signatures from several runs):
+# a nightly that attaches two a day reaches this in over a year; more is refused, not truncated.
+MAX_REFERRERS = 1_000
+# Packages an image's inventory may list (Python distributions, Debian packages): a CUDA devel
+# image holds about 500 Debian packages and a torch environment 150 distributions.
+INVENTORY_ITEMS = 20_000

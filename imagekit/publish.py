@@ -31,6 +31,7 @@ from typing import Any, Literal, cast, get_args
 import docker
 
 from imagekit import naming
+from imagekit.attest import SigningKey
 from imagekit.cells import Cell, Plan
 from imagekit.clock import timestamp
 from imagekit.engine import PushFailed, connect, inspect_image, push_as
@@ -69,6 +70,8 @@ class Candidate:
     tags: tuple[str, ...]
     verification: Verification | None
     staged: Staged | None = None  # where `build --push` staged it: promoted with no engine
+    base_image: str | None = None  # what the build's FROM named, and the digest it resolved to
+    base_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class PublishOptions:
     staging_repository: str = ""  # without the registry; "" = repository
     dry_run: bool = False
     backoff: Backoff = field(default_factory=Backoff)
+    # Signs and attaches a verification attestation and an SBOM to each promoted digest; None:
+    # nothing is signed (and publish says so). Its repr names the key id only.
+    signing_key: SigningKey | None = None
 
 
 def level_of(result: CellResult) -> Level | None:
@@ -192,7 +198,15 @@ def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list
             continue
         admitted.append(
             Candidate(
-                cell.id, result.image_id, result.input_digest, level, tags, result.verification, result.staged
+                cell.id,
+                result.image_id,
+                result.input_digest,
+                level,
+                tags,
+                result.verification,
+                result.staged,
+                result.base_image,
+                result.base_digest,
             )
         )
     return admitted, refused
@@ -391,6 +405,83 @@ class Publisher:
             self.registry.put_manifest(repository, tag, ready.manifest)
         return ready.manifest
 
+    def carry_referrers(self, ready: _Ready) -> int:
+        """Promotion by digest into another repository takes the staged digest's referrers along
+        (attestations attached where it was staged): each artifact manifest, its blobs mounted
+        across, and the target's referrers tag. Returns how many were carried."""
+        source, target = ready.staged.source, self.options.repository
+        digest = ready.manifest.digest
+        if source == target:
+            return 0
+        found = self.registry.referrers(source, digest)
+        for referrer in found:
+            artifact = self.registry.get_manifest(source, referrer.digest)
+            sizes = artifact.blob_sizes
+            for blob in artifact.blobs:
+                self.registry.mount_blob(target, blob, source, size=sizes.get(blob))
+            self.registry.attach(target, artifact, digest)
+        if found:
+            self.say(f"carried {len(found)} referrer(s) of {digest[:19]} from {source} to {target}")
+        return len(found)
+
+    def attach(self, ready: _Ready, entry: LockEntry) -> tuple[str, ...]:
+        """Sign and attach the verification attestation and the SBOM of the promoted digest;
+        the predicate types attached (none without a signing key)."""
+        from imagekit import attach, attest
+
+        key = self.options.signing_key
+        candidate = ready.staged.candidate
+        if key is None:
+            return ()
+        verification = candidate.verification
+        made = None
+        provenance = entry.provenance
+        if verification is not None:
+            subject = attest.Subject(
+                entry.repository,
+                entry.digest,
+                entry.cell,
+                entry.input_digest,
+                entry.image_id,
+                candidate.base_image,
+                candidate.base_digest,
+                provenance.gpus if provenance else (),
+                provenance.driver if provenance else None,
+                provenance.cuda_driver if provenance else None,
+            )
+            made = attest.verification_predicate(subject, verification)
+        statements: list[dict[str, Any]] = []
+        if made is not None:
+            statements.append(attest.statement(entry.repository, entry.digest, *made))
+        inventory = verification.inventory if verification is not None else None
+        if inventory is not None:
+            from imagekit.sbom import build_sbom
+
+            bom = build_sbom(
+                entry.repository,
+                entry.digest,
+                inventory,
+                candidate.base_image,
+                candidate.base_digest,
+                entry.cell,
+            )
+            statements.append(attest.statement(entry.repository, entry.digest, attest.SBOM_PREDICATE, bom))
+        kinds = attach.attach_statements(
+            self.registry, self.options.repository, ready.manifest, statements, key
+        )
+        missing = []
+        if made is None:
+            missing.append("no verification attestation (never verified)")
+        if inventory is None:
+            missing.append("no SBOM (its verification has no inventory: verify it again)")
+        attached = ", ".join(attest.short_type(k) for k in kinds) or "nothing"
+        self.say(
+            f"signed and attached to {entry.reference}: {attached}"
+            + (f"; {'; '.join(missing)}" if missing else "")
+            + f" (key {key.keyid[:16]})"
+        )
+        return kinds
+
     def entry(self, ready: _Ready) -> LockEntry:
         candidate = ready.staged.candidate
         digest = ready.manifest.digest
@@ -452,9 +543,11 @@ class Publisher:
             started = time.monotonic()
             try:
                 self.promote(item)
+                entry = self.entry(item)
+                self.carry_referrers(item)
+                self.attach(item, entry)
             except RegistryError as exc:
                 raise EnvironmentProblem(str(exc)) from None
-            entry = self.entry(item)
             # After each cell, so the lock names every tag that exists even if a later cell fails.
             merge_lock(self.options.lock_path, {entry.cell: entry})
             done = Published(entry, item.staged.seconds + time.monotonic() - started)

@@ -29,6 +29,7 @@ import base64
 import hashlib
 import http.client
 import ipaddress
+import json
 import os
 import re
 import tempfile
@@ -53,6 +54,7 @@ from imagekit.limits import (
     CONFIG_BYTES,
     DOCKER_CONFIG_BYTES,
     MANIFEST_BYTES,
+    MAX_REFERRERS,
     REDIRECTS,
     REGISTRY_DEADLINE_S,
     REGISTRY_ERROR_BYTES,
@@ -73,6 +75,10 @@ MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST
 INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
 IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join(MANIFEST_TYPES)
+# OCI 1.1 artifacts: the empty config an artifact manifest names, and the referrers tag schema.
+EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY_BLOB = b"{}"
+EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
 USER_ENV = "IMAGEKIT_REGISTRY_USER"
 PASSWORD_ENV = "IMAGEKIT_REGISTRY_PASSWORD"
 TIMEOUT_S = 30.0
@@ -319,6 +325,60 @@ class Manifest:
             for layer in layers
         ):
             refuse("its layers are not a list of sha256 descriptors")
+
+
+@dataclass(frozen=True)
+class Referrer:
+    """One manifest whose ``subject`` is an image: its digest, artifact type and annotations, as
+    the referrers API (or the referrers tag's index) lists it."""
+
+    digest: str
+    artifact_type: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def descriptor(self, size: int) -> dict[str, Any]:
+        return {
+            "mediaType": OCI_MANIFEST,
+            "digest": self.digest,
+            "size": size,
+            "artifactType": self.artifact_type,
+            "annotations": dict(self.annotations),
+        }
+
+
+def referrers_tag(digest: str) -> str:
+    """The OCI 1.1 referrers tag schema: ``sha256-<hex>`` on the subject's repository."""
+    return digest.replace(":", "-", 1)
+
+
+def artifact_manifest(
+    artifact_type: str,
+    layer: tuple[str, str, int],
+    subject: Manifest,
+    annotations: Mapping[str, str],
+    layer_annotations: Mapping[str, str] | None = None,
+) -> Manifest:
+    """An OCI 1.1 artifact: an image manifest with ``artifactType``, the empty config, one layer
+    (media type, digest, size) and ``subject`` = the image manifest it is about."""
+    media_type, digest, size = layer
+    body = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
+        "layers": [
+            {
+                "mediaType": media_type,
+                "digest": digest,
+                "size": size,
+                "annotations": dict(layer_annotations or {}),
+            }
+        ],
+        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": len(subject.body)},
+        "annotations": dict(annotations),
+    }
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), OCI_MANIFEST, raw)
 
 
 @dataclass(frozen=True)
@@ -804,6 +864,10 @@ class Registry:
 
     def put_manifest(self, repository: str, tag: str, manifest: Manifest) -> str:
         """PUT the same bytes under ``tag``; returns the digest the registry stored."""
+        self._put_manifest(repository, tag, manifest)
+        return manifest.digest
+
+    def _put_manifest(self, repository: str, tag: str, manifest: Manifest) -> _Answer:
         what = f"PUT manifest {repository}:{tag}"
         answer = self._send(
             "PUT",
@@ -818,7 +882,128 @@ class Registry:
             raise RegistryError(
                 f"registry {self.host} stored {repository}:{tag} as {stored}, not {manifest.digest}"
             )
-        return stored
+        return answer
+
+    # -- OCI 1.1 artifacts and their referrers ---------------------------------------------------
+
+    def put_blob(self, repository: str, data: bytes) -> str:
+        """Upload a small blob (an envelope, the empty config) in one PUT; its digest. A blob the
+        repository already holds is not sent again."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self.has_blob(repository, digest):
+            return digest
+        what = f"upload blob {digest} to {repository}"
+        answer = self._send("POST", f"/v2/{repository}/blobs/uploads/", _push(repository))
+        self._check(answer, what)
+        location = self._header(answer.headers, "Location")
+        if answer.status != 202 or not location:
+            raise RegistryError(
+                f"registry {self.host}: {what}: answered HTTP {answer.status} with no upload Location"
+            )
+        url = urljoin(answer.url, location)
+        separator = "&" if "?" in url else "?"
+        put = self._send(
+            "PUT",
+            f"{url}{separator}digest={quote(digest)}",
+            _push(repository),
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        self._check(put, what)
+        return digest
+
+    def attach(self, repository: str, artifact: Manifest, subject: str) -> bool:
+        """PUT an artifact manifest (whose ``subject`` is ``subject``) by digest, and list it in the
+        referrers tag unless the registry says it indexed the subject itself (``OCI-Subject``, a
+        registry with the referrers API). Returns whether the registry indexed it."""
+        answer = self._put_manifest(repository, artifact.digest, artifact)
+        if self._header(answer.headers, "OCI-Subject"):
+            return True
+        data = artifact._json()
+        referrer = Referrer(
+            artifact.digest,
+            str(data.get("artifactType") or ""),
+            {str(k): str(v) for k, v in (data.get("annotations") or {}).items()},
+        )
+        self._add_to_referrers_tag(repository, subject, referrer.descriptor(len(artifact.body)))
+        return False
+
+    def _add_to_referrers_tag(self, repository: str, subject: str, descriptor: Mapping[str, Any]) -> None:
+        tag = referrers_tag(subject)
+        entries: list[Any] = []
+        if self.head_manifest(repository, tag) is not None:
+            current = self.get_manifest(repository, tag)
+            if current.media_type != OCI_INDEX:
+                raise RegistryError(
+                    f"registry {self.host}: {repository}:{tag} is a {shown(current.media_type)}, not the"
+                    " OCI index the referrers tag schema keeps; not replacing it"
+                )
+            found = current._json().get("manifests")
+            entries = list(found) if isinstance(found, list) else []
+        if any(isinstance(e, dict) and e.get("digest") == descriptor["digest"] for e in entries):
+            return
+        if len(entries) >= MAX_REFERRERS:
+            raise RegistryError(
+                f"registry {self.host}: {repository}:{tag} lists {len(entries):,} referrers already;"
+                f" at most {MAX_REFERRERS:,} are kept"
+            )
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*entries, dict(descriptor)]}
+        raw = json.dumps(index, sort_keys=True, separators=(",", ":")).encode()
+        self.put_manifest(
+            repository, tag, Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), OCI_INDEX, raw)
+        )
+
+    def referrers(self, repository: str, subject: str) -> list[Referrer]:
+        """The manifests whose subject is ``subject``: from the referrers API where the registry
+        has it, else from the referrers tag (``sha256-<hex>``); [] when neither lists any."""
+        what = f"list referrers of {repository}@{subject}"
+        answer = self._send(
+            "GET",
+            f"/v2/{repository}/referrers/{subject}",
+            _pull(repository),
+            limit=MANIFEST_BYTES,
+            strict=True,
+            headers={"Accept": OCI_INDEX},
+        )
+        kind = self._header(answer.headers, "Content-Type").split(";")[0].strip()
+        if answer.status == 200 and kind == OCI_INDEX:
+            return self._listed(self._json_object(answer.body, what), what)
+        if answer.status not in (200, 400, 404, 405):
+            self._check(answer, what)
+        # No referrers API (docker-registry 2.8 answers 404): the tag schema.
+        if self.head_manifest(repository, referrers_tag(subject)) is None:
+            return []
+        index = self.get_manifest(repository, referrers_tag(subject))
+        if index.media_type != OCI_INDEX:
+            raise RegistryError(f"registry {self.host}: {what}: its referrers tag is not an OCI index")
+        return self._listed(index._json(), what)
+
+    def _listed(self, index: Mapping[str, Any], what: str) -> list[Referrer]:
+        entries = index.get("manifests")
+        if not isinstance(entries, list):
+            raise RegistryError(f"registry {self.host}: {what}: the index lists no manifests")
+        if len(entries) > MAX_REFERRERS:
+            raise RegistryError(
+                f"registry {self.host}: {what}: {len(entries):,} referrers, more than the"
+                f" {MAX_REFERRERS:,} looked at; refused"
+            )
+        found: list[Referrer] = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
+                raise RegistryError(f"registry {self.host}: {what}: manifests[{i}] is no descriptor")
+            if not DIGEST.fullmatch(entry["digest"]):
+                raise RegistryError(f"registry {self.host}: {what}: manifests[{i}] names no sha256 digest")
+            notes = entry.get("annotations")
+            notes = notes if isinstance(notes, dict) else {}
+            kind = entry.get("artifactType")
+            found.append(
+                Referrer(
+                    entry["digest"],
+                    kind if isinstance(kind, str) else "",
+                    {str(k): str(v) for k, v in notes.items() if isinstance(v, str)},
+                )
+            )
+        return found
 
     def get_blob(self, repository: str, digest: str, limit: int = CONFIG_BYTES) -> bytes:
         """A small blob (an image config), at most ``limit`` bytes, checked against its digest."""

@@ -439,6 +439,11 @@ class Publish(StrictModel):
         None, description="where build --push stages images (default: `repository` itself)"
     )
     policy: PublishPolicy = "gpu-validated"
+    signing: Literal["optional", "required"] = Field(
+        "optional",
+        description="required: publish refuses to run without a signing key (--signing-key or"
+        " IMAGEKIT_SIGNING_KEY), so every published digest carries signed attestations",
+    )
     tags: TagScheme = TagScheme()
 
     @property

@@ -169,6 +169,88 @@ class GpuFigures:
     throttled_samples: Count | None = None
 
 
+def _short(value: object) -> str:
+    return _clipped(redact(str(value)), SHORT_CHARS)
+
+
+@dataclass(frozen=True)
+class Package:
+    """One installed package an image's inventory names (a Python distribution, a Debian package)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    name: ShortText
+    version: ShortText
+    arch: ShortText | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the probe read inside the image while it was verified: the SBOM's source. Each list
+    holds at most ``MAX_ITEMS`` (``clipped`` says when the image held more)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    python: ShortText | None = None
+    os_release: Annotated[Mapping[ShortText, ShortText], Items(MAX_ITEMS)] = field(default_factory=dict)
+    python_packages: Annotated[tuple[Package, ...], Items(MAX_ITEMS)] = ()
+    os_packages: Annotated[tuple[Package, ...], Items(MAX_ITEMS)] | None = None  # None: no dpkg
+    # cudnn, nccl, cuda_runtime -> the version the loaded torch reported
+    cuda_libraries: Annotated[Mapping[ShortText, ShortText], Items(MAX_ITEMS)] = field(default_factory=dict)
+    loaded_libraries: Annotated[tuple[ShortText, ...], Items(MAX_ITEMS)] = ()  # CUDA .so files mapped
+    probe_schema: Count | None = None
+    probe_sha256: ImageDigest | None = None  # the zipapp's sha256: the probe's sources exactly
+    clipped: bool = False
+
+    @classmethod
+    def from_script(cls, raw: object) -> Inventory | None:
+        """The probe's ``inventory`` as the image printed it: anything odd is left out, never
+        a reason to lose the verification."""
+        if not isinstance(raw, Mapping):
+            return None
+
+        def packages(value: object) -> tuple[Package, ...]:
+            items = [p for p in (value if isinstance(value, list) else []) if isinstance(p, Mapping)]
+            return tuple(
+                Package(
+                    _short(p.get("name")),
+                    _short(p.get("version", "")),
+                    _short(p["arch"]) if p.get("arch") else None,
+                )
+                for p in items[:MAX_ITEMS]
+                if p.get("name")
+            )
+
+        def pairs(value: object) -> dict[str, str]:
+            found = value if isinstance(value, Mapping) else {}
+            return {
+                _short(k): _short(v) for k, v in list(found.items())[:MAX_ITEMS] if isinstance(v, str | int)
+            }
+
+        found = raw.get("probe")
+        probe: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        schema = probe.get("schema")
+        sha = probe.get("sha256")
+        loaded = raw.get("loaded_libraries")
+        listed = [raw.get("packages"), raw.get("os_packages"), loaded]
+        return cls(
+            python=_short(raw["python"]) if isinstance(raw.get("python"), str) else None,
+            os_release=pairs(raw.get("os_release")),
+            python_packages=packages(raw.get("packages")),
+            os_packages=packages(raw.get("os_packages"))
+            if isinstance(raw.get("os_packages"), list)
+            else None,
+            cuda_libraries=pairs(raw.get("cuda_libraries")),
+            loaded_libraries=tuple(
+                _short(p) for p in (loaded if isinstance(loaded, list) else [])[:MAX_ITEMS]
+            ),
+            probe_schema=schema if type(schema) is int and 0 <= schema < 2**31 else None,
+            probe_sha256=sha if isinstance(sha, str) and naming.DIGEST.fullmatch(sha) else None,
+            clipped=bool(raw.get("problems"))
+            or any(isinstance(x, list) and len(x) > MAX_ITEMS for x in listed),
+        )
+
+
 def derive_verdict(
     checks: Sequence[CheckRecord], gpu_requested: bool, gpu_visible: bool, error: str | None = None
 ) -> Verdict:
@@ -214,6 +296,10 @@ class Verification:
     # The manifest digest of the image the checks ran on, when it came from a registry (verify
     # --pull runs the staged repo@digest; otherwise the engine's RepoDigests name it, if at all).
     image_digest: ImageDigest | None = None
+    # What the image holds, as the probe read it (its SBOM); None from an earlier release's probe.
+    inventory: Inventory | None = None
+    # Where it ran: the CI runner (RUNNER_NAME, CI_RUNNER_DESCRIPTION) or the host's name.
+    runner: ShortText | None = None
 
     @property
     def label(self) -> str:

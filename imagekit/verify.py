@@ -18,6 +18,8 @@ import contextlib
 import io
 import json
 import math
+import os
+import platform
 import re
 import tarfile
 import time
@@ -40,11 +42,19 @@ from imagekit.contract import packaged_check_script
 from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_transient, pull, unreachable
 from imagekit.errors import EnvironmentProblem, InputError, one_line
 from imagekit.figures import gemm_figures
-from imagekit.limits import MAX_ITEMS
+from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
 from imagekit.registry import docker_auth_config
-from imagekit.store import BuildReport, CheckRecord, ReportStore, Verdict, Verification, derive_verdict
-from imagekit.text import shown
+from imagekit.store import (
+    BuildReport,
+    CheckRecord,
+    Inventory,
+    ReportStore,
+    Verdict,
+    Verification,
+    derive_verdict,
+)
+from imagekit.text import printable, shown
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
     from imagekit.cells import Cell
@@ -56,6 +66,20 @@ GPU_FIX = (
     " `nvidia-ctk runtime configure --runtime=docker` and restart the engine; or pass --gpus none"
     " to run the checks that need no GPU"
 )
+
+
+# CI variables that name the machine a job ran on, first found wins: GitHub Actions, GitLab CI,
+# Buildkite, Jenkins; else the host's own name.
+RUNNER_VARIABLES = ("RUNNER_NAME", "CI_RUNNER_DESCRIPTION", "BUILDKITE_AGENT_NAME", "NODE_NAME")
+
+
+def runner_name(environ: Mapping[str, str] | None = None) -> str:
+    """Where a verification ran, as a record may hold it (one short printable line)."""
+    env = os.environ if environ is None else environ
+    for variable in RUNNER_VARIABLES:
+        if env.get(variable):
+            return printable(env[variable])[:SHORT_CHARS]
+    return printable(platform.node() or "unknown")[:SHORT_CHARS]
 
 
 # -- what to ask for -------------------------------------------------------------------------------
@@ -325,7 +349,7 @@ class Harness:
 
     def verify(self, target: Target) -> Verification:
         result = self._verify(target)
-        return replace(result, finished_at=timestamp())
+        return replace(result, finished_at=timestamp(), runner=runner_name())
 
     def _inspect(self, target: Target) -> dict[str, Any] | None:
         """The target's image, pulled first when asked to and this engine lacks it."""
@@ -431,6 +455,7 @@ class Harness:
             log=run.log,
             metrics=metrics,
             gpu_figures=gpu_figures,
+            inventory=Inventory.from_script(run.document.get("inventory")),
         )
 
     def _failed(self, target: Target, started: float, error: str) -> Verification:

@@ -1,10 +1,10 @@
 """The command line: a thin shell that parses options, calls a stage, and prints.
 
 One module per command group (``plan``: plan, render, schema, matrix; ``build``: build, verify,
-report; ``publish``: publish, images, k8s; ``ci``: bake-import, merge-reports), all registered on
-the one app in ``imagekit.cli.app`` with the options they share. The stages are imported inside
-the commands that use them: `imagekit verify IMAGE` or `imagekit report` should not pay for
-pydantic models and Jinja (process start is measured).
+report; ``publish``: publish, images, k8s; ``attest``: attest verify; ``ci``: bake-import,
+merge-reports), all registered on the one app in ``imagekit.cli.app`` with the options they
+share. The stages are imported inside the commands that use them: `imagekit verify IMAGE` or
+`imagekit report` should not pay for pydantic models and Jinja (process start is measured).
 
 Exit codes everywhere: 0 success; 1 a cell failed (or drift); 2 invalid input or usage;
 3 the environment (Docker engine or registry unreachable, no GPU runtime).
@@ -20,7 +20,7 @@ from importlib import import_module
 from imagekit.cli.app import app, say
 
 # Each group registers its commands on import, in the order `imagekit --help` lists them.
-for _group in ("plan", "build", "publish", "ci"):
+for _group in ("plan", "build", "publish", "attest", "ci"):
     import_module(f"imagekit.cli.{_group}")
 
 

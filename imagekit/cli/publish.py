@@ -29,6 +29,21 @@ from imagekit.cli.app import (
 from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_INT32
 
+RequireAttestationOption = Annotated[
+    Path | None,
+    path_option(
+        "--require-attestation",
+        help="PEM public key: hand out only digests that carry a verification attestation signed"
+        " with it (checked in the registry first; no Docker engine needed).",
+    ),
+]
+AttestationPolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--attestation-policy", help="validated (a GPU verification, default) or checked (also without GPU)."
+    ),
+]
+
 
 @app.command()
 @reports_errors
@@ -45,6 +60,14 @@ def publish(
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     lock: LockOption = DEFAULT_LOCK,
     as_json: JsonOption = False,
+    signing_key: Annotated[
+        Path | None,
+        path_option(
+            "--signing-key",
+            help="PEM private key (ECDSA P-256) that signs the attestations and SBOMs attached to each"
+            " published digest; or the PEM itself in IMAGEKIT_SIGNING_KEY. Never printed.",
+        ),
+    ] = None,
 ) -> None:
     """Promote the cells that pass the matrix's publish policy, by manifest digest.
 
@@ -68,6 +91,14 @@ def publish(
     the_plan, cells = select_cells(matrix, only)
     settings = the_plan.matrix.publish
     host = registry_host(registry, the_plan, matrix)
+    from imagekit.attest import KEY_ENV, load_signing_key
+
+    key = load_signing_key(signing_key)  # before anything moves: a bad key is exit 2 now
+    if key is None and settings.signing == "required":
+        raise InputError(
+            f"{matrix}: publish.signing is required; pass --signing-key PATH or set {KEY_ENV}"
+            " (the PEM of an ECDSA P-256 key)"
+        )
     options = PublishOptions(
         registry=host,
         repository=settings.repository,
@@ -75,7 +106,10 @@ def publish(
         lock_path=lock,
         dry_run=dry_run,
         backoff=Backoff(attempts=retries),
+        signing_key=key,
     )
+    if key is None and not dry_run:
+        say("note", f"nothing signed: no --signing-key or {KEY_ENV}; no attestation or SBOM is attached")
 
     def refused(refusal: Refusal) -> None:
         say("refused", f"{refusal.cell}: {refusal.reason}")
@@ -129,6 +163,8 @@ def images(
     ] = "json",
     only: OnlyOption = None,
     lock: LockOption = DEFAULT_LOCK,
+    require_attestation: RequireAttestationOption = None,
+    attestation_policy: AttestationPolicyOption = "validated",
 ) -> None:
     """Print the published images (images.lock.json) for other tools.
 
@@ -141,6 +177,10 @@ def images(
         raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
     entries = read_lock(lock)
     chosen = select_ids(sorted(entries), only or [], str(lock))
+    if require_attestation is not None:
+        from imagekit.cli.attest import require_attested
+
+        require_attested({c: entries[c] for c in chosen}, require_attestation, attestation_policy)
     typer.echo(render_lock({c: entries[c] for c in chosen}, output_format), nl=False)
 
 
@@ -227,6 +267,20 @@ def k8s(
     workspace_size: Annotated[
         str, typer.Option("--workspace-size", help="Front ends: the size of the claim written.")
     ] = "50Gi",
+    require_attestation: RequireAttestationOption = None,
+    attestation_policy: AttestationPolicyOption = "validated",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            help="kyverno: also write a ClusterPolicy admitting only images of the published repository"
+            " whose digest carries an imagekit attestation signed by --key.",
+        ),
+    ] = None,
+    key: Annotated[
+        Path | None,
+        path_option("--key", help="The PEM public key (ECDSA P-256) for --policy kyverno."),
+    ] = None,
 ) -> None:
     """Write one Kubernetes Job per published cell, referencing the image by digest; a front-end
     cell (jupyter, ssh) gets a Deployment, a ClusterIP Service and its workspace claim instead.
@@ -272,7 +326,27 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
+    if policy not in (None, "kyverno"):
+        raise InputError(f"--policy {policy!r}: use kyverno")
+    if policy is not None and key is None:
+        raise InputError("--policy kyverno needs --key PUB (the public key the attestations are signed with)")
+    if require_attestation is not None:
+        from imagekit.cli.attest import require_attested
+
+        require_attested(entries, require_attestation, attestation_policy)
     files = kube.render_jobs(entries, options, {c.id: frontend_of(c) for c in cells})
+    if policy is not None and key is not None:
+        from imagekit import naming
+        from imagekit.attest import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
+
+        pem = load_public_key(key).pem()
+        host = the_plan.matrix.publish.registry
+        repositories = sorted({e.repository for e in entries.values()}) or [
+            naming.repository(host, the_plan.matrix.publish.repository)
+        ]
+        kind = CHECKED_PREDICATE if attestation_policy == "checked" else VALIDATED_PREDICATE
+        document = kube.kyverno_policy(repositories, pem, kind)
+        files[kube.KYVERNO_POLICY_FILE] = kube.render_policy(document)
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)

@@ -7,7 +7,6 @@ import contextlib
 import ctypes
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -21,41 +20,15 @@ from .collectives import check_nccl, collective_worker
 from .context import Context
 from .driver import check_driver
 from .gemm import check_gemm_cpu, check_gemm_gpu
+from .inventory import inventory
 from .libraries import check_cudnn, check_libcudart, check_torch, check_torch_cuda
 from .perf import check_gemm_perf
-from .proc import read_text
 from .protocol import SCHEMA
 from .require import check_require
 from .results import CheckResult, run_check, skipped, summarize
 from .system import check_cuda_installs, check_environment, check_nvcc, check_nvidia_smi, check_python
 from .tasks import run_task_child
 from .training import check_train_step
-from .versions import parse_os_release
-
-
-def inventory() -> dict[str, Any]:
-    packages: list[dict[str, str]] = []
-    try:
-        from importlib import metadata
-
-        seen = set()
-        for dist in metadata.distributions():
-            name = dist.metadata["Name"]
-            if name and name.lower() not in seen:
-                seen.add(name.lower())
-                packages.append({"name": name, "version": dist.version})
-    except Exception as exc:
-        packages.append({"name": "<error>", "version": str(exc)})
-    packages.sort(key=lambda p: p["name"].lower())
-    return {
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "os_release": parse_os_release(read_text("/etc/os-release") or ""),
-        "packages": packages,
-    }
-
 
 CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
     ("environment", check_environment),
@@ -113,7 +86,7 @@ def build_report(ctx: Context, invocation: Invocation | None = None) -> dict[str
         "gpu_requested": ctx.gpu_requested,
         "expected": expect,
         "telemetry": ctx.telemetry,
-        "inventory": inventory(),
+        "inventory": inventory(ctx.torch),
     }
 
 

@@ -292,6 +292,16 @@ class FakeRegistry:
         self.calls.append(("put_manifest", repository, tag))
         return str(manifest.digest)
 
+    # what the staged digest's referrers are (attestations attached where it was staged)
+    attached: tuple[Any, ...] = ()
+
+    def referrers(self, repository: str, subject: str) -> list[Any]:
+        return list(self.attached) if repository == "acme/staging" else []
+
+    def attach(self, repository: str, artifact: Any, subject: str) -> bool:
+        self.calls.append(("attach", repository, artifact.digest, subject))
+        return False
+
 
 def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None:
     from dataclasses import replace
@@ -526,3 +536,26 @@ def test_report_html_never_replaces_the_published_lock(
     result = run_cli("report", "--state-dir", str(tmp_path / "state"), "--html", "images.lock.json")
     assert result.exit_code == 2 and "the lock file `imagekit publish` writes" in result.stderr
     assert Path("images.lock.json").read_text() == "{}"
+
+
+def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path) -> None:
+    """What is attached to the staged digest (an attestation) is attached to the promoted one:
+    the artifact's blobs mounted across and the artifact listed for the same subject."""
+    from imagekit.publish import Candidate, Publisher, PublishOptions
+    from imagekit.registry import Referrer
+
+    registry = FakeRegistry(IMAGE)
+    registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)
+    registry.attached = (Referrer("sha256:" + "a" * 64, "application/vnd.dsse.envelope.v1+json"),)
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t-checked",), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    said: list[str] = []
+    published, _ = Publisher(None, registry, options, "checked", said.append).run([candidate])  # type: ignore[arg-type]
+    assert [p.entry.cell for p in published] == ["c"]
+    assert ("attach", "acme/pytorch", registry.manifest.digest, STAGED_DIGEST) in registry.calls
+    assert any("carried 1 referrer" in line for line in said)

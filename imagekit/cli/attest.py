@@ -1,0 +1,155 @@
+"""Commands that check the proof attached to a published digest: attest verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from imagekit.cli.app import OneLineUsageErrors, app, path_option, reports_errors, say
+from imagekit.errors import ExitCode, InputError
+
+if TYPE_CHECKING:
+    from imagekit.lockfile import LockEntry as LockEntryLike
+
+attest_app = typer.Typer(
+    name="attest",
+    help="Check the signed attestations attached to a published image (no Docker engine needed).",
+    no_args_is_help=True,
+    cls=OneLineUsageErrors,
+)
+app.add_typer(attest_app, name="attest")
+
+KeyOption = Annotated[
+    Path,
+    path_option("--key", help="The PEM public key (ECDSA P-256) the attestations must be signed with."),
+]
+AttestPolicyOption = Annotated[
+    str,
+    typer.Option(
+        "--policy",
+        help="validated: a GPU verification (default); checked: also a check without GPU.",
+    ),
+]
+GpuProductOption = Annotated[
+    str | None,
+    typer.Option("--gpu", help="Require a verification on this GPU product (e.g. H100; any case)."),
+]
+MaxAgeOption = Annotated[
+    str | None,
+    typer.Option("--max-age", help="Require a verification at most this old (30d, 12h, 2w)."),
+]
+
+
+def requirement(policy: str, gpu: str | None, max_age: str | None) -> object:
+    from imagekit.attest import Requirement, parse_age
+
+    if policy not in ("validated", "checked"):
+        raise InputError(f"--policy {policy!r}: use validated or checked")
+    return Requirement(
+        "validated" if policy == "validated" else "checked",
+        gpu.strip() if gpu else None,
+        parse_age(max_age) if max_age else None,
+    )
+
+
+def split_digest_reference(ref: str) -> tuple[str, str, str]:
+    """``registry/repository@sha256:...`` -> (registry, repository path, digest); exit 2 else."""
+    from imagekit import naming
+    from imagekit.text import shown
+
+    name, digest = naming.split_reference(ref)
+    if (
+        "@" not in ref
+        or digest is None
+        or not naming.DIGEST.fullmatch(digest)
+        or not naming.is_reference(ref)
+    ):
+        raise InputError(f"{shown(ref)}: name the image by digest, REGISTRY/REPOSITORY@sha256:<64 hex>")
+    host, _, path = name.partition("/")
+    if not path or not ("." in host or ":" in host or host == "localhost"):
+        raise InputError(f"{shown(ref)}: name the registry (REGISTRY/REPOSITORY@sha256:...)")
+    return host, path, digest
+
+
+@attest_app.command("verify")
+@reports_errors
+def verify_attestation(
+    reference: Annotated[str, typer.Argument(help="REGISTRY/REPOSITORY@sha256:... (by digest).")],
+    key: KeyOption,
+    policy: AttestPolicyOption = "validated",
+    gpu: GpuProductOption = None,
+    max_age: MaxAgeOption = None,
+    retries: Annotated[
+        int, typer.Option("--retries", min=1, max=20, help="Attempts per registry request.")
+    ] = 5,
+) -> None:
+    """Check that a digest carries a verification attestation signed with KEY that satisfies the
+    policy: signature, subject (this digest), predicate type and verdict, GPU and age.
+
+    Exit 0 when one does; exit 1 with one line per attestation that does not (and why).
+
+    Example: imagekit attest verify ghcr.io/acme/pytorch@sha256:... --key imagekit.pub --gpu H100
+    """
+    from datetime import datetime, timezone
+
+    from imagekit.attach import find_attestations
+    from imagekit.attest import Requirement, accepted, load_public_key, short_type
+    from imagekit.registry import Backoff, open_registry
+
+    host, path, digest = split_digest_reference(reference)
+    need = requirement(policy, gpu, max_age)
+    assert isinstance(need, Requirement)
+    public = load_public_key(key)
+    client = open_registry(host, Backoff(attempts=retries), lambda m: say("retry", m))
+    try:
+        findings = find_attestations(client, path, digest, public, need, datetime.now(tz=timezone.utc))
+    finally:
+        client.close()
+    if accepted(findings, need):
+        for finding in findings:
+            if finding.problem is None:
+                typer.echo(f"ok: {short_type(finding.predicate_type or '?')} {finding.manifest[:19]}")
+        return
+    reasons = [f for f in findings if f.problem is not None]
+    if not reasons:
+        say("refused", f"{reference}: no signed verification attestation is attached")
+    for finding in reasons:
+        what = short_type(finding.predicate_type) if finding.predicate_type else "attestation"
+        say("refused", f"{finding.manifest[:19]} ({what}): {finding.problem}")
+    raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+def require_attested(entries: dict[str, LockEntryLike], key: Path, policy: str, retries: int = 5) -> None:
+    """Refuse (exit 1, one line per cell) to hand out a digest that carries no attestation
+    satisfying ``policy`` signed with ``key``: what `images` and `k8s` check first."""
+    from datetime import datetime, timezone
+
+    from imagekit.attach import find_attestations
+    from imagekit.attest import Requirement, accepted, load_public_key
+    from imagekit.errors import ImagekitError
+    from imagekit.registry import Backoff, open_registry
+
+    need = requirement(policy, None, None)
+    assert isinstance(need, Requirement)
+    public = load_public_key(key)
+    now = datetime.now(tz=timezone.utc)
+    refused: list[str] = []
+    for cell in sorted(entries):
+        entry = entries[cell]
+        path = entry.repository.split("/", 1)[1]
+        client = open_registry(entry.registry, Backoff(attempts=retries), lambda m: say("retry", m))
+        try:
+            findings = find_attestations(client, path, entry.digest, public, need, now)
+        finally:
+            client.close()
+        if not accepted(findings, need):
+            why = next((f.problem for f in findings if f.problem), "no signed verification attestation")
+            refused.append(f"{cell}: {entry.reference}: {why}")
+    for line in refused:
+        say("refused", line)
+    if refused:
+        raise ImagekitError(
+            f"{len(refused)} of {len(entries)} digests carry no valid attestation; none handed out"
+        )
