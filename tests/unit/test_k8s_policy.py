@@ -22,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from imagekit.cells import frontend_of
 from imagekit.k8s import Claim, JobOptions, Toleration, render_jobs, write_jobs
 from imagekit.lockfile import LockEntry
 from imagekit.matrix import load_plan
@@ -58,9 +59,10 @@ def _manifests(options: JobOptions) -> dict[str, str]:
         plan = load_plan(REPO / matrix)
         repository = f"{plan.matrix.publish.registry}/{plan.matrix.publish.repository}"
         entries: dict[str, LockEntry] = {
-            c.id: replace(lock_entry(c.id, frontend=c.frontend), repository=repository) for c in plan.cells
+            c.id: replace(lock_entry(c.id, frontend=frontend_of(c)), repository=repository)
+            for c in plan.cells
         }
-        files.update(render_jobs(entries, options, {c.id: c.frontend for c in plan.cells}))
+        files.update(render_jobs(entries, options, {c.id: frontend_of(c) for c in plan.cells}))
     return files
 
 
