@@ -39,11 +39,8 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         ("exclude", f"{doc.where(('exclude', index))}: exclude[{index}] matches no combination")
         for index in expansion.unused_excludes
     ]
-    cells: list[Cell] = []
+    listed = _CellList(doc.name)
     refused: list[Refusal] = []
-    by_id: dict[str, Cell] = {}
-    by_tag: dict[str, Cell] = {}
-    implied: set[str] = set()  # cells added as a front end's parent, not listed themselves
     for combination, origin in zip(expansion.combinations, expansion.origins, strict=True):
         try:
             resolved = resolver.resolve(combination, origin)
@@ -51,36 +48,8 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
             refused.append(Refusal(combination, origin, refusal.reason))
             continue
         for cell in resolved:
-            parent_of_frontend = len(resolved) > 1 and cell is resolved[0]
-            twin = by_id.get(cell.id)
-            if twin is not None and (parent_of_frontend or twin.id in implied):
-                if replace(twin, origin="") != replace(cell, origin=""):
-                    raise InputError(
-                        f"{doc.name}: {origin} asks for a front end of {cell.id} with other settings than"
-                        " the cell itself (env, packages, build args); give them to the cell without"
-                        " the front end, which the front end is built FROM"
-                    )
-                if not parent_of_frontend:
-                    implied.discard(cell.id)  # listed after all: it keeps its place
-                continue
-            if twin is not None:
-                where = (
-                    "two axis values"  # e.g. torch "2.1" and "2.1.2", the same release
-                    if cell.origin == twin.origin == "axes"
-                    else f"{twin.origin} and {cell.origin}"
-                )
-                raise InputError(f"{doc.name}: {where} make the same cell {cell.id}; list it once")
-            tag_twin = by_tag.get(cell.readable_tag)
-            if tag_twin is not None:
-                raise InputError(
-                    f"{doc.name}: cells {tag_twin.id} and {cell.id} would share the tag"
-                    f" {cell.readable_tag!r}; add {{python}} or {{base}} to publish.tags.readable"
-                )
-            if parent_of_frontend:
-                implied.add(cell.id)
-            by_id[cell.id] = cell
-            by_tag[cell.readable_tag] = cell
-            cells.append(cell)
+            listed.add(cell, origin, parent_of_frontend=len(resolved) > 1 and cell is resolved[0])
+    cells = listed.cells
     if not cells:
         detail = f"; first refusal: {refused[0].describe()}" if refused else ""
         raise InputError(f"{doc.name}: the matrix has no buildable cell{detail}")
@@ -98,6 +67,49 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         local_bases=local_bases,
         compat=resolver.compat,
     )
+
+
+class _CellList:
+    """The plan's cells in order: each id once (a front end's parent may be implied before it is
+    listed), each readable tag once."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.cells: list[Cell] = []
+        self.by_id: dict[str, Cell] = {}
+        self.by_tag: dict[str, Cell] = {}
+        self.implied: set[str] = set()  # cells added as a front end's parent, not listed themselves
+
+    def add(self, cell: Cell, origin: str, parent_of_frontend: bool) -> None:
+        twin = self.by_id.get(cell.id)
+        if twin is not None and (parent_of_frontend or twin.id in self.implied):
+            if replace(twin, origin="") != replace(cell, origin=""):
+                raise InputError(
+                    f"{self.source}: {origin} asks for a front end of {cell.id} with other settings than"
+                    " the cell itself (env, packages, build args); give them to the cell without"
+                    " the front end, which the front end is built FROM"
+                )
+            if not parent_of_frontend:
+                self.implied.discard(cell.id)  # listed after all: it keeps its place
+            return
+        if twin is not None:
+            where = (
+                "two axis values"  # e.g. torch "2.1" and "2.1.2", the same release
+                if cell.origin == twin.origin == "axes"
+                else f"{twin.origin} and {cell.origin}"
+            )
+            raise InputError(f"{self.source}: {where} make the same cell {cell.id}; list it once")
+        tag_twin = self.by_tag.get(cell.readable_tag)
+        if tag_twin is not None:
+            raise InputError(
+                f"{self.source}: cells {tag_twin.id} and {cell.id} would share the tag"
+                f" {cell.readable_tag!r}; add {{python}} or {{base}} to publish.tags.readable"
+            )
+        if parent_of_frontend:
+            self.implied.add(cell.id)
+        self.by_id[cell.id] = cell
+        self.by_tag[cell.readable_tag] = cell
+        self.cells.append(cell)
 
 
 def _check_paths(matrix: Matrix, root: Path, doc: SourceDocument) -> None:
