@@ -34,18 +34,13 @@ from imagekit import naming
 from imagekit.attest import SigningKey
 from imagekit.cells import Cell, Plan
 from imagekit.clock import timestamp
+from imagekit.credentials import docker_auth_config
 from imagekit.engine import PushFailed, connect, inspect_image, push_as
-from imagekit.errors import EnvironmentProblem
+from imagekit.errors import EnvironmentProblem, RegistryError
 from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy, merge_lock
+from imagekit.manifest import Manifest
 from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
-from imagekit.registry import (
-    Backoff,
-    Manifest,
-    Registry,
-    RegistryError,
-    docker_auth_config,
-    open_registry,
-)
+from imagekit.registry import Backoff, Registry, open_registry
 from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.schema import Publish, PublishPolicy, ServedFrontend
 from imagekit.store import BuildReport, CellResult, Staged, Verification

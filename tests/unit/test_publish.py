@@ -252,7 +252,7 @@ class FakeRegistry:
         import hashlib
         import json
 
-        from imagekit.registry import DOCKER_MANIFEST, Manifest
+        from imagekit.manifest import DOCKER_MANIFEST, Manifest
 
         self.calls: list[tuple[str, ...]] = []
         self.missing = missing or set()
@@ -273,7 +273,7 @@ class FakeRegistry:
         self.calls.append(("ping",))
 
     def get_manifest(self, repository: str, reference: str) -> Any:
-        from imagekit.registry import RegistryError
+        from imagekit.errors import RegistryError
 
         self.calls.append(("get_manifest", repository, reference))
         if reference in self.missing:
@@ -384,8 +384,8 @@ def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path:
     import hashlib
     import json
 
+    from imagekit.manifest import Manifest
     from imagekit.publish import Candidate, Publisher, PublishOptions
-    from imagekit.registry import Manifest
 
     document, media_type = UNVERIFIABLE[case]
     registry = FakeRegistry(IMAGE)
@@ -541,8 +541,8 @@ def test_report_html_never_replaces_the_published_lock(
 def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path) -> None:
     """What is attached to the staged digest (an attestation) is attached to the promoted one:
     the artifact's blobs mounted across and the artifact listed for the same subject."""
+    from imagekit.manifest import Referrer
     from imagekit.publish import Candidate, Publisher, PublishOptions
-    from imagekit.registry import Referrer
 
     registry = FakeRegistry(IMAGE)
     registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)
