@@ -39,8 +39,8 @@ from imagekit.naming import DIGEST
 from imagekit.paths import read_regular_file
 from imagekit.probe import protocol
 from imagekit.safetypes import parse_json
-from imagekit.store import Verification
 from imagekit.text import printable, shown
+from imagekit.verification import Verification
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

@@ -43,7 +43,8 @@ from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
 from imagekit.registry import Backoff, Registry, open_registry
 from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.schema import Publish, PublishPolicy, ServedFrontend
-from imagekit.store import BuildReport, CellResult, Staged, Verification
+from imagekit.store import BuildReport, CellResult, Staged
+from imagekit.verification import Verification
 
 Level = Literal["validated", "checked", "built"]
 # What a policy admits, by what the image actually passed.

@@ -45,16 +45,9 @@ from imagekit.errors import EnvironmentProblem, InputError, one_line
 from imagekit.figures import gemm_figures
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
-from imagekit.store import (
-    BuildReport,
-    CheckRecord,
-    Inventory,
-    ReportStore,
-    Verdict,
-    Verification,
-    derive_verdict,
-)
+from imagekit.store import BuildReport, ReportStore
 from imagekit.text import printable, shown
+from imagekit.verification import CheckRecord, Inventory, Verdict, Verification, derive_verdict
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
     from imagekit.cells import Cell

@@ -17,7 +17,8 @@ from imagekit.errors import EnvironmentProblem
 from imagekit.matrix import load_plan
 from imagekit.publish import ADMITS, final_tags, level_of
 from imagekit.schema import Publish
-from imagekit.store import CellResult, CheckRecord, Verification
+from imagekit.store import CellResult
+from imagekit.verification import CheckRecord, Verification
 from tests.conftest import CUDA_BASE
 
 DIGEST = "sha256:" + "ab" * 32
