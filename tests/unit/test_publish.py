@@ -200,7 +200,7 @@ def check(name: str, status: str, actual: object = None, detail: object = None) 
 def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> None:
     from dataclasses import replace
 
-    from imagekit.publish import NO_GPU_NOTE, provenance
+    from imagekit.provenance import NO_GPU_NOTE, provenance
 
     verification = Verification(
         "c", "img", "all", "validated", True, True,
@@ -231,7 +231,7 @@ def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> No
 
 def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
     """Any status but pass and skip is a failure (an edited report may say "error")."""
-    from imagekit.publish import _verified_by
+    from imagekit.provenance import verified_by
 
     verification = Verification(
         "c", "img", "none", "checked", False, False,
@@ -239,7 +239,7 @@ def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
          check("inventory", "error")),
         1.0,
     )  # fmt: skip
-    summary = _verified_by(verification)
+    summary = verified_by(verification)
     assert summary is not None
     checks = summary.checks
     assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
