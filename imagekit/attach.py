@@ -33,17 +33,11 @@ from imagekit.attest import (
     open_envelope,
     sign_statement,
 )
+from imagekit.errors import RegistryError
 from imagekit.limits import ENVELOPE_BYTES, MAX_REFERRERS
+from imagekit.manifest import EMPTY_BLOB, OCI_MANIFEST, Manifest, artifact_manifest, referrers_tag
 from imagekit.naming import DIGEST
-from imagekit.registry import (
-    EMPTY_BLOB,
-    OCI_MANIFEST,
-    Manifest,
-    Registry,
-    RegistryError,
-    artifact_manifest,
-    referrers_tag,
-)
+from imagekit.registry import Registry
 from imagekit.safetypes import parse_json
 
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # on the artifact and its layer

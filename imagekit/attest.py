@@ -39,8 +39,8 @@ from imagekit.naming import DIGEST
 from imagekit.paths import read_regular_file
 from imagekit.probe import protocol
 from imagekit.safetypes import parse_json
-from imagekit.store import Verification
 from imagekit.text import printable, shown
+from imagekit.verification import Verification
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -417,7 +417,25 @@ def _object(value: object) -> dict[str, Any]:
 
 def judge(found: Mapping[str, Any], digest: str, requirement: Requirement, now: datetime) -> str | None:
     """Why a verified Statement does not satisfy ``requirement`` for ``digest``; None when it does."""
-    subjects = found.get("subject")
+    kind = found.get("predicateType")
+    problem = _subject_problem(found.get("subject"), digest) or _type_problem(kind, requirement)
+    if problem is not None:
+        return problem
+    predicate = found.get("predicate")
+    if not isinstance(predicate, dict):
+        return "its predicate is not an object"
+    gpu = _object(predicate.get("gpu"))
+    return (
+        _verdict_problem(kind, predicate.get("verdict"), gpu)
+        or _gpu_problem(gpu, requirement.gpu)
+        or _age_problem(_object(predicate.get("run")), requirement.max_age, now)
+    )
+
+
+# What judge checks, in this order; each returns why the Statement does not count, or None.
+
+
+def _subject_problem(subjects: object, digest: str) -> str | None:
     hexes = [
         s["digest"].get("sha256")
         for s in (subjects if isinstance(subjects, list) else [])
@@ -426,32 +444,43 @@ def judge(found: Mapping[str, Any], digest: str, requirement: Requirement, now: 
     if digest.removeprefix("sha256:") not in hexes:
         named = ", ".join(f"sha256:{h}"[:19] for h in hexes if isinstance(h, str)) or "nothing"
         return f"it is about {named}, not {digest[:19]}"
-    kind = found.get("predicateType")
-    if kind not in requirement.predicate_types:
-        if kind == CHECKED_PREDICATE:
-            return "the image was only checked without a GPU (use --policy checked to accept that)"
-        return f"its predicate type is {shown(str(kind))}, not {' or '.join(requirement.predicate_types)}"
-    predicate = found.get("predicate")
-    if not isinstance(predicate, dict):
-        return "its predicate is not an object"
-    gpu = _object(predicate.get("gpu"))
-    verdict = predicate.get("verdict")
+    return None
+
+
+def _type_problem(kind: object, requirement: Requirement) -> str | None:
+    if kind in requirement.predicate_types:
+        return None
+    if kind == CHECKED_PREDICATE:
+        return "the image was only checked without a GPU (use --policy checked to accept that)"
+    return f"its predicate type is {shown(str(kind))}, not {' or '.join(requirement.predicate_types)}"
+
+
+def _verdict_problem(kind: object, verdict: object, gpu: Mapping[str, Any]) -> str | None:
     expected = "validated" if kind == VALIDATED_PREDICATE else "checked"
     if verdict != expected:
         return f"its verdict is {shown(str(verdict))}, not the {expected} its type says"
     if kind == VALIDATED_PREDICATE and gpu.get("visible") is not True:
         return "its predicate says no GPU was visible, yet claims validated"
-    if requirement.gpu is not None:
-        products = [p for p in gpu.get("products") or () if isinstance(p, str)]
-        if not any(requirement.gpu.lower() in p.lower() for p in products):
-            return f"it ran on {', '.join(products) or 'no named GPU'}, not a {requirement.gpu}"
-    if requirement.max_age is not None:
-        run = _object(predicate.get("run"))
-        when = _parse_time(run.get("verified_at"))
-        if when is None:
-            return "it does not say when the verification ran"
-        if now - when > requirement.max_age:
-            return f"its verification ran at {when.isoformat()}, older than {requirement.max_age}"
+    return None
+
+
+def _gpu_problem(gpu: Mapping[str, Any], wanted: str | None) -> str | None:
+    if wanted is None:
+        return None
+    products = [p for p in gpu.get("products") or () if isinstance(p, str)]
+    if not any(wanted.lower() in p.lower() for p in products):
+        return f"it ran on {', '.join(products) or 'no named GPU'}, not a {wanted}"
+    return None
+
+
+def _age_problem(run: Mapping[str, Any], max_age: timedelta | None, now: datetime) -> str | None:
+    if max_age is None:
+        return None
+    when = _parse_time(run.get("verified_at"))
+    if when is None:
+        return "it does not say when the verification ran"
+    if now - when > max_age:
+        return f"its verification ran at {when.isoformat()}, older than {max_age}"
     return None
 
 

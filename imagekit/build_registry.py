@@ -18,9 +18,10 @@ import requests
 from docker.errors import APIError
 
 from imagekit import naming
+from imagekit.credentials import docker_auth_config
 from imagekit.engine import PushFailed, inspect_image, pull, push_as
-from imagekit.errors import EnvironmentProblem, one_line
-from imagekit.registry import Backoff, RegistryError, docker_auth_config, open_registry
+from imagekit.errors import EnvironmentProblem, RegistryError, one_line
+from imagekit.registry import Backoff, open_registry
 from imagekit.render import RenderedCell
 from imagekit.schema import Publish
 from imagekit.store import BuildReport, CellResult, Staged

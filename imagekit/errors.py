@@ -64,3 +64,8 @@ class DriftError(ImagekitError):
     """Committed generated files differ from what would be rendered now."""
 
     exit_code = ExitCode.CELL_FAILED
+
+
+class RegistryError(ImagekitError):
+    """The registry refused one request (4xx other than auth retries; not transient) or answered
+    what cannot be used. One line, like every ImagekitError; exit 1 where it is not handled."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, SHORT_CHARS
 from imagekit.probe.protocol import GEMM_PERF
-from imagekit.store import FIGURE_BOUND, CheckRecord, GpuFigures, Span
+from imagekit.verification import FIGURE_BOUND, CheckRecord, GpuFigures, Span
 
 
 def _scalar(value: object) -> float | str | None:

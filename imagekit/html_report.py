@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from html import escape
 
 from imagekit.report_text import format_size, summary_line, throttle_note
-from imagekit.store import BuildReport, CellResult, CheckRecord, GpuFigures, Span
+from imagekit.store import BuildReport, CellResult
+from imagekit.verification import CheckRecord, GpuFigures, Span
 from imagekit.versions import display_key
 
 _CELL_ID = re.compile(

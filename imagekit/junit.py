@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from imagekit.atomic import atomic_write
-from imagekit.store import CheckRecord, Verification
+from imagekit.verification import CheckRecord, Verification
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # Everything XML 1.0 does not allow: C0 controls but tab, newline and return; surrogates; FFFE/FFFF.

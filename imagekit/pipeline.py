@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 from imagekit.build import Builder, BuildOutcome
 from imagekit.cells import Cell
-from imagekit.store import ReportStore, Verification
+from imagekit.store import ReportStore
+from imagekit.verification import Verification
 from imagekit.verify import Harness, verify_cells
 
 

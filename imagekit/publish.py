@@ -34,21 +34,17 @@ from imagekit import naming
 from imagekit.attest import SigningKey
 from imagekit.cells import Cell, Plan
 from imagekit.clock import timestamp
+from imagekit.credentials import docker_auth_config
 from imagekit.engine import PushFailed, connect, inspect_image, push_as
-from imagekit.errors import EnvironmentProblem
-from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy, merge_lock
-from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
-from imagekit.registry import (
-    Backoff,
-    Manifest,
-    Registry,
-    RegistryError,
-    docker_auth_config,
-    open_registry,
-)
+from imagekit.errors import EnvironmentProblem, RegistryError
+from imagekit.lockfile import LockEntry, merge_lock
+from imagekit.manifest import Manifest
+from imagekit.provenance import provenance, verified_by
+from imagekit.registry import Backoff, Registry, open_registry
 from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.schema import Publish, PublishPolicy, ServedFrontend
-from imagekit.store import BuildReport, CellResult, Staged, Verification
+from imagekit.store import BuildReport, CellResult, Staged
+from imagekit.verification import Verification
 
 Level = Literal["validated", "checked", "built"]
 # What a policy admits, by what the image actually passed.
@@ -213,75 +209,6 @@ def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list
 
 
 # -- pushing and promoting ------------------------------------------------------------------------------
-
-
-def _verified_by(verification: Verification | None) -> VerifiedBy | None:
-    if verification is None:
-        return None
-    failed = verification.failed_checks()
-    return VerifiedBy(
-        verdict=verification.verdict,
-        gpus=verification.gpus,
-        gpu_requested=verification.gpu_requested,
-        gpu_visible=verification.gpu_visible,
-        verified_at=verification.finished_at,
-        duration_s=verification.duration_s,
-        checks=ChecksSummary(
-            passed=verification.count("pass"),
-            failed=len(failed),  # any status but pass and skip, as the verdict counts it
-            skipped=verification.count("skip"),
-            failed_names=tuple(c.name for c in failed),
-            metrics=dict(verification.metrics),
-        ),
-    )
-
-
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-NO_GPU_NOTE = "verified without a visible GPU: GPU names, driver and CUDA driver version are unknown"
-UNVERIFIED_NOTE = "never verified: no GPU, driver or check to name"
-
-
-def provenance(verification: Verification | None, staged: str | None, promoted: str) -> Provenance:
-    """Where the image was verified (from the check script's nvidia_smi and driver checks) and
-    the digest chain staged -> verified -> promoted."""
-    chain = DigestChain(
-        staged=staged,
-        verified=verification.image_digest if verification else None,
-        promoted=promoted,
-    )
-    if verification is None:
-        return Provenance((), None, None, 0, 0, UNVERIFIED_NOTE, chain)
-    by_name = {c.name: c for c in verification.checks}
-    gpus: list[str] = []
-    driver: str | None = None
-    cuda_driver: str | None = None
-    smi = by_name.get(NVIDIA_SMI)
-    if smi is not None and smi.status == PASS:
-        actual = _json(smi.actual)
-        if isinstance(actual, dict):
-            gpus = [str(g["name"]) for g in actual.get("gpus") or () if isinstance(g, dict) and g.get("name")]
-            driver = str(actual["driver"]) if actual.get("driver") else None
-        detail = _json(smi.detail)
-        header = detail.get("header") if isinstance(detail, dict) else None
-        if isinstance(header, dict) and header.get("cuda"):
-            cuda_driver = str(header["cuda"])
-    check = by_name.get(DRIVER)
-    if check is not None and check.status == PASS:
-        driver = driver or (check.actual if check.actual and not check.actual.startswith("{") else None)
-        detail = _json(check.detail)
-        if isinstance(detail, dict) and detail.get("host_cuda"):
-            cuda_driver = str(detail["host_cuda"])
-    note = None if verification.gpu_visible else NO_GPU_NOTE
-    passed = verification.count("pass")
-    return Provenance(tuple(gpus), driver, cuda_driver, passed, len(verification.checks), note, chain)
 
 
 @dataclass(frozen=True)
@@ -504,7 +431,7 @@ class Publisher:
             policy=self.policy,
             level=candidate.level,
             published_at=timestamp(),
-            verification=_verified_by(candidate.verification),
+            verification=verified_by(candidate.verification),
             expect=expect,
             check_script=script if script and SCRIPT_PATH.problem(script) is None else None,
             frontend=frontend,

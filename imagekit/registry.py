@@ -7,759 +7,57 @@ mounted across (``POST /v2/<target>/blobs/uploads/?mount=<digest>&from=<source>`
 move); only a registry that refuses the mount gets the blob copied through this client.
 
 Credentials come from IMAGEKIT_REGISTRY_USER/IMAGEKIT_REGISTRY_PASSWORD or the Docker config's
-``auths``; they live only in request headers and are never part of a message or a record.
+``auths`` (``imagekit.credentials``); they live only in request headers and are never part of a
+message or a record: an error body is shown with the login masked (``Registry._masked``).
 
-The registry is a server on the network, trusted no more than a file:
-
-- every body is read through one helper (``Registry._read``) with a byte bound and a monotonic
-  deadline per operation (``imagekit.limits``): an endless or drip-fed answer ends in one line;
-- requests' own redirects are off; a GET or HEAD follows at most ``REDIRECTS`` to http(s) URLs,
-  never in a loop, and without the Authorization header once it leaves the registry's origin
-  (scheme, host and port); a redirected write (PUT, POST) is a RegistryError, never a success;
-- credentials go only to the registry's own origin, and to a token realm on another origin only
-  over https; an error body is shown with the login masked;
-- every answer shape that is not what the API promises (not JSON, a list, bad UTF-8, deep
-  nesting, a header with control characters, an odd realm) is one RegistryError or
-  EnvironmentProblem line naming the registry, never a traceback.
+Transport (bounded reads, deadlines, redirects, origin-scoped credentials) is
+``imagekit.registry_transport``'s; the manifest record and its checks ``imagekit.manifest``'s.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import http.client
-import ipaddress
 import json
-import os
 import re
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any, NoReturn
-from urllib.parse import quote, urljoin, urlsplit
+from typing import Any
+from urllib.parse import quote, urljoin
 
-import requests
-import urllib3
-from requests.structures import CaseInsensitiveDict
 from requests.utils import parse_header_links
 
-from imagekit.errors import EnvironmentProblem, ImagekitError, InputError, one_line
+from imagekit.credentials import PASSWORD_ENV, USER_ENV, find_credentials
+from imagekit.errors import EnvironmentProblem, RegistryError, one_line
 from imagekit.limits import (
     BLOB_BYTES,
-    BLOB_COPY_DEADLINE_S,
-    CHALLENGE_CHARS,
     CONFIG_BYTES,
-    DOCKER_CONFIG_BYTES,
     MANIFEST_BYTES,
     MAX_REFERRERS,
-    REDIRECTS,
-    REGISTRY_DEADLINE_S,
-    REGISTRY_ERROR_BYTES,
     TAG_PAGES,
     TAGS_PAGE_BYTES,
-    TOKEN_BYTES,
+)
+from imagekit.manifest import (
+    ACCEPT,
+    DOCKER_MANIFEST,
+    MANIFEST_TYPES,
+    OCI_INDEX,
+    Manifest,
+    Referrer,
+    referrers_tag,
 )
 from imagekit.naming import DIGEST
-from imagekit.paths import read_regular_file
+from imagekit.registry_transport import DEFAULT_BACKOFF, Answer, Backoff, Spool, Transport, origin
 from imagekit.safetypes import parse_json
 from imagekit.text import printable, redact, shown
 
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
-INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
-IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
-ACCEPT = ", ".join(MANIFEST_TYPES)
-# OCI 1.1 artifacts: the empty config an artifact manifest names, and the referrers tag schema.
-EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
-EMPTY_BLOB = b"{}"
-EMPTY_DIGEST = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
-USER_ENV = "IMAGEKIT_REGISTRY_USER"
-PASSWORD_ENV = "IMAGEKIT_REGISTRY_PASSWORD"
-TIMEOUT_S = 30.0
-_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-_REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
-_HEADER_TEXT = re.compile(r"[\x20-\x7e]*")  # a header value used as it came: printable ASCII only
-_TOKEN_TEXT = re.compile(r"[\x21-\x7e]+")  # a token goes into a header: no space, no control
-_CHUNK = 64 << 10
-_BLOB_CHUNK = 1 << 20
+__all__ = ["Backoff", "Registry", "open_registry"]  # Backoff: open_registry takes one
 
-Origin = tuple[str, str, int]  # (scheme, host, port): where credentials may go
 
+class Registry(Transport):
+    """One registry host's Distribution API: manifests, blobs, tags and referrers, each call one
+    operation of the transport (retried, bounded, before its deadline)."""
 
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff: ``attempts`` tries, waiting first_delay_s, then x factor each time."""
-
-    attempts: int = 5
-    first_delay_s: float = 0.5
-    factor: float = 2.0
-
-    def delays(self) -> list[float]:
-        return [self.first_delay_s * self.factor**i for i in range(self.attempts - 1)]
-
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str = field(repr=False)  # repr never shows it: a dataclass in a traceback is printed
-
-    def basic(self) -> str:
-        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        return f"Basic {token}"
-
-
-def registry_hostname(registry: str) -> str:
-    """``host[:port]`` (``[v6]:port``, or a bare v6 address) -> the host, without brackets or port."""
-    if registry.startswith("["):
-        return registry[1:].partition("]")[0]
-    if registry.count(":") == 1:
-        return registry.rsplit(":", 1)[0]
-    return registry  # no port, or a bare IPv6 address
-
-
-def is_local(registry: str) -> bool:
-    """127.0.0.0/8, ::1 and localhost: plain http (as dockerd itself treats them); else https."""
-    host = registry_hostname(registry)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def origin(url: str) -> Origin | None:
-    """``url``'s (scheme, host, port), the port made explicit; None unless an absolute http(s) URL
-    with a host (a file: URL, a relative one, one with a control character in it)."""
-    if not _HEADER_TEXT.fullmatch(url):  # urlsplit would silently drop a CR, LF or tab
-        return None
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # "http://[::1", a port past 65535
-        return None
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.hostname:
-        return None
-    return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
-
-
-def docker_config_path() -> Path:
-    return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-
-
-def find_credentials(registry: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
-    """The environment's pair first, then the Docker config's ``auths`` entry for ``registry``.
-
-    The Docker config is read like every other input: a regular file, at most
-    ``DOCKER_CONFIG_BYTES`` (a FIFO would block, ``/dev/zero`` never end); anything else is an
-    EnvironmentProblem naming it. A missing file, or one that is not a JSON object, holds no login.
-    """
-    env = os.environ if environ is None else environ
-    user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
-    if user and password:
-        return Credentials(user, password)
-    path = docker_config_path()
-    try:
-        raw = read_regular_file(
-            path, DOCKER_CONFIG_BYTES, "the Docker config (JSON) with the registry logins"
-        )
-    except FileNotFoundError:
-        return None
-    except InputError as exc:  # the machine's own file, not the user's input: exit 3
-        raise EnvironmentProblem(exc.message) from None
-    try:
-        config = parse_json(raw)
-    except ValueError:
-        return None
-    auths = config.get("auths") if isinstance(config, dict) else None
-    if not isinstance(auths, dict):
-        return None
-    for key in (registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v1/"):
-        entry = auths.get(key)
-        if not isinstance(entry, dict) or not entry.get("auth"):
-            continue
-        try:
-            decoded = base64.b64decode(str(entry["auth"])).decode()
-        except (ValueError, UnicodeDecodeError):
-            return None
-        name, _, secret = decoded.partition(":")
-        return Credentials(name, secret) if name else None
-    return None
-
-
-def docker_auth_config(registry: str) -> dict[str, str] | None:
-    """What docker-py's push and pull need to log in: the environment's pair, which the engine
-    cannot see itself (it reads the Docker config's ``auths`` on its own)."""
-    if os.environ.get(USER_ENV):
-        found = find_credentials(registry)
-        if found:
-            return {"username": found.username, "password": found.password}
-    return None
-
-
-def _challenge(header: str) -> tuple[str, dict[str, str]] | None:
-    """``Bearer realm="...",service="..."`` -> ("bearer", {realm, service, ...}); None when it is
-    longer than a challenge is or names a parameter twice (which realm would be meant?)."""
-    if len(header) > CHALLENGE_CHARS:
-        return None
-    scheme, _, rest = header.strip().partition(" ")
-    pairs = re.findall(r'(\w+)="([^"]*)"', rest)
-    params = dict(pairs)
-    if len(params) != len(pairs):
-        return None
-    return scheme.lower(), params
-
-
-class RegistryError(ImagekitError):
-    """The registry refused one request (4xx other than auth retries; not transient) or answered
-    what cannot be used. One line, like every ImagekitError; exit 1 where it is not handled."""
-
-
-@dataclass(frozen=True)
-class Manifest:
-    digest: str
-    media_type: str
-    body: bytes
-
-    def _json(self) -> dict[str, Any]:
-        try:
-            data: Any = parse_json(self.body)
-        except ValueError:
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    @property
-    def config_digest(self) -> str | None:
-        """The image id (config digest) a single-image manifest names; None for an index."""
-        config = self._json().get("config")
-        return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
-
-    @property
-    def blobs(self) -> list[str]:
-        """The config and layer digests of a single-image manifest (none for an index)."""
-        data = self._json()
-        found = [data.get("config"), *(data.get("layers") or ())]
-        return [
-            str(b["digest"]) for b in found if isinstance(b, dict) and DIGEST.fullmatch(str(b.get("digest")))
-        ]
-
-    @property
-    def blob_sizes(self) -> dict[str, int]:
-        """The sizes the manifest gives its blobs, by digest: a copy of one reads no more."""
-        data = self._json()
-        found = [data.get("config"), *(data.get("layers") or ())]
-        return {
-            str(b["digest"]): b["size"]
-            for b in found
-            if isinstance(b, dict) and type(b.get("size")) is int and b["size"] >= 0 and b.get("digest")
-        }
-
-    @property
-    def children(self) -> list[str]:
-        """An index's (manifest list's) image manifests, by digest; none for a single image."""
-        return [
-            str(m["digest"])
-            for m in self._json().get("manifests") or ()
-            if isinstance(m, dict)
-            and m.get("mediaType") in MANIFEST_TYPES
-            and DIGEST.fullmatch(str(m.get("digest")))
-        ]
-
-    def check_promotable(self, where: str, image_only: bool = False) -> None:
-        """Refuse (RegistryError, one line) what promotion cannot vouch for: a body that is not a
-        JSON object, a mediaType that is not a string or not a manifest's, a single image naming
-        no config (no image id to compare with the verified one), an index naming no manifest,
-        or one naming an index or anything but image manifests. ``image_only``: an index's child,
-        which must itself be an image."""
-
-        def refuse(problem: str) -> NoReturn:
-            raise RegistryError(f"{where}: {problem}; nothing promoted from it")
-
-        try:
-            data: Any = parse_json(self.body)
-        except ValueError as exc:
-            refuse(f"the manifest is not JSON ({one_line(exc, 120)})")
-        if not isinstance(data, dict):
-            refuse(f"the manifest is a JSON {type(data).__name__}, not an object")
-        declared = data.get("mediaType")
-        if declared is not None and not isinstance(declared, str):
-            refuse(f"its mediaType is a JSON {type(declared).__name__}, not a string")
-        if self.media_type not in MANIFEST_TYPES or (declared is not None and declared != self.media_type):
-            refuse(
-                f"its mediaType {shown(str(declared or self.media_type))} is not the manifest type it came as"
-            )
-        if self.media_type in INDEX_TYPES:
-            if image_only:
-                refuse("an index inside an index; only an index of image manifests is promoted")
-            entries = data.get("manifests")
-            if "config" in data or not isinstance(entries, list) or not entries:
-                refuse("an index that names no manifest")
-            for i, entry in enumerate(entries):
-                kind = entry.get("mediaType") if isinstance(entry, dict) else None
-                if not isinstance(kind, str):
-                    refuse(f"manifests[{i}] has no mediaType string")
-                if kind in INDEX_TYPES:
-                    refuse(f"manifests[{i}] is itself an index; an index of an index is not promoted")
-                if kind not in IMAGE_TYPES:
-                    refuse(f"manifests[{i}] is a {shown(kind)}, not an image manifest")
-                if not isinstance(entry.get("digest"), str) or not DIGEST.fullmatch(entry["digest"]):
-                    refuse(f"manifests[{i}] names no sha256 digest")
-            return
-        config = data.get("config")
-        if "manifests" in data or not isinstance(config, dict):
-            refuse("a single-image manifest that names no config (no image id)")
-        if not isinstance(config.get("digest"), str) or not DIGEST.fullmatch(config["digest"]):
-            refuse("its config names no sha256 digest (no image id)")
-        layers = data.get("layers", [])
-        if not isinstance(layers, list) or not all(
-            isinstance(layer, dict)
-            and isinstance(layer.get("digest"), str)
-            and DIGEST.fullmatch(layer["digest"])
-            for layer in layers
-        ):
-            refuse("its layers are not a list of sha256 descriptors")
-
-
-@dataclass(frozen=True)
-class Referrer:
-    """One manifest whose ``subject`` is an image: its digest, artifact type and annotations, as
-    the referrers API (or the referrers tag's index) lists it."""
-
-    digest: str
-    artifact_type: str
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    def descriptor(self, size: int) -> dict[str, Any]:
-        return {
-            "mediaType": OCI_MANIFEST,
-            "digest": self.digest,
-            "size": size,
-            "artifactType": self.artifact_type,
-            "annotations": dict(self.annotations),
-        }
-
-
-def referrers_tag(digest: str) -> str:
-    """The OCI 1.1 referrers tag schema: ``sha256-<hex>`` on the subject's repository."""
-    return digest.replace(":", "-", 1)
-
-
-def artifact_manifest(
-    artifact_type: str,
-    layer: tuple[str, str, int],
-    subject: Manifest,
-    annotations: Mapping[str, str],
-    layer_annotations: Mapping[str, str] | None = None,
-) -> Manifest:
-    """An OCI 1.1 artifact: an image manifest with ``artifactType``, the empty config, one layer
-    (media type, digest, size) and ``subject`` = the image manifest it is about."""
-    media_type, digest, size = layer
-    body = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": artifact_type,
-        "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
-        "layers": [
-            {
-                "mediaType": media_type,
-                "digest": digest,
-                "size": size,
-                "annotations": dict(layer_annotations or {}),
-            }
-        ],
-        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": len(subject.body)},
-        "annotations": dict(annotations),
-    }
-    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), OCI_MANIFEST, raw)
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """A registry's answer with its body read (bounded): what every caller works from."""
-
-    status: int
-    headers: CaseInsensitiveDict[str]
-    body: bytes
-    url: str  # where it came from, after any redirect
-
-
-class _Spool:
-    """Where a copied blob's bytes go while they are hashed; emptied again for each attempt."""
-
-    def __init__(self, file: IO[bytes]) -> None:
-        self.file = file
-        self.sha = hashlib.sha256()
-
-    def reset(self) -> None:
-        self.file.seek(0)
-        self.file.truncate()
-        self.sha = hashlib.sha256()
-
-    def write(self, chunk: bytes) -> None:
-        self.sha.update(chunk)
-        self.file.write(chunk)
-
-    @property
-    def digest(self) -> str:
-        return "sha256:" + self.sha.hexdigest()
-
-
-class Registry:
-    """One registry host; every call retries connection errors, 5xx and 429 with backoff.
-
-    ``deadline_s`` bounds one operation (all its attempts, waits, redirects and reads);
-    ``copy_deadline_s`` one blob copied through imagekit."""
-
-    def __init__(
-        self,
-        host: str,
-        credentials: Credentials | None = None,
-        backoff: Backoff = Backoff(),
-        sleep: Callable[[float], None] = time.sleep,
-        on_retry: Callable[[str], None] = lambda _: None,
-        deadline_s: float = REGISTRY_DEADLINE_S,
-        copy_deadline_s: float = BLOB_COPY_DEADLINE_S,
-    ) -> None:
-        self.host = host
-        self.base = f"{'http' if is_local(host) else 'https'}://{host}"
-        self.origin = origin(self.base)
-        self.credentials = credentials
-        self.backoff = backoff
-        self.sleep = sleep
-        self.on_retry = on_retry
-        self.deadline_s = deadline_s
-        self.copy_deadline_s = copy_deadline_s
-        self.session = requests.Session()
-        self.session.trust_env = False  # a proxy from the environment must not see credentials
-        # What is counted is what arrives: a compressed answer could expand past any bound.
-        self.session.headers["Accept-Encoding"] = "identity"
-        self._tokens: dict[str, str] = {}  # scope -> bearer token
-        self.retries = 0  # how many requests were retried (for reports and tests)
-
-    def close(self) -> None:
-        self.session.close()
-
-    # -- transport -----------------------------------------------------------------------------
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        scope: str,
-        *,
-        limit: int = REGISTRY_ERROR_BYTES,
-        strict: bool = False,
-        data: Any = None,
-        headers: Mapping[str, str] | None = None,
-        sink: _Spool | None = None,
-        deadline_s: float | None = None,
-    ) -> _Answer:
-        """One operation: a request, retried while transient, answered with auth when challenged,
-        its body read up to ``limit`` bytes (``strict``: more is a RegistryError; else the rest is
-        left unread), all before the operation's deadline.
-
-        ``path`` is below the registry's base, or a full URL on the registry's own origin (an
-        upload location the registry handed out); a file given as ``data`` is rewound for every
-        try; ``sink`` takes the body instead of memory (a blob being copied)."""
-        url = path if path.startswith(("http://", "https://")) else self.base + path
-        if origin(url) != self.origin:
-            raise RegistryError(
-                f"registry {self.host} sent us to {shown(url)}, not its own origin; not following"
-            )
-        budget = self.deadline_s if deadline_s is None else deadline_s
-        deadline = time.monotonic() + budget
-        what = f"{method} {path}"
-        delays = self.backoff.delays()
-        while True:
-            try:
-                answer = self._attempt(
-                    method, url, scope, limit, strict, data, dict(headers or {}), sink, deadline, what
-                )
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                if time.monotonic() >= deadline:
-                    raise self._late(what, budget) from None
-                if not delays:
-                    raise EnvironmentProblem(
-                        f"registry {self.host} unreachable after {self.backoff.attempts} attempts:"
-                        f" {one_line(exc)}"
-                    ) from None
-                problem = type(exc).__name__
-            except requests.RequestException as exc:  # an answer that cannot even be sent on
-                raise RegistryError(f"registry {self.host}: {what}: {one_line(exc)}") from None
-            else:
-                if answer.status not in _TRANSIENT_STATUS:
-                    return answer
-                if not delays:
-                    raise EnvironmentProblem(
-                        f"registry {self.host} kept answering HTTP {answer.status} to"
-                        f" {method} {path} after {self.backoff.attempts} attempts"
-                    )
-                problem = f"HTTP {answer.status}"
-            delay = delays.pop(0)
-            if time.monotonic() + delay >= deadline:
-                raise self._late(f"{what} ({problem})", budget)
-            self.retries += 1
-            self.on_retry(f"registry {self.host}: {method} {path}: {problem}; retrying in {delay:g}s")
-            self.sleep(delay)
-
-    def _late(self, what: str, budget: float) -> EnvironmentProblem:
-        return EnvironmentProblem(
-            f"registry {self.host}: {what}: no whole answer within {budget:g}s; a slow or stuck registry"
-        )
-
-    def _attempt(
-        self,
-        method: str,
-        url: str,
-        scope: str,
-        limit: int,
-        strict: bool,
-        data: Any,
-        headers: dict[str, str],
-        sink: _Spool | None,
-        deadline: float,
-        what: str,
-    ) -> _Answer:
-        """One try: the request, the redirects a GET or HEAD may take, the body read."""
-        seen = [url]
-        while True:
-            # Authorization (a token, a password) goes to the registry's own origin only.
-            own = origin(url) == self.origin
-            response = self._authorised(method, url, scope, data, headers, deadline, own)
-            try:
-                status = response.status_code
-                if status in _REDIRECT_STATUS:
-                    url = self._redirect(method, url, response, what, seen)
-                    seen.append(url)
-                    continue
-                if status in _TRANSIENT_STATUS:
-                    body = b""  # retried: its body is not read (the connection is dropped)
-                elif not 200 <= status < 300:
-                    body = self._read(response, REGISTRY_ERROR_BYTES, False, deadline, what)
-                else:
-                    if sink is not None:
-                        sink.reset()
-                    body = self._read(response, limit, strict, deadline, what, sink)
-                return _Answer(status, response.headers, body, url)
-            finally:
-                response.close()  # after a whole read the connection is already back in the pool
-
-    def _redirect(
-        self, method: str, url: str, response: requests.Response, what: str, seen: list[str]
-    ) -> str:
-        """Where a redirect of a GET or HEAD leads; a RegistryError for any other redirect."""
-        location = self._header(response.headers, "Location")
-        if method not in ("GET", "HEAD"):
-            raise RegistryError(
-                f"registry {self.host}: {what}: answered HTTP {response.status_code} to {shown(location)};"
-                " a write that is redirected is not done, so nothing was stored"
-            )
-        target = urljoin(url, location) if location else ""
-        to, since = origin(target), origin(url)
-        if to is None or since is None:
-            raise RegistryError(
-                f"registry {self.host}: {what}: redirected to {shown(target)}; only http(s) is followed"
-            )
-        if since[0] == "https" and to[0] == "http":
-            raise RegistryError(
-                f"registry {self.host}: {what}: redirected from https to {shown(target)}; not following"
-            )
-        if target in seen:
-            raise RegistryError(f"registry {self.host}: {what}: redirects in a loop ({shown(target)})")
-        if len(seen) > REDIRECTS:
-            raise RegistryError(f"registry {self.host}: {what}: more than {REDIRECTS} redirects")
-        return target
-
-    def _header(self, headers: Mapping[str, str], name: str) -> str:
-        """A header's value, refused unless printable ASCII (a folded or CR/LF-laden value)."""
-        value = headers.get(name) or ""
-        if not _HEADER_TEXT.fullmatch(value):
-            raise RegistryError(
-                f"registry {self.host} answered a {name} header holding control or non-ASCII"
-                f" characters ({shown(value)}); not using it"
-            )
-        return value
-
-    def _read(
-        self,
-        response: requests.Response,
-        limit: int,
-        strict: bool,
-        deadline: float,
-        what: str,
-        sink: _Spool | None = None,
-    ) -> bytes:
-        """The body, read as it arrives (``read1``: a drip-fed answer cannot keep one read waiting
-        for a whole chunk) with a running byte count and the operation's deadline checked after
-        every piece. ``strict``: past ``limit`` is a RegistryError; else the rest is not read."""
-
-        def too_large() -> RegistryError:
-            return RegistryError(
-                f"registry {self.host}: {what}: answered more than {limit:,} bytes, more than this"
-                " answer may be; refused"
-            )
-
-        declared = response.headers.get("Content-Length") or ""
-        if strict and declared.isdigit() and len(declared) < 20 and int(declared) > limit:
-            raise too_large()
-        chunks: list[bytes] = []
-        total = 0
-        raw = response.raw
-        try:
-            while total <= limit:
-                if time.monotonic() >= deadline:
-                    raise requests.Timeout(f"{what}: the body did not end before the deadline")
-                chunk = raw.read1(
-                    min(_BLOB_CHUNK if sink else _CHUNK, limit + 1 - total), decode_content=True
-                )
-                if not chunk:
-                    break
-                total += len(chunk)
-                if sink is not None:
-                    sink.write(chunk)
-                else:
-                    chunks.append(chunk)
-        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
-            raise requests.ConnectionError(f"{what}: {one_line(exc)}") from None
-        if total > limit:
-            if strict:
-                raise too_large()
-            return b"".join(chunks)[:limit]
-        return b"".join(chunks)
-
-    def _request(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        data: Any,
-        deadline: float,
-        params: Mapping[str, str | list[str]] | None = None,
-    ) -> requests.Response:
-        """The request and its headers; the body is left to ``_read``. No redirect is followed
-        here, and no single wait outlasts the operation's deadline."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise requests.Timeout("the operation's deadline passed")
-        wait = min(TIMEOUT_S, remaining)
-        _rewind(data)
-        return _before(
-            remaining,
-            lambda: self.session.request(
-                method,
-                url,
-                headers=dict(headers),
-                data=data,
-                params=params,
-                timeout=(wait, wait),
-                stream=True,
-                allow_redirects=False,
-            ),
-        )
-
-    def _authorised(
-        self,
-        method: str,
-        url: str,
-        scope: str,
-        data: Any,
-        headers: dict[str, str],
-        deadline: float,
-        own: bool,
-    ) -> requests.Response:
-        headers = dict(headers)
-        token = self._tokens.get(scope) if own else None
-        if token:
-            headers["Authorization"] = token
-        response = self._request(method, url, headers, data, deadline)
-        if response.status_code != 401 or not own or (token and token.startswith("Basic")):
-            return response
-        challenge = _challenge(self._header(response.headers, "WWW-Authenticate"))
-        if challenge is None:
-            response.close()
-            raise RegistryError(
-                f"registry {self.host}: {method} {urlsplit(url).path}: answered a WWW-Authenticate"
-                " challenge that is over-long or names a parameter twice; not answering it"
-            )
-        scheme, params = challenge
-        if scheme == "basic" and self.credentials:
-            self._tokens[scope] = self.credentials.basic()
-        elif scheme == "bearer" and params.get("realm"):
-            response.close()
-            self._tokens[scope] = "Bearer " + self._bearer(params, scope, deadline)
-        else:
-            return response
-        response.close()
-        headers["Authorization"] = self._tokens[scope]
-        return self._request(method, url, headers, data, deadline)
-
-    def _bearer(self, params: Mapping[str, str], scope: str, deadline: float) -> str:
-        realm = params["realm"]
-        where = origin(realm)
-        if where is None or urlsplit(realm).username is not None or urlsplit(realm).password is not None:
-            raise EnvironmentProblem(
-                f"registry {self.host} sends for a token to {shown(realm)}, not an absolute http(s) URL;"
-                " not asking there"
-            )
-        query: dict[str, str | list[str]] = {"service": params.get("service", "")}
-        if scope:
-            query["scope"] = scope.split(" ")  # a mount asks for two repositories at once
-        if self.credentials:
-            self._check_realm(realm)
-        headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
-        response = self._request("GET", realm, headers, None, deadline, params=query)
-        service = f"{where[0]}://{urlsplit(realm).netloc}"
-        try:
-            if response.status_code != 200:  # a redirect too: credentials are never re-sent
-                raise EnvironmentProblem(
-                    f"registry {self.host}: token service {service} answered HTTP {response.status_code};"
-                    f" check the credentials in {docker_config_path()} or {USER_ENV}/{PASSWORD_ENV}"
-                )
-            raw = self._read(response, TOKEN_BYTES, True, deadline, f"token from {service}")
-        finally:
-            response.close()
-        try:
-            body: Any = parse_json(raw)
-        except ValueError as exc:
-            raise EnvironmentProblem(
-                f"registry {self.host}: token service {service} answered what is not JSON"
-                f" ({one_line(exc, 120)})"
-            ) from None
-        if not isinstance(body, dict):
-            raise EnvironmentProblem(
-                f"registry {self.host}: token service {service} answered a JSON {type(body).__name__},"
-                " not an object"
-            )
-        token = body.get("token") or body.get("access_token")
-        if not token:
-            raise EnvironmentProblem(f"registry {self.host}: token service {service} returned no token")
-        if not isinstance(token, str) or not _TOKEN_TEXT.fullmatch(token):
-            raise EnvironmentProblem(
-                f"registry {self.host}: token service {service} returned a token that is not printable"
-                " ASCII; it cannot go into a header"
-            )
-        return token
-
-    def _check_realm(self, realm: str) -> None:
-        """Refuse to send the password to a token service on another origin than the registry's
-        (scheme, host and port) unless over https: a plain-http challenge would hand the
-        credentials to whoever answers (or listens) there. A local registry gets no exception:
-        another port on the same machine is another server."""
-        if origin(realm) == self.origin or urlsplit(realm).scheme.lower() == "https":
-            return
-        url = urlsplit(realm)
-        raise EnvironmentProblem(
-            f"registry {self.host} sends for a token to {url.scheme}://{url.netloc}, another origin"
-            " over plain http; refusing to send the credentials there"
-        )
+    # -- checking answers -------------------------------------------------------------------------
 
     def _masked(self, text: str) -> str:
         """A registry's text as an error line may show it: the login, the password and any token
@@ -775,7 +73,7 @@ class Registry:
                 text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
         return redact(printable(text))
 
-    def _check(self, answer: _Answer, what: str) -> None:
+    def _check(self, answer: Answer, what: str) -> None:
         if answer.status in (401, 403):
             raise EnvironmentProblem(
                 f"registry {self.host} denied {what} (HTTP {answer.status}); log in with"
@@ -799,7 +97,7 @@ class Registry:
             )
         return data
 
-    def _digest_header(self, answer: _Answer, what: str) -> str | None:
+    def _digest_header(self, answer: Answer, what: str) -> str | None:
         value = answer.headers.get("Docker-Content-Digest")
         if value is not None and not DIGEST.fullmatch(value):
             raise RegistryError(
@@ -867,7 +165,7 @@ class Registry:
         self._put_manifest(repository, tag, manifest)
         return manifest.digest
 
-    def _put_manifest(self, repository: str, tag: str, manifest: Manifest) -> _Answer:
+    def _put_manifest(self, repository: str, tag: str, manifest: Manifest) -> Answer:
         what = f"PUT manifest {repository}:{tag}"
         answer = self._send(
             "PUT",
@@ -1057,7 +355,7 @@ class Registry:
                 " not following"
             )
         with tempfile.TemporaryFile() as file:
-            spool = _Spool(file)
+            spool = Spool(file)
             answer = self._send(
                 "GET",
                 f"/v2/{source}/blobs/{digest}",
@@ -1108,49 +406,10 @@ class Registry:
 
 
 def open_registry(
-    host: str, backoff: Backoff = Backoff(), on_retry: Callable[[str], None] = lambda _: None
+    host: str, backoff: Backoff = DEFAULT_BACKOFF, on_retry: Callable[[str], None] = lambda _: None
 ) -> Registry:
     """A client for ``host`` with the credentials found for it (environment, Docker config)."""
     return Registry(host, find_credentials(host), backoff=backoff, on_retry=on_retry)
-
-
-def _before(seconds: float, request: Callable[[], requests.Response]) -> requests.Response:
-    """``request`` (up to its status line and headers) if it answers within ``seconds``.
-
-    The per-read timeout bounds each read, not the whole: a server that drips its status line or
-    headers a byte at a time (up to http.client's 100 lines of 64 KiB) would hold an operation for
-    hours. The request runs in a thread of its own and is abandoned at the deadline; it then ends
-    on its own read timeout, and a response that still comes is closed, never used.
-    """
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()
-    abandoned = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome["response"] = request()
-        except BaseException as exc:  # handed to the caller's thread, which raises it
-            outcome["error"] = exc
-        finally:
-            finished.set()
-            if abandoned.is_set() and "response" in outcome:
-                outcome["response"].close()
-
-    threading.Thread(target=run, name="imagekit-registry-request", daemon=True).start()
-    if not finished.wait(max(seconds, 0.0)):
-        abandoned.set()
-        if finished.is_set() and "response" in outcome:  # it came in between: still too late
-            outcome["response"].close()
-        raise requests.Timeout("the status line and headers did not come before the deadline")
-    if "error" in outcome:
-        raise outcome["error"]
-    response: requests.Response = outcome["response"]
-    return response
-
-
-def _rewind(data: Any) -> None:
-    if hasattr(data, "seek"):
-        data.seek(0)
 
 
 def _pull(repository: str) -> str:

@@ -12,8 +12,9 @@ import html
 import re
 from collections.abc import Sequence
 
-from imagekit.store import STATUSES, BuildReport, CellResult, GpuFigures
+from imagekit.store import STATUSES, BuildReport, CellResult
 from imagekit.text import printable
+from imagekit.verification import GpuFigures
 
 _MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]|~])")
 

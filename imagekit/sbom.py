@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from imagekit.store import Inventory
+from imagekit.verification import Inventory
 
 # How the BOM names what it holds, beyond CycloneDX's own fields.
 PROPERTY_PREFIX = "imagekit:"

@@ -39,22 +39,15 @@ from imagekit import naming
 from imagekit.atomic import atomic_write
 from imagekit.clock import timestamp
 from imagekit.contract import packaged_check_script
+from imagekit.credentials import docker_auth_config
 from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_transient, pull, unreachable
 from imagekit.errors import EnvironmentProblem, InputError, one_line
 from imagekit.figures import gemm_figures
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
-from imagekit.registry import docker_auth_config
-from imagekit.store import (
-    BuildReport,
-    CheckRecord,
-    Inventory,
-    ReportStore,
-    Verdict,
-    Verification,
-    derive_verdict,
-)
+from imagekit.store import BuildReport, ReportStore
 from imagekit.text import printable, shown
+from imagekit.verification import CheckRecord, Inventory, Verdict, Verification, derive_verdict
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
     from imagekit.cells import Cell

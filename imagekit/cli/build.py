@@ -37,7 +37,7 @@ from imagekit.text import printable
 if TYPE_CHECKING:
     import docker
 
-    from imagekit.store import Verification
+    from imagekit.verification import Verification
     from imagekit.verify import Harness
 
 

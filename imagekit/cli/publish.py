@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +29,10 @@ from imagekit.cli.app import (
 )
 from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_INT32
+
+if TYPE_CHECKING:
+    from imagekit.lockfile import LockEntry
+    from imagekit.schema import Publish
 
 RequireAttestationOption = Annotated[
     Path | None,
@@ -293,20 +298,13 @@ def k8s(
     Example: imagekit k8s --only '*cu121*' --gpus 8 --runtime-class nvidia --pvc ckpt:/checkpoints
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     """
-    import shlex
-
     from imagekit import k8s as kube
     from imagekit.cells import frontend_of
     from imagekit.lockfile import entries_for, read_lock
 
     the_plan, cells = select_cells(matrix, only)
     entries = entries_for(read_lock(lock), [c.id for c in cells], the_plan.matrix.publish.repository, lock)
-    try:
-        argv = tuple(shlex.split(command)) if command is not None else ()
-    except ValueError as exc:
-        raise InputError(f"--command: {exc}") from None
-    if command is not None and not argv:
-        raise InputError("--command is empty")
+    argv = _command_argv(command)
     options = kube.JobOptions(
         gpus=gpus,
         gpu_resource=gpu_resource,
@@ -326,27 +324,55 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
-    if policy not in (None, "kyverno"):
-        raise InputError(f"--policy {policy!r}: use kyverno")
-    if policy is not None and key is None:
-        raise InputError("--policy kyverno needs --key PUB (the public key the attestations are signed with)")
+    policy_key = _policy_key(policy, key)
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
         require_attested(entries, require_attestation, attestation_policy)
     files = kube.render_jobs(entries, options, {c.id: frontend_of(c) for c in cells})
-    if policy is not None and key is not None:
-        from imagekit import naming
-        from imagekit.attest import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
+    if policy_key is not None:
+        from imagekit.admission import KYVERNO_POLICY_FILE
 
-        pem = load_public_key(key).pem()
-        host = the_plan.matrix.publish.registry
-        repositories = sorted({e.repository for e in entries.values()}) or [
-            naming.repository(host, the_plan.matrix.publish.repository)
-        ]
-        kind = CHECKED_PREDICATE if attestation_policy == "checked" else VALIDATED_PREDICATE
-        document = kube.kyverno_policy(repositories, pem, kind)
-        files[kube.KYVERNO_POLICY_FILE] = kube.render_policy(document)
+        publishing = the_plan.matrix.publish
+        files[KYVERNO_POLICY_FILE] = _kyverno_policy(publishing, entries, policy_key, attestation_policy)
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)
+
+
+def _command_argv(command: str | None) -> tuple[str, ...]:
+    """--command, shell-split; () without one."""
+    import shlex
+
+    try:
+        argv = tuple(shlex.split(command)) if command is not None else ()
+    except ValueError as exc:
+        raise InputError(f"--command: {exc}") from None
+    if command is not None and not argv:
+        raise InputError("--command is empty")
+    return argv
+
+
+def _policy_key(policy: str | None, key: Path | None) -> Path | None:
+    """The public key of --policy kyverno; None without --policy."""
+    if policy not in (None, "kyverno"):
+        raise InputError(f"--policy {policy!r}: use kyverno")
+    if policy is not None and key is None:
+        raise InputError("--policy kyverno needs --key PUB (the public key the attestations are signed with)")
+    return key if policy is not None else None
+
+
+def _kyverno_policy(
+    publish: Publish, entries: Mapping[str, LockEntry], key: Path, attestation_policy: str
+) -> str:
+    """The Kyverno ClusterPolicy file admitting the published repositories' attested digests."""
+    from imagekit import naming
+    from imagekit.admission import kyverno_policy, render_policy
+    from imagekit.attest import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
+
+    pem = load_public_key(key).pem()
+    repositories = sorted({e.repository for e in entries.values()}) or [
+        naming.repository(publish.registry, publish.repository)
+    ]
+    kind = CHECKED_PREDICATE if attestation_policy == "checked" else VALIDATED_PREDICATE
+    return render_policy(kyverno_policy(repositories, pem, kind))

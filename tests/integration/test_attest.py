@@ -277,7 +277,7 @@ def test_tampered_and_misdirected_attestations_are_refused(
     repository = f"{project.repository}-tamper"
     config = b'{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}'
     config_digest = client.put_blob(repository, config)
-    from imagekit.registry import OCI_MANIFEST, Manifest
+    from imagekit.manifest import OCI_MANIFEST, Manifest
 
     body = json.dumps(
         {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
@@ -302,7 +302,7 @@ def test_tampered_and_misdirected_attestations_are_refused(
     statement["predicate"]["verdict"] = "validated"
     envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     tampered = json.dumps(envelope).encode()
-    from imagekit.registry import EMPTY_BLOB, artifact_manifest
+    from imagekit.manifest import EMPTY_BLOB, artifact_manifest
 
     client.put_blob(repository, EMPTY_BLOB)
     blob = client.put_blob(repository, tampered)

@@ -21,7 +21,7 @@ from securesystemslib.signer import SSlibKey
 
 from imagekit import attest
 from imagekit.errors import InputError
-from imagekit.store import CheckRecord, Inventory, Package, Verification
+from imagekit.verification import CheckRecord, Inventory, Package, Verification
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

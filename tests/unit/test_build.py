@@ -23,17 +23,8 @@ from imagekit.jobs import Job
 from imagekit.naming import BASE_DIGEST_LABEL, CONTEXT_DIGEST_LABEL, INPUT_DIGEST_LABEL
 from imagekit.progress import PlainProgress
 from imagekit.render import RenderedCell, Renderer
-from imagekit.store import (
-    GPU_CHECKS,
-    BuildReport,
-    CellResult,
-    CheckRecord,
-    ReportStore,
-    Verification,
-    read_previous,
-    read_report,
-    write_report,
-)
+from imagekit.store import BuildReport, CellResult, ReportStore, read_previous, read_report, write_report
+from imagekit.verification import GPU_CHECKS, CheckRecord, Verification
 from tests.unit.projects import TODAY, write_project
 
 PROJECT = {"deb": "FROM busybox:latest\nRUN echo deb\n"}

@@ -8,7 +8,7 @@ from imagekit.figures import gemm_figures
 from imagekit.html_report import _gpus
 from imagekit.limits import SHORT_CHARS
 from imagekit.report_text import throttle_note
-from imagekit.store import CheckRecord, GpuFigures, Span
+from imagekit.verification import CheckRecord, GpuFigures, Span
 from imagekit.verify import GpuRequest, verdict_of
 
 

@@ -6,7 +6,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from imagekit.store import CheckRecord, read_report, write_report
+from imagekit.store import read_report, write_report
+from imagekit.verification import CheckRecord
 from tests.conftest import run_cli
 from tests.unit.report_samples import sample_report, verification
 

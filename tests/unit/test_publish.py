@@ -17,7 +17,8 @@ from imagekit.errors import EnvironmentProblem
 from imagekit.matrix import load_plan
 from imagekit.publish import ADMITS, final_tags, level_of
 from imagekit.schema import Publish
-from imagekit.store import CellResult, CheckRecord, Verification
+from imagekit.store import CellResult
+from imagekit.verification import CheckRecord, Verification
 from tests.conftest import CUDA_BASE
 
 DIGEST = "sha256:" + "ab" * 32
@@ -199,7 +200,7 @@ def check(name: str, status: str, actual: object = None, detail: object = None) 
 def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> None:
     from dataclasses import replace
 
-    from imagekit.publish import NO_GPU_NOTE, provenance
+    from imagekit.provenance import NO_GPU_NOTE, provenance
 
     verification = Verification(
         "c", "img", "all", "validated", True, True,
@@ -230,7 +231,7 @@ def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> No
 
 def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
     """Any status but pass and skip is a failure (an edited report may say "error")."""
-    from imagekit.publish import _verified_by
+    from imagekit.provenance import verified_by
 
     verification = Verification(
         "c", "img", "none", "checked", False, False,
@@ -238,7 +239,7 @@ def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
          check("inventory", "error")),
         1.0,
     )  # fmt: skip
-    summary = _verified_by(verification)
+    summary = verified_by(verification)
     assert summary is not None
     checks = summary.checks
     assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
@@ -252,7 +253,7 @@ class FakeRegistry:
         import hashlib
         import json
 
-        from imagekit.registry import DOCKER_MANIFEST, Manifest
+        from imagekit.manifest import DOCKER_MANIFEST, Manifest
 
         self.calls: list[tuple[str, ...]] = []
         self.missing = missing or set()
@@ -273,7 +274,7 @@ class FakeRegistry:
         self.calls.append(("ping",))
 
     def get_manifest(self, repository: str, reference: str) -> Any:
-        from imagekit.registry import RegistryError
+        from imagekit.errors import RegistryError
 
         self.calls.append(("get_manifest", repository, reference))
         if reference in self.missing:
@@ -384,8 +385,8 @@ def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path:
     import hashlib
     import json
 
+    from imagekit.manifest import Manifest
     from imagekit.publish import Candidate, Publisher, PublishOptions
-    from imagekit.registry import Manifest
 
     document, media_type = UNVERIFIABLE[case]
     registry = FakeRegistry(IMAGE)
@@ -541,8 +542,8 @@ def test_report_html_never_replaces_the_published_lock(
 def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path) -> None:
     """What is attached to the staged digest (an attestation) is attached to the promoted one:
     the artifact's blobs mounted across and the artifact listed for the same subject."""
+    from imagekit.manifest import Referrer
     from imagekit.publish import Candidate, Publisher, PublishOptions
-    from imagekit.registry import Referrer
 
     registry = FakeRegistry(IMAGE)
     registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from imagekit.errors import EnvironmentProblem, ImagekitError
-from imagekit.registry import Backoff, Credentials, Registry, RegistryError, find_credentials, is_local
+from imagekit.credentials import Credentials, find_credentials
+from imagekit.errors import EnvironmentProblem, ImagekitError, RegistryError
+from imagekit.registry import Backoff, Registry
+from imagekit.registry_transport import is_local
 
 
 def test_local_registries_speak_http() -> None:
@@ -150,7 +152,7 @@ def client(host: str, attempts: int = 4) -> tuple[Registry, list[float]]:
 
 def test_bearer_flow_and_promotion_by_digest(stub: Stub) -> None:
     registry, _ = client(stub.host)
-    from imagekit.registry import Manifest
+    from imagekit.manifest import Manifest
 
     body = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:cfg"}}).encode()
     import hashlib
@@ -671,7 +673,7 @@ def _other_origin_cases(
 
 
 def _manifest(body: bytes, media_type: str = "application/vnd.docker.distribution.manifest.v2+json") -> Any:
-    from imagekit.registry import Manifest
+    from imagekit.manifest import Manifest
 
     return Manifest("sha256:" + hashlib.sha256(body).hexdigest(), media_type, body)
 

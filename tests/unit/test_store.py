@@ -19,16 +19,8 @@ from imagekit import report_text
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.html_report import render_html
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
-from imagekit.store import (
-    REPORT_NAME,
-    REPORT_VERSION,
-    BuildReport,
-    CheckRecord,
-    Verification,
-    read_report,
-    state_lock,
-    write_report,
-)
+from imagekit.store import REPORT_NAME, REPORT_VERSION, BuildReport, read_report, state_lock, write_report
+from imagekit.verification import CheckRecord, Verification
 from tests.conftest import REPO
 from tests.unit.report_samples import build_report, sample_report
 from tests.unit.strategies import json_values

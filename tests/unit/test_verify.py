@@ -12,7 +12,7 @@ import pytest
 
 from imagekit.errors import InputError
 from imagekit.junit import write_junit
-from imagekit.store import CheckRecord, GpuFigures, Span, Verification
+from imagekit.verification import CheckRecord, GpuFigures, Span, Verification
 from imagekit.verify import GpuRequest, check_arguments, verdict_of
 
 
