@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .context import Context, torch_skip
+from .facts import gemm_products
 from .gemm import cuda_device, cuda_devices
 from .results import CheckResult, skipped
 from .telemetry import (
@@ -29,31 +30,26 @@ class GemmFloor:
     tflops: float  # floor for the whole device, about 40-50% of the dense peak of `dtype`
     dtype: str  # what gemm_perf times on this device: bfloat16, or float16 below sm_80
     sms: int | None  # the whole device's SM count, to scale the floor for MIG slices
+    fp8_tflops: float | None = None  # floor of the FP8 (E4M3, torch._scaled_mm) GEMM, sm_89 and later
+
+
+def _floors() -> dict[str, GemmFloor]:
+    return {
+        name: GemmFloor(
+            float(e["floor"]),
+            str(e["dtype"]),
+            int(e["sms"]) if e.get("sms") else None,
+            float(e["fp8_floor"]) if e.get("fp8_floor") is not None else None,
+        )
+        for name, e in gemm_products().items()
+    }
 
 
 # Keyed by the EXACT name the driver reports (torch.cuda.get_device_name == nvidia-smi's name; a
-# substring match once gave "NVIDIA RTX A1000" the A100 floor). Names as read in published
-# nvidia-smi / PyTorch outputs (tests/fixtures/check/NOTES.md lists where). An H200 measured about
-# 790 TFLOP/s bf16 at 8192^3 through PyTorch. Unknown devices get no floor (skip, never pass).
-GEMM_FLOORS: dict[str, GemmFloor] = {
-    "NVIDIA H200": GemmFloor(400.0, "bfloat16", 132),  # dense bf16 peak 989
-    "NVIDIA H100 80GB HBM3": GemmFloor(350.0, "bfloat16", 132),  # SXM5, peak 989
-    "NVIDIA H100 NVL": GemmFloor(330.0, "bfloat16", 132),  # peak 835
-    "NVIDIA H100 PCIe": GemmFloor(280.0, "bfloat16", 114),  # peak 756
-    "NVIDIA H800": GemmFloor(350.0, "bfloat16", 132),  # peak 989
-    "NVIDIA GH200 480GB": GemmFloor(400.0, "bfloat16", 132),  # peak 989
-    "NVIDIA A100-SXM4-80GB": GemmFloor(140.0, "bfloat16", 108),  # peak 312
-    "NVIDIA A100-SXM4-40GB": GemmFloor(140.0, "bfloat16", 108),
-    "NVIDIA A100 80GB PCIe": GemmFloor(130.0, "bfloat16", 108),
-    "NVIDIA A100-PCIE-40GB": GemmFloor(130.0, "bfloat16", 108),
-    "NVIDIA A10G": GemmFloor(30.0, "bfloat16", 80),  # peak ~70, 300 W cap
-    "NVIDIA L4": GemmFloor(45.0, "bfloat16", 58),  # peak 121, 72 W card that throttles
-    "NVIDIA RTX A6000": GemmFloor(65.0, "bfloat16", 84),  # peak 155
-    "NVIDIA GeForce RTX 4090": GemmFloor(70.0, "bfloat16", 128),  # peak 165 (fp32 accumulate)
-    "Tesla V100-SXM2-16GB": GemmFloor(50.0, "float16", 80),  # no bf16; fp16 peak 125
-    "Tesla V100-PCIE-32GB": GemmFloor(45.0, "float16", 80),  # fp16 peak 112
-    "Tesla T4": GemmFloor(20.0, "float16", 40),  # no bf16; fp16 peak 65, 70 W card
-}
+# substring match once gave "NVIDIA RTX A1000" the A100 floor). The table is data
+# (imagekit/data/gpus.yaml, gemm_floors, with its sources), generated into the zipapp's facts.json.
+# Unknown devices get no floor (skip, never pass).
+GEMM_FLOORS: dict[str, GemmFloor] = _floors()
 
 
 def gemm_floor(device_name: str, sm_count: int | None = None) -> tuple[float | None, str]:
