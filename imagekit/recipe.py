@@ -49,7 +49,7 @@ class Recipe:
     wheelhouse_dir: str
     env: tuple[tuple[str, str], ...]
     nvidia_env: tuple[tuple[str, str], ...]  # what an image on a plain base needs to see a GPU
-    toolchain: tuple[str, ...]  # OS packages a devel image on a base with its own Python may lack
+    toolchain: tuple[str, ...]  # compiler + Python.h packages an image on a base with its own Python may lack
     toolchain_probe: str  # Python that exits 0 when the base already has them
     build_args: tuple[str, ...]
     labels: tuple[tuple[str, str], ...]
@@ -148,9 +148,12 @@ def _nvidia_env(cell: Cell) -> tuple[tuple[str, str], ...]:
 
 
 def _toolchain(cell: Cell) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(OS packages to install, packages to install only where the base lacks them) for a devel
-    image: torch.compile (Triton, inductor) and cpp_extension need a C++ compiler and Python.h."""
-    if cell.flavour != "devel" or cell.stack is not None:
+    """(OS packages to install, packages to install only where the base lacks them), in every
+    flavour: torch.compile needs a compiler and Python.h (inductor builds C++ on the CPU; Triton
+    compiles a C launcher against Python.h on the GPU), and compile is required of runtime images too
+    (PyTorch's own runtime images had the same gap: pytorch issue 116696, PR 170235). Devel images
+    also build extensions with them (cpp_extension)."""
+    if cell.stack is not None:
         return (), ()
     if cell.python_from_base:
         return (), ("g++", "python3-dev")
@@ -247,7 +250,8 @@ def make_recipe(
         apt_packages += [f"python{cell.python}", f"python{cell.python}-venv", "ca-certificates"]
     apt_packages += [p for p in (*toolchain, *cell.apt_packages) if p not in apt_packages]
     extras = list(cell.pip_packages)
-    if (toolchain or toolchain_if_missing) and "ninja" not in {project_name(r) for r in extras}:
+    devel_tools = cell.flavour == "devel" and (toolchain or toolchain_if_missing)
+    if devel_tools and "ninja" not in {project_name(r) for r in extras}:
         extras.append("ninja")  # torch.utils.cpp_extension refuses to build without it
     return Recipe(
         matrix_name=matrix_name,

@@ -176,8 +176,8 @@ def check_compile(ctx: Context) -> CheckResult:
     torch = ctx.torch
     if not _torch_at_least(torch, 2, 0) or not hasattr(torch, "compile"):
         return skipped("compile", f"torch {torch.__version__} has no torch.compile (needs >= 2.0)")
-    # Runtime images carry no compiler: a failure there is reported, not fatal to the image.
-    required = ctx.expect.flavour != "runtime"
+    # Required in every flavour: runtime images carry the compiler and Python.h torch.compile needs.
+    required = True
     tools = toolchain(ctx.env)
     detail: dict[str, Any] = {"toolchain": tools, "timeout_s": COMPILE_TIMEOUT_S}
     parts: dict[str, dict[str, Any]] = {}

@@ -62,15 +62,28 @@ def test_compile_without_a_compiler_names_it(torch_python: str, tmp_path: Path) 
     assert compiled["detail"]["toolchain"]["cxx"] is None
 
 
-def test_compile_failure_in_a_runtime_image_is_reported_not_required(
-    torch_python: str, tmp_path: Path
-) -> None:
+def test_compile_is_required_in_a_runtime_image(torch_python: str, tmp_path: Path) -> None:
+    """Runtime images carry the compiler now (pytorch issue 116696): without one, compile fails them."""
     tools = bin_dir(tmp_path, NO_TOOLS)
     checks = run_build_checks(
         torch_python, tmp_path, str(tools), "--flavour", "runtime", "--only", "compile,extension"
     )
-    assert checks["compile"]["status"] == "fail" and checks["compile"]["required"] is False
+    assert checks["compile"]["status"] == "fail" and checks["compile"]["required"] is True
+    assert "no C/C++ compiler" in checks["compile"]["cause"]
     assert checks["extension"]["status"] == "skip" and "runtime flavour" in checks["extension"]["reason"]
+
+
+def test_compile_passes_for_real_in_a_runtime_cell_with_the_compiler(
+    torch_python: str, tmp_path: Path
+) -> None:
+    """What a runtime image now carries (g++, Python.h): inductor's C++ on the CPU compiles and agrees."""
+    checks = run_build_checks(
+        torch_python, tmp_path, "/usr/bin:/bin", "--flavour", "runtime", "--only", "compile"
+    )
+    compiled = checks["compile"]
+    assert compiled["status"] == "pass" and compiled["required"] is True, compiled
+    cpu = compiled["detail"]["parts"]["cpu"]
+    assert cpu["status"] == "pass" and cpu["generated_files"] > 0 and cpu["max_abs_error"] < 1e-4
 
 
 def test_compile_without_python_h_names_the_dev_package(torch_python: str, tmp_path: Path) -> None:

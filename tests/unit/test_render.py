@@ -125,7 +125,9 @@ def test_template_decisions(tmp_path: Path) -> None:
     runtime = cases["cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime"]
     # the smallest nvidia/cuda image with the NVIDIA environment: the wheel brings the libraries
     assert "FROM nvidia/cuda:11.8.0-base-ubuntu22.04\n" in runtime
-    assert "g++" not in runtime and "ninja" not in runtime
+    # torch.compile is required in every flavour: a compiler and Python.h, but no ninja (extensions)
+    assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in runtime
+    assert "ninja" not in runtime and "nvcc" not in runtime
     current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
     assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
     # 2.15's companions are stable-ABI wheels paired by their own torch requirement
