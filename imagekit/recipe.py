@@ -22,6 +22,7 @@ from imagekit.contract import (
 )
 from imagekit.errors import InputError
 from imagekit.matrix import Cell
+from imagekit.probe_facts import wheel_arch_list
 from imagekit.schema import Matrix
 
 WHEELHOUSE_CONTEXT = "wheelhouse"
@@ -49,6 +50,7 @@ class Recipe:
     wheelhouse_dir: str
     env: tuple[tuple[str, str], ...]
     nvidia_env: tuple[tuple[str, str], ...]  # what an image on a plain base needs to see a GPU
+    arch_env: tuple[tuple[str, str], ...]  # devel: TORCH_CUDA_ARCH_LIST, the wheel's architectures
     toolchain: tuple[str, ...]  # compiler + Python.h packages an image on a base with its own Python may lack
     toolchain_probe: str  # Python that exits 0 when the base already has them
     build_args: tuple[str, ...]
@@ -145,6 +147,18 @@ def _nvidia_env(cell: Cell) -> tuple[tuple[str, str], ...]:
         ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
         ("NVIDIA_REQUIRE_CUDA", f"cuda>={cell.cuda}"),
     )
+
+
+def _arch_env(cell: Cell) -> tuple[tuple[str, str], ...]:
+    """A devel image builds CUDA extensions where no GPU is visible (a downstream `docker build`):
+    torch's _get_cuda_arch_flags then needs TORCH_CUDA_ARCH_LIST (pytorch issue 137261; NGC sets it).
+    The list PyTorch built this wheel variant with (imagekit/data/gpus.yaml); a cell's own wins."""
+    if cell.flavour != "devel" or not cell.is_cuda or cell.stack is not None:
+        return ()
+    if any(name == "TORCH_CUDA_ARCH_LIST" for name, _ in cell.env):
+        return ()
+    arch_list = wheel_arch_list(cell.variant, cell.torch)
+    return (("TORCH_CUDA_ARCH_LIST", arch_list),) if arch_list else ()
 
 
 def _toolchain(cell: Cell) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -277,6 +291,7 @@ def make_recipe(
         wheelhouse_dir=WHEELHOUSE_DIR,
         env=cell.env,
         nvidia_env=_nvidia_env(cell),
+        arch_env=_arch_env(cell),
         toolchain=toolchain_if_missing,
         toolchain_probe=TOOLCHAIN_PROBE,
         build_args=tuple(name for name, _ in cell.build_args),

@@ -160,7 +160,7 @@ FRONTEND_EXPECT_OPTIONS: dict[str, str] = {
 }
 
 # Internal roles: the probe re-runs itself for work that must be isolated or bounded in time.
-TASK_NAMES: tuple[str, ...] = ("compile", "extension_cpu", "extension_cuda")
+TASK_NAMES: tuple[str, ...] = ("compile", "extension_cpu", "extension_cuda", "extension_cuda_nogpu")
 WORKER_OPTION = "--collective-worker"
 TASK_OPTION = "--task"
 DEVICE_OPTION = "--device"

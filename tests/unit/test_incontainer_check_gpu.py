@@ -8,10 +8,14 @@ own venv has no torch: the GPU-machine runs are the integration tests' job."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from imagekit import probe_facts
 from tests.unit.test_incontainer_check import SCRIPT, torch_python
 
 __all__ = ["torch_python"]  # the session fixture, shared with test_incontainer_check.py
@@ -121,7 +125,9 @@ for name, value in scenario.get("patch", {{}}).items():
     setattr(perf, name, value)  # gemm_perf's own settings
 torch = fake_torch.FakeTorch(scenario["devices"], scenario.get("broken", ()))
 env = dict(os.environ)
-ctx = context.Context(arguments.Expect(cuda="12.1", require_gpu=True), env)
+env.update(scenario.get("env", {{}}))
+expect = scenario.get("expect", {{"cuda": "12.1", "require_gpu": True}})
+ctx = context.Context(arguments.Expect(**expect), env)
 ctx._torch, ctx._torch_tried = torch, True
 if scenario.get("smi"):
     ctx._smi = {{"path": scenario["smi"], "gpus": [{{"index": "0"}}]}}
@@ -312,3 +318,31 @@ def test_per_element_bound_catches_what_the_norm_missed(torch_python: str, tmp_p
         assert corrupt["worst"]["row"] == 0 and corrupt["worst"]["col"] == 7  # the NaN
     # the old check (one whole-matrix relative norm, bf16 tolerance 3e-2) passed the same result
     assert out["bfloat16_old_norm"] < 3e-2
+
+
+def test_extension_builds_a_cuda_extension_with_no_gpu_visible(torch_python: str, tmp_path: Path) -> None:
+    """A devel image on a machine without a GPU (a `docker build`): the CUDA extension is still built,
+    from TORCH_CUDA_ARCH_LIST (what imagekit's devel images set from the wheel's arch list), by the
+    real nvcc here; the part that needs a GPU skips. Needs nvcc (the CUDA toolkit on this host)."""
+    nvcc = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
+    )
+    if nvcc is None:
+        pytest.skip("no nvcc on this host")
+    arch_list = probe_facts.wheel_arch_list("cu130")
+    scenario = {
+        "check": "extension",
+        "devices": [],  # torch (the stand-in) is a CUDA build, but no GPU is visible
+        "expect": {"cuda": "13.0", "flavour": "devel"},
+        "env": {"TORCH_CUDA_ARCH_LIST": arch_list, "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin"},
+    }
+    out = run_scenario(torch_python, tmp_path, scenario)
+    result = out["result"]
+    parts = result["detail"]["parts"]
+    assert result["status"] == "pass", result
+    assert parts["cuda"]["status"] == "skip" and parts["cuda"]["reason"] == "no GPU requested"
+    nogpu = parts["cuda-no-gpu"]
+    assert nogpu["status"] == "pass" and nogpu["visible_gpus"] == 0 and nogpu["CUDA_VISIBLE_DEVICES"] == ""
+    assert nogpu["TORCH_CUDA_ARCH_LIST"] == arch_list and nogpu["built"] == ["kernel.o"]
+    assert "-gencode=arch=compute_120,code=compute_120" in nogpu["arch_flags"]  # the +PTX entry
+    assert result["detail"]["TORCH_CUDA_ARCH_LIST"] == arch_list

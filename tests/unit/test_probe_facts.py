@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from imagekit import probe_bundle, probe_facts
+from imagekit.compat import load_compat
 from imagekit.probe import arguments, context, facts
 from imagekit.probe import driver as probe_driver
 from tests.conftest import REPO
@@ -83,6 +84,12 @@ def test_wheel_arch_lists_per_variant_and_release() -> None:
     assert probe_facts.wheel_arch_list("cu128", "2.7.1") == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
     assert probe_facts.wheel_arch_list("cu130") == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"  # no Volta in CUDA 13
     assert probe_facts.wheel_arch_list("cpu") is None
+
+
+def test_every_cuda_wheel_variant_has_an_arch_list() -> None:
+    for release in load_compat().torch.values():
+        for variant in release.variants:
+            assert variant == "cpu" or probe_facts.wheel_arch_list(variant, release.minor), variant
 
 
 # -- forward compatibility counts only on datacenter brands ----------------------------------------
