@@ -136,16 +136,26 @@ def _pin_script(cell: Cell) -> str:
     )
 
 
+def require_cuda(cuda: str) -> str:
+    """NVIDIA_REQUIRE_CUDA of a plain base: the CUDA version the runtime actually needs of the driver.
+    Under minor-version compatibility a CUDA X.y wheel runs on any driver of the X.0 release or newer
+    (compat.yaml's minor_floor: 450.80.02, 525.60.13, 580.65.06 are the 11.0, 12.0 and 13.0 drivers),
+    so `cuda>=X.0`, the floor the driver check holds too. `cuda>=X.y` refused R525-R529 for cu121
+    and R580/R590 for cu13x, which run those wheels."""
+    return f"cuda>={cuda.split('.', maxsplit=1)[0]}.0"
+
+
 def _nvidia_env(cell: Cell) -> tuple[tuple[str, str], ...]:
     """On a plain base the image must ask for the GPU itself: the container toolkit reads these.
-    Unset capabilities mean `utility` alone (nvidia-smi, no compute library mounted: torch sees
-    no GPU); nvidia/cuda images set them, any other base must."""
+    Unset capabilities mean `utility` alone on older runtimes (nvidia-docker2: nvidia-smi, no compute
+    library mounted, torch sees no GPU; current toolkits default to utility,compute); nvidia/cuda
+    images set them, and imagekit sets them on any other base."""
     if not cell.is_cuda or cell.base_carries_cuda:
         return ()
     return (
         ("NVIDIA_VISIBLE_DEVICES", "all"),
         ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-        ("NVIDIA_REQUIRE_CUDA", f"cuda>={cell.cuda}"),
+        ("NVIDIA_REQUIRE_CUDA", require_cuda(cell.cuda)),
     )
 
 

@@ -59,7 +59,7 @@ ENV OMP_NUM_THREADS=1 \
 # image asks (unset capabilities mean `utility` alone, and torch then sees no GPU).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA='cuda>=12.1'
+    NVIDIA_REQUIRE_CUDA='cuda>=12.0'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda12.1-cudnn9-runtime-debian12" \

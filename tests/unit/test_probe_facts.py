@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from imagekit import probe_bundle, probe_facts
+from imagekit import probe_bundle, probe_facts, recipe
 from imagekit.compat import load_compat
-from imagekit.probe import arguments, context, facts
+from imagekit.probe import arguments, context, facts, require
 from imagekit.probe import driver as probe_driver
 from tests.conftest import REPO
 
@@ -119,3 +119,25 @@ def test_forward_compat_counts_on_datacenter_brands_only() -> None:
         assert got is runs, brand
         if not runs:
             assert "datacenter GPUs" in detail["forward_compat"]["brand_note"]
+
+
+# -- NVIDIA_REQUIRE_CUDA on plain bases agrees with the driver check --------------------------------
+
+
+def test_require_cuda_on_plain_bases_admits_what_the_driver_check_admits() -> None:
+    """The toolkit compares `cuda` with the CUDA version the host driver reports; the driver check
+    compares the driver with the minor-version floor. A driver at the floor passes both."""
+    # driver -> the CUDA version it reports (NVIDIA's table: the GA drivers of 11.0, 12.0, 12.1, 13.0)
+    reports = {"450.80.02": "11.0", "525.60.13": "12.0", "530.30.02": "12.1", "580.65.06": "13.0"}
+    for minor, (_, floor) in probe_driver.CUDA_DRIVER_TABLE.items():
+        requirement = recipe.require_cuda(minor)
+        host_cuda = reports[floor]
+        verdict = require.evaluate_require_verdict(requirement, {"cuda": host_cuda, "driver": floor})
+        assert verdict.satisfied is True, (minor, requirement, host_cuda)
+        assert probe_driver.driver_satisfies(floor, minor) in ("minor", "full")
+    # the drivers the old cuda>=<minor> refused: R525-R529 for cu121, R580/R590 for cu13x
+    for minor, driver, host_cuda in (("12.1", "525.147.05", "12.0"), ("13.2", "580.95.05", "13.0")):
+        props = {"cuda": host_cuda, "driver": driver}
+        assert require.evaluate_require_verdict(recipe.require_cuda(minor), props).satisfied is True
+        assert require.evaluate_require_verdict(f"cuda>={minor}", props).satisfied is False
+        assert probe_driver.driver_satisfies(driver, minor) == "minor"
