@@ -176,15 +176,23 @@ def test_gemm_gpu_checks_every_device_and_skips_bf16_below_sm80(torch_python: st
     assert result["status"] == "pass", result
     h200, t4 = result["detail"]["devices"]
     assert [h200["index"], t4["index"]] == [0, 1]
-    for dtype in ("float32", "float16", "bfloat16"):
+    assert result["detail"]["tf32"] is False and "_scaled_mm" in result["detail"]["fp8"]
+    for dtype in ("float32", "float16", "bfloat16", "float8_e4m3fn"):  # FP8 on sm_89+ (the H200)
         stats = h200["dtypes"][dtype]
         assert stats["status"] == "pass" and stats["exceeding"] == 0 and stats["elements"] == 1024 * 1024
         assert stats["max_error_ratio"] < 0.5, (dtype, stats)  # the real CPU GEMM sits well inside
     assert t4["dtypes"]["bfloat16"]["status"] == "skip"
     assert "is_bf16_supported() is False on device 1 (sm_75)" in t4["dtypes"]["bfloat16"]["reason"]
+    assert (
+        t4["dtypes"]["float8_e4m3fn"]["status"] == "skip" and "8.9" in t4["dtypes"]["float8_e4m3fn"]["reason"]
+    )
     assert t4["dtypes"]["float16"]["status"] == "pass"
     assert result["actual"] == [
-        {"index": 0, "status": "pass", "exceeding": {"float32": 0, "float16": 0, "bfloat16": 0}},
+        {
+            "index": 0,
+            "status": "pass",
+            "exceeding": {"float32": 0, "float16": 0, "bfloat16": 0, "float8_e4m3fn": 0},
+        },
         {"index": 1, "status": "pass", "exceeding": {"float32": 0, "float16": 0}},
     ]
 
@@ -232,6 +240,11 @@ def test_gemm_perf_per_device_floors_mig_and_telemetry(torch_python: str, tmp_pa
     for entry in (h200, mig, a1000):
         assert entry["seconds"] >= 0.5 and entry["iterations"] >= 10 and entry["tflops"] > 0
     assert h200["dtype"] == "bfloat16" and h200["floor_tflops"] == 400.0 and h200["status"] == "fail"
+    # FP8 (torch._scaled_mm) timed on the sm_90 device against its FP8 floor; not below sm_89
+    assert h200["fp8"]["dtype"] == "float8_e4m3fn" and h200["fp8"]["floor_tflops"] == 700.0
+    assert h200["fp8"]["status"] == "fail" and h200["fp8"]["tflops"] > 0
+    assert "fp8" not in mig and "fp8" not in a1000
+    assert result["detail"]["tf32"] is False
     assert mig["floor_tflops"] == round(140.0 * 14 / 108, 1) and "14/108" in mig["floor"]
     assert (
         a1000["status"] == "skip" and a1000["floor_tflops"] is None and "exact device name" in a1000["reason"]
@@ -346,3 +359,30 @@ def test_extension_builds_a_cuda_extension_with_no_gpu_visible(torch_python: str
     assert nogpu["TORCH_CUDA_ARCH_LIST"] == arch_list and nogpu["built"] == ["kernel.o"]
     assert "-gencode=arch=compute_120,code=compute_120" in nogpu["arch_flags"]  # the +PTX entry
     assert result["detail"]["TORCH_CUDA_ARCH_LIST"] == arch_list
+
+
+L40S = {"name": "NVIDIA L40S", "cap": [8, 9], "sms": 142, "uuid": None}
+V100S = {"name": "Tesla V100S-PCIE-32GB", "cap": [7, 0], "sms": 80, "uuid": None}
+B200 = {"name": "NVIDIA B200", "cap": [10, 0], "sms": 148, "uuid": None}
+A10 = {"name": "NVIDIA A10", "cap": [8, 6], "sms": 72, "uuid": None}
+
+
+def test_gemm_perf_floors_for_the_whole_fleet_from_data(torch_python: str, tmp_path: Path) -> None:
+    """Products that had no floor (gemm_perf skipped on them) now fail a CPU's figure, from gpus.yaml."""
+    scenario = {
+        "check": "gemm_perf",
+        "devices": [L40S, V100S, B200, A10],
+        "patch": {"PERF_N": 64, "PERF_MIN_SECONDS": 0.2},
+    }
+    result = run_scenario(torch_python, tmp_path, scenario)["result"]
+    l40s, v100s, b200, a10 = result["detail"]["devices"]
+    assert (l40s["floor_tflops"], v100s["floor_tflops"], b200["floor_tflops"], a10["floor_tflops"]) == (
+        150.0,
+        52.0,
+        900.0,
+        50.0,
+    )
+    assert v100s["dtype"] == "float16" and "fp8" not in v100s and "fp8" not in a10  # no FP8 below sm_89
+    assert l40s["fp8"]["floor_tflops"] == 260.0 and b200["fp8"]["floor_tflops"] == 1600.0
+    assert {d["status"] for d in (l40s, v100s, b200, a10)} == {"fail"}
+    assert result["status"] == "fail" and result["required"] is False
