@@ -25,6 +25,7 @@ CUDA_AVAILABLE = "cuda_available"
 ARCH = "arch"
 GEMM_CPU = "gemm_cpu"
 GEMM_GPU = "gemm_gpu"
+CUDNN_CONV = "cudnn_conv"
 GEMM_PERF = "gemm_perf"
 COMPILE = "compile"
 EXTENSION = "extension"
@@ -47,6 +48,7 @@ CHECK_NAMES: tuple[str, ...] = (
     ARCH,
     GEMM_CPU,
     GEMM_GPU,
+    CUDNN_CONV,
     GEMM_PERF,
     COMPILE,
     EXTENSION,

@@ -19,6 +19,7 @@ from .arguments import ArgumentError, Invocation, parse_args
 from .build import check_compile, check_extension
 from .collectives import check_nccl, collective_worker
 from .context import Context
+from .conv import check_cudnn_conv
 from .driver import check_driver
 from .gemm import check_gemm_cpu, check_gemm_gpu
 from .libraries import check_cudnn, check_libcudart, check_torch, check_torch_cuda
@@ -73,6 +74,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
     ("arch", check_arch),
     ("gemm_cpu", check_gemm_cpu),
     ("gemm_gpu", check_gemm_gpu),
+    ("cudnn_conv", check_cudnn_conv),
     ("gemm_perf", check_gemm_perf),
     ("compile", check_compile),
     ("extension", check_extension),

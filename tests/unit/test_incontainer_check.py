@@ -33,7 +33,17 @@ TORCH_VERSION = "2.13.0"  # what the real-torch tests below expect
 WHEEL_DIRS = (Path("/opt/wheels"), REPO / "examples" / "offline" / "wheelhouse")
 TORCH_VENV = Path("/tmp/imagekit-check-torch-venv")
 PYTHON_3_8 = Path("/root/.pyenv/versions/3.8.18/bin/python")
-GPU_CHECKS = ("nvidia_smi", "driver", "require", "cuda_available", "arch", "gemm_gpu", "gemm_perf", "nccl")
+GPU_CHECKS = (
+    "nvidia_smi",
+    "driver",
+    "require",
+    "cuda_available",
+    "arch",
+    "gemm_gpu",
+    "cudnn_conv",
+    "gemm_perf",
+    "nccl",
+)
 TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "train_step")
 
 

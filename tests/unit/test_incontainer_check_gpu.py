@@ -96,9 +96,23 @@ class Cuda:
         pass
 
 
+class Cudnn:
+    """cuDNN as a CUDA torch reports it; the convolutions themselves run on the CPU."""
+
+    def is_available(self):
+        return True
+
+    def version(self):
+        return 91000
+
+    def flags(self, **kwargs):
+        return real.backends.cudnn.flags(**kwargs)
+
+
 class FakeTorch:
     def __init__(self, devices, broken=()):
         self.cuda = Cuda(devices, broken)
+        self.backends = types.SimpleNamespace(cudnn=Cudnn(), cuda=real.backends.cuda)
         self.amp = types.SimpleNamespace(GradScaler=lambda *args, **kwargs: real.amp.GradScaler("cpu"))
         self.version = types.SimpleNamespace(cuda="12.1")
         self.__version__ = real.__version__
@@ -173,7 +187,7 @@ def run_scenario(python: str, tmp_path: Path, scenario: dict[str, Any]) -> dict[
 def test_gemm_gpu_checks_every_device_and_skips_bf16_below_sm80(torch_python: str, tmp_path: Path) -> None:
     out = run_scenario(torch_python, tmp_path, {"check": "gemm_gpu", "devices": [H200, T4]})
     result = out["result"]
-    assert result["status"] == "pass", result
+    assert result["status"] == "pass", (result["cause"], result["detail"])
     h200, t4 = result["detail"]["devices"]
     assert [h200["index"], t4["index"]] == [0, 1]
     assert result["detail"]["tf32"] is False and "_scaled_mm" in result["detail"]["fp8"]
@@ -271,7 +285,7 @@ def test_gemm_perf_per_device_floors_mig_and_telemetry(torch_python: str, tmp_pa
 def test_train_step_on_every_device_with_a_grad_scaler(torch_python: str, tmp_path: Path) -> None:
     out = run_scenario(torch_python, tmp_path, {"check": "train_step", "devices": [H200, T4]})
     result = out["result"]
-    assert result["status"] == "pass", result
+    assert result["status"] == "pass", (result["cause"], result["detail"])
     parts = result["detail"]["parts"]
     assert sorted(parts) == [
         "cpu/bfloat16",
@@ -352,7 +366,7 @@ def test_extension_builds_a_cuda_extension_with_no_gpu_visible(torch_python: str
     out = run_scenario(torch_python, tmp_path, scenario)
     result = out["result"]
     parts = result["detail"]["parts"]
-    assert result["status"] == "pass", result
+    assert result["status"] == "pass", (result["cause"], result["detail"])
     assert parts["cuda"]["status"] == "skip" and parts["cuda"]["reason"] == "no GPU requested"
     nogpu = parts["cuda-no-gpu"]
     assert nogpu["status"] == "pass" and nogpu["visible_gpus"] == 0 and nogpu["CUDA_VISIBLE_DEVICES"] == ""
@@ -386,3 +400,27 @@ def test_gemm_perf_floors_for_the_whole_fleet_from_data(torch_python: str, tmp_p
     assert l40s["fp8"]["floor_tflops"] == 260.0 and b200["fp8"]["floor_tflops"] == 1600.0
     assert {d["status"] for d in (l40s, v100s, b200, a10)} == {"fail"}
     assert result["status"] == "fail" and result["required"] is False
+
+
+def test_cudnn_conv_forward_and_backward_on_every_device(torch_python: str, tmp_path: Path) -> None:
+    out = run_scenario(torch_python, tmp_path, {"check": "cudnn_conv", "devices": [H200, T4]})
+    result = out["result"]
+    assert result["status"] == "pass", (result["cause"], result["detail"])
+    assert result["actual"] == {"0": "pass", "1": "pass"}
+    detail = result["detail"]
+    assert (
+        detail["tf32"] is False and detail["cudnn"]["enabled"] is True and detail["cudnn"]["version"] == 91000
+    )
+    for device in detail["devices"]:
+        errors = device["max_rel_error"]
+        assert set(errors) == {"forward", "grad_input", "grad_weight"}
+        assert max(errors.values()) < 1e-5, errors  # float32 against the float64 reference
+
+
+def test_cudnn_conv_fails_on_a_device_without_working_kernels(torch_python: str, tmp_path: Path) -> None:
+    out = run_scenario(torch_python, tmp_path, {"check": "cudnn_conv", "devices": [H200, T4], "broken": [1]})
+    result = out["result"]
+    assert result["status"] == "fail" and result["required"] is True
+    assert result["actual"] == {"0": "pass", "1": "fail"}
+    assert "GPU 1 (Tesla T4, sm_75): RuntimeError: CUDA error" in result["cause"]
+    assert "GPU 0" not in result["cause"] and "cuDNN" in result["fix"]
