@@ -60,7 +60,7 @@ def probe_facts() -> dict[str, Any]:
     """Everything the probe looks up, as plain JSON types, each table with its source note."""
     gpus = load_gpus()
     floors = gpus["gemm_floors"]
-    bandwidth = gpus["nccl_bandwidth"]
+    bandwidth = gpus["allreduce_bandwidth"]
     compat = gpus["forward_compatibility"]
     arch = gpus["wheel_arch_lists"]
     return {
@@ -72,7 +72,7 @@ def probe_facts() -> dict[str, Any]:
             "source": floors["source"],
             "products": {name: _without(e, "checked") for name, e in floors["products"].items()},
         },
-        "nccl_bandwidth": _without(bandwidth, "checked"),
+        "allreduce_bandwidth": _without(bandwidth, "checked"),
         "forward_compatibility": dict(compat),
         "wheel_arch_lists": {
             "source": arch["source"],

@@ -48,7 +48,7 @@ def gemm_products() -> dict[str, dict[str, Any]]:
 
 
 def nccl_bandwidth() -> dict[str, Any]:
-    table: dict[str, Any] = facts()["nccl_bandwidth"]
+    table: dict[str, Any] = facts()["allreduce_bandwidth"]
     return table
 
 

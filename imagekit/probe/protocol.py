@@ -31,6 +31,7 @@ COMPILE = "compile"
 EXTENSION = "extension"
 TRAIN_STEP = "train_step"
 NCCL = "nccl"
+NCCL_BANDWIDTH = "nccl_bandwidth"
 
 CHECK_NAMES: tuple[str, ...] = (
     ENVIRONMENT,
@@ -54,9 +55,10 @@ CHECK_NAMES: tuple[str, ...] = (
     EXTENSION,
     TRAIN_STEP,
     NCCL,
+    NCCL_BANDWIDTH,
 )
 # Reported, never fails an image (a shared device may be busy): its record says required=false.
-NOT_REQUIRED = frozenset({GEMM_PERF})
+NOT_REQUIRED = frozenset({GEMM_PERF, NCCL_BANDWIDTH})
 # The GPU checks a `validated` verdict needs, each present and passed.
 VALIDATING_GPU_CHECKS: tuple[str, ...] = (CUDA_AVAILABLE, GEMM_GPU)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from .arch import check_arch, check_cuda_available
 from .arguments import ArgumentError, Invocation, parse_args
+from .bandwidth import check_nccl_bandwidth
 from .build import check_compile, check_extension
 from .collectives import check_nccl, collective_worker
 from .context import Context
@@ -80,6 +81,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
     ("extension", check_extension),
     ("train_step", check_train_step),
     ("nccl", check_nccl),
+    ("nccl_bandwidth", check_nccl_bandwidth),
 )
 
 

@@ -43,6 +43,7 @@ GPU_CHECKS = (
     "cudnn_conv",
     "gemm_perf",
     "nccl",
+    "nccl_bandwidth",
 )
 TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "train_step")
 
@@ -706,3 +707,32 @@ def test_real_collectives_machinery_with_gloo(torch_python: str) -> None:
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outcome["ok"] is True, outcome
     assert [r["all_reduce"] and r["broadcast"] for r in outcome["ranks"]] == [True, True]
+
+
+# -- the all-reduce bandwidth check: topology and floors ---------------------------------------------
+
+TOPO_8 = """\tGPU0\tGPU1\tGPU2\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tNV18\tSYS\tPIX\t0-47\t0\t\tN/A
+GPU1\tNV18\t X \tPXB\tSYS\t0-47\t0\t\tN/A
+GPU2\tSYS\tPXB\t X \tSYS\t48-95\t1\t\tN/A
+NIC0\tPIX\tSYS\tSYS\t X
+
+Legend:
+
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+
+def test_parse_topo_and_floors_by_link() -> None:
+    from imagekit.probe import bandwidth, facts
+
+    links = bandwidth.parse_topo(TOPO_8)
+    assert links[(0, 1)] == "NV18" and links[(1, 2)] == "PXB" and links[(0, 2)] == "SYS"
+    assert links[(0, 0)] == "X" and (0, 3) not in links  # NIC columns are not GPUs
+    table = facts.nccl_bandwidth()
+    assert bandwidth.pair_floor("NV18", table)[0] == 180.0
+    assert bandwidth.pair_floor("PXB", table)[0] == 6.0 and bandwidth.pair_floor("SYS", table)[0] == 2.0
+    assert bandwidth.pair_floor("XYZ", table)[0] is None and bandwidth.pair_floor(None, table)[0] is None
+    assert bandwidth.bus_bandwidth(2 * 10**9, 1.0, 2) == 2.0  # nccl-tests: algbw x 2(n-1)/n
+    assert bandwidth.bus_bandwidth(8 * 10**9, 1.0, 8) == 14.0

@@ -132,11 +132,13 @@ import json, os, sys
 from dataclasses import asdict
 sys.path.insert(0, {script!r})
 sys.path.insert(0, {fake_dir!r})
-from imagekit_probe import arguments, context, perf, report, results
+from imagekit_probe import arguments, bandwidth, context, perf, report, results
 import fake_torch
 scenario = json.loads(sys.argv[2])
 for name, value in scenario.get("patch", {{}}).items():
     setattr(perf, name, value)  # gemm_perf's own settings
+for name, value in scenario.get("patch_bandwidth", {{}}).items():
+    setattr(bandwidth, name, value)  # nccl_bandwidth's (gloo on the CPU in place of NCCL)
 torch = fake_torch.FakeTorch(scenario["devices"], scenario.get("broken", ()))
 env = dict(os.environ)
 env.update(scenario.get("env", {{}}))
@@ -424,3 +426,38 @@ def test_cudnn_conv_fails_on_a_device_without_working_kernels(torch_python: str,
     assert result["actual"] == {"0": "pass", "1": "fail"}
     assert "GPU 1 (Tesla T4, sm_75): RuntimeError: CUDA error" in result["cause"]
     assert "GPU 0" not in result["cause"] and "cuDNN" in result["fix"]
+
+
+TOPO_SMI = """#!/bin/sh
+# `nvidia-smi topo -m` of two NVLink-joined GPUs (the layout nvidia-smi prints; values made up)
+case "$*" in
+  *topo*) printf '\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID\\n'
+          printf 'GPU0\\t X \\tNV12\\t0-63\\t0\\t\\tN/A\\n'
+          printf 'GPU1\\tNV12\\t X \\t0-63\\t0\\t\\tN/A\\n\\nLegend:\\n\\n  X    = Self\\n' ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def test_nccl_bandwidth_per_pair_against_the_links_floor(torch_python: str, tmp_path: Path) -> None:
+    """Two ranks (gloo on the CPU in place of NCCL) time a large all-reduce; the pair's link (NV12
+    from topo -m) sets a floor of 12 x 10 GB/s from gpus.yaml, which the CPU falls far short of."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(TOPO_SMI, encoding="utf-8")
+    smi.chmod(0o755)
+    scenario = {
+        "check": "nccl_bandwidth",
+        "devices": [H200, H200],
+        "smi": str(smi),
+        "patch_bandwidth": {"BACKEND": "gloo"},
+        "env": {"IMAGEKIT_NCCL_BANDWIDTH_MIB": "8"},
+    }
+    result = run_scenario(torch_python, tmp_path, scenario)["result"]
+    assert result["required"] is False
+    assert result["status"] == "fail", result
+    (pair,) = result["detail"]["pairs"]
+    assert pair["pair"] == [0, 1] and pair["link"] == "NV12" and pair["floor_gbps"] == 120.0
+    assert pair["busbw_gbps"] > 0 and pair["status"] == "fail"
+    assert result["detail"]["bytes"] == 8 * 2**20 and result["detail"]["all_busbw_gbps"] > 0
+    assert result["detail"]["topology"] == {"0-1": "NV12"}
+    assert "GPUs 0-1 (NV12)" in result["cause"] and "< 120.0" in result["cause"]
