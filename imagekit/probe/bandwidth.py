@@ -216,6 +216,11 @@ def _check_nccl_bandwidth(ctx: Context, torch: Any) -> CheckResult:
             "topology": {f"{i}-{j}": v for (i, j), v in sorted(links.items()) if i < j},
         }
     )
+    return _verdict(pairs, detail)
+
+
+def _verdict(pairs: list[dict[str, Any]], detail: dict[str, Any]) -> CheckResult:
+    """Fail when a pair is below its link's floor; pass when one passed; else skip (no floors)."""
     actual = {"{}-{}".format(*p["pair"]): p["busbw_gbps"] for p in pairs}
     expected = {
         "{}-{}".format(*p["pair"]): f">= {p['floor_gbps']}" for p in pairs if p["floor_gbps"] is not None
