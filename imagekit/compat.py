@@ -96,7 +96,14 @@ class CudaRelease(_Facts):
     image_version: Version = Field(alias="image")  # the nvidia/cuda tag version serving this minor
     driver_min: Version = Field(alias="driver")  # driver the toolkit shipped with (full compatibility)
     driver_minor_floor: Version = Field(alias="minor_floor")  # floor under minor-version compatibility
+    # toolkit patch (13.2.2) -> the driver it shipped with, for patches newer than `image`
+    patch_drivers: dict[Version, Version] = Field(default_factory=dict)
     checked: bool = True
+
+    @property
+    def newest_driver(self) -> str:
+        """The full-compatibility driver of the newest toolkit patch of this minor that is known."""
+        return max((self.driver_min, *self.patch_drivers.values()), key=version_key)
 
 
 class Stack(_Facts):

@@ -4,7 +4,8 @@ Every image carries it at /opt/imagekit/check.py (``python3 /opt/imagekit/check.
 runs a zip archive given as a script), every front-end image at /opt/imagekit/frontend_check.py. The
 same sources give the same bytes: entries sorted, fixed timestamps and permissions, stored without
 compression (no zlib version can change them), no ``__pycache__``; so a cell's input digest, which
-hashes its context files, moves only when the probe's sources do.
+hashes its context files, moves only when the probe's sources or the facts it carries (facts.json,
+generated from imagekit/data) do.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import tempfile
 import zipfile
 from functools import cache
 from pathlib import Path
+
+from imagekit.probe_facts import FACTS_NAME, facts_json
 
 PROBE_DIR = Path(__file__).parent / "probe"
 PACKAGE = "imagekit_probe"  # the probe's package name inside the archive (its imports are relative)
@@ -29,9 +32,12 @@ MAIN = "import sys\n\nfrom {package}.{module} import main\n\nsys.exit(main())\n"
 
 
 def probe_sources() -> list[tuple[str, bytes]]:
-    """(name in the archive, bytes) of every module of the probe package, sorted by name."""
+    """(name in the archive, bytes) of every module of the probe package and of the facts it reads
+    (generated from imagekit/data: ``imagekit.probe_facts``), sorted by name."""
     files = sorted(p for p in PROBE_DIR.glob("*.py") if p.is_file())
-    return [(f"{PACKAGE}/{path.name}", path.read_bytes()) for path in files]
+    members = [(f"{PACKAGE}/{path.name}", path.read_bytes()) for path in files]
+    members.append((f"{PACKAGE}/{FACTS_NAME}", facts_json()))
+    return sorted(members)
 
 
 def _entry(name: str, data: bytes) -> tuple[zipfile.ZipInfo, bytes]:

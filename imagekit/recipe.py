@@ -22,6 +22,7 @@ from imagekit.contract import (
     FrontendLayout,
 )
 from imagekit.errors import InputError
+from imagekit.probe_facts import wheel_arch_list
 from imagekit.schema import Matrix
 
 WHEELHOUSE_CONTEXT = "wheelhouse"
@@ -49,7 +50,8 @@ class Recipe:
     wheelhouse_dir: str
     env: tuple[tuple[str, str], ...]
     nvidia_env: tuple[tuple[str, str], ...]  # what an image on a plain base needs to see a GPU
-    toolchain: tuple[str, ...]  # OS packages a devel image on a base with its own Python may lack
+    arch_env: tuple[tuple[str, str], ...]  # devel: TORCH_CUDA_ARCH_LIST, the wheel's architectures
+    toolchain: tuple[str, ...]  # compiler + Python.h packages an image on a base with its own Python may lack
     toolchain_probe: str  # Python that exits 0 when the base already has them
     build_args: tuple[str, ...]
     labels: tuple[tuple[str, str], ...]
@@ -138,23 +140,48 @@ def _pin_script(cell: ImageCell) -> str:
     )
 
 
+def require_cuda(cuda: str) -> str:
+    """NVIDIA_REQUIRE_CUDA of a plain base: the CUDA version the runtime actually needs of the driver.
+    Under minor-version compatibility a CUDA X.y wheel runs on any driver of the X.0 release or newer
+    (compat.yaml's minor_floor: 450.80.02, 525.60.13, 580.65.06 are the 11.0, 12.0 and 13.0 drivers),
+    so `cuda>=X.0`, the floor the driver check holds too. `cuda>=X.y` refused R525-R529 for cu121
+    and R580/R590 for cu13x, which run those wheels."""
+    return f"cuda>={cuda.split('.', maxsplit=1)[0]}.0"
+
+
 def _nvidia_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
     """On a plain base the image must ask for the GPU itself: the container toolkit reads these.
-    Unset capabilities mean `utility` alone (nvidia-smi, no compute library mounted: torch sees
-    no GPU); nvidia/cuda images set them, any other base must."""
+    Unset capabilities mean `utility` alone on older runtimes (nvidia-docker2: nvidia-smi, no compute
+    library mounted, torch sees no GPU; current toolkits default to utility,compute); nvidia/cuda
+    images set them, and imagekit sets them on any other base."""
     if not cell.is_cuda or cell.base_carries_cuda:
         return ()
     return (
         ("NVIDIA_VISIBLE_DEVICES", "all"),
         ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),
-        ("NVIDIA_REQUIRE_CUDA", f"cuda>={cell.cuda}"),
+        ("NVIDIA_REQUIRE_CUDA", require_cuda(cell.cuda)),
     )
 
 
+def _arch_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
+    """A devel image builds CUDA extensions where no GPU is visible (a downstream `docker build`):
+    torch's _get_cuda_arch_flags then needs TORCH_CUDA_ARCH_LIST (pytorch issue 137261; NGC sets it).
+    The list PyTorch built this wheel variant with (imagekit/data/gpus.yaml); a cell's own wins."""
+    if cell.flavour != "devel" or not cell.is_cuda or isinstance(cell, StackCell):
+        return ()
+    if any(name == "TORCH_CUDA_ARCH_LIST" for name, _ in cell.env):
+        return ()
+    arch_list = wheel_arch_list(cell.variant, cell.torch)
+    return (("TORCH_CUDA_ARCH_LIST", arch_list),) if arch_list else ()
+
+
 def _toolchain(cell: ImageCell) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(OS packages to install, packages to install only where the base lacks them) for a devel
-    image: torch.compile (Triton, inductor) and cpp_extension need a C++ compiler and Python.h."""
-    if cell.flavour != "devel" or isinstance(cell, StackCell):
+    """(OS packages to install, packages to install only where the base lacks them), in every
+    flavour: torch.compile needs a compiler and Python.h (inductor builds C++ on the CPU; Triton
+    compiles a C launcher against Python.h on the GPU), and compile is required of runtime images too
+    (PyTorch's own runtime images had the same gap: pytorch issue 116696, PR 170235). Devel images
+    also build extensions with them (cpp_extension)."""
+    if isinstance(cell, StackCell):
         return (), ()
     if cell.python_from_base:
         return (), ("g++", "python3-dev")
@@ -256,7 +283,8 @@ def make_recipe(
         apt_packages += [f"python{cell.python}", f"python{cell.python}-venv", "ca-certificates"]
     apt_packages += [p for p in (*toolchain, *cell.apt_packages) if p not in apt_packages]
     extras = list(cell.pip_packages)
-    if (toolchain or toolchain_if_missing) and "ninja" not in {project_name(r) for r in extras}:
+    devel_tools = cell.flavour == "devel" and (toolchain or toolchain_if_missing)
+    if devel_tools and "ninja" not in {project_name(r) for r in extras}:
         extras.append("ninja")  # torch.utils.cpp_extension refuses to build without it
     return Recipe(
         matrix_name=matrix_name,
@@ -282,6 +310,7 @@ def make_recipe(
         wheelhouse_dir=WHEELHOUSE_DIR,
         env=cell.env,
         nvidia_env=_nvidia_env(cell),
+        arch_env=_arch_env(cell),
         toolchain=toolchain_if_missing,
         toolchain_probe=TOOLCHAIN_PROBE,
         build_args=tuple(name for name, _ in cell.build_args),

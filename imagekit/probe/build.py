@@ -73,6 +73,14 @@ def diagnose_build(
             f"{what} did not finish within {timeout:.0f} s (killed)",
             "give the check more CPU time; see the output tail in the detail",
         )
+    if result.get("missing") == "TORCH_CUDA_ARCH_LIST":
+        return (
+            f"{what}: TORCH_CUDA_ARCH_LIST is unset and no GPU is visible, so torch's _get_cuda_arch_flags "
+            "has no architecture to build for (pytorch issue 137261: a `docker build` that compiles a CUDA "
+            f"extension fails the same way): {result.get('error')}",
+            "set it in the image to the wheel's arch list: ENV TORCH_CUDA_ARCH_LIST=... (imagekit's devel "
+            "images do, from imagekit/data/gpus.yaml; NGC's do)",
+        )
     if result.get("missing") == "ninja":
         return (
             f"{what}: ninja is missing (torch.utils.cpp_extension.load_inline builds with it)",
@@ -154,10 +162,17 @@ def combine_parts(
 
 
 def build_part(
-    ctx: Context, task: str, key: str, what: str, needs: str, timeout: float, tools: dict[str, Any]
+    ctx: Context,
+    task: str,
+    key: str,
+    what: str,
+    needs: str,
+    timeout: float,
+    tools: dict[str, Any],
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One compile/extension run in its child process, as a part: pass, or fail with the missing piece."""
-    outcome = run_task(ctx, task, key, timeout)
+    outcome = run_task(ctx, task, key, timeout, extra_env)
     result = outcome["result"] or {}
     part: dict[str, Any] = {k: v for k, v in result.items() if k != "traceback"}
     part["seconds"] = outcome["seconds"]
@@ -176,8 +191,8 @@ def check_compile(ctx: Context) -> CheckResult:
     torch = ctx.torch
     if not _torch_at_least(torch, 2, 0) or not hasattr(torch, "compile"):
         return skipped("compile", f"torch {torch.__version__} has no torch.compile (needs >= 2.0)")
-    # Runtime images carry no compiler: a failure there is reported, not fatal to the image.
-    required = ctx.expect.flavour != "runtime"
+    # Required in every flavour: runtime images carry the compiler and Python.h torch.compile needs.
+    required = True
     tools = toolchain(ctx.env)
     detail: dict[str, Any] = {"toolchain": tools, "timeout_s": COMPILE_TIMEOUT_S}
     parts: dict[str, dict[str, Any]] = {}
@@ -216,17 +231,32 @@ def check_extension(ctx: Context) -> CheckResult:
         "TORCH_EXTENSIONS_DIR": ctx.env.get("TORCH_EXTENSIONS_DIR"),
         "build_dir": "a fresh directory under the temporary directory (a cached build would prove nothing)",
     }
+    detail["TORCH_CUDA_ARCH_LIST"] = ctx.env.get("TORCH_CUDA_ARCH_LIST")
     parts: dict[str, dict[str, Any]] = {}
-    runs = [("extension_cpu", "cpu", "a C++ extension (load_inline)")]
+    runs: list[tuple[str, str, str, dict[str, str] | None]] = [
+        ("extension_cpu", "cpu", "a C++ extension (load_inline)", None)
+    ]
+    no_cuda = None
+    if nvcc is None:
+        no_cuda = "no nvcc in the image (PATH, /usr/local/cuda/bin)"
+    elif ctx.expect.is_cpu or not ctx.torch.version.cuda:
+        no_cuda = "torch is a CPU build: no CUDA extension to build"
     gpu = gpu_part(ctx, "extension")
     if gpu is not None:
         parts["cuda"] = gpu
-    elif nvcc is None:
-        parts["cuda"] = {"status": "skip", "reason": "no nvcc in the image (PATH, /usr/local/cuda/bin)"}
-    elif ctx.expect.is_cpu or not ctx.torch.version.cuda:
-        parts["cuda"] = {"status": "skip", "reason": "torch is a CPU build: no CUDA extension to build"}
+    elif no_cuda:
+        parts["cuda"] = {"status": "skip", "reason": no_cuda}
     else:
-        runs.append(("extension_cuda", "cuda:0", "a CUDA extension (load_inline, nvcc)"))
-    for task, key, what in runs:
-        parts[key] = build_part(ctx, task, key, what, "cxx", EXTENSION_TIMEOUT_S, tools)
+        runs.append(("extension_cuda", "cuda:0", "a CUDA extension (load_inline, nvcc)", None))
+    # Built once with no GPU visible, as a downstream `docker build` does: TORCH_CUDA_ARCH_LIST must
+    # name the architectures (pytorch issue 137261). Runs with and without a GPU on the machine.
+    if no_cuda:
+        parts["cuda-no-gpu"] = {"status": "skip", "reason": no_cuda}
+    else:
+        hidden = {"CUDA_VISIBLE_DEVICES": ""}
+        runs.append(
+            ("extension_cuda_nogpu", "cuda-no-gpu", "a CUDA extension built with no GPU visible", hidden)
+        )
+    for task, key, what, extra_env in runs:
+        parts[key] = build_part(ctx, task, key, what, "cxx", EXTENSION_TIMEOUT_S, tools, extra_env)
     return combine_parts("extension", parts, detail, True)

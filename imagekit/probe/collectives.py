@@ -26,7 +26,11 @@ def _free_port() -> int:
 
 
 def run_collectives(
-    world: int, backend: str, timeout: float = NCCL_TIMEOUT_S, workdir: str | None = None
+    world: int,
+    backend: str,
+    timeout: float = NCCL_TIMEOUT_S,
+    workdir: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Spawn `world` worker processes (this script) that all-reduce and broadcast; bounded by timeout.
 
@@ -55,7 +59,8 @@ def run_collectives(
                     results[rank],
                 ]
                 with open(logs[rank], "wb") as log:
-                    procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+                    env = {**os.environ, **(extra_env or {})}
+                    procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
             deadline = time.monotonic() + timeout
             for proc in procs:
                 try:
@@ -87,8 +92,14 @@ def run_collectives(
 
 
 def collective_worker(rank: int, world: int, port: int, backend: str, result_file: str) -> int:
-    """One rank: all_reduce(sum) of rank+1 and broadcast of rank 0's tensor; writes its result file."""
+    """One rank: all_reduce(sum) of rank+1 and broadcast of rank 0's tensor; writes its result file.
+    A backend named "<backend>+bandwidth" is a rank of nccl_bandwidth instead."""
     from datetime import timedelta
+
+    if backend.endswith("+bandwidth"):
+        from .bandwidth import bandwidth_worker
+
+        return bandwidth_worker(rank, world, port, backend.partition("+")[0], result_file)
 
     result: dict[str, Any] = {"rank": rank, "ok": False}
     try:

@@ -159,8 +159,9 @@ class Context:
 
 
 def driver_capabilities(value: str | None) -> set[str]:
-    """NVIDIA_DRIVER_CAPABILITIES -> the set it grants; unset or empty counts as {"utility"} (what the
-    runtimes on these machines mount: no compute libraries); "all" grants everything."""
+    """NVIDIA_DRIVER_CAPABILITIES -> the set it grants for certain; unset or empty counts as {"utility"}
+    (older runtimes mount only that; current toolkits default to utility,compute: the environment
+    check warns about an unset value rather than failing); "all" grants everything."""
     names = {c.strip().lower() for c in (value or "").split(",") if c.strip()}
     if not names:
         return {"utility"}

@@ -9,28 +9,17 @@ import re
 from typing import Any
 
 from .context import Context
+from .facts import cuda_driver_table, datacenter_brands
 from .proc import read_text
 from .require import device_props, evaluate_all_requirements, go_parse_bool, require_variables
 from .results import CheckResult, failed, passed, skipped
 from .smi import host_cuda_version, host_driver_version
 from .versions import compare_versions, cuda_minor
 
-# CUDA minor -> (driver it shipped with = full compatibility, minor-version-compatibility floor).
-# Linux x86_64, from imagekit/data/compat.yaml (NVIDIA's "CUDA Toolkit and Corresponding Driver
-# Versions" table); a unit test asserts this equals compat.yaml.
-CUDA_DRIVER_TABLE: dict[str, tuple[str, str]] = {
-    "11.7": ("515.65.01", "450.80.02"),
-    "11.8": ("520.61.05", "450.80.02"),
-    "12.1": ("530.30.02", "525.60.13"),
-    "12.2": ("535.104.05", "525.60.13"),
-    "12.4": ("550.54.15", "525.60.13"),
-    "12.6": ("560.35.05", "525.60.13"),
-    "12.8": ("570.124.06", "525.60.13"),
-    "12.9": ("575.57.08", "525.60.13"),
-    "13.0": ("580.126.20", "580.65.06"),
-    "13.1": ("590.48.01", "580.65.06"),
-    "13.2": ("595.58.03", "580.65.06"),
-}
+# CUDA minor -> (driver its newest known patch shipped with = full compatibility, minor-version-
+# compatibility floor). Linux x86_64, generated from imagekit/data/compat.yaml (NVIDIA's "CUDA Toolkit
+# and Corresponding Driver Versions" table) into the zipapp's facts.json: no copy lives here.
+CUDA_DRIVER_TABLE: dict[str, tuple[str, str]] = cuda_driver_table()
 
 
 def driver_satisfies(driver: str, cuda: str, table: dict[str, tuple[str, str]] | None = None) -> str:
@@ -94,12 +83,25 @@ def _driver_gate(ctx: Context) -> CheckResult | None:
 def _runs_through_forward_compat(
     ctx: Context, driver: str, detail: dict[str, Any], compat: dict[str, Any], compat_in_use: bool
 ) -> bool:
-    """Below the floor, yet running: the image's forward-compatibility libcuda is loaded and every
-    NVIDIA_REQUIRE_* of the image holds (which the toolkit enforces, so only datacenter GPUs)."""
+    """Below the floor, yet running: the image's forward-compatibility libcuda is loaded, every
+    NVIDIA_REQUIRE_* of the image holds, and every GPU is of a datacenter brand (forward compatibility
+    works on nothing else: NVIDIA's compatibility guide; the brands are data)."""
     variables = require_variables(ctx.env)
     if not (compat["libs"] and variables and not go_parse_bool(ctx.env.get("NVIDIA_DISABLE_REQUIRE"))):
         return False
-    verdicts = evaluate_all_requirements(variables, detail["host_cuda"], driver, device_props(ctx))
+    devices = device_props(ctx)
+    brands = [d.get("brand") for d in devices]
+    allowed = datacenter_brands()
+    detail["forward_compat"]["brands"] = brands
+    detail["forward_compat"]["datacenter_brands"] = sorted(allowed)
+    if not brands or not all(b in allowed for b in brands):
+        detail["forward_compat"]["brand_note"] = (
+            "forward-compatibility libraries count only on datacenter GPUs (brands "
+            + ", ".join(sorted(allowed))
+            + f"); this host's GPUs are {brands or 'unknown'}"
+        )
+        return False
+    verdicts = evaluate_all_requirements(variables, detail["host_cuda"], driver, devices)
     return all(v is True for v in verdicts.values()) and compat_in_use
 
 

@@ -9,8 +9,27 @@ from typing import Any
 from .context import Context, needs_gpu_and_torch, torch_skip
 from .results import GPU_MISSING_FIX, CheckResult, failed, passed
 
-# dtype -> machine epsilon (2^-mantissa bits); tolerances of gemm_gpu derive from these.
-DTYPE_EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+FP8 = "float8_e4m3fn"  # torch._scaled_mm's input dtype; its product is written as bfloat16
+# dtype -> machine epsilon (2^-mantissa bits) of the product's OUTPUT; tolerances of gemm_gpu derive
+# from these (an FP8 GEMM's inputs are exact fp8 values, its output is rounded to bf16).
+DTYPE_EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7, FP8: 2.0**-7}
+FP8_CAPABILITY = (8, 9)  # FP8 Tensor Cores: Ada (sm_89), Hopper, Blackwell
+
+
+def fp8_available(torch: Any) -> bool:
+    """This torch has the FP8 GEMM (torch._scaled_mm and the e4m3 dtype)."""
+    return hasattr(torch, "_scaled_mm") and hasattr(torch, FP8)
+
+
+def scaled_mm_fp8(torch: Any, a: Any, b: Any) -> Any:
+    """a @ b through torch._scaled_mm in FP8 (E4M3, unit scales, bf16 out): cuBLASLt's FP8 GEMM.
+    The second operand must be column-major; torch 2.1-2.4 return (out, amax)."""
+    fp8 = getattr(torch, FP8)
+    one = torch.ones((), device=a.device, dtype=torch.float32)
+    out = torch._scaled_mm(
+        a.to(fp8), b.to(fp8).t().contiguous().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+    )
+    return out[0] if isinstance(out, tuple) else out
 
 
 def _python_matmul(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
@@ -141,6 +160,8 @@ def _gemm_dtype(
     try:
         if dtype_name == "float32":
             out = da @ db
+        elif dtype_name == FP8:
+            out = scaled_mm_fp8(torch, da, db)
         else:
             with torch.autocast(device_type="cuda", dtype=getattr(torch, dtype_name)):
                 out = da @ db
@@ -174,6 +195,14 @@ def _gemm_device(
         for dtype_name, (ref, scale) in refs.items():
             if dtype_name == "bfloat16" and not bf16_ok:
                 entry["dtypes"][dtype_name] = {"status": "skip", "reason": bf16_reason}
+                continue
+            if dtype_name == FP8 and tuple(device["capability"]) < FP8_CAPABILITY:
+                entry["dtypes"][dtype_name] = {
+                    "status": "skip",
+                    "reason": "FP8 Tensor Cores need compute capability 8.9 (sm_{}{})".format(
+                        *device["capability"]
+                    ),
+                }
                 continue
             entry["dtypes"][dtype_name] = _gemm_dtype(
                 torch, i, da, db, dtype_name, ref, scale, tolerances[dtype_name]
@@ -216,14 +245,17 @@ def check_gemm_gpu(ctx: Context, torch: Any) -> CheckResult:
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen)
     b = torch.randn(n, n, generator=gen)
-    dtypes = ("float32", "float16", "bfloat16")
+    devices = cuda_devices(torch)
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    if fp8_available(torch) and any(tuple(d["capability"]) >= FP8_CAPABILITY for d in devices):
+        dtypes += (FP8,)
     refs = gemm_references(torch, a, b, dtypes)
     tolerances = {d: gemm_tolerance(d, n) for d in dtypes}
     per_device: list[dict[str, Any]] = []
     saved_tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        for device in cuda_devices(torch):
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 is IEEE fp32 here, never TF32
+        for device in devices:
             per_device.append(_gemm_device(torch, device, a, b, refs, tolerances))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved_tf32
@@ -233,6 +265,7 @@ def check_gemm_gpu(ctx: Context, torch: Any) -> CheckResult:
         "bound": "|got - ref| <= rtol * sqrt(sum_k (a_ik b_kj)^2), every element",
         "rtol": tolerances,
         "tf32": False,
+        "fp8": "torch._scaled_mm, E4M3 inputs, unit scales, bf16 out (sm_89+)" if FP8 in dtypes else None,
         "devices": per_device,
     }
     actual = [

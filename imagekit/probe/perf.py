@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .context import Context, torch_skip
-from .gemm import cuda_device, cuda_devices
+from .facts import gemm_products
+from .gemm import FP8, FP8_CAPABILITY, cuda_device, cuda_devices, fp8_available
 from .results import CheckResult, skipped
 from .telemetry import (
     PERF_LIMITING_REASONS,
@@ -29,47 +30,45 @@ class GemmFloor:
     tflops: float  # floor for the whole device, about 40-50% of the dense peak of `dtype`
     dtype: str  # what gemm_perf times on this device: bfloat16, or float16 below sm_80
     sms: int | None  # the whole device's SM count, to scale the floor for MIG slices
+    fp8_tflops: float | None = None  # floor of the FP8 (E4M3, torch._scaled_mm) GEMM, sm_89 and later
+
+
+def _floors() -> dict[str, GemmFloor]:
+    return {
+        name: GemmFloor(
+            float(e["floor"]),
+            str(e["dtype"]),
+            int(e["sms"]) if e.get("sms") else None,
+            float(e["fp8_floor"]) if e.get("fp8_floor") is not None else None,
+        )
+        for name, e in gemm_products().items()
+    }
 
 
 # Keyed by the EXACT name the driver reports (torch.cuda.get_device_name == nvidia-smi's name; a
-# substring match once gave "NVIDIA RTX A1000" the A100 floor). Names as read in published
-# nvidia-smi / PyTorch outputs (tests/fixtures/check/NOTES.md lists where). An H200 measured about
-# 790 TFLOP/s bf16 at 8192^3 through PyTorch. Unknown devices get no floor (skip, never pass).
-GEMM_FLOORS: dict[str, GemmFloor] = {
-    "NVIDIA H200": GemmFloor(400.0, "bfloat16", 132),  # dense bf16 peak 989
-    "NVIDIA H100 80GB HBM3": GemmFloor(350.0, "bfloat16", 132),  # SXM5, peak 989
-    "NVIDIA H100 NVL": GemmFloor(330.0, "bfloat16", 132),  # peak 835
-    "NVIDIA H100 PCIe": GemmFloor(280.0, "bfloat16", 114),  # peak 756
-    "NVIDIA H800": GemmFloor(350.0, "bfloat16", 132),  # peak 989
-    "NVIDIA GH200 480GB": GemmFloor(400.0, "bfloat16", 132),  # peak 989
-    "NVIDIA A100-SXM4-80GB": GemmFloor(140.0, "bfloat16", 108),  # peak 312
-    "NVIDIA A100-SXM4-40GB": GemmFloor(140.0, "bfloat16", 108),
-    "NVIDIA A100 80GB PCIe": GemmFloor(130.0, "bfloat16", 108),
-    "NVIDIA A100-PCIE-40GB": GemmFloor(130.0, "bfloat16", 108),
-    "NVIDIA A10G": GemmFloor(30.0, "bfloat16", 80),  # peak ~70, 300 W cap
-    "NVIDIA L4": GemmFloor(45.0, "bfloat16", 58),  # peak 121, 72 W card that throttles
-    "NVIDIA RTX A6000": GemmFloor(65.0, "bfloat16", 84),  # peak 155
-    "NVIDIA GeForce RTX 4090": GemmFloor(70.0, "bfloat16", 128),  # peak 165 (fp32 accumulate)
-    "Tesla V100-SXM2-16GB": GemmFloor(50.0, "float16", 80),  # no bf16; fp16 peak 125
-    "Tesla V100-PCIE-32GB": GemmFloor(45.0, "float16", 80),  # fp16 peak 112
-    "Tesla T4": GemmFloor(20.0, "float16", 40),  # no bf16; fp16 peak 65, 70 W card
-}
+# substring match once gave "NVIDIA RTX A1000" the A100 floor). The table is data
+# (imagekit/data/gpus.yaml, gemm_floors, with its sources), generated into the zipapp's facts.json.
+# Unknown devices get no floor (skip, never pass).
+GEMM_FLOORS: dict[str, GemmFloor] = _floors()
 
 
-def gemm_floor(device_name: str, sm_count: int | None = None) -> tuple[float | None, str]:
-    """(floor TFLOP/s, how it was found) for a device, by its EXACT name. A MIG slice ("<board> MIG
-    1g.5gb") gets the board's floor scaled by its share of the board's SMs (torch reports the slice's
-    own multiprocessor count); (None, reason) when no floor applies."""
+def gemm_floor(device_name: str, sm_count: int | None = None, fp8: bool = False) -> tuple[float | None, str]:
+    """(floor TFLOP/s, how it was found) for a device, by its EXACT name (``fp8``: its FP8 floor).
+    A MIG slice ("<board> MIG 1g.5gb") gets the board's floor scaled by its share of the board's SMs
+    (torch reports the slice's own multiprocessor count); (None, reason) when no floor applies."""
     name = device_name.strip()
-    entry = GEMM_FLOORS.get(name)
-    if entry is not None:
-        return entry.tflops, f"exact name {name!r}"
+    what = "FP8 floor" if fp8 else "floor"
     board, sep, profile = name.partition(" MIG ")
-    if not sep:
-        return None, f"no floor known for {name!r} (floors are matched by exact device name)"
-    entry = GEMM_FLOORS.get(board)
+    entry = GEMM_FLOORS.get(name if not sep else board)
     if entry is None:
-        return None, f"MIG slice {profile!r} of {board!r}: no floor known for the board"
+        if sep:
+            return None, f"MIG slice {profile!r} of {board!r}: no floor known for the board"
+        return None, f"no floor known for {name!r} (floors are matched by exact device name)"
+    value = entry.fp8_tflops if fp8 else entry.tflops
+    if value is None:
+        return None, f"no {what} known for {board if sep else name!r}"
+    if not sep:
+        return value, f"exact name {name!r}"
     if not sm_count or not entry.sms:
         return (
             None,
@@ -77,8 +76,8 @@ def gemm_floor(device_name: str, sm_count: int | None = None) -> tuple[float | N
         )
     fraction = min(1.0, sm_count / entry.sms)
     return (
-        round(entry.tflops * fraction, 1),
-        f"MIG slice {profile!r}: {board!r} floor {entry.tflops} x {sm_count}/{entry.sms} SMs",
+        round(value * fraction, 1),
+        f"MIG slice {profile!r}: {board!r} {what} {value} x {sm_count}/{entry.sms} SMs",
     )
 
 
@@ -90,22 +89,35 @@ def perf_dtype(device_name: str, capability: tuple[int, int]) -> str:
     return "bfloat16" if capability[0] >= 8 else "float16"
 
 
+def _gemm_op(torch: Any, device: str, dtype_name: str, n: int) -> Any:
+    """A zero-argument n^3 GEMM on ``device``: torch.matmul in ``dtype_name``, or FP8 through
+    torch._scaled_mm (E4M3 operands prepared once, the second column-major; unit scales; bf16 out)."""
+    if dtype_name != FP8:
+        dtype = getattr(torch, dtype_name)
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        return lambda: torch.matmul(a, b)
+    fp8 = getattr(torch, FP8)
+    a8 = torch.randn(n, n, device=device, dtype=torch.bfloat16).to(fp8)
+    b8 = torch.randn(n, n, device=device, dtype=torch.bfloat16).to(fp8).t().contiguous().t()
+    one = torch.ones((), device=device, dtype=torch.float32)
+    return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
 def time_gemm(
     torch: Any, index: int, dtype_name: str, n: int, min_seconds: float, on_window: Any = None
 ) -> dict[str, Any]:
     """TFLOP/s of an n^3 GEMM on device `index`, timed with CUDA events over at least min_seconds
     after a warm-up. on_window(start: bool) is called right before and after the timed window."""
     device = cuda_device(torch, index)
-    dtype = getattr(torch, dtype_name)
     with torch.cuda.device(index):
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
+        op = _gemm_op(torch, device, dtype_name, n)
         for _ in range(3):
-            torch.matmul(a, b)
+            op()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.matmul(a, b)
+        op()
         end.record()
         end.synchronize()
         one = max(start.elapsed_time(end) / 1000.0, 1e-6)
@@ -121,7 +133,7 @@ def time_gemm(
                 wall_start = time.perf_counter()
                 start.record()
                 for _ in range(iterations):
-                    torch.matmul(a, b)
+                    op()
                 end.record()
                 end.synchronize()
                 wall = time.perf_counter() - wall_start
@@ -132,7 +144,7 @@ def time_gemm(
         finally:
             if on_window is not None:
                 on_window(False)
-        del a, b
+        del op
     return {
         "dtype": dtype_name,
         "shape": [n, n, n],
@@ -219,7 +231,24 @@ def _time_device(
         )
         entry["telemetry"] = window_summary["this_gpu"]
     _device_status(entry, floor, floor_how)
+    if tuple(device["capability"]) >= FP8_CAPABILITY and fp8_available(torch) and "error" not in entry:
+        entry["fp8"] = _time_fp8(torch, device)
+        if entry["fp8"]["status"] == "fail":
+            entry["status"] = "fail"
     return entry, window_summary
+
+
+def _time_fp8(torch: Any, device: dict[str, Any]) -> dict[str, Any]:
+    """The FP8 GEMM (torch._scaled_mm) timed on an sm_89+ device against its FP8 floor."""
+    floor, how = gemm_floor(device["name"], device["sm_count"], fp8=True)
+    part: dict[str, Any] = {"floor_tflops": floor, "floor": how}
+    try:
+        part.update(time_gemm(torch, device["index"], FP8, PERF_N, PERF_MIN_SECONDS))
+    except Exception as exc:
+        part.update({"status": "fail", "error": f"{type(exc).__name__}: {exc}"})
+        return part
+    _device_status(part, floor, how)
+    return part
 
 
 def _slowest(results: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -231,11 +260,23 @@ def _slowest(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(measured, key=lambda r: r["tflops"]) if measured else None
 
 
+def _fp8_failure_text(r: dict[str, Any]) -> str:
+    fp8 = r.get("fp8") or {}
+    if fp8.get("status") != "fail":
+        return ""
+    if "error" in fp8:
+        return f"; FP8: {fp8['error']}"
+    return f"; FP8 {fp8['tflops']} TFLOP/s < floor {fp8['floor_tflops']}"
+
+
 def _failure_text(r: dict[str, Any]) -> str:
     """Why one device failed: its error, or its figure against its floor with what throttled it."""
     if "error" in r:
         return f"GPU {r['index']}: {r['error']}"
+    if r.get("floor_tflops") is None or r["tflops"] >= r["floor_tflops"]:
+        return f"GPU {r['index']} ({r['device']}) {r['dtype']} {r['tflops']} TFLOP/s" + _fp8_failure_text(r)
     text = f"GPU {r['index']} ({r['device']}) {r['tflops']} TFLOP/s < floor {r['floor_tflops']}"
+    text += _fp8_failure_text(r)
     tel = r.get("telemetry") or {}
     throttle = tel.get("throttle_reasons") or {}
     limiting = throttle.get("perf_limiting_samples") or 0
@@ -289,10 +330,15 @@ def check_gemm_perf(ctx: Context) -> CheckResult:
     }
     results: list[dict[str, Any]] = []
     names = [d["name"] for d in devices]
-    for device in devices:
-        entry, window_summary = _time_device(ctx, device, names, smi_path, fields)
-        telemetry["devices"].append(window_summary)
-        results.append(entry)
+    saved_tf32 = ctx.torch.backends.cuda.matmul.allow_tf32
+    try:
+        ctx.torch.backends.cuda.matmul.allow_tf32 = False  # explicit: bf16/fp16/fp8 timed, never TF32
+        for device in devices:
+            entry, window_summary = _time_device(ctx, device, names, smi_path, fields)
+            telemetry["devices"].append(window_summary)
+            results.append(entry)
+    finally:
+        ctx.torch.backends.cuda.matmul.allow_tf32 = saved_tf32
     ctx.telemetry = telemetry
     slowest = _slowest(results)
     detail: dict[str, Any] = {
@@ -301,6 +347,8 @@ def check_gemm_perf(ctx: Context) -> CheckResult:
         "dtype": slowest["dtype"] if slowest else None,
         "shape": [PERF_N, PERF_N, PERF_N],
         "timing": f"CUDA events, >= {PERF_MIN_SECONDS} s per device after 3 warm-up GEMMs",
+        "tf32": False,
+        "fp8": "torch._scaled_mm (E4M3, bf16 out) on sm_89+, against the device's FP8 floor",
         "devices": results,
     }
     actual = slowest["tflops"] if slowest else None

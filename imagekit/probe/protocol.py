@@ -25,11 +25,13 @@ CUDA_AVAILABLE = "cuda_available"
 ARCH = "arch"
 GEMM_CPU = "gemm_cpu"
 GEMM_GPU = "gemm_gpu"
+CUDNN_CONV = "cudnn_conv"
 GEMM_PERF = "gemm_perf"
 COMPILE = "compile"
 EXTENSION = "extension"
 TRAIN_STEP = "train_step"
 NCCL = "nccl"
+NCCL_BANDWIDTH = "nccl_bandwidth"
 
 CHECK_NAMES: tuple[str, ...] = (
     ENVIRONMENT,
@@ -47,14 +49,16 @@ CHECK_NAMES: tuple[str, ...] = (
     ARCH,
     GEMM_CPU,
     GEMM_GPU,
+    CUDNN_CONV,
     GEMM_PERF,
     COMPILE,
     EXTENSION,
     TRAIN_STEP,
     NCCL,
+    NCCL_BANDWIDTH,
 )
 # Reported, never fails an image (a shared device may be busy): its record says required=false.
-NOT_REQUIRED = frozenset({GEMM_PERF})
+NOT_REQUIRED = frozenset({GEMM_PERF, NCCL_BANDWIDTH})
 # The GPU checks a `validated` verdict needs, each present and passed.
 VALIDATING_GPU_CHECKS: tuple[str, ...] = (CUDA_AVAILABLE, GEMM_GPU)
 
@@ -160,7 +164,7 @@ FRONTEND_EXPECT_OPTIONS: dict[str, str] = {
 }
 
 # Internal roles: the probe re-runs itself for work that must be isolated or bounded in time.
-TASK_NAMES: tuple[str, ...] = ("compile", "extension_cpu", "extension_cuda")
+TASK_NAMES: tuple[str, ...] = ("compile", "extension_cpu", "extension_cuda", "extension_cuda_nogpu")
 WORKER_OPTION = "--collective-worker"
 TASK_OPTION = "--task"
 DEVICE_OPTION = "--device"

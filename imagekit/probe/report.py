@@ -15,9 +15,11 @@ from typing import Any
 
 from .arch import check_arch, check_cuda_available
 from .arguments import ArgumentError, Invocation, parse_args
+from .bandwidth import check_nccl_bandwidth
 from .build import check_compile, check_extension
 from .collectives import check_nccl, collective_worker
 from .context import Context
+from .conv import check_cudnn_conv
 from .driver import check_driver
 from .gemm import check_gemm_cpu, check_gemm_gpu
 from .inventory import inventory
@@ -46,11 +48,13 @@ CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
     ("arch", check_arch),
     ("gemm_cpu", check_gemm_cpu),
     ("gemm_gpu", check_gemm_gpu),
+    ("cudnn_conv", check_cudnn_conv),
     ("gemm_perf", check_gemm_perf),
     ("compile", check_compile),
     ("extension", check_extension),
     ("train_step", check_train_step),
     ("nccl", check_nccl),
+    ("nccl_bandwidth", check_nccl_bandwidth),
 )
 
 

@@ -17,6 +17,13 @@ from .results import CheckResult, failed, passed, skipped
 from .smi import host_driver_version
 from .versions import cuda_minor, parse_nvcc_version, parse_version_json
 
+CAPABILITIES_UNSET_WARNING = (
+    "NVIDIA_DRIVER_CAPABILITIES is unset: current NVIDIA container toolkits default to utility,compute "
+    "(NVIDIA's user guide; nerdctl changed its default to match), so torch gets the GPU there, but older "
+    "runtimes (nvidia-docker2) mounted utility only, and torch then sees no GPU; set it in the image "
+    "(ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility, as nvidia/cuda and imagekit's images do)"
+)
+
 
 def check_environment(ctx: Context) -> CheckResult:
     env = ctx.env
@@ -56,12 +63,15 @@ def check_environment(ctx: Context) -> CheckResult:
     if cuda_build and "utility" not in capabilities:
         notes.append("no 'utility' capability: nvidia-smi and NVML are not mounted (no brand, no telemetry)")
     detail["notes"] = notes
+    value = env.get("NVIDIA_DRIVER_CAPABILITIES")
+    if cuda_build and not (value or "").strip():
+        # A third-party image may leave it unset: a warning, not a failure (imagekit's images set it).
+        detail["warnings"] = [CAPABILITIES_UNSET_WARNING]
+        return passed("environment", actual=detail.get("NVIDIA_VISIBLE_DEVICES"), detail=detail)
     if cuda_build and "compute" not in capabilities:
-        value = env.get("NVIDIA_DRIVER_CAPABILITIES")
-        shown = "unset (utility only)" if not (value or "").strip() else repr(value)
         return failed(
             "environment",
-            f"NVIDIA_DRIVER_CAPABILITIES is {shown}: without 'compute' the NVIDIA container runtime "
+            f"NVIDIA_DRIVER_CAPABILITIES is {value!r}: without 'compute' the NVIDIA container runtime "
             "mounts no CUDA driver library (libcuda), so torch sees no GPU even with --gpus",
             "set it in the image: ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility "
             "(nvidia/cuda images do; an image on another base must set both itself)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -174,6 +175,85 @@ def task_extension(cuda: bool) -> dict[str, Any]:
     return result
 
 
+EXT_KERNEL = """
+__global__ void scaled_add_kernel(const float* a, const float* b, float* out, float alpha, long n) {
+  long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + alpha * b[i];
+}
+"""
+
+
+def _nvcc_path(cpp_extension: Any) -> str | None:
+    home = getattr(cpp_extension, "CUDA_HOME", None) or os.environ.get("CUDA_HOME")
+    candidates = [os.path.join(home, "bin", "nvcc")] if home else []
+    candidates += [shutil.which("nvcc") or "", "/usr/local/cuda/bin/nvcc"]
+    return next((c for c in candidates if c and os.path.exists(c)), None)
+
+
+def _nvcc_objects(nvcc: str, flags: list[str], build: str) -> dict[str, Any]:
+    """Compile a kernel for ``flags`` with nvcc (no torch library to link: a CPU torch build)."""
+    source = os.path.join(build, "kernel.cu")
+    with open(source, "w", encoding="utf-8") as handle:
+        handle.write(EXT_KERNEL)
+    target = os.path.join(build, "kernel.o")
+    done = subprocess.run(
+        [nvcc, "-c", source, "-o", target, *flags], capture_output=True, text=True, check=False
+    )
+    ok = done.returncode == 0 and os.path.exists(target)
+    result: dict[str, Any] = {"ok": ok, "nvcc": nvcc, "built": ["kernel.o"] if ok else []}
+    if not ok:
+        result["error"] = f"nvcc failed (exit {done.returncode}): {(done.stderr or done.stdout)[-1500:]}"
+    return result
+
+
+def task_extension_no_gpu() -> dict[str, Any]:
+    """What a `docker build` that compiles a CUDA extension does: no GPU visible (the parent sets
+    CUDA_VISIBLE_DEVICES empty), so torch's _get_cuda_arch_flags must take the architectures from
+    TORCH_CUDA_ARCH_LIST (pytorch issue 137261); then the extension is built (not run). With a CUDA
+    torch that is load_inline's whole build; with a CPU torch (tests) nvcc compiles the kernel."""
+    torch: Any = importlib.import_module("torch")
+    cpp_extension: Any = importlib.import_module("torch.utils.cpp_extension")
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    info: dict[str, Any] = {
+        "torch": str(torch.__version__),
+        "TORCH_CUDA_ARCH_LIST": arch_list,
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "visible_gpus": int(torch.cuda.device_count()),
+    }
+    try:
+        flags = list(cpp_extension._get_cuda_arch_flags())
+    except Exception as exc:
+        return {
+            **info,
+            "ok": False,
+            "missing": None if arch_list else "TORCH_CUDA_ARCH_LIST",
+            "error": f"_get_cuda_arch_flags() with no GPU visible raised {type(exc).__name__}: {exc}",
+        }
+    info["arch_flags"] = flags
+    build = os.path.join(os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.mkdtemp(), "cuda-nogpu")
+    os.makedirs(build, exist_ok=True)
+    started = time.monotonic()
+    if torch.version.cuda:
+        cpp_extension.load_inline(
+            name=f"imagekit_check_nogpu_{os.getpid()}",
+            cpp_sources=[EXT_CUDA_DECL],
+            cuda_sources=[EXT_CUDA],
+            functions=["scaled_add_cuda"],
+            build_directory=build,
+            verbose=False,
+        )
+        built = [os.path.basename(f) for f in _files_under(build) if f.endswith(".so")]
+        result: dict[str, Any] = {"ok": bool(built), "built": built, "how": "load_inline (built, not run)"}
+        if not built:
+            result["error"] = "load_inline built no .so"
+    else:
+        nvcc = _nvcc_path(cpp_extension)
+        if nvcc is None:
+            return {**info, "ok": False, "missing": "nvcc", "error": "no nvcc (CUDA_HOME, PATH)"}
+        result = {**_nvcc_objects(nvcc, flags, build), "how": "nvcc -c with torch's arch flags (CPU torch)"}
+    return {**info, **result, "build_s": round(time.monotonic() - started, 1)}
+
+
 def run_task_child(task: str, device: str, result_file: str) -> int:
     """Child side of run_task: do the task, write its result file, exit 0 when it passed."""
     try:
@@ -181,6 +261,8 @@ def run_task_child(task: str, device: str, result_file: str) -> int:
             result = task_compile(device)
         elif task == "extension_cpu":
             result = task_extension(cuda=False)
+        elif task == "extension_cuda_nogpu":
+            result = task_extension_no_gpu()
         else:
             result = task_extension(cuda=True)
     except Exception as exc:
@@ -216,9 +298,12 @@ def task_env(ctx: Context, taskdir: str) -> dict[str, str]:
     return env
 
 
-def run_task(ctx: Context, task: str, device: str, timeout: float) -> dict[str, Any]:
+def run_task(
+    ctx: Context, task: str, device: str, timeout: float, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run `check.py --task` in a child process (own process group) bounded by `timeout`; its result
-    comes back through a file, its output (kept for diagnosis) through another."""
+    comes back through a file, its output (kept for diagnosis) through another. ``extra_env`` is
+    laid over the child's environment (CUDA_VISIBLE_DEVICES empty: no GPU visible)."""
     taskdir = ctx.subdir(f"{task}-{device.replace(':', '')}")
     result_file = os.path.join(taskdir, "result.json")
     log_path = os.path.join(taskdir, "output.log")
@@ -238,7 +323,7 @@ def run_task(ctx: Context, task: str, device: str, timeout: float) -> dict[str, 
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=task_env(ctx, taskdir),
+            env={**task_env(ctx, taskdir), **(extra_env or {})},
             cwd=taskdir,
             start_new_session=True,
         )

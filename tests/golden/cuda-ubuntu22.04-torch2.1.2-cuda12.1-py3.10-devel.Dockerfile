@@ -24,6 +24,9 @@ RUN mkdir -p /etc/imagekit \
     fi
 RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/imagekit/constraints.txt \
       ninja
+# CUDA extensions build for the wheel's own architectures where no GPU is visible (a `docker build`
+# has none; without this torch's _get_cuda_arch_flags fails: pytorch issue 137261).
+ENV TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04" \

@@ -5,7 +5,7 @@
 FROM nvidia/cuda:11.8.0-base-ubuntu22.04
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates \
+ && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates g++ python3.10-dev \
  && rm -rf /var/lib/apt/lists/*
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH

@@ -12,6 +12,11 @@ RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
+# torch.compile and cpp_extension need a C++ compiler and Python.h: the base's, else its archive's.
+RUN python3 -c 'import os, shutil, sys, sysconfig; sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' \
+ || (apt-get update \
+     && apt-get install -y --no-install-recommends g++ python3-dev \
+     && rm -rf /var/lib/apt/lists/*)
 COPY wheelhouse/ /tmp/wheelhouse/
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
@@ -39,6 +44,11 @@ RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
+# torch.compile and cpp_extension need a C++ compiler and Python.h: the base's, else its archive's.
+RUN python3 -c 'import os, shutil, sys, sysconfig; sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' \
+ || (apt-get update \
+     && apt-get install -y --no-install-recommends g++ python3-dev \
+     && rm -rf /var/lib/apt/lists/*)
 COPY --from=venv-build /opt/venv /opt/venv
 COPY --from=venv-build /etc/imagekit /etc/imagekit
 ENV VIRTUAL_ENV=/opt/venv \

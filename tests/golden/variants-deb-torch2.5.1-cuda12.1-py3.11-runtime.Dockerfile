@@ -12,6 +12,11 @@ RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
+# torch.compile and cpp_extension need a C++ compiler and Python.h: the base's, else its archive's.
+RUN python3 -c 'import os, shutil, sys, sysconfig; sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' \
+ || (apt-get update \
+     && apt-get install -y --no-install-recommends g++ python3-dev \
+     && rm -rf /var/lib/apt/lists/*)
 COPY wheelhouse/ /tmp/wheelhouse/
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
@@ -39,6 +44,11 @@ RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
+# torch.compile and cpp_extension need a C++ compiler and Python.h: the base's, else its archive's.
+RUN python3 -c 'import os, shutil, sys, sysconfig; sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' \
+ || (apt-get update \
+     && apt-get install -y --no-install-recommends g++ python3-dev \
+     && rm -rf /var/lib/apt/lists/*)
 COPY --from=venv-build /opt/venv /opt/venv
 COPY --from=venv-build /etc/imagekit /etc/imagekit
 ENV VIRTUAL_ENV=/opt/venv \
@@ -49,7 +59,7 @@ ENV OMP_NUM_THREADS=1 \
 # image asks (unset capabilities mean `utility` alone, and torch then sees no GPU).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA='cuda>=12.1'
+    NVIDIA_REQUIRE_CUDA='cuda>=12.0'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda12.1-cudnn9-runtime-debian12" \

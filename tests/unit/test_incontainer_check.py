@@ -33,7 +33,18 @@ TORCH_VERSION = "2.13.0"  # what the real-torch tests below expect
 WHEEL_DIRS = (Path("/opt/wheels"), REPO / "examples" / "offline" / "wheelhouse")
 TORCH_VENV = Path("/tmp/imagekit-check-torch-venv")
 PYTHON_3_8 = Path("/root/.pyenv/versions/3.8.18/bin/python")
-GPU_CHECKS = ("nvidia_smi", "driver", "require", "cuda_available", "arch", "gemm_gpu", "gemm_perf", "nccl")
+GPU_CHECKS = (
+    "nvidia_smi",
+    "driver",
+    "require",
+    "cuda_available",
+    "arch",
+    "gemm_gpu",
+    "cudnn_conv",
+    "gemm_perf",
+    "nccl",
+    "nccl_bandwidth",
+)
 TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "train_step")
 
 
@@ -332,8 +343,8 @@ def test_require_variables_all_and_legacy_cuda_version() -> None:
 def test_embedded_driver_table_equals_compat_yaml() -> None:
     data = yaml.safe_load((REPO / "imagekit" / "data" / "compat.yaml").read_text(encoding="utf-8"))
     releases = data["cuda"]["releases"]
-    from_yaml = {minor: (row["driver"], row["minor_floor"]) for minor, row in releases.items()}
-    assert from_yaml == probe_driver.CUDA_DRIVER_TABLE
+    from_yaml = {minor: row["minor_floor"] for minor, row in releases.items()}
+    assert from_yaml == {minor: row[1] for minor, row in probe_driver.CUDA_DRIVER_TABLE.items()}
 
 
 def test_driver_satisfies() -> None:
@@ -380,7 +391,8 @@ def test_gemm_floor_mig_slices_scale_by_sms() -> None:
     assert perf.gemm_floor("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 98)[0] == round(140.0 * 98 / 108, 1)
     floor, how = perf.gemm_floor("NVIDIA A100-SXM4-40GB MIG 1g.5gb")
     assert floor is None and "cannot be scaled" in how
-    floor, how = perf.gemm_floor("NVIDIA A30 MIG 1g.6gb", 14)
+    assert perf.gemm_floor("NVIDIA A30 MIG 1g.6gb", 14)[0] == round(70.0 * 14 / 56, 1)  # A30: data now
+    floor, how = perf.gemm_floor("NVIDIA A800-SXM4-80GB MIG 1g.10gb", 14)
     assert floor is None and "no floor known for the board" in how
 
 
@@ -437,8 +449,10 @@ def test_arguments_win_over_environment() -> None:
 def test_script_is_python_3_8_syntax() -> None:
     """Always runs (no 3.8 interpreter needed): the grammar check behind the real 3.8 run below."""
     with zipfile.ZipFile(SCRIPT) as archive:
-        sources = {name: archive.read(name).decode("utf-8") for name in archive.namelist()}
+        names = archive.namelist()
+        sources = {name: archive.read(name).decode("utf-8") for name in names if name.endswith(".py")}
     assert "__main__.py" in sources and len(sources) == len(list(PROBE.glob("*.py"))) + 1
+    assert len(names) == len(sources) + 1  # and the generated facts.json
     for name, text in sources.items():
         ast.parse(text, filename=name, feature_version=(3, 8))
 
@@ -693,3 +707,55 @@ def test_real_collectives_machinery_with_gloo(torch_python: str) -> None:
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outcome["ok"] is True, outcome
     assert [r["all_reduce"] and r["broadcast"] for r in outcome["ranks"]] == [True, True]
+
+
+# -- the all-reduce bandwidth check: topology and floors ---------------------------------------------
+
+TOPO_8 = """\tGPU0\tGPU1\tGPU2\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tNV18\tSYS\tPIX\t0-47\t0\t\tN/A
+GPU1\tNV18\t X \tPXB\tSYS\t0-47\t0\t\tN/A
+GPU2\tSYS\tPXB\t X \tSYS\t48-95\t1\t\tN/A
+NIC0\tPIX\tSYS\tSYS\t X
+
+Legend:
+
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+
+def test_parse_topo_and_floors_by_link() -> None:
+    from imagekit.probe import bandwidth, facts
+
+    links = bandwidth.parse_topo(TOPO_8)
+    assert links[(0, 1)] == "NV18" and links[(1, 2)] == "PXB" and links[(0, 2)] == "SYS"
+    assert links[(0, 0)] == "X" and (0, 3) not in links  # NIC columns are not GPUs
+    table = facts.nccl_bandwidth()
+    assert bandwidth.pair_floor("NV18", table)[0] == 180.0
+    assert bandwidth.pair_floor("PXB", table)[0] == 6.0 and bandwidth.pair_floor("SYS", table)[0] == 2.0
+    assert bandwidth.pair_floor("XYZ", table)[0] is None and bandwidth.pair_floor(None, table)[0] is None
+    assert bandwidth.bus_bandwidth(2 * 10**9, 1.0, 2) == 2.0  # nccl-tests: algbw x 2(n-1)/n
+    assert bandwidth.bus_bandwidth(8 * 10**9, 1.0, 8) == 14.0
+
+
+def test_bandwidth_verdict_passes_skips_and_fails_by_pair() -> None:
+    from imagekit.probe import bandwidth, facts
+
+    table = facts.nccl_bandwidth()
+    links = bandwidth.parse_topo(TOPO_8)
+    measured = [
+        {"pair": [0, 1], "seconds": 0.01, "busbw_gbps": 350.0},  # NV18: floor 180
+        {"pair": [1, 2], "seconds": 0.02, "busbw_gbps": 18.0},  # PXB: floor 6
+    ]
+    pairs = bandwidth._judge_pairs(measured, links, table)
+    assert [p["status"] for p in pairs] == ["pass", "pass"]
+    assert bandwidth._verdict(pairs, {}).status == "pass"
+    slow = bandwidth._judge_pairs([{**measured[0], "busbw_gbps": 20.0}], links, table)  # NVLink unused
+    verdict = bandwidth._verdict(slow, {})
+    assert (
+        verdict.status == "fail"
+        and verdict.required is False
+        and "GPUs 0-1 (NV18) 20.0 GB/s" in verdict.cause
+    )
+    unknown = bandwidth._judge_pairs(measured, {}, table)  # no topology: no floors
+    assert bandwidth._verdict(unknown, {}).status == "skip"

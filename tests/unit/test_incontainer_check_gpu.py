@@ -8,10 +8,14 @@ own venv has no torch: the GPU-machine runs are the integration tests' job."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from imagekit import probe_facts
 from tests.unit.test_incontainer_check import SCRIPT, torch_python
 
 __all__ = ["torch_python"]  # the session fixture, shared with test_incontainer_check.py
@@ -92,9 +96,23 @@ class Cuda:
         pass
 
 
+class Cudnn:
+    """cuDNN as a CUDA torch reports it; the convolutions themselves run on the CPU."""
+
+    def is_available(self):
+        return True
+
+    def version(self):
+        return 91000
+
+    def flags(self, **kwargs):
+        return real.backends.cudnn.flags(**kwargs)
+
+
 class FakeTorch:
     def __init__(self, devices, broken=()):
         self.cuda = Cuda(devices, broken)
+        self.backends = types.SimpleNamespace(cudnn=Cudnn(), cuda=real.backends.cuda)
         self.amp = types.SimpleNamespace(GradScaler=lambda *args, **kwargs: real.amp.GradScaler("cpu"))
         self.version = types.SimpleNamespace(cuda="12.1")
         self.__version__ = real.__version__
@@ -114,14 +132,18 @@ import json, os, sys
 from dataclasses import asdict
 sys.path.insert(0, {script!r})
 sys.path.insert(0, {fake_dir!r})
-from imagekit_probe import arguments, context, perf, report, results
+from imagekit_probe import arguments, bandwidth, context, perf, report, results
 import fake_torch
 scenario = json.loads(sys.argv[2])
 for name, value in scenario.get("patch", {{}}).items():
     setattr(perf, name, value)  # gemm_perf's own settings
+for name, value in scenario.get("patch_bandwidth", {{}}).items():
+    setattr(bandwidth, name, value)  # nccl_bandwidth's (gloo on the CPU in place of NCCL)
 torch = fake_torch.FakeTorch(scenario["devices"], scenario.get("broken", ()))
 env = dict(os.environ)
-ctx = context.Context(arguments.Expect(cuda="12.1", require_gpu=True), env)
+env.update(scenario.get("env", {{}}))
+expect = scenario.get("expect", {{"cuda": "12.1", "require_gpu": True}})
+ctx = context.Context(arguments.Expect(**expect), env)
 ctx._torch, ctx._torch_tried = torch, True
 if scenario.get("smi"):
     ctx._smi = {{"path": scenario["smi"], "gpus": [{{"index": "0"}}]}}
@@ -167,18 +189,26 @@ def run_scenario(python: str, tmp_path: Path, scenario: dict[str, Any]) -> dict[
 def test_gemm_gpu_checks_every_device_and_skips_bf16_below_sm80(torch_python: str, tmp_path: Path) -> None:
     out = run_scenario(torch_python, tmp_path, {"check": "gemm_gpu", "devices": [H200, T4]})
     result = out["result"]
-    assert result["status"] == "pass", result
+    assert result["status"] == "pass", (result["cause"], result["detail"])
     h200, t4 = result["detail"]["devices"]
     assert [h200["index"], t4["index"]] == [0, 1]
-    for dtype in ("float32", "float16", "bfloat16"):
+    assert result["detail"]["tf32"] is False and "_scaled_mm" in result["detail"]["fp8"]
+    for dtype in ("float32", "float16", "bfloat16", "float8_e4m3fn"):  # FP8 on sm_89+ (the H200)
         stats = h200["dtypes"][dtype]
         assert stats["status"] == "pass" and stats["exceeding"] == 0 and stats["elements"] == 1024 * 1024
         assert stats["max_error_ratio"] < 0.5, (dtype, stats)  # the real CPU GEMM sits well inside
     assert t4["dtypes"]["bfloat16"]["status"] == "skip"
     assert "is_bf16_supported() is False on device 1 (sm_75)" in t4["dtypes"]["bfloat16"]["reason"]
+    assert (
+        t4["dtypes"]["float8_e4m3fn"]["status"] == "skip" and "8.9" in t4["dtypes"]["float8_e4m3fn"]["reason"]
+    )
     assert t4["dtypes"]["float16"]["status"] == "pass"
     assert result["actual"] == [
-        {"index": 0, "status": "pass", "exceeding": {"float32": 0, "float16": 0, "bfloat16": 0}},
+        {
+            "index": 0,
+            "status": "pass",
+            "exceeding": {"float32": 0, "float16": 0, "bfloat16": 0, "float8_e4m3fn": 0},
+        },
         {"index": 1, "status": "pass", "exceeding": {"float32": 0, "float16": 0}},
     ]
 
@@ -226,6 +256,11 @@ def test_gemm_perf_per_device_floors_mig_and_telemetry(torch_python: str, tmp_pa
     for entry in (h200, mig, a1000):
         assert entry["seconds"] >= 0.5 and entry["iterations"] >= 10 and entry["tflops"] > 0
     assert h200["dtype"] == "bfloat16" and h200["floor_tflops"] == 400.0 and h200["status"] == "fail"
+    # FP8 (torch._scaled_mm) timed on the sm_90 device against its FP8 floor; not below sm_89
+    assert h200["fp8"]["dtype"] == "float8_e4m3fn" and h200["fp8"]["floor_tflops"] == 700.0
+    assert h200["fp8"]["status"] == "fail" and h200["fp8"]["tflops"] > 0
+    assert "fp8" not in mig and "fp8" not in a1000
+    assert result["detail"]["tf32"] is False
     assert mig["floor_tflops"] == round(140.0 * 14 / 108, 1) and "14/108" in mig["floor"]
     assert (
         a1000["status"] == "skip" and a1000["floor_tflops"] is None and "exact device name" in a1000["reason"]
@@ -252,7 +287,7 @@ def test_gemm_perf_per_device_floors_mig_and_telemetry(torch_python: str, tmp_pa
 def test_train_step_on_every_device_with_a_grad_scaler(torch_python: str, tmp_path: Path) -> None:
     out = run_scenario(torch_python, tmp_path, {"check": "train_step", "devices": [H200, T4]})
     result = out["result"]
-    assert result["status"] == "pass", result
+    assert result["status"] == "pass", (result["cause"], result["detail"])
     parts = result["detail"]["parts"]
     assert sorted(parts) == [
         "cpu/bfloat16",
@@ -312,3 +347,117 @@ def test_per_element_bound_catches_what_the_norm_missed(torch_python: str, tmp_p
         assert corrupt["worst"]["row"] == 0 and corrupt["worst"]["col"] == 7  # the NaN
     # the old check (one whole-matrix relative norm, bf16 tolerance 3e-2) passed the same result
     assert out["bfloat16_old_norm"] < 3e-2
+
+
+def test_extension_builds_a_cuda_extension_with_no_gpu_visible(torch_python: str, tmp_path: Path) -> None:
+    """A devel image on a machine without a GPU (a `docker build`): the CUDA extension is still built,
+    from TORCH_CUDA_ARCH_LIST (what imagekit's devel images set from the wheel's arch list), by the
+    real nvcc here; the part that needs a GPU skips. Needs nvcc (the CUDA toolkit on this host)."""
+    nvcc = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
+    )
+    if nvcc is None:
+        pytest.skip("no nvcc on this host")
+    arch_list = probe_facts.wheel_arch_list("cu130")
+    scenario = {
+        "check": "extension",
+        "devices": [],  # torch (the stand-in) is a CUDA build, but no GPU is visible
+        "expect": {"cuda": "13.0", "flavour": "devel"},
+        "env": {"TORCH_CUDA_ARCH_LIST": arch_list, "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin"},
+    }
+    out = run_scenario(torch_python, tmp_path, scenario)
+    result = out["result"]
+    parts = result["detail"]["parts"]
+    assert result["status"] == "pass", (result["cause"], result["detail"])
+    assert parts["cuda"]["status"] == "skip" and parts["cuda"]["reason"] == "no GPU requested"
+    nogpu = parts["cuda-no-gpu"]
+    assert nogpu["status"] == "pass" and nogpu["visible_gpus"] == 0 and nogpu["CUDA_VISIBLE_DEVICES"] == ""
+    assert nogpu["TORCH_CUDA_ARCH_LIST"] == arch_list and nogpu["built"] == ["kernel.o"]
+    assert "-gencode=arch=compute_120,code=compute_120" in nogpu["arch_flags"]  # the +PTX entry
+    assert result["detail"]["TORCH_CUDA_ARCH_LIST"] == arch_list
+
+
+L40S = {"name": "NVIDIA L40S", "cap": [8, 9], "sms": 142, "uuid": None}
+V100S = {"name": "Tesla V100S-PCIE-32GB", "cap": [7, 0], "sms": 80, "uuid": None}
+B200 = {"name": "NVIDIA B200", "cap": [10, 0], "sms": 148, "uuid": None}
+A10 = {"name": "NVIDIA A10", "cap": [8, 6], "sms": 72, "uuid": None}
+
+
+def test_gemm_perf_floors_for_the_whole_fleet_from_data(torch_python: str, tmp_path: Path) -> None:
+    """Products that had no floor (gemm_perf skipped on them) now fail a CPU's figure, from gpus.yaml."""
+    scenario = {
+        "check": "gemm_perf",
+        "devices": [L40S, V100S, B200, A10],
+        "patch": {"PERF_N": 64, "PERF_MIN_SECONDS": 0.2},
+    }
+    result = run_scenario(torch_python, tmp_path, scenario)["result"]
+    l40s, v100s, b200, a10 = result["detail"]["devices"]
+    assert (l40s["floor_tflops"], v100s["floor_tflops"], b200["floor_tflops"], a10["floor_tflops"]) == (
+        150.0,
+        52.0,
+        900.0,
+        50.0,
+    )
+    assert v100s["dtype"] == "float16" and "fp8" not in v100s and "fp8" not in a10  # no FP8 below sm_89
+    assert l40s["fp8"]["floor_tflops"] == 260.0 and b200["fp8"]["floor_tflops"] == 1600.0
+    assert {d["status"] for d in (l40s, v100s, b200, a10)} == {"fail"}
+    assert result["status"] == "fail" and result["required"] is False
+
+
+def test_cudnn_conv_forward_and_backward_on_every_device(torch_python: str, tmp_path: Path) -> None:
+    out = run_scenario(torch_python, tmp_path, {"check": "cudnn_conv", "devices": [H200, T4]})
+    result = out["result"]
+    assert result["status"] == "pass", (result["cause"], result["detail"])
+    assert result["actual"] == {"0": "pass", "1": "pass"}
+    detail = result["detail"]
+    assert (
+        detail["tf32"] is False and detail["cudnn"]["enabled"] is True and detail["cudnn"]["version"] == 91000
+    )
+    for device in detail["devices"]:
+        errors = device["max_rel_error"]
+        assert set(errors) == {"forward", "grad_input", "grad_weight"}
+        assert max(errors.values()) < 1e-5, errors  # float32 against the float64 reference
+
+
+def test_cudnn_conv_fails_on_a_device_without_working_kernels(torch_python: str, tmp_path: Path) -> None:
+    out = run_scenario(torch_python, tmp_path, {"check": "cudnn_conv", "devices": [H200, T4], "broken": [1]})
+    result = out["result"]
+    assert result["status"] == "fail" and result["required"] is True
+    assert result["actual"] == {"0": "pass", "1": "fail"}
+    assert "GPU 1 (Tesla T4, sm_75): RuntimeError: CUDA error" in result["cause"]
+    assert "GPU 0" not in result["cause"] and "cuDNN" in result["fix"]
+
+
+TOPO_SMI = """#!/bin/sh
+# `nvidia-smi topo -m` of two NVLink-joined GPUs (the layout nvidia-smi prints; values made up)
+case "$*" in
+  *topo*) printf '\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID\\n'
+          printf 'GPU0\\t X \\tNV12\\t0-63\\t0\\t\\tN/A\\n'
+          printf 'GPU1\\tNV12\\t X \\t0-63\\t0\\t\\tN/A\\n\\nLegend:\\n\\n  X    = Self\\n' ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def test_nccl_bandwidth_per_pair_against_the_links_floor(torch_python: str, tmp_path: Path) -> None:
+    """Two ranks (gloo on the CPU in place of NCCL) time a large all-reduce; the pair's link (NV12
+    from topo -m) sets a floor of 12 x 10 GB/s from gpus.yaml, which the CPU falls far short of."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(TOPO_SMI, encoding="utf-8")
+    smi.chmod(0o755)
+    scenario = {
+        "check": "nccl_bandwidth",
+        "devices": [H200, H200],
+        "smi": str(smi),
+        "patch_bandwidth": {"BACKEND": "gloo"},
+        "env": {"IMAGEKIT_NCCL_BANDWIDTH_MIB": "8"},
+    }
+    result = run_scenario(torch_python, tmp_path, scenario)["result"]
+    assert result["required"] is False
+    assert result["status"] == "fail", result
+    (pair,) = result["detail"]["pairs"]
+    assert pair["pair"] == [0, 1] and pair["link"] == "NV12" and pair["floor_gbps"] == 120.0
+    assert pair["busbw_gbps"] > 0 and pair["status"] == "fail"
+    assert result["detail"]["bytes"] == 8 * 2**20 and result["detail"]["all_busbw_gbps"] > 0
+    assert result["detail"]["topology"] == {"0-1": "NV12"}
+    assert "GPUs 0-1 (NV12)" in result["cause"] and "< 120.0" in result["cause"]

@@ -229,8 +229,8 @@ def test_script_reports_an_expression_the_toolkit_refuses(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("value", "expect_cuda", "status"),
     [
-        (None, "12.1", "fail"),  # unset: utility only, no libcuda mounted
-        ("", "12.1", "fail"),
+        (None, "12.1", "pass"),  # unset: a warning (current toolkits default to utility,compute)
+        ("", "12.1", "pass"),
         ("utility", "12.1", "fail"),
         ("compute,utility", "12.1", "pass"),
         ("all", "12.1", "pass"),
@@ -247,6 +247,20 @@ def test_environment_needs_compute_for_cuda_builds(value: str | None, expect_cud
         assert result.cause is not None and "compute" in result.cause
         assert result.fix is not None and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in result.fix
         assert "NVIDIA_VISIBLE_DEVICES" in result.fix
+
+
+def test_unset_driver_capabilities_is_a_warning_with_its_explanation() -> None:
+    ctx = context.Context(arguments.Expect(cuda="12.1"), clean_env())
+    result = system.check_environment(ctx)
+    assert result.status == "pass"
+    (warning,) = result.detail["warnings"]
+    assert "utility,compute" in warning and "nvidia-docker2" in warning and "nerdctl" in warning
+    explicit = system.check_environment(
+        context.Context(
+            arguments.Expect(cuda="12.1"), clean_env(NVIDIA_DRIVER_CAPABILITIES="compute,utility")
+        )
+    )
+    assert "warnings" not in explicit.detail
 
 
 def test_driver_capabilities_parsing() -> None:

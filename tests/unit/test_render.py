@@ -117,6 +117,8 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in old
     assert "--constraint /etc/imagekit/constraints.txt \\\n      ninja" in old
     assert "torch.cuda._is_compiled()" in old and "--no-cache-dir" in old
+    # devel: CUDA extensions build with no GPU visible, for the wheel's own architectures (gpus.yaml)
+    assert "ENV TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'\n" in old
     assert "rm -rf /var/lib/apt/lists/*" in old
     assert "RUN --mount" not in old and "# syntax" not in old
     assert "COPY imagekit-check.py /opt/imagekit/check.py" in old
@@ -126,14 +128,17 @@ def test_template_decisions(tmp_path: Path) -> None:
     runtime = cases["cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime"]
     # the smallest nvidia/cuda image with the NVIDIA environment: the wheel brings the libraries
     assert "FROM nvidia/cuda:11.8.0-base-ubuntu22.04\n" in runtime
-    assert "g++" not in runtime and "ninja" not in runtime
+    # torch.compile is required in every flavour: a compiler and Python.h, but no ninja (extensions)
+    assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in runtime
+    assert "ninja" not in runtime and "nvcc" not in runtime and "TORCH_CUDA_ARCH_LIST" not in runtime
     current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
     assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
     # 2.15's companions are stable-ABI wheels paired by their own torch requirement
     assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \\\n" in current
+    assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'\n" in current  # CUDA 13: no Volta
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
-    assert 'want = "2.1.0a0+32f93b1"' in ngc
+    assert 'want = "2.1.0a0+32f93b1"' in ngc and "TORCH_CUDA_ARCH_LIST" not in ngc  # NGC sets its own
     wheel = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel"]
     assert wheel.count("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04") == 2
     assert (
@@ -144,10 +149,12 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "--constraint /etc/imagekit/constraints.txt" in wheel and "'numpy<2'" in wheel
     assert "COPY --from=venv-build /etc/imagekit /etc/imagekit" in wheel
     assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
+    assert wheel.count("TORCH_CUDA_ARCH_LIST") == 1  # the cell's own list wins over the wheel's
     plain = cases["variants-deb-torch2.5.1-cuda12.1-py3.11-runtime"]
     # a CUDA wheel on a plain base asks for the GPU itself: unset capabilities mean utility only
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in plain and "NVIDIA_VISIBLE_DEVICES=all" in plain
-    assert "NVIDIA_REQUIRE_CUDA='cuda>=12.1'" in plain and "CUDA 12.1 (the wheel's)" in plain
+    # the major-version floor the runtime needs (minor-version compatibility), not the cell's minor
+    assert "NVIDIA_REQUIRE_CUDA='cuda>=12.0'" in plain and "CUDA 12.1 (the wheel's)" in plain
     devel = cases["variants-deb-torch2.5.1-cpu-py3.11-devel"]
     # a base with its own Python: the toolchain from the base when it has one, else its archive
     assert "RUN python3 -c " in devel and "|| (apt-get update" in devel and "g++ python3-dev" in devel

@@ -1,0 +1,56 @@
+"""The facts the probe looks up (driver table, GEMM and NCCL floors, datacenter brands, the wheels'
+arch lists), read from ``facts.json`` beside this module in the zipapp. imagekit/probe_bundle.py
+generates that file from imagekit/data at build time; there is no hand copy here. Run from the
+source tree (the host's tests), the same facts come from ``imagekit.probe_facts``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from typing import Any
+
+FACTS_NAME = "facts.json"
+_CACHE: dict[str, Any] = {}
+
+
+def _read() -> dict[str, Any]:
+    data: bytes | None = None
+    try:
+        data = pkgutil.get_data(__package__ or __name__.rpartition(".")[0], FACTS_NAME)
+    except OSError:
+        data = None
+    if data is not None:
+        loaded: dict[str, Any] = json.loads(data.decode("ascii"))
+        return loaded
+    # the source tree (imagekit.probe): generate them from the data files, as the bundle does
+    host: Any = importlib.import_module("imagekit.probe_facts")
+    generated: dict[str, Any] = host.probe_facts()
+    return generated
+
+
+def facts() -> dict[str, Any]:
+    """All the facts (read once per process)."""
+    if not _CACHE:
+        _CACHE.update(_read())
+    return _CACHE
+
+
+def cuda_driver_table() -> dict[str, tuple[str, str]]:
+    """CUDA minor -> (full-compatibility driver, minor-version-compatibility floor)."""
+    return {minor: (row[0], row[1]) for minor, row in facts()["cuda_drivers"]["table"].items()}
+
+
+def gemm_products() -> dict[str, dict[str, Any]]:
+    """Exact device name -> its GEMM floors (floor, dtype, sms, and fp8_floor where it has FP8)."""
+    products: dict[str, dict[str, Any]] = facts()["gemm_floors"]["products"]
+    return products
+
+
+def nccl_bandwidth() -> dict[str, Any]:
+    table: dict[str, Any] = facts()["allreduce_bandwidth"]
+    return table
+
+
+def datacenter_brands() -> frozenset[str]:
+    return frozenset(facts()["forward_compatibility"]["datacenter_brands"])

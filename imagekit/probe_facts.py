@@ -1,0 +1,86 @@
+"""The facts the in-image probe needs, generated from ``imagekit/data`` (never a hand copy).
+
+``probe_facts()`` gathers them from compat.yaml (the CUDA driver table) and gpus.yaml (GEMM floors,
+NCCL bandwidth floors, forward-compatibility brands, the wheels' CUDA arch lists); ``facts_json()``
+is the byte-deterministic JSON that ``imagekit.probe_bundle`` writes into the zipapp as
+``imagekit_probe/facts.json``. The probe reads it with the standard library only (``probe/facts.py``);
+run from this source tree it falls back to ``probe_facts()`` itself.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from imagekit.compat import load_compat
+from imagekit.versions import version_key
+
+FACTS_NAME = "facts.json"  # its name inside the probe package of the zipapp
+
+
+@cache
+def load_gpus() -> dict[str, Any]:
+    """imagekit/data/gpus.yaml as read (the tables and their source notes)."""
+    text = resources.files("imagekit.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def _without(entry: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k not in names}
+
+
+def cuda_driver_table() -> dict[str, list[str]]:
+    """CUDA minor -> [full-compatibility driver of its newest known patch, minor-version floor]."""
+    table = load_compat().cuda
+    return {
+        minor: [release.newest_driver, release.driver_minor_floor]
+        for minor, release in sorted(table.items(), key=lambda kv: version_key(kv[0]))
+    }
+
+
+def wheel_arch_list(variant: str, torch: str | None = None) -> str | None:
+    """The TORCH_CUDA_ARCH_LIST PyTorch built the ``variant`` wheels of ``torch`` with (None: unknown)."""
+    entry = load_gpus()["wheel_arch_lists"]["variants"].get(variant)
+    if entry is None:
+        return None
+    if torch is not None:
+        minor = ".".join(torch.split("+")[0].split(".")[:2])
+        override = (entry.get("torch") or {}).get(minor)
+        if override:
+            return str(override)
+    return str(entry["list"])
+
+
+def probe_facts() -> dict[str, Any]:
+    """Everything the probe looks up, as plain JSON types, each table with its source note."""
+    gpus = load_gpus()
+    floors = gpus["gemm_floors"]
+    bandwidth = gpus["allreduce_bandwidth"]
+    compat = gpus["forward_compatibility"]
+    arch = gpus["wheel_arch_lists"]
+    return {
+        "cuda_drivers": {
+            "source": "imagekit/data/compat.yaml, cuda.releases (driver of the newest patch, minor_floor)",
+            "table": cuda_driver_table(),
+        },
+        "gemm_floors": {
+            "source": floors["source"],
+            "products": {name: _without(e, "checked") for name, e in floors["products"].items()},
+        },
+        "allreduce_bandwidth": _without(bandwidth, "checked"),
+        "forward_compatibility": dict(compat),
+        "wheel_arch_lists": {
+            "source": arch["source"],
+            "variants": {v: _without(e, "checked") for v, e in arch["variants"].items()},
+        },
+    }
+
+
+def facts_json() -> bytes:
+    """``probe_facts()`` as bytes that depend on nothing but the data files (sorted keys, ASCII)."""
+    return (json.dumps(probe_facts(), sort_keys=True, indent=1, ensure_ascii=True) + "\n").encode("ascii")
