@@ -15,8 +15,6 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from imagekit.compat import load_compat
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
+from imagekit.probe_facts import wheel_arch_list
 from imagekit.text import shown
 from imagekit.verify import GpuRequest, check_arguments
 from imagekit.versions import cuda_variant, version_key
@@ -219,20 +218,26 @@ DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
 PLATFORM = "amd64"  # the lock records no platform: every shipped cell is linux/amd64
 
 
-@cache
-def _arch_table() -> dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]]:
-    """variant -> (lowest capability per major with a cubin, newest PTX) from gpu_arch.yaml."""
-    text = resources.files("imagekit.data").joinpath("gpu_arch.yaml").read_text(encoding="utf-8")
-    out: dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]] = {}
-    for variant, row in yaml.safe_load(text)["variants"].items():
+Capability = tuple[int, int]
 
-        def capability(value: str) -> tuple[int, int]:
-            major, minor = version_key(value)[:2]
-            return major, minor
 
-        ptx = row.get("ptx")
-        out[variant] = (tuple(capability(sm) for sm in row["sm"]), capability(ptx) if ptx else None)
-    return out
+def _architectures(
+    variant: str, torch: str | None
+) -> tuple[tuple[Capability, ...], Capability | None] | None:
+    """(the lowest capability per major with a cubin, the PTX's capability or None) of the wheels
+    PyTorch built for ``variant`` (the TORCH_CUDA_ARCH_LIST in imagekit/data/gpus.yaml, the one
+    table of wheel architectures); None for a variant the table does not know."""
+    listed = wheel_arch_list(variant, torch)
+    if listed is None:
+        return None
+    lowest: dict[int, int] = {}
+    ptx: Capability | None = None
+    for item in listed.split(";"):
+        major, minor = version_key(item.removesuffix("+PTX"))[:2]
+        lowest[major] = min(lowest.get(major, minor), minor)
+        if item.endswith("+PTX"):
+            ptx = (major, minor)
+    return tuple(sorted(lowest.items())), ptx
 
 
 def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
@@ -254,7 +259,7 @@ def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | Non
         if release is not None:
             floor = version_key(release.driver_minor_floor)[0]
             common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
-        arch = _arch_table().get(cuda_variant(cuda))
+        arch = _architectures(cuda_variant(cuda), entry.expect.get("torch"))
         if arch is not None:
             cubins, ptx = arch
             whole = [major for major, minor in cubins if minor == 0]
