@@ -77,6 +77,16 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 
     log "pip install -e '.[dev]' failed"
     exit 1
 fi
+# checkov, the independent Kubernetes policy scanner the k8s tests run on every manifest, in a venv
+# of its own (it pins older packaging and pytest than imagekit's dev tools), cached for reruns.
+checkov_venv="${XDG_CACHE_HOME:-$HOME/.cache}/imagekit/checkov-venv"
+if [[ ! -x $checkov_venv/bin/checkov ]]; then
+    log "installing checkov into $checkov_venv"
+    rm -rf "$checkov_venv"
+    python3 -m venv "$checkov_venv"
+    "$checkov_venv/bin/python" -m pip install -q --disable-pip-version-check 'checkov==3.3.30'
+fi
+export IMAGEKIT_CHECKOV="$checkov_venv/bin/checkov"
 # From / (the checkout is then not on sys.path), so a broken install cannot hide behind the sources.
 repo=$PWD
 (cd / && "$repo/.venv/bin/imagekit" --help >/dev/null) || { log "imagekit failed to install"; exit 1; }

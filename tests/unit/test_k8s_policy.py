@@ -3,8 +3,8 @@
 
 checkov is not a dev extra: resolved beside the project's dev dependencies it pins packaging to
 23.x (which holds pytest back) and brings some 60 packages (boto3, aiohttp, ...). It runs from its
-own virtual environment: ``python3 -m venv /tmp/checkov-venv && /tmp/checkov-venv/bin/pip install
-checkov``, found through IMAGEKIT_CHECKOV (the executable), else ``checkov`` on PATH, else that venv.
+own virtual environment (``scripts/test.sh`` makes it under ~/.cache/imagekit/checkov-venv), found
+through IMAGEKIT_CHECKOV (the executable), else ``checkov`` on PATH, else /tmp/checkov-venv.
 Without it the scanner test fails saying so: it never skips.
 """
 
