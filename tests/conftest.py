@@ -102,6 +102,9 @@ SLOW_TESTS = {
     "tests/unit/test_render.py::test_each_cell_ships_only_the_wheels_it_installs",
     # renders the variants matrix twice (a changed wheelhouse invalidates the cache): ~3 s of CPU
     "tests/unit/test_render.py::test_input_digest_covers_every_input",
+    # checkov (installed by scripts/test.sh in a venv of its own: the fast tier installs nothing)
+    # scans the shipped matrix's manifests three times, ~10 s of CPU each
+    "tests/unit/test_k8s_policy.py::test_the_policy_scanner_finds_only_what_the_readme_explains",
 }
 
 
