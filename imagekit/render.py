@@ -208,7 +208,7 @@ class RenderedCell:
 
 
 class Renderer:
-    def __init__(self, plan: Plan, templates: Path | None = None) -> None:
+    def __init__(self, plan: Plan, templates: Path | None = None, hasher: FileHasher | None = None) -> None:
         self.plan = plan
         matrix = plan.matrix
         if templates is None and matrix.templates is not None:
@@ -219,7 +219,7 @@ class Renderer:
         except jinja2.TemplateError as exc:
             where = f":{exc.lineno}" if isinstance(exc, jinja2.TemplateSyntaxError) else ""
             raise InputError(f"{self.templates}{where}: template error: {exc}") from None
-        self.hasher = FileHasher()
+        self.hasher = hasher or FileHasher()  # the builder's knows the state directory's hashes
         name = Path(plan.source_name).name
         # the header names the matrix file; a name that could break a Dockerfile line is not used
         self.matrix_name = name if re.fullmatch(r"[A-Za-z0-9._-]+", name) else "the matrix file"
