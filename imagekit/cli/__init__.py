@@ -17,11 +17,16 @@ import sys
 import threading
 from importlib import import_module
 
-from imagekit.cli.app import app, say
+from typer.core import TyperCommand
+
+from imagekit.cli.app import PlainHelp, app, say
 
 # Each group registers its commands on import, in the order `imagekit --help` lists them.
 for _group in ("plan", "build", "publish", "ci"):
     import_module(f"imagekit.cli.{_group}")
+for _command in app.registered_commands:  # every command's --help in the plain layout
+    if _command.cls in (None, TyperCommand):  # typer's default, not a class a command chose
+        _command.cls = PlainHelp
 
 
 def _never_fail_to_print() -> None:
