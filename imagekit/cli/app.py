@@ -102,6 +102,15 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help and errors: no rich import on the way (start-up is measured)
 )
 
+
+@app.callback()
+def _group() -> None:
+    # A callback keeps the app a group of commands even when main() registers only the one a run
+    # names (typer makes an app of one command that command itself). It does nothing; the app's
+    # help stays Typer(help=...).
+    pass
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
