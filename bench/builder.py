@@ -1,15 +1,23 @@
-"""Builder benchmarks: imagekit build against the docker CLI, no-change rebuilds, --jobs.
+"""Builder benchmarks: imagekit build against the docker CLI, no-change rebuilds, --jobs,
+start-up, plan + render.
 
-    python bench/builder.py [--rounds N] [--out bench/results/builder.json]
+    python bench/builder.py [--rounds N] [--out bench/results/builder.json] [--base IMAGE]
+        [--wheelhouse DIR] [--only VARIANT ...]
 
 1. one cell, ``imagekit build`` vs ``docker build`` (classic builder, DOCKER_BUILDKIT=0) on the
    same rendered Dockerfile and context tar, cold (a fresh build arg busts the layer cache) and
    warm (all layers cached; imagekit with --force so it really builds), alternated per round;
-2. a no-change rebuild of a 12-cell matrix vs 12 ``docker build`` runs with a full layer cache;
-3. ``--jobs 2`` vs ``--jobs 1`` on four I/O-bound cells (each waits 2 s in a RUN step).
+2. a no-change rebuild of a 12-cell matrix vs 12 ``docker build`` runs with a full layer cache,
+   with a tiny context and with a real one (each cell carries the offline wheelhouse's torch
+   closure, ~220 MB: ``examples/offline/setup.sh`` fills it);
+3. ``--jobs 2`` vs ``--jobs 1`` on four I/O-bound cells (each waits 2 s in a RUN step);
+4. start-up: ``imagekit --help`` and ``imagekit plan`` of the shipped matrix, wall clock;
+5. plan + render (input digests included) of a generated 10,000-cell matrix (bench/plan_render.py).
 
 Both tools are timed end to end as a user runs them (process start included). Ratios are
-medians over rounds. Needs the engine and imagekit-test/busybox:latest (scripts/base-images.sh).
+medians over rounds. Every variant prints its figure, or one line saying why it could not be
+measured; the others still run. Needs the engine and a busybox base image (``--base``, default
+imagekit-test/busybox:latest: ``scripts/base-images.sh busybox``).
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -34,9 +44,17 @@ from imagekit.matrix import load_plan
 from imagekit.render import Renderer
 
 LABEL = "imagekit-bench.run"
-WHEELHOUSE = Path(__file__).resolve().parent.parent / "examples" / "offline" / "wheelhouse"
+REPO = Path(__file__).resolve().parent.parent
+WHEELHOUSE = REPO / "examples" / "offline" / "wheelhouse"
 RUN = uuid.uuid4().hex[:10]
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+BASE = "imagekit-test/busybox:latest"  # --base replaces it
+TWELVE = 12
+
+
+class NotMeasured(Exception):
+    """A variant could not be measured; the message is the one line that says why."""
+
 
 TEMPLATE = """\
 FROM {{ cell.base_image }}
@@ -57,38 +75,63 @@ LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if no
 def write_project(
     root: Path, torches: list[str], env: dict[str, str], nonce: str, wheelhouse: Path | None = None
 ) -> Path:
+    """A matrix of busybox cells, one per torch version; with ``wheelhouse``, twelve cells of the
+    wheelhouse's torch (one per base name, every base the same busybox image), each carrying its
+    wheel closure (torch, NumPy and their dependencies) in its context as a real cell does."""
     (root / "templates").mkdir(parents=True, exist_ok=True)
-    sources = ""
-    if wheelhouse is not None:  # the context a wheelhouse matrix sends with every build
-        shutil.copytree(wheelhouse, root / "wheelhouse")
-        sources = "sources: {pip: {no_index: true, find_links: [wheelhouse]}}"
     (root / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
     env_text = ", ".join(f'{k}: "{v}"' for k, v in env.items())
+    base = f'{{image: "{BASE}", os: debian12, python: "3.11", cuda: false}}'
+    if wheelhouse is None:
+        axes = f"torch: {json.dumps(torches)}"
+        bases = f"busybox: {base}"
+        extra = ""
+        readable = "{torch}"
+    else:  # the context a wheelhouse matrix sends with every build
+        shutil.copytree(wheelhouse, root / "wheelhouse")
+        names = [f"bb{i:02d}" for i in range(TWELVE)]
+        axes = "\n  ".join(
+            (
+                f'torch: ["{wheelhouse_torch(wheelhouse)}"]',
+                "cuda: [cpu]",
+                "flavour: [runtime]",  # devel adds ninja, which the offline wheelhouse lacks
+                f"base: [{', '.join(names)}]",
+            )
+        )
+        bases = "\n  ".join(f"{name}: {base}" for name in names)
+        extra = textwrap.dedent("""\
+            sources: {pip: {no_index: true, find_links: [wheelhouse], torch_index_url: null}}
+            """)
+        readable = "{torch}-{base}"
+    defaults = f'env: {{{env_text}}}\n  build_args: {{NONCE: "{nonce}"}}'
+    if wheelhouse is not None:
+        defaults += "\n  torchvision: none\n  torchaudio: none\n  pip_packages: [numpy]"
     (root / "matrix.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        templates: templates
-        allow_unknown: true
-        axes:
-          torch: {json.dumps(torches)}
-        defaults:
-          env: {{{env_text}}}
-          build_args: {{NONCE: "{nonce}"}}
-        bases:
-          busybox: {{image: "imagekit-test/busybox:latest", os: debian12, python: "3.11", cuda: false}}
-        publish:
-          repository: imagekit-bench/{RUN}
-          tags: {{readable: "{{torch}}"}}
-        """)
-        + sources
-        + "\n"
+        "version: 1\ntemplates: templates\nallow_unknown: true\n"
+        f"axes:\n  {axes}\n"
+        f"defaults:\n  {defaults}\n"
+        f"bases:\n  {bases}\n"
+        f'publish:\n  repository: imagekit-bench/{RUN}\n  tags: {{readable: "{readable}"}}\n' + extra
     )
     return root / "matrix.yaml"
 
 
+def wheelhouse_torch(wheelhouse: Path) -> str:
+    """The torch release the wheelhouse holds (``torch-2.13.0+cpu-...whl`` -> ``2.13.0``)."""
+    found = sorted(p.name for p in wheelhouse.glob("torch-*.whl"))
+    if not found:
+        raise NotMeasured(f"{wheelhouse} holds no torch wheel; run examples/offline/setup.sh")
+    return found[-1].split("-")[1].split("+")[0]
+
+
+def last_line(text: bytes) -> str:
+    lines = [line for line in text.decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
 def imagekit(root: Path, *args: str) -> float:
     start = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -101,10 +144,13 @@ def imagekit(root: Path, *args: str) -> float:
             *args,
         ],
         cwd=root,
-        check=True,
+        check=False,
         capture_output=True,
     )
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise NotMeasured(f"imagekit build exited {done.returncode}: {last_line(done.stderr)}")
+    return elapsed
 
 
 def docker_cli(context_tar: bytes, build_args: dict[str, str], labels: dict[str, str]) -> float:
@@ -114,14 +160,17 @@ def docker_cli(context_tar: bytes, build_args: dict[str, str], labels: dict[str,
     for name, value in {**labels, LABEL: RUN}.items():
         command += ["--label", f"{name}={value}"]
     start = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         [*command, "-"],
         input=context_tar,
-        check=True,
+        check=False,
         capture_output=True,
         env={**os.environ, "DOCKER_BUILDKIT": "0"},
     )
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise NotMeasured(f"docker build exited {done.returncode}: {last_line(done.stderr)}")
+    return elapsed
 
 
 def cli_inputs(matrix: Path) -> list[tuple[bytes, dict[str, str], dict[str, str]]]:
@@ -174,14 +223,18 @@ def no_change(rounds: int, work: Path, wheelhouse: Path | None) -> dict[str, obj
     for tar, args, labels in inputs:
         docker_cli(tar, args, labels)
     ik, cli = [], []
-    for _ in range(rounds):
-        ik.append(imagekit(root))
-        cli.append(sum(docker_cli(tar, args, labels) for tar, args, labels in inputs))
+    for index in range(rounds):  # alternated: each side goes first in every other round
+        for tool in ("imagekit", "docker") if index % 2 == 0 else ("docker", "imagekit"):
+            if tool == "imagekit":
+                ik.append(imagekit(root))
+            else:
+                cli.append(sum(docker_cli(tar, args, labels) for tar, args, labels in inputs))
     return {
-        "cells": len(torches),
+        "cells": len(inputs),
         "rounds": rounds,
         "context_bytes": len(inputs[0][0]),
         "median_s": {"imagekit_no_change": statistics.median(ik), "docker_12_cached": statistics.median(cli)},
+        "samples_s": {"imagekit_no_change": ik, "docker_12_cached": cli},
         "speedup": statistics.median(cli) / statistics.median(ik),
     }
 
@@ -201,6 +254,54 @@ def jobs(rounds: int, work: Path) -> dict[str, object]:
     }
 
 
+def wall(command: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, check=False, capture_output=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise NotMeasured(f"{' '.join(command[2:])} exited {done.returncode}: {last_line(done.stderr)}")
+    return elapsed
+
+
+def startup(rounds: int, work: Path) -> dict[str, object]:
+    """Wall clock of `imagekit --help` and `imagekit plan` of the shipped matrix (process start
+    included), against `docker --help` (the Go CLI's start, for scale); 10 runs per round."""
+    python = [sys.executable, "-m", "imagekit"]
+    commands = {
+        "imagekit_help": [*python, "--help"],
+        "imagekit_plan": [*python, "plan", "--matrix", str(REPO / "matrix.yaml")],
+        "docker_help": [DOCKER, "--help"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds * 10):
+        for name, command in commands.items():  # interleaved, so load changes hit all three
+            times[name].append(wall(command, work))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"runs": rounds * 10, "median_s": med, "min_s": {k: min(v) for k, v in times.items()}}
+
+
+def plan_render(rounds: int, work: Path) -> dict[str, object]:
+    """bench/plan_render.py's measure at 10,000 cells and at 1,250 (the linearity check)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from plan_render import measure
+
+    out: dict[str, Any] = {}
+    for cells in (1_250, 10_000):
+        runs = [measure(cells, False) for _ in range(rounds)]
+        count = runs[0][0]
+        plan_s = statistics.median(r[1] for r in runs)
+        render_s = statistics.median(r[2] for r in runs)
+        total = statistics.median(r[1] + r[2] for r in runs)
+        out[str(count)] = {"plan_s": plan_s, "render_s": render_s, "plan_render_s": total}
+    small, big = out["1240"], out["10000"]
+    return {
+        "rounds": rounds,
+        "median_s": {"plan_render_10000": big["plan_render_s"], "plan_render_1240": small["plan_render_s"]},
+        "sizes": out,
+        "linearity": (big["plan_render_s"] / 10_000) / (small["plan_render_s"] / 1_240),
+    }
+
+
 def cleanup() -> None:
     api = docker.APIClient(version="auto")
     for _ in range(3):
@@ -209,37 +310,105 @@ def cleanup() -> None:
                 api.remove_image(image["Id"], force=True)
 
 
+def report_line(name: str, result: dict[str, Any]) -> str:
+    """The one line a variant prints: its figure and target, or why it was not measured."""
+    if "error" in result:
+        return f"{name}: not measured: {result['error']}"
+    if name == "one_cell":
+        return (
+            f"one cell cold: imagekit/docker = {result['ratio_cold']:.3f} (target <= 1.05)\n"
+            f"one cell warm: imagekit/docker = {result['ratio_warm']:.3f} (target <= 2)"
+        )
+    if name == "no_change_12":
+        return (
+            f"12-cell no-change rebuild, tiny context: {result['speedup']:.1f}x faster than 12 cached"
+            " docker builds"
+        )
+    if name == "no_change_12_wheelhouse":
+        return (
+            f"12-cell no-change rebuild, wheelhouse context ({result['context_bytes'] / 1e6:.0f} MB per"
+            f" cell): {result['speedup']:.1f}x faster than 12 cached docker builds (target >= 50)"
+        )
+    if name == "jobs":
+        return f"--jobs 2 / --jobs 1 wall time: {result['ratio']:.3f} (target <= 0.65)"
+    if name == "startup":
+        med = result["median_s"]
+        return (
+            f"start-up: imagekit --help {med['imagekit_help'] * 1000:.0f} ms (target < 150),"
+            f" imagekit plan {med['imagekit_plan'] * 1000:.0f} ms, docker --help"
+            f" {med['docker_help'] * 1000:.0f} ms"
+        )
+    if name == "plan_render":
+        return (
+            f"plan + render of 10,000 cells: {result['median_s']['plan_render_10000']:.2f} s (target < 1),"
+            f" linearity {result['linearity']:.2f}"
+        )
+    return f"{name}: {result['median_s']}"
+
+
 def main() -> None:
+    global BASE  # noqa: PLW0603 (the command line sets the one base every variant uses)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench/results/builder.json"))
+    parser.add_argument("--base", default=BASE, help="the busybox base image (default: %(default)s)")
+    parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE, help="default: %(default)s")
+    variants = ("one_cell", "no_change_12", "no_change_12_wheelhouse", "jobs", "startup", "plan_render")
+    parser.add_argument("--only", action="append", choices=variants, help="run only these (repeatable)")
     options = parser.parse_args()
-    results: dict[str, object] = {
-        "engine": docker.APIClient(version="auto").version()["Version"],
+    BASE = options.base
+    results: dict[str, Any] = {
         "cpus": os.cpu_count(),
+        "base": BASE,
+        "started": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    try:
+        results["engine"] = docker.APIClient(version="auto").version()["Version"]
+    except Exception as exc:
+        results["engine"] = None
+        print(f"engine: not reachable ({type(exc).__name__}); the build variants will say so")
+    wheelhouse: Path = options.wheelhouse
+
+    def check_base() -> None:
+        done = subprocess.run([DOCKER, "image", "inspect", BASE], check=False, capture_output=True)
+        if done.returncode != 0:
+            raise NotMeasured(f"base image {BASE} not on the engine; run scripts/base-images.sh busybox")
+
+    def with_wheelhouse(rounds: int, work: Path) -> dict[str, object]:
+        if not wheelhouse.is_dir() or not any(wheelhouse.glob("*.whl")):
+            raise NotMeasured(
+                f"no wheelhouse at {wheelhouse}; run examples/offline/setup.sh or pass --wheelhouse"
+            )
+        return no_change(rounds, work, wheelhouse.resolve())
+
+    table: dict[str, tuple[bool, Callable[[int, Path], dict[str, object]]]] = {
+        "one_cell": (True, one_cell),
+        "no_change_12": (True, lambda rounds, work: no_change(rounds, work, None)),
+        "no_change_12_wheelhouse": (True, with_wheelhouse),
+        "jobs": (True, jobs),
+        "startup": (False, startup),
+        "plan_render": (False, plan_render),
     }
     try:
         with tempfile.TemporaryDirectory(prefix="imagekit-bench-") as tmp:
             work = Path(tmp)
-            results["one_cell"] = one_cell(options.rounds, work)
-            results["no_change_12"] = no_change(options.rounds, work, None)
-            if WHEELHOUSE.is_dir() and any(WHEELHOUSE.iterdir()):
-                results["no_change_12_wheelhouse"] = no_change(options.rounds, work, WHEELHOUSE.resolve())
-            results["jobs"] = jobs(options.rounds, work)
+            for name in options.only or variants:
+                needs_engine, run = table[name]
+                try:
+                    if needs_engine:
+                        check_base()
+                    results[name] = run(options.rounds, work)
+                except NotMeasured as exc:
+                    results[name] = {"error": str(exc)}
+                except Exception as exc:
+                    results[name] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+                print(report_line(name, results[name]), flush=True)
     finally:
-        cleanup()
+        with contextlib.suppress(Exception):
+            cleanup()
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(results, indent=2) + "\n")
-    one, twelve, par = results["one_cell"], results["no_change_12"], results["jobs"]
-    print(f"one cell cold: imagekit/docker = {one['ratio_cold']:.3f} (target <= 1.05)")  # type: ignore[index]
-    print(f"one cell warm: imagekit/docker = {one['ratio_warm']:.3f} (target <= 1.5)")  # type: ignore[index]
-    speedup = twelve["speedup"]  # type: ignore[index]
-    print(f"12-cell no-change rebuild: {speedup:.1f}x faster than 12 cached docker builds (target >= 10)")
-    if "no_change_12_wheelhouse" in results:
-        wh = results["no_change_12_wheelhouse"]
-        print(f"12-cell no-change rebuild, offline wheelhouse context: {wh['speedup']:.1f}x faster")  # type: ignore[index]
-    print(f"--jobs 2 / --jobs 1 wall time: {par['ratio']:.3f} (target <= 0.65)")  # type: ignore[index]
-    print(json.dumps({k: v["median_s"] for k, v in results.items() if isinstance(v, dict)}, indent=2))
+    print(json.dumps({k: v.get("median_s") for k, v in results.items() if isinstance(v, dict)}, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ whose staging tag already names its image is not pushed again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
@@ -38,7 +39,7 @@ from imagekit.bases import ResolvedBase, apply_mirrors, recorded_digests, resolv
 from imagekit.build_registry import BuildRegistry, StagingFailed
 from imagekit.cells import Cell, FrontendCell, Plan, local_base_of
 from imagekit.clock import timestamp
-from imagekit.context import local_base_context
+from imagekit.context import FileHasher, local_base_context
 from imagekit.engine import (
     BuildAborted,
     BuildRequest,
@@ -171,6 +172,9 @@ class Builder:
         self.state = _RunState()
         self.results: dict[str, CellResult] = {}
         self.logs = store.logs
+        self.state_dir = store.state_dir
+        # Digests of context files the last run hashed, by stat: a no-change run reads no file.
+        self.hasher = FileHasher.from_state(store.state_dir)
         self._by_input_digest: dict[str, list[dict[str, Any]]] | None = None
         self._index_lock = threading.Lock()
         self.remote: BuildRegistry | None = None
@@ -201,6 +205,9 @@ class Builder:
         finally:
             if self.remote is not None:
                 self.remote.close()
+            # A cache that cannot be written costs the next run its re-hash, nothing else.
+            with contextlib.suppress(ImagekitError):
+                self.hasher.save(self.state_dir)
         report = BuildReport(
             matrix=self.plan.source_name,
             started=started,
@@ -245,7 +252,8 @@ class Builder:
             resolved[ref] = resolve_base(
                 self.api, ref, options.pin_base_digests, recorded, functools.partial(self.progress.event, ref)
             )
-        return plan_jobs(self.plan, mirrored, Renderer(self.plan), resolved, options.today)
+        renderer = Renderer(self.plan, hasher=self.hasher)
+        return plan_jobs(self.plan, mirrored, renderer, resolved, options.today)
 
     def schedule(self, jobs: list[Job]) -> None:
         waiting = {j.name: j for j in jobs}

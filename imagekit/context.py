@@ -3,6 +3,13 @@
 Headers are normalised (mtime 0, uid/gid 0, fixed modes) so the same inputs give the same bytes:
 the engine's layer cache keys COPY steps on file content, and a deterministic tar keeps
 benchmark and test runs comparable. Large contexts (a wheelhouse) spill to a temporary file.
+
+File hashes are remembered between runs in the state directory (``hashes.json``), keyed by what a
+stat says of the file (path, size, mtime, inode, ctime): a nightly where nothing changed stats each
+input instead of reading gigabytes of wheels again. The cache is the state directory's, which
+anyone may edit: it is read bounded and strictly, a cache that is not exactly what imagekit writes
+is ignored whole (and rewritten), and it only ever supplies a digest, never a decision: a cell is
+still skipped only when the engine holds its image (``imagekit.build.cell_image``).
 """
 
 from __future__ import annotations
@@ -11,42 +18,150 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from imagekit.atomic import atomic_write
 from imagekit.cells import LocalBase
-from imagekit.errors import InputError
+from imagekit.errors import ImagekitError, InputError
+from imagekit.limits import HASH_CACHE_BYTES, MAX_RECORDS
+from imagekit.paths import read_regular_file
 
 DOCKERFILE_NAME = "Dockerfile"
+HASH_CACHE_NAME = "hashes.json"
+HASH_CACHE_VERSION = 1
 _SPOOL_LIMIT = 16 << 20
+# A file whose mtime or ctime is this close to the moment it was hashed is not remembered: a
+# write in the same timestamp tick, after the hash, would leave every key field unchanged (git's
+# "racily clean" entries). It is hashed again next run, and remembered once it has settled.
+_SETTLE_NS = 2_000_000_000
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+# (path, size, mtime_ns, inode, ctime_ns): a change to the file's bytes changes at least one of
+# them (a rewrite in place moves mtime and ctime; a replacement by rename changes the inode; an
+# mtime set back by hand, `touch -d`, still moves ctime).
+FileKey = tuple[str, int, int, int, int]
+
+
+def _key(path: Path, stat: os.stat_result) -> FileKey:
+    return (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
 
 
 class FileHasher:
-    """sha256 of files, each read once per process (a wheelhouse is shared by many cells)."""
+    """sha256 of files, each read once per process (a wheelhouse is shared by many cells), and
+    not at all when ``known`` (the state directory's cache) has the file with the same stat."""
 
-    def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int], str] = {}
+    def __init__(self, known: Mapping[FileKey, str] | None = None) -> None:
+        self._known: dict[FileKey, str] = dict(known or {})
+        self._cache: dict[FileKey, str] = {}  # this run's answers
+        self._settled: dict[FileKey, str] = {}  # those worth remembering for the next run
+        self.hashed_bytes = 0  # bytes read to hash this run (what the cache saves shows here)
 
     def digest(self, path: Path) -> str:
         try:
             stat = path.stat()
-            key = (str(path), stat.st_size, stat.st_mtime_ns)
+            key = _key(path, stat)
             found = self._cache.get(key)
+            if found is not None:
+                return found
+            found = self._known.get(key)
             if found is None:
-                sha = hashlib.sha256()
-                with path.open("rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 20), b""):
-                        sha.update(block)
-                found = sha.hexdigest()
-                self._cache[key] = found
+                found = self._hash(path)
+                after = path.stat()
+                now = time.time_ns()
+                if (
+                    _key(path, after) == key
+                    and now - stat.st_mtime_ns > _SETTLE_NS
+                    and now - stat.st_ctime_ns > _SETTLE_NS
+                ):
+                    self._settled[key] = found
+            else:
+                self._settled[key] = found
+            self._cache[key] = found
         except OSError as exc:  # a file the matrix brings into a context is the matrix's input
             raise InputError(
                 f"cannot read {path} for the build context: {exc.strerror}; fix its permissions"
             ) from None
         return found
+
+    def _hash(self, path: Path) -> str:
+        sha = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(block)
+                self.hashed_bytes += len(block)
+        return sha.hexdigest()
+
+    # -- the state directory's cache
+
+    @classmethod
+    def from_state(cls, state_dir: Path) -> FileHasher:
+        """A hasher that knows what the last run in ``state_dir`` hashed (nothing, when its cache
+        is missing, unreadable, too large or not exactly what ``save`` writes)."""
+        return cls(read_hash_cache(state_dir / HASH_CACHE_NAME))
+
+    def save(self, state_dir: Path) -> None:
+        """Remember this run's settled hashes (and the last run's for files not seen this run,
+        so a run of a few cells keeps the others') in ``state_dir``: one atomic write, made while
+        the caller holds the state directory's lock."""
+        entries = dict(self._settled)
+        seen = {key[0] for key in self._cache}
+        for key, digest in self._known.items():
+            if len(entries) >= MAX_RECORDS:
+                break
+            if key[0] not in seen:
+                entries.setdefault(key, digest)
+        if entries == self._known:
+            return  # nothing new: no write on a no-change run
+        files = [[*key, digest] for key, digest in sorted(entries.items())[:MAX_RECORDS]]
+        text = json.dumps({"version": HASH_CACHE_VERSION, "files": files}, separators=(",", ":")) + "\n"
+        if len(text) <= HASH_CACHE_BYTES:
+            atomic_write(state_dir / HASH_CACHE_NAME, text, inside=state_dir)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a key given twice")
+    return found
+
+
+def read_hash_cache(path: Path) -> dict[FileKey, str]:
+    """The entries of a hash cache file; empty when there is none or it is not exactly what
+    ``FileHasher.save`` writes (a partial or edited cache is never half-trusted)."""
+    try:
+        raw = read_regular_file(path, HASH_CACHE_BYTES, "the hashes.json imagekit writes")
+        document = json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except (OSError, ImagekitError, ValueError, RecursionError):
+        return {}
+    if not isinstance(document, dict) or document.keys() != {"version", "files"}:
+        return {}
+    files = document["files"]
+    if document["version"] != HASH_CACHE_VERSION or not isinstance(files, list) or len(files) > MAX_RECORDS:
+        return {}
+    entries: dict[FileKey, str] = {}
+    for entry in files:
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 6
+            and isinstance(entry[0], str)
+            and all(type(n) is int and n >= 0 for n in entry[1:5])
+            and isinstance(entry[5], str)
+            and _SHA256.fullmatch(entry[5])
+        ):
+            return {}
+        path_text, size, mtime_ns, inode, ctime_ns, digest = entry
+        entries[(path_text, size, mtime_ns, inode, ctime_ns)] = digest
+    return entries
 
 
 def walk_context(root: Path, boundary: Path, where: str) -> Iterator[tuple[str, Path]]:

@@ -61,6 +61,9 @@ MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
 
 # A cached wheel closure: a list of wheel paths (a CUDA torch closure names about 25 wheels).
 CLOSURE_CACHE_BYTES = 1_000_000
+# The state directory's file-hash cache: one entry (path, stat, sha256) is ~200 bytes; MAX_RECORDS
+# of them fit.
+HASH_CACHE_BYTES = 32 << 20
 
 # -- registry answers ---------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ class Resolver:
         self.compat = compat
         self.warnings: list[tuple[str, str]] = []  # (kind, text)
         self.local_bases: dict[str, LocalBase] = {}
+        self._where: dict[tuple[str | int, ...], str] = {}
         pip = matrix.sources.pip
         self.wheelhouse = bool(pip.find_links or pip.no_index)
         self.torch_source: rules.TorchSource = (
@@ -51,7 +52,12 @@ class Resolver:
         )
 
     def where(self, path: tuple[str | int, ...]) -> str:
-        return f"{self.doc.where(path)}: {format_path(path)}"
+        # asked twice per cell (its base's image and tag entries) and read only on an error: each
+        # base's answer is worked out once
+        found = self._where.get(path)
+        if found is None:
+            found = self._where[path] = f"{self.doc.where(path)}: {format_path(path)}"
+        return found
 
     def local_base(self, name: str, spec: BaseSpec) -> LocalBase | None:
         if spec.build is None:

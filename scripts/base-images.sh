@@ -23,12 +23,14 @@
 # Environment overrides:
 #   IMAGEKIT_DEBIAN_MIRROR    mirror URL (default: taken from apt sources)
 #   IMAGEKIT_SECURITY_MIRROR  security mirror URL (default: from apt sources)
+#   IMAGEKIT_BUSYBOX_IMAGE    name of the busybox image (default above; a
+#                             benchmark can use its own)
 #   IMAGEKIT_PYTHON_IMAGE     name of the debian-python image (default above;
 #                             an experiment can build its own without
 #                             replacing the one other builds use)
 set -euo pipefail
 
-BUSYBOX_IMAGE="imagekit-test/busybox:latest"
+BUSYBOX_IMAGE="${IMAGEKIT_BUSYBOX_IMAGE:-imagekit-test/busybox:latest}"
 PYTHON_IMAGE="${IMAGEKIT_PYTHON_IMAGE:-imagekit-local/debian-python:bookworm}"
 SUITE="bookworm"
 # openssh-server: the ssh front end (imagekit/frontends) runs sshd from the base when it has one.

@@ -13,7 +13,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from imagekit import build as building
-from imagekit import pipeline
+from imagekit import context, pipeline
 from imagekit.build import Builder, BuildOptions
 from imagekit.cells import Plan
 from imagekit.cli.app import parse_mapping
@@ -280,3 +280,29 @@ def test_an_image_of_the_same_inputs_is_reused_only_with_the_labels_asked_for(
     if built:
         (labels,) = requests
         assert labels["team"] == "ml" and labels[INPUT_DIGEST_LABEL] == image["Labels"][INPUT_DIGEST_LABEL]
+
+
+def test_a_no_change_run_reads_no_context_file_and_still_asks_the_engine(
+    plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state directory's hash cache spares the re-hash; the skip is still the engine's image."""
+    monkeypatch.setattr(context, "_SETTLE_NS", -1)  # the test's files are seconds old
+    state = tmp_path / "state"
+    first = builder(plan, FakeApi(plan, existing_image(plan)), state)
+    assert first.run(plan.cells).report.cells[0].status == "skipped"
+    assert first.hasher.hashed_bytes > 0 and (state / context.HASH_CACHE_NAME).is_file()
+    again = builder(plan, FakeApi(plan, existing_image(plan)), state)
+    assert again.run(plan.cells).report.cells[0].status == "skipped"
+    assert again.hasher.hashed_bytes == 0  # every context file known by its stat
+    # the same cache, but the engine no longer holds the cell's image: built, not skipped
+    built: list[str] = []
+
+    def build_and_tag(self: Builder, job: Job, request: Any, *args: Any, **fields: Any) -> CellResult:
+        built.append(job.name)
+        return job.result("built", image_id=NEW)
+
+    monkeypatch.setattr(Builder, "_build_and_tag", build_and_tag)
+    gone = builder(plan, FakeApi(plan, None), state)
+    (cell,) = gone.run(plan.cells).report.cells
+    assert (cell.status, cell.image_id, built) == ("built", NEW, [cell.id])
+    assert gone.hasher.hashed_bytes == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import IO
 
 import pytest
 
+from imagekit import context
 from imagekit.cells import LocalBase
 from imagekit.context import FileHasher, local_base_context, local_base_digest, make_tar, walk_context
 from imagekit.errors import InputError
@@ -125,3 +127,110 @@ def test_an_unreadable_context_file_is_an_input_error(
     monkeypatch.setattr(Path, "open", open_as_nobody)
     with pytest.raises(InputError, match=r"cannot read .*secret for the build context: Permission denied"):
         local_base_digest(base, FileHasher())
+
+
+# -- the state directory's hash cache -------------------------------------------------------------------
+
+
+def sha256_of(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written by a test are seconds old at most: remember them all the same."""
+    monkeypatch.setattr(context, "_SETTLE_NS", -1)
+
+
+def hashed(state: Path, path: Path) -> tuple[str, int]:
+    """A fresh run's digest of ``path`` (knowing ``state``'s cache) and the bytes it read, saved."""
+    hasher = FileHasher.from_state(state)
+    digest = hasher.digest(path)
+    hasher.save(state)
+    return digest, hasher.hashed_bytes
+
+
+def test_a_file_hashed_once_is_not_read_again_while_its_stat_is_the_same(
+    tmp_path: Path, settled: None
+) -> None:
+    state, wheel = tmp_path / "state", tmp_path / "torch.whl"
+    state.mkdir()
+    wheel.write_bytes(b"x" * 100_000)
+    assert hashed(state, wheel) == (sha256_of(b"x" * 100_000), 100_000)
+    assert (state / context.HASH_CACHE_NAME).is_file()
+    assert hashed(state, wheel) == (sha256_of(b"x" * 100_000), 0)  # a stat, no read
+
+
+def test_a_changed_file_of_the_same_size_is_hashed_again(tmp_path: Path, settled: None) -> None:
+    state, wheel = tmp_path / "state", tmp_path / "torch.whl"
+    state.mkdir()
+    wheel.write_bytes(b"a" * 1000)
+    os.utime(wheel, ns=(1_000_000_000_000, 1_000_000_000_000))
+    hashed(state, wheel)
+    # same size, rewritten in place, mtime touched: a new key, read again
+    wheel.write_bytes(b"b" * 1000)
+    os.utime(wheel, ns=(1_000_000_001_000, 1_000_000_001_000))
+    assert hashed(state, wheel) == (sha256_of(b"b" * 1000), 1000)
+    # same size, and the mtime set back to what the cache holds (touch -d): ctime still moved
+    wheel.write_bytes(b"c" * 1000)
+    os.utime(wheel, ns=(1_000_000_001_000, 1_000_000_001_000))
+    assert hashed(state, wheel) == (sha256_of(b"c" * 1000), 1000)
+
+
+def test_a_file_written_just_now_is_not_remembered(tmp_path: Path) -> None:
+    """A write in the same timestamp tick after the hash would leave the stat unchanged."""
+    state, wheel = tmp_path / "state", tmp_path / "torch.whl"
+    state.mkdir()
+    wheel.write_bytes(b"new")
+    assert hashed(state, wheel) == (sha256_of(b"new"), 3)
+    assert hashed(state, wheel) == (sha256_of(b"new"), 3)  # read again: it has not settled yet
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        b"not json",
+        b"[]",
+        b'{"version": 2, "files": []}',
+        b'{"version": 1, "files": [], "extra": 1}',
+        b'{"version": 1, "version": 1, "files": []}',  # a key given twice
+        b'{"version": 1, "files": [["PATH", 3, NaN, 1, 1, "' + b"0" * 64 + b'"]]}',
+        b'{"version": 1, "files": [["PATH", 3, 1, 1, 1, "not a digest"]]}',
+        b'{"version": 1, "files": [["PATH", true, 1, 1, 1, "' + b"0" * 64 + b'"]]}',
+        b'{"version": 1, "files": [["PATH", -3, 1, 1, 1, "' + b"0" * 64 + b'"]]}',
+        b'{"version": 1, "files": [["PATH", 3, 1, 1, 1]]}',
+        b"[" * 100_000,  # nesting deep enough to exhaust the parser
+        b'{"version": 1, "files": []}' + b" " * context.HASH_CACHE_BYTES,  # over the bound
+    ],
+)
+def test_a_corrupted_hash_cache_is_ignored(tmp_path: Path, settled: None, cache: bytes) -> None:
+    state, wheel = tmp_path / "state", tmp_path / "torch.whl"
+    state.mkdir()
+    wheel.write_bytes(b"abc")
+    (state / context.HASH_CACHE_NAME).write_bytes(cache.replace(b'"PATH"', json.dumps(str(wheel)).encode()))
+    assert context.read_hash_cache(state / context.HASH_CACHE_NAME) == {}
+    assert hashed(state, wheel) == (sha256_of(b"abc"), 3)  # hashed, and the cache rewritten
+    assert hashed(state, wheel) == (sha256_of(b"abc"), 0)
+
+
+def test_a_hash_cache_that_is_no_regular_file_is_ignored(tmp_path: Path, settled: None) -> None:
+    state, wheel = tmp_path / "state", tmp_path / "torch.whl"
+    state.mkdir()
+    wheel.write_bytes(b"abc")
+    os.mkfifo(state / context.HASH_CACHE_NAME)  # never opened for a blocking read
+    assert FileHasher.from_state(state).digest(wheel) == sha256_of(b"abc")
+
+
+def test_a_valid_cache_entry_is_used_and_nothing_is_written_when_nothing_changed(
+    tmp_path: Path, settled: None
+) -> None:
+    state, wheel = tmp_path / "state", tmp_path / "torch.whl"
+    state.mkdir()
+    wheel.write_bytes(b"abc")
+    hashed(state, wheel)
+    cache = state / context.HASH_CACHE_NAME
+    before = cache.stat().st_mtime_ns, cache.stat().st_ino
+    hashed(state, wheel)
+    assert (cache.stat().st_mtime_ns, cache.stat().st_ino) == before

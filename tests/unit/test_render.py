@@ -604,3 +604,25 @@ def test_a_fifo_among_the_generated_files_is_neither_read_nor_followed(tmp_path:
     os.mkfifo(out / "stale" / "Dockerfile")
     drift = check_drift(expected_files(plan, Renderer(plan), out), out)
     assert dockerfile_path(out, cell) in drift.changed and drift.stale == ()
+
+
+def test_the_pairs_filter_lays_out_name_value_lines_in_a_users_sandboxed_template(tmp_path: Path) -> None:
+    """imagekit's own templates lay out ENV and LABEL lines with `pairs`; a copy of them in a
+    user's directory renders in the sandbox the same way, and `pairs` formats nothing itself."""
+    from imagekit.render import UserTemplates, make_environment
+
+    (tmp_path / "Dockerfile.j2").write_text(
+        "ENV {{ env | pairs(' \\\\\\n    ') }}\n"
+        "ENV {{ env | pairs(' ', shell=true) }}\n"
+        "LABEL {{ labels | pairs(' ', quote='\"') }}\n"
+    )
+    environment = make_environment(tmp_path)
+    assert isinstance(environment, UserTemplates)
+    text = environment.get_template("Dockerfile.j2").render(
+        env=[("A", "1"), ("B", "two words")], labels=[("x", "{0.__class__}")]
+    )
+    assert text == (
+        "ENV A=1 \\\n    B=two words\n"
+        "ENV A=1 B='two words'\n"
+        'LABEL x="{0.__class__}"\n'  # a value is text, never a format string
+    )
