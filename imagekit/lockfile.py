@@ -182,6 +182,11 @@ def read_lock(path: Path) -> dict[str, LockEntry]:
         raw = read_regular_file(path, STATE_BYTES, "the images.lock.json `imagekit publish` writes")
     except FileNotFoundError:
         return {}
+    return parse_lock(raw, path)
+
+
+def parse_lock(raw: bytes, path: Path) -> dict[str, LockEntry]:
+    """A lock file's bytes as entries, every field checked (see ``read_lock``)."""
     data = parse_json_object(raw, str(path), "lock file", _FIX, version=LOCK_VERSION)
     images = data.get("images")
     if isinstance(images, dict) and len(images) > MAX_RECORDS:  # before the records are built
@@ -212,7 +217,18 @@ def merge_lock(path: Path, new: Mapping[str, LockEntry]) -> dict[str, LockEntry]
             f"{path}: the lock would hold {len(entries):,} images; a lock holds at most {MAX_RECORDS:,}:"
             " split the matrix into several locks (--lock)"
         )
-    atomic_write(path, json.dumps(as_document(entries), indent=2, sort_keys=True) + "\n")
+    text = json.dumps(as_document(entries), indent=2, sort_keys=True) + "\n"
+    # Written only if it reads back: a value past a reader's bound (a long repository name, an
+    # image's odd label) must not leave a lock that every later `images` or `k8s` refuses.
+    if len(text.encode()) > STATE_BYTES:
+        raise InputError(
+            f"{path}: the lock would be larger than {STATE_BYTES:,} bytes; the previous lock is kept"
+        )
+    try:
+        parse_lock(text.encode(), path)
+    except InputError as exc:
+        raise InputError(f"the lock would not read back ({exc.message}); the previous lock is kept") from None
+    atomic_write(path, text)
     return entries
 
 

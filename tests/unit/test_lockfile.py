@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,25 @@ def test_a_lock_its_reader_would_refuse_is_never_written(
     monkeypatch.setattr("imagekit.lockfile.MAX_RECORDS", 2)
     with pytest.raises(InputError, match=r"the lock would hold 3 images; a lock holds at most 2"):
         merge_lock(path, {"c": entry("c")})
+    assert path.read_bytes() == kept
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"repository": "ghcr.io/" + "a" * 300},  # past the reader's reference bound
+        {"cell": "c-other"},  # the entry's cell is not its key
+        {"expect": {"torch": "2.1 $(id)"}},  # an expectation the reader refuses
+    ],
+)
+def test_a_lock_imagekit_writes_is_always_one_it_reads_back(
+    tmp_path: Path, change: dict[str, object]
+) -> None:
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a")})
+    kept = path.read_bytes()
+    with pytest.raises(InputError, match=r"the lock would not read back .*; the previous lock is kept"):
+        merge_lock(path, {"c": replace(entry("c"), **change)})  # type: ignore[arg-type]
     assert path.read_bytes() == kept
 
 
