@@ -23,6 +23,7 @@ import yaml
 from imagekit import naming
 from imagekit.compat import load_compat
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
+from imagekit.coverage import architectures
 from imagekit.errors import InputError
 from imagekit.lockfile import LockEntry
 from imagekit.probe_facts import wheel_arch_list
@@ -218,28 +219,6 @@ DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
 PLATFORM = "amd64"  # the lock records no platform: every shipped cell is linux/amd64
 
 
-Capability = tuple[int, int]
-
-
-def _architectures(
-    variant: str, torch: str | None
-) -> tuple[tuple[Capability, ...], Capability | None] | None:
-    """(the lowest capability per major with a cubin, the PTX's capability or None) of the wheels
-    PyTorch built for ``variant`` (the TORCH_CUDA_ARCH_LIST in imagekit/data/gpus.yaml, the one
-    table of wheel architectures); None for a variant the table does not know."""
-    listed = wheel_arch_list(variant, torch)
-    if listed is None:
-        return None
-    lowest: dict[int, int] = {}
-    ptx: Capability | None = None
-    for item in listed.split(";"):
-        major, minor = version_key(item.removesuffix("+PTX"))[:2]
-        lowest[major] = min(lowest.get(major, minor), minor)
-        if item.endswith("+PTX"):
-            ptx = (major, minor)
-    return tuple(sorted(lowest.items())), ptx
-
-
 def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
     return {"key": key, "operator": operator, "values": [str(v) for v in values]}
 
@@ -259,7 +238,8 @@ def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | Non
         if release is not None:
             floor = version_key(release.driver_minor_floor)[0]
             common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
-        arch = _architectures(cuda_variant(cuda), entry.expect.get("torch"))
+        listed = wheel_arch_list(cuda_variant(cuda), entry.expect.get("torch"))
+        arch = architectures(listed) if listed is not None else None
         if arch is not None:
             cubins, ptx = arch
             whole = [major for major, minor in cubins if minor == 0]

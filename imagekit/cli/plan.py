@@ -26,10 +26,22 @@ from imagekit.export_format import ExportFormat
 
 @app.command()
 @reports_errors
-def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> None:
+def plan(
+    matrix: MatrixOption = DEFAULT_MATRIX,
+    as_json: JsonOption = False,
+    coverage: Annotated[
+        bool,
+        typer.Option(
+            "--coverage",
+            help="Also show, for each GPU generation (V100 to GB300), which cells run on it and from"
+            " which driver.",
+        ),
+    ] = False,
+) -> None:
     """List the cells the matrix makes and the combinations it refuses, with reasons.
 
     Example: imagekit plan --matrix matrix.yaml --json | jq '.cells[].id'
+    Example: imagekit plan --matrix matrix.yaml --coverage
     """
     from imagekit.drift import dockerfile_path, output_dir
     from imagekit.render import Renderer
@@ -49,8 +61,12 @@ def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> 
     ]
     compat = the_plan.compat
     table = {"checked_on": compat.checked_on, "newest_torch": compat.newest_patch()}
+    fleet = _fleet(the_plan) if coverage else None
     if as_json:
-        typer.echo(json.dumps({"cells": cells, "refused": refused, "table": table}, indent=2, sort_keys=True))
+        document: dict[str, Any] = {"cells": cells, "refused": refused, "table": table}
+        if fleet is not None:
+            document["coverage"] = fleet
+        typer.echo(json.dumps(document, indent=2, sort_keys=True))
         return
     columns = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
     rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
@@ -67,6 +83,17 @@ def plan(matrix: MatrixOption = DEFAULT_MATRIX, as_json: JsonOption = False) -> 
     )
     for refusal in the_plan.refused:
         typer.echo(f"  refused {refusal.describe()}")
+    if fleet is not None:
+        typer.echo(
+            "\nfleet coverage (a cell runs on a GPU when its torch has a kernel for it; the driver is"
+            " what the image needs, the GPU may need a newer one):"
+        )
+        for family in fleet:
+            served = ", ".join(
+                f"{c['cell']} (driver >= {c['driver']})" if c["driver"] else c["cell"]
+                for c in family["cells"]
+            )
+            typer.echo(f"  {family['family']} ({family['capability']}): {served or 'NO CELL'}")
 
 
 @app.command()
@@ -187,3 +214,16 @@ def matrix_export(
     contexts = export.materialise_contexts(rendered, context_dir)
     typer.echo(json.dumps(export.bake_file(the_plan, rendered, context_dir), indent=2, sort_keys=True))
     typer.echo(f"imagekit: {len(contexts)} build contexts in {context_dir}", err=True)
+
+
+def _fleet(the_plan: Any) -> list[dict[str, Any]]:
+    from imagekit.coverage import fleet_coverage
+
+    return [
+        {
+            "family": f.family,
+            "capability": f.capability,
+            "cells": [{"cell": c.cell, "driver": c.driver} for c in f.cells],
+        }
+        for f in fleet_coverage(the_plan)
+    ]
