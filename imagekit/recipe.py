@@ -196,6 +196,14 @@ TOOLCHAIN_PROBE = (
 )
 
 
+def _cuda_archs(cell: ImageCell) -> str:
+    """The GPU architectures the cell's torch carries kernels for (its wheels' TORCH_CUDA_ARCH_LIST,
+    a label for people and schedulers); empty for a CPU build and a stack's own build."""
+    if not isinstance(cell, WheelCell) or not cell.is_cuda:
+        return ""
+    return wheel_arch_list(cell.variant, cell.torch) or ""
+
+
 def _labels(cell: ImageCell) -> tuple[tuple[str, str], ...]:
     """Static labels. Build-time ones (input digest, created, base digest) come from the builder:
     the input digest hashes this very file, so it cannot be written into it."""
@@ -220,6 +228,7 @@ def _labels(cell: ImageCell) -> tuple[tuple[str, str], ...]:
         naming.label("os"): cell.os,
         naming.label("base-image"): cell.base_image,
         naming.label("variant"): cell.variant,
+        naming.label("cuda-archs"): _cuda_archs(cell),
         naming.CHECK_SCRIPT_LABEL: CHECK_SCRIPT_PATH,
     }
     labels = {name: value for name, value in labels.items() if value}

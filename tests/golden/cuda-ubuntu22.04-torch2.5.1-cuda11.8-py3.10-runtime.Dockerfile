@@ -41,4 +41,5 @@ LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda11.8-cudnn9-runtime-ubun
       imagekit.os="ubuntu22.04" \
       imagekit.base-image="nvidia/cuda:11.8.0-base-ubuntu22.04" \
       imagekit.variant="cu118" \
+      imagekit.cuda-archs="3.7;5.0;6.0;7.0;7.5;8.0;8.6;9.0" \
       imagekit.check-script="/opt/imagekit/check.py"

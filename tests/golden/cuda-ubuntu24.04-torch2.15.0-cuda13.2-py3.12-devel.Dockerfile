@@ -46,4 +46,5 @@ LABEL org.opencontainers.image.title="pytorch-2.15.0-cuda13.2-cudnn9-devel-ubunt
       imagekit.os="ubuntu24.04" \
       imagekit.base-image="nvidia/cuda:13.2.1-devel-ubuntu24.04" \
       imagekit.variant="cu132" \
+      imagekit.cuda-archs="7.5;8.0;8.6;9.0;10.0;12.0+PTX" \
       imagekit.check-script="/opt/imagekit/check.py"

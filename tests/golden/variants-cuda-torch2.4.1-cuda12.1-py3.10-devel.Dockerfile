@@ -64,4 +64,5 @@ LABEL org.opencontainers.image.title="pytorch-2.4.1-cuda12.1-cudnn9-devel-ubuntu
       imagekit.os="ubuntu22.04" \
       imagekit.base-image="nvidia/cuda:12.1.1-devel-ubuntu22.04" \
       imagekit.variant="cu121" \
+      imagekit.cuda-archs="5.0;6.0;7.0;7.5;8.0;8.6;9.0" \
       imagekit.check-script="/opt/imagekit/check.py"

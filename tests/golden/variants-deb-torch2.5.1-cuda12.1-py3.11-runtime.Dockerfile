@@ -78,4 +78,5 @@ LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda12.1-cudnn9-runtime-debi
       imagekit.os="debian12" \
       imagekit.base-image="imagekit-local/debian-python:bookworm" \
       imagekit.variant="cu121" \
+      imagekit.cuda-archs="5.0;6.0;7.0;7.5;8.0;8.6;9.0" \
       imagekit.check-script="/opt/imagekit/check.py"
