@@ -40,7 +40,7 @@ from imagekit.paths import read_regular_file
 from imagekit.probe import protocol
 from imagekit.safetypes import parse_json
 from imagekit.text import printable, shown
-from imagekit.verification import Verification
+from imagekit.verification import Verification, json_or_text
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -287,15 +287,6 @@ def ci_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {name: printable(env[name])[:512] for name in CI_VARIABLES if env.get(name)}
 
 
-def _json_value(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 @dataclass(frozen=True)
 class Subject:
     """What a verification attestation is about, beside the verification itself."""
@@ -323,7 +314,7 @@ def verification_predicate(
 
     def actual(name: str) -> Any:
         check = by_name.get(name)
-        return _json_value(check.actual) if check is not None and check.status == protocol.PASS else None
+        return json_or_text(check.actual) if check is not None and check.status == protocol.PASS else None
 
     inventory = verification.inventory
     predicate = {

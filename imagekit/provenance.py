@@ -7,12 +7,9 @@ Read from the verification record alone; a check's odd output names nothing rath
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from imagekit.lockfile import ChecksSummary, DigestChain, Provenance, VerifiedBy
 from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
-from imagekit.verification import CheckRecord, Verification
+from imagekit.verification import CheckRecord, Verification, json_or_text
 
 NO_GPU_NOTE = "verified without a visible GPU: GPU names, driver and CUDA driver version are unknown"
 UNVERIFIED_NOTE = "never verified: no GPU, driver or check to name"
@@ -37,15 +34,6 @@ def verified_by(verification: Verification | None) -> VerifiedBy | None:
             metrics=dict(verification.metrics),
         ),
     )
-
-
-def _json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def provenance(verification: Verification | None, staged: str | None, promoted: str) -> Provenance:
@@ -73,11 +61,11 @@ def _from_nvidia_smi(smi: CheckRecord | None) -> tuple[list[str], str | None, st
     cuda_driver: str | None = None
     if smi is None or smi.status != PASS:
         return gpus, driver, cuda_driver
-    actual = _json(smi.actual)
+    actual = json_or_text(smi.actual)
     if isinstance(actual, dict):
         gpus = [str(g["name"]) for g in actual.get("gpus") or () if isinstance(g, dict) and g.get("name")]
         driver = str(actual["driver"]) if actual.get("driver") else None
-    detail = _json(smi.detail)
+    detail = json_or_text(smi.detail)
     header = detail.get("header") if isinstance(detail, dict) else None
     if isinstance(header, dict) and header.get("cuda"):
         cuda_driver = str(header["cuda"])
@@ -92,7 +80,7 @@ def _from_driver_check(
     if check is None or check.status != PASS:
         return driver, cuda_driver
     driver = driver or (check.actual if check.actual and not check.actual.startswith("{") else None)
-    detail = _json(check.detail)
+    detail = json_or_text(check.detail)
     if isinstance(detail, dict) and detail.get("host_cuda"):
         cuda_driver = str(detail["host_cuda"])
     return driver, cuda_driver

@@ -52,6 +52,16 @@ def _seconds(value: object) -> float:
     return 0.0
 
 
+def json_or_text(text: str | None) -> Any:
+    """A check's ``actual`` or ``detail`` as the probe wrote it: JSON when it parses, else the text."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 @dataclass(frozen=True)
 class CheckRecord:
     __pydantic_config__ = RECORD_CONFIG
