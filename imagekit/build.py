@@ -57,7 +57,8 @@ from imagekit.paths import read_regular_file
 from imagekit.progress import Progress
 from imagekit.registry import Backoff
 from imagekit.render import RenderedCell, Renderer
-from imagekit.store import BuildReport, CellResult, ReportStore, Status, Verification
+from imagekit.store import BuildReport, CellResult, ReportStore, Status
+from imagekit.verification import Verification
 
 TAIL_LINES = 20
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours a step's stderr

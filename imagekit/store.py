@@ -48,8 +48,7 @@ from imagekit.safetypes import (
     validate_json,
 )
 from imagekit.text import redact
-from imagekit.verification import Verification as Verification  # noqa: PLC0414  build.py imports it here
-from imagekit.verification import clipped, derive_verdict
+from imagekit.verification import Verification, clipped, derive_verdict
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
