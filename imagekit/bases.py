@@ -10,17 +10,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 import requests
 from docker.errors import APIError
 
+from imagekit import platforms
 from imagekit.cells import LocalBase
 from imagekit.engine import alive, inspect_image, is_engine_failure, pull, repo_digest, unreachable
 from imagekit.errors import InputError, one_line
 from imagekit.naming import split_reference
+from imagekit.platforms import Platform
 from imagekit.store import BuildReport
 
+DEFAULT_PLATFORM = platforms.get(platforms.DEFAULT)
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
@@ -53,20 +57,41 @@ def recorded_digests(previous: BuildReport | None) -> dict[str, str]:
     }
 
 
+def holds_platform(image: Mapping[str, Any], platform: Platform) -> bool:
+    """Whether an inspected image is ``platform``'s (an image that does not say is taken as it is)."""
+    arch = image.get("Architecture")
+    return not arch or (arch == platform.arch and image.get("Os", platform.os) == platform.os)
+
+
 def resolve_base(
-    api: docker.APIClient, reference: str, pin: bool, recorded: Mapping[str, str], log: Callable[[str], None]
+    api: docker.APIClient,
+    reference: str,
+    pin: bool,
+    recorded: Mapping[str, str],
+    log: Callable[[str], None],
+    platform: Platform = DEFAULT_PLATFORM,
+    by_id: bool = False,
 ) -> ResolvedBase:
-    """Make sure the base is in the engine (pulling with retries) and learn its digest."""
+    """Make sure ``platform``'s image of the base is in the engine (pulling with retries) and learn
+    its digest. With ``by_id`` the cell is built FROM the image id: the engine's store holds one
+    platform per tag, so when a run pulls one base for two platforms the tag ends on the last."""
     wanted = recorded.get(reference) if pin else None
     target = wanted or reference
     try:
         image = inspect_image(api, target)
-        if image is None:
-            log(f"pulling {target}")
-            pull(api, target)
+        if image is None or not holds_platform(image, platform):
+            log(f"pulling {target} for {platform.name}")
+            pull(api, target, platform=platform.name)
             image = inspect_image(api, target)
         if image is None:
             return ResolvedBase(reference, reference, None, f"{target} is not in the engine after pulling it")
+        if not holds_platform(image, platform):
+            return ResolvedBase(
+                reference,
+                reference,
+                None,
+                f"{target} has no {platform.name} image (the engine holds {image.get('Architecture')})",
+            )
     except (APIError, requests.RequestException, OSError) as exc:
         if is_engine_failure(exc) and not alive(api):
             raise unreachable(exc) from None
@@ -76,7 +101,7 @@ def resolve_base(
         log(f"{reference} has no registry digest (a local image); built from its name, not pinned")
     return ResolvedBase(
         reference=reference,
-        build_from=digest if pin and digest else reference,
+        build_from=str(image["Id"]) if by_id else digest if pin and digest else reference,
         digest=digest or str(image["Id"]),
         error=None,
     )

@@ -33,7 +33,7 @@ import docker
 import requests
 from docker.errors import APIError, DockerException
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.atomic import open_new
 from imagekit.bases import ResolvedBase, apply_mirrors, recorded_digests, resolve_base
 from imagekit.build_registry import BuildRegistry, StagingFailed
@@ -239,19 +239,27 @@ class Builder:
         recorded = recorded_digests(self.previous) if options.pin_base_digests else {}
         local_images = {local.image for c in self.plan.cells if (local := local_base_of(c)) is not None}
         produced_prefix = naming.reference(self.plan.repository, "")
-        resolved: dict[str, ResolvedBase] = {}
+        resolved: dict[tuple[str, str], ResolvedBase] = {}
+        # one base pulled for two platforms: each cell builds FROM its platform's image id
+        by_id = {c.platform for c in self.plan.cells} != {platforms.DEFAULT}
         for cell in mirrored:
             ref = cell.base_image
             if (
                 local_base_of(cell) is not None
-                or ref in resolved
+                or (ref, cell.platform) in resolved
                 or ref in local_images
                 or ref.startswith(produced_prefix)  # built by this run
             ):
                 continue
             self.progress.event(ref, "resolving base")
-            resolved[ref] = resolve_base(
-                self.api, ref, options.pin_base_digests, recorded, functools.partial(self.progress.event, ref)
+            resolved[ref, cell.platform] = resolve_base(
+                self.api,
+                ref,
+                options.pin_base_digests,
+                recorded,
+                functools.partial(self.progress.event, ref),
+                platforms.get(cell.platform),
+                by_id,
             )
         renderer = Renderer(self.plan, hasher=self.hasher)
         return plan_jobs(self.plan, mirrored, renderer, resolved, options.today)
@@ -465,6 +473,7 @@ class Builder:
             build_args=rendered.build_args,
             cache_from=cache_registry.cache_source(rendered, write) if cache_registry else (),
             network_mode=self.options.network_mode,
+            platform=rendered.cell.platform,
         )
         built = self._build_and_tag(
             job,
@@ -510,6 +519,7 @@ class Builder:
             build_args=base.args,
             cache_from=(),
             network_mode=self.options.network_mode,
+            platform=base.platform,
         )
         return self._build_and_tag(
             job, request, lambda: local_base_context(base), tags, write, done, input_digest=job.context_digest

@@ -148,7 +148,7 @@ class BuildRegistry:
         )
         if old is not None and old.staged is not None and old.staged.registry == self.host:
             sources.append((old.staged.repository, old.staged.digest, old.staged.name))
-        sources.append((self.publish.repository, rendered.cell.readable_tag, self.final_name))
+        sources.append((self.publish.repository, rendered.cell.image_tag, self.final_name))
         for repository, ref, name in sources:
             digest = self._resolve(repository, ref, write)
             if digest is None:

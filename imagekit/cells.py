@@ -21,9 +21,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.compat import Compat, Stack, load_compat
 from imagekit.errors import InputError
+from imagekit.platforms import PlatformName
 from imagekit.schema import AXIS_KEYS, Matrix, ServedFrontend
 
 
@@ -36,6 +37,12 @@ class LocalBase:
     context: Path
     dockerfile: str
     args: tuple[tuple[str, str], ...]
+    platform: PlatformName = platforms.DEFAULT  # what it is built for (its image holds only that)
+
+    @property
+    def id(self) -> str:
+        """Its name, with the platform's suffix: a base built for two platforms is two builds."""
+        return self.name + platforms.get(self.platform).suffix
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,8 @@ class CellFields:
     cudnn: str | None  # cuDNN major torch uses ("8"), or the stack's full version
     python: str
     env: tuple[tuple[str, str], ...]
-    readable_tag: str
+    readable_tag: str  # the published name, shared by the platforms of one group (see `groups`)
+    platform: PlatformName  # linux/amd64 unless the matrix says otherwise
     # The base image brings CUDA and the NVIDIA environment (nvidia/cuda, NGC); on a plain base a
     # CUDA wheel brings CUDA's libraries itself and the image sets the NVIDIA environment.
     base_carries_cuda: bool
@@ -65,6 +73,13 @@ class CellFields:
     @property
     def is_cuda(self) -> bool:
         return self.cuda != "cpu"
+
+    @property
+    def image_tag(self) -> str:
+        """This platform's own tag: the engine's store and a staging repository hold one image
+        per tag, so each platform of a group is built, verified and staged under its own; only the
+        published index carries ``readable_tag`` alone."""
+        return self.readable_tag + platforms.get(self.platform).suffix
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -81,6 +96,7 @@ class CellFields:
             "flavour": self.flavour,
             "os": self.os,
             "origin": self.origin,
+            "platform": self.platform,
         }
 
 
@@ -183,6 +199,14 @@ class Plan:
         ]
         unique = {p.id: p for p in parents}
         return (*unique.values(), *cells)
+
+    def groups(self, cells: Sequence[Cell] | None = None) -> dict[str, tuple[Cell, ...]]:
+        """``cells`` (every cell by default) by the published name they share: the platforms of
+        one group publish one image index (a group of one publishes its image alone)."""
+        by_tag: dict[str, list[Cell]] = {}
+        for cell in self.cells if cells is None else cells:
+            by_tag.setdefault(cell.readable_tag, []).append(cell)
+        return {tag: tuple(members) for tag, members in by_tag.items()}
 
     def select(self, patterns: Sequence[str]) -> tuple[Cell, ...]:
         """The cells whose id matches any shell-style pattern (all cells when none given)."""

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from imagekit.platforms import PlatformName
 from imagekit.versions import minor_of, variant_cuda, version_key
 
 Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?$")]
@@ -45,6 +46,16 @@ class Libraries(_Facts):
     cudart: Version | None = None
 
 
+class Aarch64Wheels(_Facts):
+    """A release's wheels for linux/arm64 (Grace: GH200, GB200), which differ from x86_64's."""
+
+    # the build PyPI's manylinux aarch64 wheel is in effect ("cpu" where every CUDA requirement is
+    # gated to x86_64, as in 2.10.0); None: PyPI has no aarch64 wheel of this release
+    pypi: Variant | None
+    variants: tuple[Variant, ...]  # the variants PyTorch's index publishes for aarch64
+    checked: bool = True  # False: `variants` were not read from the index
+
+
 class TorchRelease(_Facts):
     minor: str
     variants: tuple[Variant, ...]  # the CUDA variants PyTorch's index publishes
@@ -54,6 +65,7 @@ class TorchRelease(_Facts):
     numpy: str | None = None  # a cap for the NumPy its wheels were compiled against ("<2"), if any
     libraries: dict[Variant, Libraries] = Field(default_factory=dict)
     patches: dict[Version, tuple[Version | None, Version | None]]  # -> (torchvision, torchaudio)
+    aarch64: Aarch64Wheels | None = None  # None: no aarch64 wheel is known
     checked: bool = True
 
     @property
@@ -98,6 +110,8 @@ class CudaRelease(_Facts):
     driver_minor_floor: Version = Field(alias="minor_floor")  # floor under minor-version compatibility
     # toolkit patch (13.2.2) -> the driver it shipped with, for patches newer than `image`
     patch_drivers: dict[Version, Version] = Field(default_factory=dict)
+    # the platforms nvidia/cuda publishes this minor's tags for
+    platforms: tuple[PlatformName, ...] = ("linux/amd64", "linux/arm64")
     checked: bool = True
 
     @property
@@ -120,6 +134,7 @@ class Stack(_Facts):
     os: str
     require_cuda: str
     flavours: tuple[str, ...]
+    platforms: tuple[PlatformName, ...] = ("linux/amd64",)  # the platforms the image is published for
 
 
 class OperatingSystem(_Facts):

@@ -125,9 +125,11 @@ def pull(
     policy: RetryPolicy = RetryPolicy(),
     sleep: Callable[[float], None] = time.sleep,
     auth_config: Mapping[str, str] | None = None,
+    platform: str | None = None,
 ) -> None:
     """Pull ``ref`` (``name:tag`` or ``name@sha256:...``), retrying transient failures (5xx,
-    resets) with exponential backoff.
+    resets) with exponential backoff; ``platform`` (linux/arm64) picks that platform's image of an
+    index, else the engine's own.
 
     A pull reports most failures inside its stream, so an ``error`` line is raised as APIError.
     """
@@ -135,12 +137,14 @@ def pull(
     delay = policy.first_delay_s
     for attempt in range(1, policy.attempts + 1):
         try:
+            options: dict[str, Any] = {"platform": platform} if platform else {}
             stream = api.pull(
                 repository,
                 tag=tag or "latest",
                 stream=True,
                 decode=True,
                 auth_config=dict(auth_config) if auth_config else None,
+                **options,
             )
             for line in stream:
                 if isinstance(line, dict) and line.get("error"):
@@ -264,6 +268,7 @@ class BuildRequest:
     build_args: tuple[tuple[str, str], ...]
     cache_from: tuple[str, ...]
     network_mode: str | None
+    platform: str | None = None  # linux/arm64: built for that platform (emulated on another CPU)
 
 
 class BuildAborted(Exception):
@@ -303,6 +308,8 @@ class BuildStream:
             params["cachefrom"] = json.dumps(list(request.cache_from))
         if request.network_mode:
             params["networkmode"] = request.network_mode
+        if request.platform:
+            params["platform"] = request.platform
         return params
 
     def lines(self) -> Iterator[dict[str, Any]]:

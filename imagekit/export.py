@@ -37,7 +37,7 @@ def bake_target_name(cell_id: str) -> str:
 
 
 def base_target_name(base: LocalBase) -> str:
-    return "base-" + bake_target_name(base.name)
+    return "base-" + bake_target_name(base.id)
 
 
 # -- GitHub Actions and JSON -----------------------------------------------------------------------
@@ -169,7 +169,7 @@ def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:
     for item in rendered:
         base = local_base_of(item.cell)
         if base is not None:
-            bases.setdefault(base.name, base)
+            bases.setdefault(base.id, base)
     return bases
 
 

@@ -36,14 +36,14 @@ class Job:
 
 
 def base_job_name(base: LocalBase) -> str:
-    return f"base-{base.name}"
+    return f"base-{base.id}"
 
 
 def plan_jobs(
     plan: Plan,
     cells: tuple[Cell, ...],
     renderer: Renderer,
-    resolved: Mapping[str, ResolvedBase],
+    resolved: Mapping[tuple[str, str], ResolvedBase],  # by (reference, platform)
     day: date,
 ) -> list[Job]:
     """Bases first in dependency order, then the cells; each job names the jobs it waits for."""
@@ -51,14 +51,14 @@ def plan_jobs(
     needed: dict[str, LocalBase] = {}
 
     def need(base: LocalBase, chain: tuple[str, ...]) -> None:
-        if base.name in chain:
+        if base.id in chain:
             raise InputError(
-                f"local bases derive from each other in a loop: {' -> '.join((*chain, base.name))}"
+                f"local bases derive from each other in a loop: {' -> '.join((*chain, base.id))}"
             )
         for parent in local_base_froms(base):
             if parent in by_image:
-                need(by_image[parent], (*chain, base.name))
-        needed.setdefault(base.name, base)
+                need(by_image[parent], (*chain, base.id))
+        needed.setdefault(base.id, base)
 
     for cell in cells:
         if (local := local_base_of(cell)) is not None:
@@ -79,7 +79,7 @@ def plan_jobs(
         )
     rendered_cells = []
     for cell in cells:
-        resolution = resolved.get(cell.base_image)
+        resolution = resolved.get((cell.base_image, cell.platform))
         built_from = cell.base_image if resolution is None else resolution.build_from
         rendered_cells.append((renderer.render(cell, build_from=built_from), resolution))
     produced = {

@@ -13,8 +13,8 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
-from imagekit import naming
-from imagekit.cells import Cell, Plan, Refusal
+from imagekit import naming, platforms
+from imagekit.cells import Cell, LocalBase, Plan, Refusal
 from imagekit.compat import Compat, load_compat
 from imagekit.errors import InputError
 from imagekit.expand import check_size, collapse, expand
@@ -54,9 +54,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         detail = f"; first refusal: {refused[0].describe()}" if refused else ""
         raise InputError(f"{doc.name}: the matrix has no buildable cell{detail}")
     _refuse_shared_immutable_tags(cells, matrix, doc)
-    local_bases = tuple(
-        local for name, spec in matrix.bases.items() if (local := resolver.local_base(name, spec)) is not None
-    )
+    local_bases = _local_bases(resolver, matrix, cells)
     return Plan(
         matrix=matrix,
         root=root,
@@ -66,6 +64,24 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         warnings=collapse(warnings + resolver.warnings),
         local_bases=local_bases,
         compat=resolver.compat,
+    )
+
+
+def _local_bases(resolver: Resolver, matrix: Matrix, cells: Sequence[Cell]) -> tuple[LocalBase, ...]:
+    """Every base built from a local context, per platform a cell is built for, in `bases` order:
+    also one that only other bases derive from (built for every platform its name can hold)."""
+    used = tuple(dict.fromkeys(c.platform for c in cells))
+    made = {name for name, _ in resolver.local_bases}
+    for name, spec in matrix.bases.items():
+        if spec.build is not None and name not in made:
+            for platform in used if "{arch}" in (spec.image or "") else used[:1]:
+                resolver.local_base(name, spec, platforms.get(platform))
+    order = {name: index for index, name in enumerate(matrix.bases)}
+    return tuple(
+        base
+        for _, base in sorted(
+            resolver.local_bases.items(), key=lambda item: (order[item[0][0]], used.index(item[0][1]))
+        )
     )
 
 
@@ -99,17 +115,38 @@ class _CellList:
                 else f"{twin.origin} and {cell.origin}"
             )
             raise InputError(f"{self.source}: {where} make the same cell {cell.id}; list it once")
-        tag_twin = self.by_tag.get(cell.readable_tag)
+        # one published name per group of platforms: two cells of one platform must not share it
+        tag_twin = self.by_tag.get(cell.image_tag)
         if tag_twin is not None:
             raise InputError(
                 f"{self.source}: cells {tag_twin.id} and {cell.id} would share the tag"
                 f" {cell.readable_tag!r}; add {{python}} or {{base}} to publish.tags.readable"
             )
+        self._same_build_per_platform(cell)
         if parent_of_frontend:
             self.implied.add(cell.id)
         self.by_id[cell.id] = cell
-        self.by_tag[cell.readable_tag] = cell
+        self.by_tag[cell.image_tag] = cell
         self.cells.append(cell)
+
+    def _same_build_per_platform(self, cell: Cell) -> None:
+        """The cells sharing a published name make one image index, so they must be one build
+        for several platforms, not two builds that a pull would choose between by CPU."""
+        for platform in platforms.NAMES:
+            twin = self.by_tag.get(cell.readable_tag + platforms.get(platform).suffix)
+            if twin is None or twin.platform == cell.platform:
+                continue
+            differ = [k for k in _GROUP_KEYS if getattr(twin, k) != getattr(cell, k)]
+            if differ:
+                raise InputError(
+                    f"{self.source}: cells {twin.id} and {cell.id} would publish one index under"
+                    f" {cell.readable_tag!r} but differ in {', '.join(differ)}; put the differing"
+                    " key's placeholder in publish.tags.readable"
+                )
+
+
+# What the platforms of one published name share (everything but how each is built).
+_GROUP_KEYS = ("torch", "torchvision", "torchaudio", "cuda", "python", "flavour", "base")
 
 
 def _check_paths(matrix: Matrix, root: Path, doc: SourceDocument) -> None:

@@ -21,6 +21,7 @@ from datetime import date
 from functools import lru_cache
 
 from imagekit.errors import InputError
+from imagekit.platforms import Platform
 from imagekit.probe import protocol
 
 # -- limits of the distribution spec and the engine -------------------------------------------------
@@ -165,10 +166,19 @@ def stack_label(cuda: str, cudnn_major: int | None) -> str:
     return f"cuda{cuda}" + (f"-cudnn{cudnn_major}" if cudnn_major else "")
 
 
-def cell_id(base: str, torch: str, cuda: str, python: str, flavour: str, frontend: str | None = None) -> str:
-    """A cell's id: what --only matches, the generated directory, the report's key."""
+def cell_id(
+    base: str,
+    torch: str,
+    cuda: str,
+    python: str,
+    flavour: str,
+    frontend: str | None = None,
+    platform: Platform | None = None,
+) -> str:
+    """A cell's id: what --only matches, the generated directory, the report's key. The default
+    platform adds nothing (ids from before the platform axis stay); another adds its suffix."""
     cell = f"{base}-torch{tag_safe(torch)}-{accelerator(cuda)}-py{python}-{flavour}"
-    return f"{cell}-{frontend}" if frontend else cell
+    return (f"{cell}-{frontend}" if frontend else cell) + (platform.suffix if platform else "")
 
 
 def tag_values(

@@ -25,7 +25,7 @@ import jinja2.runtime
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from imagekit import __version__, naming
+from imagekit import __version__, naming, platforms
 from imagekit.cells import Cell, FrontendCell, ImageCell, Plan, local_base_of
 from imagekit.context import DOCKERFILE_NAME, FileHasher, local_base_digest, make_tar, walk_context
 from imagekit.contract import (
@@ -207,13 +207,16 @@ class RenderedCell:
             "base": self.identity_base or self.cell.base_image,
             "local_base": self.base_digest,
         }
+        platform = platforms.get(self.cell.platform)
+        if not platform.is_default:  # added only here: the default platform's digests stay as they were
+            document["platform"] = platform.name
         return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
     def names(self, publish: Publish, day: date) -> naming.ImageNames:
         """Where this cell's image goes: the matrix's repository, readable tag then immutable ones."""
         return naming.ImageNames(
             naming.repository(publish.registry, publish.repository),
-            naming.immutable_tags(self.cell.readable_tag, publish.tags.immutable, day, self.input_digest),
+            naming.immutable_tags(self.cell.image_tag, publish.tags.immutable, day, self.input_digest),
         )
 
     def build_labels(self) -> dict[str, str]:
@@ -358,7 +361,8 @@ class Renderer:
         """The wheels pip installs for ``requirements`` in ``cell``'s Python and OS (cached)."""
         assert self._resolver is not None
         system = self.plan.compat.operating_systems.get(cell.os)
-        request = Request(requirements, cell.python, platform_tags(system.glibc if system else None))
+        machine = platforms.get(cell.platform).machine
+        request = Request(requirements, cell.python, platform_tags(system.glibc if system else None, machine))
         return list(self._resolver.closure(request))
 
     def render(self, cell: Cell, build_from: str | None = None) -> RenderedCell:

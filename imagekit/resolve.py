@@ -11,12 +11,13 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, cast
 
-from imagekit import naming, rules
+from imagekit import naming, platforms, rules
 from imagekit.cells import CellFields, FrontendCell, ImageCell, LocalBase, StackCell, WheelCell
 from imagekit.compat import Compat
 from imagekit.errors import InputError
 from imagekit.expand import Combination
 from imagekit.paths import inside
+from imagekit.platforms import Platform
 from imagekit.schema import BaseSpec, Matrix, ServedFrontend
 from imagekit.versions import cuda_variant, minor_of, version_key
 from imagekit.yamlsource import SourceDocument, format_path
@@ -43,7 +44,7 @@ class Resolver:
         self.doc = doc
         self.compat = compat
         self.warnings: list[tuple[str, str]] = []  # (kind, text)
-        self.local_bases: dict[str, LocalBase] = {}
+        self.local_bases: dict[tuple[str, str], LocalBase] = {}  # by (name, platform)
         self._where: dict[tuple[str | int, ...], str] = {}
         pip = matrix.sources.pip
         self.wheelhouse = bool(pip.find_links or pip.no_index)
@@ -59,10 +60,10 @@ class Resolver:
             found = self._where[path] = f"{self.doc.where(path)}: {format_path(path)}"
         return found
 
-    def local_base(self, name: str, spec: BaseSpec) -> LocalBase | None:
+    def local_base(self, name: str, spec: BaseSpec, platform: Platform) -> LocalBase | None:
         if spec.build is None:
             return None
-        if name not in self.local_bases:
+        if (name, platform.name) not in self.local_bases:
             where = self.where(("bases", name, "build", "context"))
             context = self.root / spec.build.context
             # a context (or its Dockerfile) linked from elsewhere would be read and hashed
@@ -75,14 +76,32 @@ class Resolver:
                     f"{where}: no {spec.build.dockerfile} in {context}; create it or fix the path"
                 )
             assert spec.image is not None  # a local build names the image it produces
-            self.local_bases[name] = LocalBase(
+            arch = {"arch": platform.arch}
+            args_where = self.where(("bases", name, "build", "args"))
+            self.local_bases[name, platform.name] = LocalBase(
                 name=name,
-                image=spec.image,
+                image=naming.fill_placeholders(spec.image, arch, self.where(("bases", name, "image"))),
                 context=context,
                 dockerfile=spec.build.dockerfile,
-                args=tuple(sorted(spec.build.args.items())),
+                args=tuple(
+                    sorted(
+                        (k, naming.fill_placeholders(v, arch, args_where)) for k, v in spec.build.args.items()
+                    )
+                ),
+                platform=platform.name,
             )
-        return self.local_bases[name]
+            self._one_platform_per_tag(name, spec)
+        return self.local_bases[name, platform.name]
+
+    def _one_platform_per_tag(self, name: str, spec: BaseSpec) -> None:
+        """The engine's store holds one platform per tag: a base built locally for two platforms
+        under one name would be built twice into one tag, the second replacing the first."""
+        images = [b.image for (n, _), b in self.local_bases.items() if n == name]
+        if len(images) > len(set(images)):
+            raise InputError(
+                f"{self.where(('bases', name, 'image'))}: {spec.image!r} is built here for two"
+                " platforms, but a local image tag holds one; put {arch} in it (e.g. :bookworm-{arch})"
+            )
 
     def resolve(
         self, combination: Combination, origin: str
@@ -122,11 +141,17 @@ class Resolver:
             **{
                 **inherited,
                 "id": naming.cell_id(
-                    parent.base, parent.torch, parent.cuda, parent.python, parent.flavour, frontend
+                    parent.base,
+                    parent.torch,
+                    parent.cuda,
+                    parent.python,
+                    parent.flavour,
+                    frontend,
+                    platforms.get(parent.platform),
                 ),
                 "origin": origin,
                 "base_image": naming.reference(
-                    naming.repository(publish.registry, publish.repository), parent.readable_tag
+                    naming.repository(publish.registry, publish.repository), parent.image_tag
                 ),
                 "readable_tag": naming.readable_tag(f"{parent.readable_tag}-{frontend}", {}, where),
             },
@@ -162,6 +187,7 @@ class Resolver:
             pip_packages=tuple(merged.get("pip_packages") or ()),
             wheelhouse=self.wheelhouse,
             frontend=frontend,
+            platform=merged.get("platform") or platforms.DEFAULT,
         )
         _refuse_unless(rules.STACK_RULES, request, self.compat)
         common = self._common(
@@ -210,6 +236,7 @@ class Resolver:
             torchaudio=merged.get("torchaudio"),
             image=spec.image or "",
             pip_packages=tuple(merged.get("pip_packages") or ()),
+            platform=merged.get("platform") or platforms.DEFAULT,
         )
 
     def _wheel_cell(self, merged: Combination, origin: str, base_name: str, spec: BaseSpec) -> WheelCell:
@@ -247,7 +274,7 @@ class Resolver:
         )
         return WheelCell(
             **common,
-            local_base=self.local_base(request.base, spec),
+            local_base=self.local_base(request.base, spec, platforms.get(request.platform)),
             python_from_base=request.base_python is not None,
             unknown=patch is None,
             numpy_cap=release.numpy if release else None,
@@ -284,6 +311,7 @@ class Resolver:
             request.python,
             request.os,
         )
+        platform = platforms.get(request.platform)
         cudnn_major = version_key(cudnn)[0] if cudnn else None
         cudnn_tag = ""
         if cudnn_major == 8 and cuda != "cpu":
@@ -299,6 +327,7 @@ class Resolver:
             "image_flavour": "devel" if flavour == "devel" else "base",
             "os": os_name,
             "python": python,
+            "arch": platform.arch,
         }
         image_where = self.where(("bases", request.base, "image"))
         base_image = naming.fill_placeholders(request.image, image_values, image_where)
@@ -321,7 +350,7 @@ class Resolver:
         )
         vision, audio = companions
         return {
-            "id": naming.cell_id(request.base, torch, cuda, python, flavour),
+            "id": naming.cell_id(request.base, torch, cuda, python, flavour, platform=platform),
             "origin": origin,
             "base": request.base,
             "base_image": base_image,
@@ -337,5 +366,6 @@ class Resolver:
             "python": python,
             "env": tuple(sorted((merged.get("env") or {}).items())),
             "readable_tag": readable,
+            "platform": platform.name,
             "base_carries_cuda": request.carries_cuda,
         }

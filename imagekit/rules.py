@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.compat import Compat, Stack, TorchRelease
-from imagekit.versions import cuda_variant, minor_of, version_key
+from imagekit.platforms import PlatformName
+from imagekit.versions import cuda_variant, minor_of, variant_cuda, version_key
 
 TorchSource = Literal["index", "pypi", "wheelhouse"]
 REFRESH_COMMAND = "scripts/refresh-compat.py --write"
@@ -50,6 +51,7 @@ class Request:
     pip_packages: tuple[str, ...] = ()
     wheelhouse: bool = False
     frontend: str = "none"
+    platform: PlatformName = platforms.DEFAULT
 
 
 Rule = Callable[[Request, Compat], "str | None"]
@@ -143,17 +145,43 @@ def torch_has_cuda_wheel(request: Request, compat: Compat) -> str | None:
     )
 
 
+def torch_has_platform_wheel(request: Request, compat: Compat) -> str | None:
+    """aarch64 (Grace) wheels are their own set: PyTorch's index carries CUDA aarch64 variants for
+    some releases and not others (FACTS: aarch64 wheels)."""
+    release = _release(request, compat)
+    if release is None or platforms.get(request.platform).is_default:
+        return None
+    arm = release.aarch64
+    variant = cuda_variant(request.cuda)
+    if arm is not None and (variant == "cpu" or variant in arm.variants):
+        return None
+    if arm is None:
+        return f"torch {release.minor} has no aarch64 wheel imagekit knows of; build it for linux/amd64"
+    cuda = [variant_cuda(v) for v in arm.variants if v != "cpu"]
+    available = f"CUDA {', '.join(cuda)} and CPU" if cuda else "CPU only"
+    return (
+        f"torch {release.minor} has no aarch64 CUDA {request.cuda} wheel (its aarch64 wheels:"
+        f" {available}); pick one of those, another torch, or linux/amd64"
+    )
+
+
 def pypi_serves_one_variant(request: Request, compat: Compat) -> str | None:
-    """Without a torch index, torch comes from PyPI, which carries one build per release."""
+    """Without a torch index, torch comes from PyPI, which carries one build per release and
+    platform (2.10's x86_64 wheel is cu128, its aarch64 wheel CPU only)."""
     release = _release(request, compat)
     if release is None or request.torch_source != "pypi":
         return None
     wanted = cuda_variant(request.cuda)
-    if wanted == release.pypi_default:
+    on_arm = not platforms.get(request.platform).is_default
+    served = (release.aarch64.pypi if release.aarch64 else None) if on_arm else release.pypi_default
+    if wanted == served:
         return None
+    if served is None:
+        return f"PyPI has no aarch64 wheel of torch {release.minor}; set sources.pip.torch_index_url"
+    machine = " aarch64" if on_arm else ""
     return (
-        f"with no torch_index_url torch comes from PyPI, whose torch {release.minor} is the"
-        f" {release.pypi_default} build, not {wanted}; set sources.pip.torch_index_url"
+        f"with no torch_index_url torch comes from PyPI, whose{machine} torch {release.minor} is the"
+        f" {served} build, not {wanted}; set sources.pip.torch_index_url"
     )
 
 
@@ -383,6 +411,26 @@ def one_cudnn_in_the_image(request: Request, compat: Compat) -> str | None:
     )
 
 
+# -- platforms of the base image ----------------------------------------------------------------------
+
+
+def nvidia_cuda_serves_platform(request: Request, compat: Compat) -> str | None:
+    """nvidia/cuda publishes each tag for the platforms its table lists."""
+    on_nvidia_cuda = request.carries_cuda and request.cuda != "cpu" and "nvidia/cuda" in request.image
+    known = compat.cuda_release(request.cuda) if on_nvidia_cuda else None
+    if known is None or request.platform in known.platforms:
+        return None
+    served = ", ".join(known.platforms)
+    return f"nvidia/cuda publishes CUDA {request.cuda} for {served}, not {request.platform}"
+
+
+def stack_serves_platform(request: Request, compat: Compat) -> str | None:
+    """A stack is published for the platforms its vendor builds."""
+    served = _stack(request).platforms
+    why = f"it is published for {', '.join(served)}, not {request.platform}"
+    return _unless(request.platform in served, request, why)
+
+
 # -- the order ----------------------------------------------------------------------------------------
 
 WHEEL_RULES: tuple[Rule, ...] = (
@@ -393,7 +441,9 @@ WHEEL_RULES: tuple[Rule, ...] = (
     pip_packages_leave_torch_alone,
     base_matches_accelerator,
     torch_has_cuda_wheel,
+    torch_has_platform_wheel,
     pypi_serves_one_variant,
+    nvidia_cuda_serves_platform,
     cuda_full_of_the_cells_cuda,
     cuda_in_table,
     cuda_patch_is_the_base_toolkit,
@@ -412,6 +462,7 @@ STACK_RULES: tuple[Rule, ...] = (
     stack_extras_from_an_index,
     stack_has_no_frontend,
     stack_serves_flavour,
+    stack_serves_platform,
 )
 
 

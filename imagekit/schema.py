@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from imagekit import platforms
 from imagekit.errors import InputError
 from imagekit.limits import (
     NAME_CHARS,
@@ -209,6 +210,7 @@ SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0", 
 Flavour = Literal["devel", "runtime"]
 # What a person reaches the image through: none (today's image), JupyterLab, or an SSH server.
 ServedFrontend = Literal["jupyter", "ssh"]  # a front end a cell actually serves
+PlatformName = platforms.PlatformName  # linux/amd64, linux/arm64
 Frontend = Literal["none", ServedFrontend]
 PublishPolicy = Literal["gpu-validated", "checked", "built"]
 
@@ -268,6 +270,9 @@ class CellSpec(StrictModel):
     frontend: Frontend | None = Field(
         None, description="none, or a jupyter / ssh image built FROM the cell's image"
     )
+    platform: PlatformName | None = Field(
+        None, description="linux/amd64 (the default) or linux/arm64 (Grace: GH200, GB200)"
+    )
     python: PythonVersion | None = Field(None, description="Python minor installed where the base lacks one")
     torchvision: PackageVersion | None = Field(
         None, description="override the paired version; 'none' skips it"
@@ -297,7 +302,7 @@ class CellSpec(StrictModel):
         return {key: getattr(self, key) for key in self.model_fields_set if getattr(self, key) is not None}
 
 
-AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python", "frontend")
+AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python", "frontend", "platform")
 
 
 def _axis(description: str) -> Any:
@@ -313,6 +318,9 @@ class Axes(StrictModel):
     flavour: list[Flavour] | None = _axis("devel and/or runtime")
     python: list[PythonVersion] | None = _axis("Python minors")
     frontend: list[Frontend] | None = _axis("none, jupyter and/or ssh")
+    platform: list[PlatformName] | None = _axis(
+        "linux/amd64 and/or linux/arm64; the platforms of one cell publish one image index"
+    )
 
     @field_validator("*")
     @classmethod
@@ -337,7 +345,8 @@ class BaseSpec(StrictModel):
     image: ImagePattern | None = Field(
         None,
         description="image reference; may use {cuda}, {cuda_full}, {cudnn}, {cudnn_tag},"
-        " {flavour}, {os}, {python}",
+        " {flavour}, {os}, {python}, {arch} (amd64, arm64: a locally built or imported base holds"
+        " one platform per tag)",
     )
     stack: Name | None = Field(None, description="a fixed stack from imagekit's data (ngc-pytorch-23.10)")
     os: OsName | None = Field(None, description="the base's OS, e.g. ubuntu22.04 (from the stack if set)")
@@ -445,6 +454,12 @@ class Publish(StrictModel):
         " IMAGEKIT_SIGNING_KEY), so every published digest carries signed attestations",
     )
     tags: TagScheme = TagScheme()
+    partial_index: bool = Field(
+        False,
+        description="publish a cell's image index from its validated platforms when another of its"
+        " platforms is not validated (the lock and report list the missing ones); default: only"
+        " when every platform is validated",
+    )
 
     @property
     def staging_repository(self) -> str:

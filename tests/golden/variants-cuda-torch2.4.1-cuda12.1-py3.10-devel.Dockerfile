@@ -8,7 +8,7 @@ FROM nvidia/cuda:12.1.1-devel-ubuntu22.04 AS venv-build
 ARG SITE
 ARG DEBIAN_FRONTEND=noninteractive
 # Site mirror: rewrite the OS archive URLs (kept in the image, so derived images use it too).
-RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://security.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' -e 's|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' {} +
+RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://ports.ubuntu.com/ubuntu-ports|https://mirror.example.org/ubuntu-ports|g' -e 's|http://security.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' -e 's|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' {} +
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates g++ python3.10-dev git \
  && rm -rf /var/lib/apt/lists/*
@@ -35,7 +35,7 @@ FROM nvidia/cuda:12.1.1-devel-ubuntu22.04
 ARG SITE
 ARG DEBIAN_FRONTEND=noninteractive
 # Site mirror: rewrite the OS archive URLs (kept in the image, so derived images use it too).
-RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://security.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' -e 's|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' {} +
+RUN find /etc/apt -type f \( -name '*.list' -o -name '*.sources' \) -exec sed -i -e 's|http://ports.ubuntu.com/ubuntu-ports|https://mirror.example.org/ubuntu-ports|g' -e 's|http://security.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' -e 's|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g' {} +
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.10 python3.10-venv ca-certificates g++ python3.10-dev git \
  && rm -rf /var/lib/apt/lists/*

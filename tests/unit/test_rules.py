@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -167,6 +168,31 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(STACK, frontend="none"),
     ),
     (
+        rules.torch_has_platform_wheel,
+        replace(WHEEL, torch="2.10.0", cuda="12.1", platform="linux/arm64"),
+        "torch 2.10 has no aarch64 CUDA 12.1 wheel (its aarch64 wheels: CUDA 12.6, 12.8, 12.9, 13.0",
+        replace(WHEEL, torch="2.10.0", cuda="12.8", platform="linux/arm64"),
+    ),
+    (
+        rules.torch_has_platform_wheel,
+        replace(WHEEL, torch="2.5.1", cuda="12.1", platform="linux/arm64"),
+        "its aarch64 wheels: CPU only",
+        replace(WHEEL, torch="2.5.1", cuda="cpu", platform="linux/arm64"),
+    ),
+    (
+        # PyPI's aarch64 2.10.0 is CPU in effect (every CUDA requirement gated to x86_64)
+        rules.pypi_serves_one_variant,
+        replace(WHEEL, torch="2.10.0", cuda="12.8", platform="linux/arm64", torch_source="pypi"),
+        "whose aarch64 torch 2.10 is the cpu build, not cu128",
+        replace(WHEEL, torch="2.10.0", cuda="cpu", platform="linux/arm64", torch_source="pypi"),
+    ),
+    (
+        rules.stack_serves_platform,
+        replace(STACK, platform="linux/arm64"),
+        "it is published for linux/amd64, not linux/arm64",
+        STACK,
+    ),
+    (
         rules.stack_serves_flavour,
         replace(STACK, flavour="runtime"),
         "it has no runtime flavour (only devel)",
@@ -186,9 +212,26 @@ def test_each_rule_refuses_with_its_reason_and_admits_the_fixed_request(
     assert rule(admitted, COMPAT) is None
 
 
+def test_a_cuda_minor_nvidia_publishes_for_amd64_only_refuses_arm64() -> None:
+    # every CUDA minor of the shipped table has arm64 tags: a table where 12.1 has none
+    amd64_only = COMPAT.cuda["12.1"].model_copy(update={"platforms": ("linux/amd64",)})
+    compat = dataclasses.replace(COMPAT, cuda={**COMPAT.cuda, "12.1": amd64_only})
+    on_cuda = replace(WHEEL, image="nvidia/cuda:{cuda_full}-devel-ubuntu22.04", platform="linux/arm64")
+    reason = rules.nvidia_cuda_serves_platform(on_cuda, compat)
+    assert reason == "nvidia/cuda publishes CUDA 12.1 for linux/amd64, not linux/arm64"
+    assert rules.nvidia_cuda_serves_platform(replace(on_cuda, platform="linux/amd64"), compat) is None
+    assert rules.nvidia_cuda_serves_platform(on_cuda, COMPAT) is None
+    # a local base that carries CUDA is not nvidia/cuda's to refuse
+    assert rules.nvidia_cuda_serves_platform(replace(on_cuda, image="site/cuda:{cuda}"), compat) is None
+
+
+# rules whose refusal needs facts the shipped table does not hold: a test of their own, above
+OWN_TESTS = {rules.nvidia_cuda_serves_platform}
+
+
 def test_every_rule_is_in_an_order_and_has_a_case() -> None:
     ordered = set(rules.WHEEL_RULES) | set(rules.STACK_RULES)
-    assert {case[0] for case in CASES} == ordered
+    assert {case[0] for case in CASES} | OWN_TESTS == ordered
     assert all(rule.__doc__ or rule.__name__ for rule in ordered)
 
 
