@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from imagekit import platforms
 from imagekit.cli.app import (
     DEFAULT_MATRIX,
     JsonOption,
@@ -68,7 +69,9 @@ def plan(
             document["coverage"] = fleet
         typer.echo(json.dumps(document, indent=2, sort_keys=True))
         return
-    columns = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
+    columns: tuple[str, ...] = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
+    if any(c["platform"] != platforms.DEFAULT for c in cells):  # a column only where it says something
+        columns = (*columns[:-1], "platform", columns[-1])
     rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(columns)]
     typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(columns, widths, strict=True)).rstrip())

@@ -27,7 +27,7 @@ def test_github_format_is_one_line_of_every_cell() -> None:
     plan = load_plan(REPO / "matrix.yaml")
     assert [e["id"] for e in document["include"]] == [c.id for c in plan.cells]
     first = document["include"][0]
-    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os"}
+    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os", "platform"}
     assert all(isinstance(v, str) for e in document["include"] for v in e.values())
 
 
@@ -59,7 +59,7 @@ def test_json_format_carries_tags_digests_and_build_labels() -> None:
         item = rendered[entry["id"]]
         assert entry["input_digest"] == item.input_digest
         assert entry["build_labels"] == item.build_labels()
-        assert entry["tags"][0].endswith(":" + item.cell.readable_tag)
+        assert entry["tags"][0].endswith(":" + item.cell.image_tag)
         assert entry["tags"][0].startswith(document["repository"] + ":")
 
 
@@ -174,6 +174,7 @@ def test_cuda_base_fixture_renders(write_matrix: Callable[[str], Path]) -> None:
                 "flavour": "devel",
                 "base": "cuda",
                 "os": "ubuntu22.04",
+                "platform": "linux/amd64",
             }
         ]
     }
