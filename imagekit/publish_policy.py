@@ -233,9 +233,7 @@ def _group(
     if turned and (not publish.partial_index or not members):
         names = ", ".join(cell.platform for cell, _ in turned)
         why = (
-            f"no platform of group {tag} passes publish policy {publish.policy}"
-            if not members
-            else f"group {tag} is published only when every platform passes publish policy"
+            f"group {tag} is published only when every platform passes publish policy"
             f" {publish.policy}, and {names} did not (publish.partial_index: true publishes the others)"
         )
         refused = [replace(r, reason=f"{r.reason}; no index published") for r in refused]
