@@ -502,3 +502,39 @@ def test_k8s_refuses_a_lock_entry_of_another_platform_than_the_matrix() -> None:
     assert chosen.index_of("c") == lock.indexes[GROUP]
     with pytest.raises(InputError, match=r"images\.c-arm64\.platform: linux/arm64 is not the matrix's"):
         entries_for(lock, {"c-arm64": "linux/amd64"}, "acme/pytorch", Path("images.lock.json"))
+
+
+# -- the report: what was published, each index's platforms and the ones left out -----------------
+
+
+def test_the_report_shows_each_index_its_platforms_and_the_ones_left_out(tmp_path: Path) -> None:
+    from imagekit.html_report import render_html
+    from imagekit.report_text import markdown, published_rows
+    from imagekit.store import write_report
+    from tests.conftest import run_cli
+    from tests.unit.report_samples import build_report
+
+    lock = index_lock(missing=True)
+    index = lock.indexes[GROUP]
+    hostile = replace(index, missing={"linux/arm64": LeftOut("c-arm64", "<b>failed</b> | `x`")})
+    lock = Lock(lock.images, {GROUP: hostile})
+    assert published_rows(lock) == [
+        (
+            f"{GROUP} (index)",
+            INDEX_DIGEST[:19],
+            "linux/amd64: c (validated)",
+            "linux/arm64: c-arm64 (<b>failed</b> | `x`)",
+        )
+    ]
+    text = markdown(build_report(), lock)
+    assert "| published as | digest | platforms | left out |" in text
+    assert "linux/arm64: c-arm64 (&lt;b&gt;failed&lt;/b&gt; \\| \\`x\\`)" in text  # text, never markup
+    page = render_html(build_report(), lock)
+    assert "<td>linux/arm64: c-arm64 (&lt;b&gt;failed&lt;/b&gt; | `x`)</td>" in page
+    alone = Lock({"c-arm64": replace(lock_entry("c-arm64"), platform="linux/arm64")})
+    assert published_rows(alone)[0][2] == "linux/arm64: c-arm64 (validated)"
+    # `imagekit report` reads the lock next to it (or --lock): the table gains what was published
+    write_report(tmp_path / "state", build_report())
+    merge_lock(tmp_path / "lock.json", lock.images, lock.indexes)
+    shown = run_cli("report", "--state-dir", str(tmp_path / "state"), "--lock", str(tmp_path / "lock.json"))
+    assert "published as" in shown.stdout and "linux/amd64: c (validated)" in shown.stdout
