@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.atomic import atomic_write
 from imagekit.cells import Cell, FrontendCell, LocalBase, Plan, local_base_of
 from imagekit.context import DOCKERFILE_NAME
@@ -44,7 +44,8 @@ def base_target_name(base: LocalBase) -> str:
 
 
 def github_entry(cell: Cell) -> dict[str, str]:
-    """One ``include`` entry: strings only, so every value reads the same in an expression."""
+    """One ``include`` entry: strings only, so every value reads the same in an expression. The
+    platform and its arch pick the job's runner (an arm64 cell builds on an arm64 runner)."""
     return {
         "id": cell.id,
         "torch": cell.torch,
@@ -53,6 +54,8 @@ def github_entry(cell: Cell) -> dict[str, str]:
         "flavour": cell.flavour,
         "base": cell.base,
         "os": cell.os,
+        "platform": cell.platform,
+        "arch": platforms.get(cell.platform).arch,
     }
 
 

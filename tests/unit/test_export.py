@@ -27,7 +27,8 @@ def test_github_format_is_one_line_of_every_cell() -> None:
     plan = load_plan(REPO / "matrix.yaml")
     assert [e["id"] for e in document["include"]] == [c.id for c in plan.cells]
     first = document["include"][0]
-    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os"}
+    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os", "platform", "arch"}
+    assert (first["platform"], first["arch"]) == (plan.cells[0].platform, "amd64")
     assert all(isinstance(v, str) for e in document["include"] for v in e.values())
 
 
