@@ -26,7 +26,7 @@ from imagekit.publish import Publisher, PublishOptions
 from imagekit.publish_policy import Candidate, Group, group_digest, select
 from imagekit.registry import Registry
 from imagekit.store import BuildReport, CellResult, Staged
-from imagekit.verification import CheckRecord, Verification
+from imagekit.verification import GPU_CHECKS, CheckRecord, Verification
 from tests.unit.report_samples import lock_entry
 
 AMD64, ARM64 = platforms.get("linux/amd64"), platforms.get("linux/arm64")
@@ -138,8 +138,11 @@ def record(
     image_id = "sha256:" + hashlib.sha256(cell_id.encode()).hexdigest()
     verification = None
     if verdict is not None:
-        checks = (CheckRecord("torch", "pass" if verdict != "failed" else "fail", True),)
-        verification = Verification(cell_id, image_id, "all", verdict, True, True, checks, 1.0)  # type: ignore[arg-type]
+        # checks that support the verdict: it is derived again from them whenever a report is read
+        names = GPU_CHECKS if verdict == "validated" else ("torch",)
+        checks = tuple(CheckRecord(n, "pass" if verdict != "failed" else "fail", True) for n in names)
+        gpu = verdict != "checked"
+        verification = Verification(cell_id, image_id, "all", verdict, gpu, gpu, checks, 1.0)  # type: ignore[arg-type]
     return CellResult(
         id=cell_id,
         kind="cell",
@@ -538,3 +541,37 @@ def test_the_report_shows_each_index_its_platforms_and_the_ones_left_out(tmp_pat
     merge_lock(tmp_path / "lock.json", lock.images, lock.indexes)
     shown = run_cli("report", "--state-dir", str(tmp_path / "state"), "--lock", str(tmp_path / "lock.json"))
     assert "published as" in shown.stdout and "linux/amd64: c (validated)" in shown.stdout
+
+
+def test_publish_dry_run_names_each_index_and_images_lists_it(tmp_path: Path) -> None:
+    from imagekit.store import write_report
+    from tests.conftest import run_cli
+
+    plan = plan_of(tmp_path, "  policy: checked\n")
+    amd, arm = plan.cells
+    write_report(tmp_path / "state", report_of(record(amd.id, "validated"), record(arm.id, "checked")))
+    args = [
+        "--matrix",
+        str(tmp_path / "matrix.yaml"),
+        "--registry",
+        "reg:5000",
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
+    dry = run_cli("publish", *args, "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    assert f"would publish index {amd.readable_tag} (checked)" in dry.stdout
+    assert f"of linux/amd64 ({amd.id}), linux/arm64 ({arm.id})" in dry.stdout
+    assert "imagekit: would publish 1, refused 0" in dry.stderr
+    document = json.loads(run_cli("publish", *args, "--dry-run", "--json").stdout)
+    (index,) = document["indexes"]
+    assert document["published"] == [] and index["platforms"] == {
+        "linux/amd64": amd.id,
+        "linux/arm64": arm.id,
+    }
+    assert index["tags"][0] == f"{amd.readable_tag}-checked"
+    # `images` hands out what the lock holds: each cell's own digest, and the index it is part of
+    lock = tmp_path / "images.lock.json"
+    merge_lock(lock, index_lock().images, index_lock().indexes)
+    listed = json.loads(run_cli("images", "--lock", str(lock), "--only", "c-arm64").stdout)
+    assert list(listed["images"]) == ["c-arm64"] and list(listed["indexes"]) == [GROUP]
