@@ -2,8 +2,9 @@
 
 Order of work, chosen so that a failure leaves nothing half-done:
 
-1. decide, from the build report alone, which cells may be published (policy, freshness, the
-   verified image is the built one, the verified digest is the staged one) before anything moves;
+1. decide, from the build report alone, which cells (and groups of platforms) may be published
+   (``imagekit.publish_policy``: policy, freshness, the verified image is the built one, the
+   verified digest is the staged one) before anything moves;
 2. check the registry answers. A cell that ``build --push`` staged already has its manifest in the
    registry: nothing to push, and no Docker engine is needed. Any other admitted image is pushed
    from the engine that holds it to its staging tag (docker moves the layers, once);
@@ -12,7 +13,9 @@ Order of work, chosen so that a failure leaves nothing half-done:
    cell whose staged manifest is gone or is not the verified image is refused here;
 4. promote each by digest (PUT the same bytes under each immutable tag, the moving readable tag
    last) and add it to the lock only when all its tags are written. No layer moves and the digest
-   is identical, so a tag can only ever name an image that passed.
+   is identical, so a tag can only ever name an image that passed. A group of platforms: each
+   image by digest (no tag of its own), one OCI image index of them PUT by digest and read back,
+   then its tags, readable last, then the lock (its entries and the index, in one write).
 
 A registry that stays down stops the run with exit 3; before step 4 nothing final was written, and
 a cell in the lock is always a cell whose every tag names its verified digest.
