@@ -175,6 +175,8 @@ def test_cuda_base_fixture_renders(write_matrix: Callable[[str], Path]) -> None:
                 "flavour": "devel",
                 "base": "cuda",
                 "os": "ubuntu22.04",
+                "platform": "linux/amd64",
+                "arch": "amd64",
             }
         ]
     }
