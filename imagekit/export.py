@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.atomic import atomic_write
 from imagekit.cells import Cell, FrontendCell, LocalBase, Plan, local_base_of
 from imagekit.context import DOCKERFILE_NAME
@@ -44,7 +44,8 @@ def base_target_name(base: LocalBase) -> str:
 
 
 def github_entry(cell: Cell) -> dict[str, str]:
-    """One ``include`` entry: strings only, so every value reads the same in an expression."""
+    """One ``include`` entry: strings only, so every value reads the same in an expression. The
+    platform and its arch pick the job's runner (an arm64 cell builds on an arm64 runner)."""
     return {
         "id": cell.id,
         "torch": cell.torch,
@@ -53,8 +54,8 @@ def github_entry(cell: Cell) -> dict[str, str]:
         "flavour": cell.flavour,
         "base": cell.base,
         "os": cell.os,
-        # the runner's CPU: a native arm64 runner (ubuntu-24.04-arm) builds linux/arm64 cells fast
         "platform": cell.platform,
+        "arch": platforms.get(cell.platform).arch,
     }
 
 
@@ -197,8 +198,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "dockerfile": base.dockerfile,
             "args": dict(base.args),
             "tags": [base.image],
-            "labels": {naming.LOCAL_BASE_LABEL: base.name},
-            "platforms": [base.platform],
+            "labels": {naming.LOCAL_BASE_LABEL: name},
         }
     for item in rendered:
         cell = item.cell
@@ -212,7 +212,6 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "args": dict(item.build_args),
             "tags": [naming.reference(staging, naming.staging_tag(item.input_digest))],
             "labels": item.build_labels(),
-            "platforms": [cell.platform],
         }
         local = local_base_of(cell)
         if local is not None:

@@ -12,11 +12,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import TYPE_CHECKING
 
-from imagekit.report_text import format_size, summary_line, throttle_note
+from imagekit.report_text import PUBLISHED_HEADERS, format_size, published_rows, summary_line, throttle_note
 from imagekit.store import BuildReport, CellResult
 from imagekit.verification import CheckRecord, GpuFigures, Span
 from imagekit.versions import display_key
+
+if TYPE_CHECKING:
+    from imagekit.lockfile import Lock
 
 _CELL_ID = re.compile(
     r"^(?P<base>.+?)-torch(?P<torch>.+)-(?P<accel>cuda[0-9.]+|cpu)-py(?P<python>[0-9.]+)-(?P<flavour>[A-Za-z0-9_]+)$"
@@ -216,7 +220,18 @@ def render_grid(base: str, placed: list[Placed]) -> str:
     )
 
 
-def render_html(report: BuildReport) -> str:
+def render_published(lock: Lock | None) -> str:
+    """What the lock says was published: each index's platforms and the ones it left out."""
+    rows = published_rows(lock) if lock is not None else []
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in PUBLISHED_HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
+    table = f'<table class="grid"><tr>{head}</tr>{body}</table>'
+    return f'<section id="published"><h2>Published</h2>{table}</section>'
+
+
+def render_html(report: BuildReport, lock: Lock | None = None) -> str:
     grouped: dict[str, list[Placed]] = defaultdict(list)
     for result in report.cells:
         item = place(result)
@@ -238,5 +253,5 @@ def render_html(report: BuildReport) -> str:
         f"<h1>{escape(title)}</h1>"
         f'<p id="summary">{escape(summary_line(report))}; started {escape(report.started)}'
         f" on {escape(report.engine)}</p>"
-        f'<p class="legend">{legend}</p>{grids}{bases}</body></html>\n'
+        f'<p class="legend">{legend}</p>{grids}{bases}{render_published(lock)}</body></html>\n'
     )

@@ -1,9 +1,11 @@
 """Kubernetes Job manifests that run each published image on a cluster's GPU nodes.
 
 The image is named by digest from ``images.lock.json`` (never by a moving tag, so a Job runs
-exactly what was verified), and the default arguments run the image's own check script behind the
-image's entrypoint, as verification did: a node pool is validated by the same checks as the build
-machine. Options come from the command line
+exactly what was verified; a cell published as a platform of an image index is named by the
+index's digest, which resolves on each node to the verified image of its platform, and a cell
+whose image serves one platform is held to nodes of that architecture), and the default
+arguments run the image's own check script behind the image's entrypoint, as verification did: a
+node pool is validated by the same checks as the build machine. Options come from the command line
 (the matrix schema has no Kubernetes section). The admission policy written next to them is
 ``imagekit.admission``'s.
 """
@@ -20,12 +22,12 @@ from typing import Any
 
 import yaml
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.compat import load_compat
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.coverage import architectures
 from imagekit.errors import InputError
-from imagekit.lockfile import LockEntry
+from imagekit.lockfile import Lock, LockEntry, LockIndex
 from imagekit.probe_facts import wheel_arch_list
 from imagekit.text import shown
 from imagekit.verify import GpuRequest, check_arguments
@@ -216,7 +218,6 @@ ARCH_LABEL = "kubernetes.io/arch"
 COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
 COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
 DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
-PLATFORM = "amd64"  # the lock records no platform: every shipped cell is linux/amd64
 
 
 def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
@@ -230,7 +231,7 @@ def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | Non
     granularity of the label). None with ``--no-gpu-affinity`` (no feature discovery)."""
     if not options.gpu_affinity:
         return None
-    common = [_requirement(ARCH_LABEL, "In", PLATFORM)]
+    common = [_requirement(ARCH_LABEL, "In", platforms.get(entry.platform).arch)]
     capabilities: list[list[dict[str, Any]]] = [[]]
     cuda = entry.expect.get("cuda")
     if options.gpus and cuda and cuda != "cpu":
@@ -292,7 +293,30 @@ def _metadata(name: str, entry: LockEntry, options: JobOptions, component: str) 
     return metadata
 
 
-def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, Any]:
+def image_of(entry: LockEntry, index: LockIndex | None) -> str:
+    """What a workload pulls: the index the cell's image is a platform of, else the image."""
+    return index.reference if index is not None else entry.reference
+
+
+def node_selector(entry: LockEntry, index: LockIndex | None, options: JobOptions) -> dict[str, str]:
+    """``--node-selector``, and ``kubernetes.io/arch`` where what the workload pulls serves one
+    platform (an image alone, or an index left with one): on a mixed cluster an image on a node
+    of another architecture dies with "exec format error". A selector that asks for another
+    architecture is refused (the pod would never be scheduled)."""
+    selector = dict(options.node_selector)
+    served = list(index.platforms) if index is not None else [entry.platform]
+    if len(served) != 1:
+        return selector
+    arch = platforms.get(served[0]).arch
+    if selector.setdefault(ARCH_LABEL, arch) != arch:
+        raise InputError(
+            f"--node-selector {ARCH_LABEL}={selector[ARCH_LABEL]}: {entry.cell}'s image serves"
+            f" {served[0]} only; select {ARCH_LABEL}={arch} or leave it out"
+        )
+    return selector
+
+
+def _container(name: str, entry: LockEntry, options: JobOptions, image: str) -> dict[str, Any]:
     """The image by digest, the resources asked for (GPUs: request == limit), and Pod Security's
     'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
     limits: dict[str, str | int] = {}
@@ -306,7 +330,7 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
         limits["memory"] = requests["memory"] = options.memory
     return {
         "name": name,
-        "image": entry.reference,
+        "image": image,
         "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {"limits": limits, "requests": requests},
@@ -316,7 +340,11 @@ def _container(name: str, entry: LockEntry, options: JobOptions) -> dict[str, An
 
 
 def _pod(
-    container: dict[str, Any], options: JobOptions, volumes: list[dict[str, Any]], entry: LockEntry
+    container: dict[str, Any],
+    options: JobOptions,
+    volumes: list[dict[str, Any]],
+    entry: LockEntry,
+    index: LockIndex | None,
 ) -> dict[str, Any]:
     """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
     volumes = [
@@ -324,8 +352,8 @@ def _pod(
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         *volumes,
     ]
-    for index, claim in enumerate(options.claims):
-        volume = f"data-{index}"
+    for number, claim in enumerate(options.claims):
+        volume = f"data-{number}"
         container["volumeMounts"].append({"name": volume, "mountPath": claim.mount})
         volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.name}})
     pod: dict[str, Any] = {
@@ -337,8 +365,9 @@ def _pod(
     }
     if options.runtime_class:
         pod["runtimeClassName"] = options.runtime_class
-    if options.node_selector:
-        pod["nodeSelector"] = dict(options.node_selector)
+    selector = node_selector(entry, index, options)
+    if selector:
+        pod["nodeSelector"] = selector
     affinity = node_affinity(entry, options)
     if affinity is not None:
         pod["affinity"] = affinity
@@ -347,15 +376,16 @@ def _pod(
     return pod
 
 
-def job_manifest(entry: LockEntry, options: JobOptions) -> dict[str, Any]:
+def job_manifest(entry: LockEntry, options: JobOptions, index: LockIndex | None = None) -> dict[str, Any]:
+    """The Job that runs ``entry``'s checks; ``index``: the published index it is a platform of."""
     name = job_name(entry.cell)
     metadata = _metadata(name, entry, options, "gpu-check")
-    container = _container("check", entry, options)
+    container = _container("check", entry, options, image_of(entry, index))
     container["env"].append({"name": "HOME", "value": "/tmp"})  # as verification ran it
     # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
     # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
     container["args"] = list(options.command) or check_command(entry, options.gpus)
-    pod = {"restartPolicy": "Never", **_pod(container, options, [], entry)}
+    pod = {"restartPolicy": "Never", **_pod(container, options, [], entry, index)}
     spec: dict[str, Any] = {
         "backoffLimit": options.backoff_limit,
         "activeDeadlineSeconds": options.deadline_s,
@@ -396,7 +426,9 @@ mkdir -p {" ".join(FRONTEND.workspace_dirs)}
 """
 
 
-def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, Any]]:
+def frontend_manifests(
+    entry: LockEntry, options: JobOptions, index: LockIndex | None = None
+) -> list[dict[str, Any]]:
     """A front-end cell as a long-running service: Deployment (one replica, by digest, Pod Security
     'restricted', the secret from a Secret reference, never inline), a ClusterIP Service and,
     unless a claim is named, a PersistentVolumeClaim that holds the whole workspace (the home)."""
@@ -408,7 +440,7 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
     secret = options.secret or f"{name}-secret"
     variable, key = FRONTEND_SECRETS[frontend]
     port = FRONTEND.port(frontend)
-    container = _container(frontend, entry, options)
+    container = _container(frontend, entry, options, image_of(entry, index))
     container["env"].append({"name": variable, "value": f"{SECRET_DIR}/{key}"})
     container["env"].append({"name": "IMAGEKIT_STATE_DIR", "value": STATE_DIRS[frontend]})
     container["ports"] = [{"name": frontend, "containerPort": port}]
@@ -427,11 +459,11 @@ def frontend_manifests(entry: LockEntry, options: JobOptions) -> list[dict[str, 
         {"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o440}},
         {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
     ]
-    pod = _pod(container, options, volumes, entry)
+    pod = _pod(container, options, volumes, entry, index)
     pod["initContainers"] = [
         {
             "name": "workspace",
-            "image": entry.reference,
+            "image": container["image"],
             "imagePullPolicy": "IfNotPresent",
             "args": ["sh", "-c", WORKSPACE_INIT],  # behind the image's entrypoint, as the server
             "resources": {  # what the server asks for, but no GPU
@@ -511,12 +543,11 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def render_jobs(
-    entries: Mapping[str, LockEntry], options: JobOptions, frontends: Mapping[str, str | None]
-) -> dict[str, str]:
-    """File name -> YAML, for every entry (a Job, or a front end's workloads); raises before
-    anything is written. ``frontends``: which front end each cell serves, from the matrix (the
-    lock file is an editable record, never the word on what a cell is)."""
+def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, str | None]) -> dict[str, str]:
+    """File name -> YAML, for every image entry (a Job, or a front end's workloads), each by its
+    index's digest where it has one; raises before anything is written. ``frontends``: which
+    front end each cell serves, from the matrix (the lock file is an editable record, never the
+    word on what a cell is)."""
     for flag, value in (
         ("--runtime-class", options.runtime_class),
         ("--namespace", options.namespace),
@@ -530,6 +561,7 @@ def render_jobs(
     shm_size(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}
+    entries = published.images
     for cell in sorted(entries):
         frontend = frontends.get(cell)
         if frontend != entries[cell].frontend:
@@ -539,12 +571,13 @@ def render_jobs(
             )
         check_mounts(options, frontend is not None)
         entry = entries[cell]
+        index = published.index_of(cell)
         if frontend:
-            manifests = frontend_manifests(entry, options)
+            manifests = frontend_manifests(entry, options, index)
             name = manifests[0]["metadata"]["name"]
             text = yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False)
         else:
-            manifest = job_manifest(entry, options)
+            manifest = job_manifest(entry, options, index)
             name = manifest["metadata"]["name"]
             text = yaml.dump(manifest, Dumper=_Dumper, sort_keys=False)
         if name in made_by:  # one object would silently replace the other in the cluster

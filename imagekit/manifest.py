@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from imagekit import platforms
 from imagekit.errors import RegistryError, one_line
 from imagekit.naming import DIGEST
+from imagekit.platforms import Platform
 from imagekit.safetypes import parse_json
 from imagekit.text import shown
 
@@ -218,3 +220,65 @@ def artifact_manifest(
     }
     raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     return Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), OCI_MANIFEST, raw)
+
+
+# -- the image index publish writes: one entry per platform ------------------------------------------
+
+
+def image_index(entries: Sequence[tuple[Platform, Manifest]]) -> Manifest:
+    """An OCI image index of ``entries``, in the order given: each platform's manifest as the
+    registry holds it (its media type, digest and size, so the descriptor is exactly what a pull
+    by digest verifies) with the ``platform`` a client selects it by."""
+    body = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [
+            {
+                "mediaType": manifest.media_type,
+                "digest": manifest.digest,
+                "size": len(manifest.body),
+                "platform": {"architecture": platform.arch, "os": platform.os},
+            }
+            for platform, manifest in entries
+        ],
+    }
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), OCI_INDEX, raw)
+
+
+def check_index(index: Manifest, expected: Mapping[str, Manifest], where: str) -> None:
+    """Refuse (RegistryError, one line) an index read back that is not the one written: not an
+    OCI index, another number of entries, an entry for a platform imagekit does not know or names
+    twice, or one whose descriptor (media type, digest, size) is not the expected platform's
+    manifest. ``expected``: platform name -> the manifest its entry must name."""
+
+    def refuse(problem: str) -> NoReturn:
+        raise RegistryError(f"{where}: {problem}; the index read back is not the one published")
+
+    if index.media_type != OCI_INDEX:
+        refuse(f"a {shown(index.media_type)}, not an OCI image index")
+    entries = index._json().get("manifests")
+    if not isinstance(entries, list) or len(entries) != len(expected):
+        refuse(
+            f"it names {len(entries) if isinstance(entries, list) else 'no'} manifests, not {len(expected)}"
+        )
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        name = _entry_platform(entry)
+        if name is None or name in seen or name not in expected:
+            refuse(f"manifests[{i}] is for no expected platform, or for one named twice")
+        seen.add(name)
+        want = expected[name]
+        found = (entry.get("mediaType"), entry.get("digest"), entry.get("size"))
+        if found != (want.media_type, want.digest, len(want.body)) or type(entry.get("size")) is not int:
+            refuse(f"manifests[{i}] ({name}) names {shown(str(found[1]))}, not its manifest {want.digest}")
+
+
+def _entry_platform(entry: Any) -> str | None:
+    """The platform name (``linux/arm64``) an index entry is for, when imagekit knows it."""
+    described = entry.get("platform") if isinstance(entry, dict) else None
+    if not isinstance(described, dict) or set(described) != {"architecture", "os"}:
+        return None
+    arch, os_name = described.get("architecture"), described.get("os")
+    known = platforms.of_machine(arch) if isinstance(arch, str) else None
+    return known.name if known is not None and known.arch == arch and known.os == os_name else None

@@ -2,8 +2,9 @@
 
 Order of work, chosen so that a failure leaves nothing half-done:
 
-1. decide, from the build report alone, which cells may be published (policy, freshness, the
-   verified image is the built one, the verified digest is the staged one) before anything moves;
+1. decide, from the build report alone, which cells (and groups of platforms) may be published
+   (``imagekit.publish_policy``: policy, freshness, the verified image is the built one, the
+   verified digest is the staged one) before anything moves;
 2. check the registry answers. A cell that ``build --push`` staged already has its manifest in the
    registry: nothing to push, and no Docker engine is needed. Any other admitted image is pushed
    from the engine that holds it to its staging tag (docker moves the layers, once);
@@ -12,7 +13,9 @@ Order of work, chosen so that a failure leaves nothing half-done:
    cell whose staged manifest is gone or is not the verified image is refused here;
 4. promote each by digest (PUT the same bytes under each immutable tag, the moving readable tag
    last) and add it to the lock only when all its tags are written. No layer moves and the digest
-   is identical, so a tag can only ever name an image that passed.
+   is identical, so a tag can only ever name an image that passed. A group of platforms: each
+   image by digest (no tag of its own), one OCI image index of them PUT by digest and read back,
+   then its tags, readable last, then the lock (its entries and the index, in one write).
 
 A registry that stays down stops the run with exit 3; before step 4 nothing final was written, and
 a cell in the lock is always a cell whose every tag names its verified digest.
@@ -24,61 +27,44 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast, get_args
 
 import docker
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.attest import SigningKey
 from imagekit.cells import Cell, Plan
 from imagekit.clock import timestamp
 from imagekit.credentials import docker_auth_config
 from imagekit.engine import PushFailed, connect, inspect_image, push_as
 from imagekit.errors import EnvironmentProblem, RegistryError
-from imagekit.lockfile import LockEntry, merge_lock
-from imagekit.manifest import Manifest
+from imagekit.limits import TEXT_CHARS
+from imagekit.lockfile import IndexPlatform, LeftOut, LockEntry, LockIndex, merge_lock
+from imagekit.manifest import Manifest, image_index
+from imagekit.platforms import Platform
 from imagekit.provenance import provenance, verified_by
+from imagekit.publish_policy import Candidate, Group, Refusal, select, settle
 from imagekit.registry import Backoff, Registry, open_registry
 from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
-from imagekit.schema import Publish, PublishPolicy, ServedFrontend
-from imagekit.store import BuildReport, CellResult, Staged
-from imagekit.verification import Verification
-
-Level = Literal["validated", "checked", "built"]
-# What a policy admits, by what the image actually passed.
-ADMITS: Mapping[str, frozenset[str]] = {
-    "gpu-validated": frozenset({"validated"}),
-    "checked": frozenset({"validated", "checked"}),
-    "built": frozenset({"validated", "checked", "built"}),
-}
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A cell admitted for publishing, with its final tags."""
-
-    cell: str
-    image_id: str
-    input_digest: str
-    level: Level
-    tags: tuple[str, ...]
-    verification: Verification | None
-    staged: Staged | None = None  # where `build --push` staged it: promoted with no engine
-    base_image: str | None = None  # what the build's FROM named, and the digest it resolved to
-    base_digest: str | None = None
-
-
-@dataclass(frozen=True)
-class Refusal:
-    cell: str
-    reason: str
+from imagekit.schema import PublishPolicy, ServedFrontend
+from imagekit.store import BuildReport
+from imagekit.text import shown
+from imagekit.verification import clipped
 
 
 @dataclass(frozen=True)
 class Published:
     entry: LockEntry
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class PublishedIndex:
+    """A group published as one image index, with each of its platforms' entries."""
+
+    index: LockIndex
+    entries: tuple[LockEntry, ...]
     duration_s: float
 
 
@@ -95,117 +81,9 @@ class PublishOptions:
     signing_key: SigningKey | None = None
 
 
-def level_of(result: CellResult) -> Level | None:
-    """How far this image was verified; None when it must never be published."""
-    if result.status not in ("built", "skipped") or not result.image_id:
-        return None
-    verification = result.verification
-    if verification is None:
-        return "built"
-    if verification.verdict == "failed":
-        return None
-    return verification.verdict
-
-
-def _refusal_reason(result: CellResult | None, policy: str) -> str | None:
-    if result is None:
-        return "not in the build report; run `imagekit build` first"
-    if result.status not in ("built", "skipped") or not result.image_id or not result.input_digest:
-        return f"its build {result.status}"
-    verification = result.verification
-    staged = result.staged
-    ran_on = (result.image_id, *result.tags, *((staged.reference,) if staged else ()))
-    if verification is not None and verification.image not in ran_on:
-        return f"its verification ran on {verification.image}, not the built {result.image_id}; verify again"
-    level = level_of(result)
-    if level is None:
-        assert verification is not None
-        return f"it failed verification ({verification.error or _failed_names(verification)})"
-    if staged is not None and verification is not None and verification.image_digest != staged.digest:
-        return (
-            f"its verified digest ({verification.image_digest or 'unknown'}) is not its staged digest"
-            f" ({staged.digest}); run `imagekit verify --pull` on the staged image"
-        )
-    if level not in ADMITS[policy]:
-        what = "never verified" if level == "built" else "checked without a GPU"
-        return (
-            f"publish policy {policy} needs {' or '.join(sorted(ADMITS[policy]))}; it was {what}"
-            " (run `imagekit verify --gpus all`, or set publish.policy explicitly)"
-        )
-    return None
-
-
-def _failed_names(verification: Verification) -> str:
-    return ", ".join(c.name for c in verification.failed_checks()[:4]) or "no checks ran"
-
-
 def registry_side(candidate: Candidate, registry: str) -> bool:
     """Whether the candidate's manifest is already in ``registry`` (staged by ``build --push``)."""
     return candidate.staged is not None and candidate.staged.registry == registry
-
-
-_ANY_DAY = date(2000, 1, 1)  # for tag patterns without {date}, which no day changes
-
-
-def final_tags(cell: Cell, publish: Publish, result: CellResult, level: Level) -> tuple[str, ...] | None:
-    """The matrix's tags for the cell (readable first), suffixed by level, dated as the build was.
-
-    Derived from the matrix and the identity the build decided (input digest, build day, both
-    typed fields of the report), never copied from the report's tags and never rendered again.
-    None when a pattern needs the build day and the report (of an earlier release) has none.
-    """
-    patterns = publish.tags.immutable
-    dated = any("date" in naming.placeholders(pattern) for pattern in patterns)
-    day = result.built_on if dated else _ANY_DAY
-    if day is None or result.input_digest is None:
-        return None
-    tags = naming.immutable_tags(cell.readable_tag, patterns, day, result.input_digest)
-    return naming.published_tags(tags, level, cell.id)
-
-
-def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> tuple[list[Candidate], list[Refusal]]:
-    """Decide per cell, from the report alone, before anything is pushed.
-
-    Nothing is rendered: the report's input digest is what the build decided, and ``prepare``
-    checks it against the label of the image the registry holds before any tag moves.
-    """
-    by_id = {r.id: r for r in report.cells}
-    publish = plan.matrix.publish
-    admitted: list[Candidate] = []
-    refused: list[Refusal] = []
-    for cell in cells:
-        result = by_id.get(cell.id)
-        reason = _refusal_reason(result, publish.policy)
-        if reason is not None:
-            refused.append(Refusal(cell.id, reason))
-            continue
-        assert result is not None and result.image_id and result.input_digest
-        level = level_of(result)
-        assert level is not None
-        tags = final_tags(cell, publish, result, level)
-        if tags is None:
-            refused.append(
-                Refusal(
-                    cell.id,
-                    "the build report does not say which day the build dated its tags (a report of an"
-                    " earlier release); run `imagekit build` again, which re-tags it without rebuilding",
-                )
-            )
-            continue
-        admitted.append(
-            Candidate(
-                cell.id,
-                result.image_id,
-                result.input_digest,
-                level,
-                tags,
-                result.verification,
-                result.staged,
-                result.base_image,
-                result.base_digest,
-            )
-        )
-    return admitted, refused
 
 
 # -- pushing and promoting ------------------------------------------------------------------------------
@@ -286,12 +164,14 @@ class Publisher:
             where = naming.reference(name, tag)
             raise EnvironmentProblem(f"pushing {candidate.cell} to {where} failed: {failed}") from None
 
-    def prepare(self, staged: _Staged) -> _Ready:
-        """Everything short of a final tag: the manifest by digest, its image, its blobs in place."""
+    def prepare(self, staged: _Staged, in_index: bool = False) -> _Ready:
+        """Everything short of a final tag: the manifest by digest, its image, its blobs in place.
+        ``in_index``: a platform of a group's index, which must be a single image."""
         candidate = staged.candidate
         where = naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)
         manifest = self.registry.get_manifest(staged.source, staged.digest)
-        manifest.check_promotable(where)  # before any blob or tag moves: what is promoted is checked
+        # before any blob or tag moves: what is promoted is checked
+        manifest.check_promotable(where, image_only=in_index)
         children: list[Manifest] = []
         images = [manifest]
         for child in manifest.children:
@@ -310,7 +190,9 @@ class Publisher:
         labels: Mapping[str, str] = {}
         if candidate.image_id in configs:
             config = json.loads(self.registry.get_blob(staged.source, candidate.image_id))
-            found = (config.get("config") or {}).get("Labels") if isinstance(config, dict) else None
+            config = config if isinstance(config, dict) else {}
+            _check_platform(where, config, platforms.get(candidate.platform))
+            found = (config.get("config") or {}).get("Labels")
             labels = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
         built_from = labels.get(naming.INPUT_DIGEST_LABEL)
         if built_from != candidate.input_digest:
@@ -436,51 +318,125 @@ class Publisher:
             check_script=script if script and SCRIPT_PATH.problem(script) is None else None,
             frontend=frontend,
             provenance=provenance(candidate.verification, staged, digest),
+            platform=candidate.platform,
         )
+
+    def publish_one(self, ready: _Ready) -> Published:
+        """A group of one: its image under its final tags, then its lock entry."""
+        started = time.monotonic()
+        try:
+            self.promote(ready)
+            entry = self.entry(ready)
+            self.carry_referrers(ready)
+            self.attach(ready, entry)
+        except RegistryError as exc:
+            raise EnvironmentProblem(str(exc)) from None
+        # After each cell, so the lock names every tag that exists even if a later cell fails.
+        merge_lock(self.options.lock_path, {entry.cell: entry})
+        return Published(entry, ready.staged.seconds + time.monotonic() - started)
+
+    def publish_group(self, group: Group, ready: Mapping[str, _Ready]) -> PublishedIndex:
+        """A group of platforms: each image by digest in the target repository (no tag of its
+        own), then one index of them, read back and checked by digest before any tag names it;
+        the immutable tags, then the readable one, then the lock. An index that does not read
+        back as written moves no tag."""
+        started = time.monotonic()
+        members = [ready[m.cell] for m in group.members]
+        repository = self.options.repository
+        expected: dict[str, Manifest] = {m.platform: ready[m.cell].manifest for m in group.members}
+        index = image_index([(platforms.get(name), manifest) for name, manifest in expected.items()])
+        tags = group.tags
+        try:
+            for item in members:
+                self.registry.put_manifest(repository, item.manifest.digest, item.manifest)
+            self.registry.put_manifest(repository, index.digest, index)
+            self.registry.read_back_index(repository, index.digest, index, expected)
+            for tag in (*tags[1:], tags[0]):  # the moving readable tag last, as for one image
+                self.registry.put_manifest(repository, tag, index)
+            self.registry.read_back_index(repository, tags[0], index, expected)
+            entries = tuple(self.entry(item) for item in members)
+            for item, entry in zip(members, entries, strict=True):
+                self.carry_referrers(item)
+                self.attach(item, entry)
+        except RegistryError as exc:
+            raise EnvironmentProblem(str(exc)) from None
+        record = LockIndex(
+            group=group.tag,
+            registry=self.options.registry,
+            repository=self.target,
+            digest=index.digest,
+            tags=tags,
+            input_digest=group.input_digest,
+            policy=self.policy,
+            level=group.level,
+            published_at=timestamp(),
+            platforms={e.platform: IndexPlatform(e.cell, e.digest, e.level) for e in entries},
+            missing={x.platform: LeftOut(x.cell, clipped(x.reason, TEXT_CHARS)) for x in group.missing},
+        )
+        merge_lock(self.options.lock_path, {e.cell: e for e in entries}, {group.tag: record})
+        seconds = max(item.staged.seconds for item in members)
+        return PublishedIndex(record, entries, seconds + time.monotonic() - started)
 
     def run(
         self,
         candidates: Sequence[Candidate],
-        on_published: Callable[[Published], None] = lambda _: None,
+        on_published: Callable[[Published | PublishedIndex], None] = lambda _: None,
         on_refused: Callable[[Refusal], None] = lambda _: None,
-    ) -> tuple[list[Published], list[Refusal]]:
+        groups: Sequence[Group] = (),
+    ) -> tuple[list[Published | PublishedIndex], list[Refusal]]:
+        """Stage and prepare every image (``candidates`` alone, each group's platforms), then
+        publish: each single image, then each group whose platforms are ready (all of them, or
+        with ``partial`` those that are)."""
         self.registry.ping()
-        staged: list[_Staged] = []
-        for candidate in candidates:
-            started = time.monotonic()
-            if registry_side(candidate, self.options.registry):
-                assert candidate.staged is not None
-                staged.append(_Staged(candidate, candidate.staged.repository, candidate.staged.digest, 0.0))
-                continue
-            digest = self.stage(candidate)
-            where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
-            self.say(f"staged {candidate.cell} as {where}")
-            staged.append(_Staged(candidate, self.staging, digest, time.monotonic() - started))
-        ready: list[_Ready] = []
-        refused: list[Refusal] = []
+        members = [m for g in groups for m in g.members]
+        here, gone = self.present([*candidates, *members])
+        failed = {r.cell: r.reason for r in gone}
+        staged = [self._staged(c) for c in here]
+        in_index = {m.cell for m in members}
+        ready: dict[str, _Ready] = {}
         for pending in staged:
+            cell = pending.candidate.cell
             try:
-                ready.append(self.prepare(pending))
+                ready[cell] = self.prepare(pending, in_index=cell in in_index)
             except RegistryError as exc:
-                refusal = Refusal(pending.candidate.cell, f"{exc}; nothing promoted for this cell")
+                failed[cell] = f"{exc}; nothing promoted for this cell"
+        refused = [Refusal(c.cell, failed[c.cell]) for c in candidates if c.cell in failed]
+        for refusal in refused:
+            on_refused(refusal)
+        published: list[Published | PublishedIndex] = []
+        for candidate in candidates:
+            if candidate.cell in ready:
+                published.append(self.publish_one(ready[candidate.cell]))
+                on_published(published[-1])
+        for group in groups:
+            settled, turned = settle(group, failed)
+            for refusal in turned:
                 refused.append(refusal)
                 on_refused(refusal)
-        published: list[Published] = []
-        for item in ready:
-            started = time.monotonic()
-            try:
-                self.promote(item)
-                entry = self.entry(item)
-                self.carry_referrers(item)
-                self.attach(item, entry)
-            except RegistryError as exc:
-                raise EnvironmentProblem(str(exc)) from None
-            # After each cell, so the lock names every tag that exists even if a later cell fails.
-            merge_lock(self.options.lock_path, {entry.cell: entry})
-            done = Published(entry, item.staged.seconds + time.monotonic() - started)
-            published.append(done)
-            on_published(done)
+            if settled is not None:
+                published.append(self.publish_group(settled, ready))
+                on_published(published[-1])
         return published, refused
+
+    def _staged(self, candidate: Candidate) -> _Staged:
+        """The candidate's manifest in the registry: staged by `build --push`, or pushed now."""
+        if registry_side(candidate, self.options.registry):
+            assert candidate.staged is not None
+            return _Staged(candidate, candidate.staged.repository, candidate.staged.digest, 0.0)
+        started = time.monotonic()
+        digest = self.stage(candidate)
+        where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
+        self.say(f"staged {candidate.cell} as {where}")
+        return _Staged(candidate, self.staging, digest, time.monotonic() - started)
+
+
+def _check_platform(where: str, config: Mapping[str, Any], platform: Platform) -> None:
+    """The image config's platform (required by the OCI image spec) must be the cell's: an index
+    entry, a Kubernetes node selector and the lock say so on its word."""
+    found = (config.get("os"), config.get("architecture"))
+    if found != (platform.os, platform.arch):
+        said = "/".join(str(x) for x in found) if all(isinstance(x, str) for x in found) else "no platform"
+        raise RegistryError(f"{where} is an image for {shown(said)}, not the cell's {platform.name}")
 
 
 def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
@@ -491,8 +447,10 @@ def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) ->
 class PublishRun:
     """What one ``imagekit publish`` did (or, dry, would do)."""
 
-    candidates: tuple[Candidate, ...]
+    singles: tuple[Candidate, ...]  # published (or, dry, to publish) as an image alone
+    groups: tuple[Group, ...]  # published (or, dry, to publish) as an image index
     published: tuple[Published, ...]
+    indexes: tuple[PublishedIndex, ...]
     refused: tuple[Refusal, ...]
 
 
@@ -504,33 +462,37 @@ def publish_cells(
     say: Callable[[str], None],
     on_retry: Callable[[str], None],
     on_refused: Callable[[Refusal], None],
-    on_published: Callable[[Published], None],
+    on_published: Callable[[Published | PublishedIndex], None],
 ) -> PublishRun:
     """Decide from the report, then (unless dry) push, stage and promote what was admitted.
 
     ``say`` hears progress, ``on_retry`` each retried registry request, ``on_refused`` and
-    ``on_published`` each cell's outcome as it is known.
+    ``on_published`` each cell's (or group's) outcome as it is known.
     """
-    candidates, refused = select(plan, cells, report)
-    for refusal in refused:
+    selection = select(plan, cells, report)
+    for refusal in selection.refused:
         on_refused(refusal)
-    if options.dry_run or not candidates:
-        return PublishRun(tuple(candidates), (), tuple(refused))
+    if options.dry_run or not selection.candidates:
+        return PublishRun(selection.singles, selection.groups, (), (), selection.refused)
     client = connect_registry(options.registry, options.backoff, on_retry)
     try:
         # The engine only when some image was not staged by `build --push`: with every cell
         # staged, publishing runs where there is no Docker at all.
-        engine_needed = not all(registry_side(c, options.registry) for c in candidates)
+        engine_needed = not all(registry_side(c, options.registry) for c in selection.candidates)
         publisher = Publisher(
             connect() if engine_needed else None, client, options, plan.matrix.publish.policy, say
         )
-        candidates, missing = publisher.present(candidates)
-        for refusal in missing:
-            on_refused(refusal)
-        published, unready = publisher.run(candidates, on_published, on_refused)
+        done, unready = publisher.run(selection.singles, on_published, on_refused, selection.groups)
     finally:
         client.close()
-    done = {p.entry.cell for p in published}
+    published = tuple(d for d in done if isinstance(d, Published))
+    indexes = tuple(d for d in done if isinstance(d, PublishedIndex))
+    cells_done = {p.entry.cell for p in published}
+    groups_done = {i.index.group for i in indexes}
     return PublishRun(
-        tuple(c for c in candidates if c.cell in done), tuple(published), (*refused, *missing, *unready)
+        tuple(c for c in selection.singles if c.cell in cells_done),
+        tuple(g for g in selection.groups if g.tag in groups_done),
+        published,
+        indexes,
+        (*selection.refused, *unready),
     )

@@ -43,6 +43,7 @@ from imagekit.manifest import (
     OCI_INDEX,
     Manifest,
     Referrer,
+    check_index,
     referrers_tag,
 )
 from imagekit.naming import DIGEST
@@ -181,6 +182,21 @@ class Registry(Transport):
                 f"registry {self.host} stored {repository}:{tag} as {stored}, not {manifest.digest}"
             )
         return answer
+
+    def read_back_index(
+        self, repository: str, reference: str, index: Manifest, expected: Mapping[str, Manifest]
+    ) -> None:
+        """GET ``reference`` (a tag or the digest just written) and check that it is ``index`` and
+        that each entry resolves, in ``repository`` itself, to the manifest ``expected`` names for
+        its platform: a pull through the index gets exactly the promoted images."""
+        where = f"registry {self.host}: {repository}:{reference}"
+        found = self.get_manifest(repository, reference)
+        if found.digest != index.digest:
+            raise RegistryError(f"{where} names {found.digest}, not the index {index.digest} just written")
+        check_index(found, expected, where)
+        for manifest in expected.values():
+            # by digest: get_manifest checks the bytes against it, so nothing else can answer
+            self.get_manifest(repository, manifest.digest)
 
     # -- OCI 1.1 artifacts and their referrers ---------------------------------------------------
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from imagekit.store import STATUSES, BuildReport, CellResult
 from imagekit.text import printable
 from imagekit.verification import GpuFigures
+
+if TYPE_CHECKING:
+    from imagekit.lockfile import Lock
 
 _MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]|~])")
 
@@ -87,14 +91,35 @@ def rows(report: BuildReport) -> list[tuple[str, ...]]:
     return out
 
 
+PUBLISHED_HEADERS = ("published as", "digest", "platforms", "left out")
+
+
+def published_rows(lock: Lock) -> list[tuple[str, ...]]:
+    """What the lock says was published: each index with its platforms (cell, verdict) and the
+    platforms it left out (and why), then each image published alone with its platform."""
+    out: list[tuple[str, ...]] = []
+    in_index = {p.cell for index in lock.indexes.values() for p in index.platforms.values()}
+    for group in sorted(lock.indexes):
+        index = lock.indexes[group]
+        held = "; ".join(f"{name}: {p.cell} ({p.verdict})" for name, p in index.platforms.items())
+        left = "; ".join(f"{name}: {m.cell} ({m.reason})" for name, m in index.missing.items())
+        out.append((f"{index.tags[0]} (index)", index.digest[:19], held, left or "-"))
+    for cell in sorted(set(lock.images) - in_index):
+        entry = lock.images[cell]
+        shown_as = entry.tags[0] if entry.tags else cell
+        out.append((shown_as, entry.digest[:19], f"{entry.platform}: {cell} ({entry.level})", "-"))
+    return [tuple(printable(value) for value in row) for row in out]
+
+
 def summary_line(report: BuildReport) -> str:
     counts = report.counts()
     parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
     return f"{len(report.cells)} cells: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
 
 
-def markdown(report: BuildReport) -> str:
-    """A GitHub job summary: a table, then each failure's last lines in a details block."""
+def markdown(report: BuildReport, lock: Lock | None = None) -> str:
+    """A GitHub job summary: a table, then each failure's last lines in a details block, then
+    what ``lock`` says was published (when it names anything)."""
 
     lines = [
         f"### imagekit build: {markdown_text(report.matrix)}",
@@ -114,4 +139,9 @@ def markdown(report: BuildReport) -> str:
             fence = "`" * max(3, longest + 1)
             lines += ["", f"<details><summary>{summary}</summary>", ""]
             lines += [fence, *tail, fence, "", "</details>"]
+    published = published_rows(lock) if lock is not None else []
+    if published:
+        lines += ["", "#### published", "", "| " + " | ".join(PUBLISHED_HEADERS) + " |"]
+        lines.append("|" + "---|" * len(PUBLISHED_HEADERS))
+        lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in published]
     return "\n".join(lines) + "\n"

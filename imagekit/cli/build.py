@@ -15,6 +15,7 @@ from imagekit.cli.app import (
     DEFAULT_STATE_DIR,
     GpusOption,
     JsonOption,
+    LockOption,
     MatrixOption,
     OnlyOption,
     RegistryOption,
@@ -206,8 +207,10 @@ def report(
             help="Also write one self-contained HTML page of the report here.",
         ),
     ] = None,
+    lock: LockOption = DEFAULT_LOCK,
 ) -> None:
-    """Print the last build's report as a table; exit 1 when a cell failed.
+    """Print the last build's report as a table, and what the lock says was published (each
+    image index's platforms and the ones it left out); exit 1 when a cell failed.
 
     Example: imagekit report --markdown >> "$GITHUB_STEP_SUMMARY"
     Example: imagekit report --html site/index.html
@@ -217,21 +220,24 @@ def report(
     from rich.text import Text
 
     from imagekit import report_text
+    from imagekit.lockfile import read_lock
     from imagekit.store import check_output_path, read_report
 
     if html is not None:
-        check_output_path(html, state_dir, "--html", DEFAULT_LOCK)
+        for kept in {DEFAULT_LOCK, lock}:  # the default lock, and the one --lock names
+            check_output_path(html, state_dir, "--html", kept)
     the_report = read_report(state_dir)
+    published = read_lock(lock)  # an absent lock: nothing published yet
     if html is not None:
         from imagekit.atomic import atomic_write
         from imagekit.html_report import render_html
 
-        atomic_write(html, render_html(the_report))
+        atomic_write(html, render_html(the_report, published))
         typer.echo(f"imagekit: HTML report: {html}", err=True)
     if as_json:
         typer.echo(json.dumps(the_report.as_json(), indent=2, sort_keys=True))
     elif markdown:
-        typer.echo(report_text.markdown(the_report), nl=False)
+        typer.echo(report_text.markdown(the_report, published), nl=False)
     else:
         table = Table(box=None, header_style="bold")
         for header in report_text.ROW_HEADERS:
@@ -242,6 +248,14 @@ def report(
         console = Console(width=None if sys.stdout.isatty() else 200)
         console.print(table)
         console.print(Text(report_text.summary_line(the_report)))
+        rows = report_text.published_rows(published)
+        if rows:
+            listed = Table(box=None, header_style="bold", title="published", title_justify="left")
+            for header in report_text.PUBLISHED_HEADERS:
+                listed.add_column(header, overflow="fold")
+            for row in rows:
+                listed.add_row(*(Text(value) for value in row))
+            console.print(listed)
     if the_report.failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
 

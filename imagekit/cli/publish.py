@@ -31,7 +31,8 @@ from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_INT32
 
 if TYPE_CHECKING:
-    from imagekit.lockfile import LockEntry
+    from imagekit.lockfile import LockEntry, LockIndex
+    from imagekit.publish import PublishRun
     from imagekit.schema import Publish
 
 RequireAttestationOption = Annotated[
@@ -79,13 +80,16 @@ def publish(
     A cell that `build --push` staged is promoted in the registry alone (no Docker engine needed
     when every selected cell is staged); any other is pushed to a staging tag first. Only when
     every cell is staged and checked are the readable and immutable tags written, as the same
-    manifest by digest. Exit 1 when a cell was refused.
+    manifest by digest. The platforms of one readable tag (linux/amd64, linux/arm64) are
+    published as one OCI image index of their digests, only when every platform passes the
+    policy (publish.partial_index: true publishes those that do). Exit 1 when a cell was refused.
 
     Example: imagekit publish --matrix matrix.yaml --registry ghcr.io --dry-run
     """
     from imagekit import naming
     from imagekit.lockfile import read_lock
-    from imagekit.publish import Published, PublishOptions, Refusal, publish_cells
+    from imagekit.publish import Published, PublishedIndex, PublishOptions, publish_cells
+    from imagekit.publish_policy import Refusal
     from imagekit.registry import Backoff
     from imagekit.store import check_output_path, open_store, read_report
 
@@ -119,11 +123,19 @@ def publish(
     def refused(refusal: Refusal) -> None:
         say("refused", f"{refusal.cell}: {refusal.reason}")
 
-    def published(done: Published) -> None:
-        if not as_json:
-            entry = done.entry
-            typer.echo(f"{entry.cell:<50} {entry.reference}")
-            typer.echo(f"    {entry.level}; tags {', '.join(entry.tags)} ({done.duration_s:.1f}s)")
+    def published(done: Published | PublishedIndex) -> None:
+        if as_json:
+            return
+        record: LockEntry | LockIndex
+        if isinstance(done, PublishedIndex):
+            record = done.index
+            left = f"; left out: {', '.join(record.missing)}" if record.missing else ""
+            typer.echo(f"{record.group:<50} {record.reference}")
+            typer.echo(f"    index of {', '.join(record.platforms)}{left}")
+        else:
+            record = done.entry
+            typer.echo(f"{record.cell:<50} {record.reference}")
+        typer.echo(f"    {record.level}; tags {', '.join(record.tags)} ({done.duration_s:.1f}s)")
 
     with contextlib.ExitStack() as held:
         # a dry run only reads: it takes no lock and makes no state directory (a read-only
@@ -141,22 +153,44 @@ def publish(
         )
     target = naming.repository(host, settings.repository)
     if dry_run and not as_json:
-        for candidate in run.candidates:
+        for candidate in run.singles:
             typer.echo(f"would publish {candidate.cell} ({candidate.level}) as {target}:")
             typer.echo(f"    {', '.join(candidate.tags)}")
+        for group in run.groups:
+            typer.echo(f"would publish index {group.tag} ({group.level}) as {target}:")
+            left = f"; left out: {', '.join(m.platform for m in group.missing)}" if group.missing else ""
+            typer.echo(f"    of {', '.join(f'{m.platform} ({m.cell})' for m in group.members)}{left}")
+            typer.echo(f"    {', '.join(group.tags)}")
     if as_json:
-        entries: list[dict[str, Any]] = (
-            [{"cell": c.cell, "level": c.level, "tags": list(c.tags)} for c in run.candidates]
-            if dry_run
-            else [p.entry.as_json() for p in run.published]
-        )
-        refusals = [{"cell": r.cell, "reason": r.reason} for r in run.refused]
-        document = {"dry_run": dry_run, "published": entries, "refused": refusals}
-        typer.echo(json.dumps(document, indent=2, sort_keys=True))
+        typer.echo(json.dumps(_run_document(run, dry_run), indent=2, sort_keys=True))
     verb = "would publish" if dry_run else "published"
-    typer.echo(f"imagekit: {verb} {len(run.candidates)}, refused {len(run.refused)}; lock: {lock}", err=True)
+    count = len(run.singles) + len(run.groups)
+    typer.echo(f"imagekit: {verb} {count}, refused {len(run.refused)}; lock: {lock}", err=True)
     if run.refused:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+def _run_document(run: PublishRun, dry_run: bool) -> dict[str, Any]:
+    """``publish --json``: what was published (or, dry, would be), each index and each refusal."""
+    entries: list[dict[str, Any]]
+    indexes: list[dict[str, Any]]
+    if dry_run:
+        entries = [{"cell": c.cell, "level": c.level, "tags": list(c.tags)} for c in run.singles]
+        indexes = [
+            {
+                "group": g.tag,
+                "level": g.level,
+                "tags": list(g.tags),
+                "platforms": {m.platform: m.cell for m in g.members},
+                "missing": {m.platform: m.cell for m in g.missing},
+            }
+            for g in run.groups
+        ]
+    else:
+        entries = [p.entry.as_json() for p in run.published]
+        indexes = [{**i.index.as_json(), "entries": [e.as_json() for e in i.entries]} for i in run.indexes]
+    refusals = [{"cell": r.cell, "reason": r.reason} for r in run.refused]
+    return {"dry_run": dry_run, "published": entries, "indexes": indexes, "refused": refusals}
 
 
 @app.command()
@@ -180,13 +214,13 @@ def images(
 
     if not lock.exists():
         raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
-    entries = read_lock(lock)
-    chosen = select_ids(sorted(entries), only or [], str(lock))
+    published = read_lock(lock)
+    chosen = published.only(select_ids(sorted(published.images), only or [], str(lock)))
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
-        require_attested({c: entries[c] for c in chosen}, require_attestation, attestation_policy)
-    typer.echo(render_lock({c: entries[c] for c in chosen}, output_format), nl=False)
+        require_attested(dict(chosen.images), require_attestation, attestation_policy)
+    typer.echo(render_lock(chosen, output_format), nl=False)
 
 
 @app.command()
@@ -303,7 +337,9 @@ def k8s(
     from imagekit.lockfile import entries_for, read_lock
 
     the_plan, cells = select_cells(matrix, only)
-    entries = entries_for(read_lock(lock), [c.id for c in cells], the_plan.matrix.publish.repository, lock)
+    matrix_platforms = {c.id: c.platform for c in cells}
+    published = entries_for(read_lock(lock), matrix_platforms, the_plan.matrix.publish.repository, lock)
+    entries = published.images
     argv = _command_argv(command)
     options = kube.JobOptions(
         gpus=gpus,
@@ -328,8 +364,8 @@ def k8s(
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
-        require_attested(entries, require_attestation, attestation_policy)
-    files = kube.render_jobs(entries, options, {c.id: frontend_of(c) for c in cells})
+        require_attested(dict(entries), require_attestation, attestation_policy)
+    files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
     if policy_key is not None:
         from imagekit.admission import KYVERNO_POLICY_FILE
 

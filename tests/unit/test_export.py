@@ -27,7 +27,8 @@ def test_github_format_is_one_line_of_every_cell() -> None:
     plan = load_plan(REPO / "matrix.yaml")
     assert [e["id"] for e in document["include"]] == [c.id for c in plan.cells]
     first = document["include"][0]
-    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os", "platform"}
+    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os", "platform", "arch"}
+    assert (first["platform"], first["arch"]) == (plan.cells[0].platform, "amd64")
     assert all(isinstance(v, str) for e in document["include"] for v in e.values())
 
 
@@ -59,7 +60,7 @@ def test_json_format_carries_tags_digests_and_build_labels() -> None:
         item = rendered[entry["id"]]
         assert entry["input_digest"] == item.input_digest
         assert entry["build_labels"] == item.build_labels()
-        assert entry["tags"][0].endswith(":" + item.cell.image_tag)
+        assert entry["tags"][0].endswith(":" + item.cell.readable_tag)
         assert entry["tags"][0].startswith(document["repository"] + ":")
 
 
@@ -175,6 +176,7 @@ def test_cuda_base_fixture_renders(write_matrix: Callable[[str], Path]) -> None:
                 "base": "cuda",
                 "os": "ubuntu22.04",
                 "platform": "linux/amd64",
+                "arch": "amd64",
             }
         ]
     }

@@ -13,7 +13,7 @@ import yaml
 
 from imagekit.errors import InputError
 from imagekit.k8s import Claim, JobOptions, Toleration, job_name, parse_node_selector, render_jobs, write_jobs
-from imagekit.lockfile import LockEntry, merge_lock
+from imagekit.lockfile import Lock, LockEntry, merge_lock
 from imagekit.matrix import load_plan
 from tests.conftest import REPO, run_cli
 from tests.unit.report_samples import LOCK_DIGEST as DIGEST
@@ -22,7 +22,7 @@ from tests.unit.report_samples import lock_entry as entry
 
 def render(entries: dict[str, LockEntry], options: JobOptions) -> dict[str, str]:
     """render_jobs with each cell's front end as the matrix gives it (here: as the lock says)."""
-    return render_jobs(entries, options, {cell: e.frontend for cell, e in entries.items()})
+    return render_jobs(Lock(entries), options, {cell: e.frontend for cell, e in entries.items()})
 
 
 def test_k8s_options_are_checked() -> None:
@@ -243,7 +243,7 @@ def test_two_claims_on_one_path_are_refused_and_disjoint_ones_pass() -> None:
 def test_what_a_cell_is_comes_from_the_matrix_not_the_lock() -> None:
     edited = {"c-ssh": entry("c-ssh", frontend=None)}  # an ssh cell the lock calls a plain image
     with pytest.raises(InputError, match="the lock file says front end none, the matrix ssh"):
-        render_jobs(edited, JobOptions(), {"c-ssh": "ssh"})
+        render_jobs(Lock(edited), JobOptions(), {"c-ssh": "ssh"})
 
 
 def test_two_cells_that_would_be_one_kubernetes_object_are_refused() -> None:

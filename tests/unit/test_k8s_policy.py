@@ -24,7 +24,7 @@ import yaml
 
 from imagekit.cells import frontend_of
 from imagekit.k8s import Claim, JobOptions, Toleration, render_jobs, write_jobs
-from imagekit.lockfile import LockEntry
+from imagekit.lockfile import Lock, LockEntry
 from imagekit.matrix import load_plan
 from tests.conftest import REPO
 from tests.unit.report_samples import lock_entry
@@ -59,10 +59,12 @@ def _manifests(options: JobOptions) -> dict[str, str]:
         plan = load_plan(REPO / matrix)
         repository = f"{plan.matrix.publish.registry}/{plan.matrix.publish.repository}"
         entries: dict[str, LockEntry] = {
-            c.id: replace(lock_entry(c.id, frontend=frontend_of(c)), repository=repository)
+            c.id: replace(
+                lock_entry(c.id, frontend=frontend_of(c)), repository=repository, platform=c.platform
+            )
             for c in plan.cells
         }
-        files.update(render_jobs(entries, options, {c.id: frontend_of(c) for c in plan.cells}))
+        files.update(render_jobs(Lock(entries), options, {c.id: frontend_of(c) for c in plan.cells}))
     return files
 
 

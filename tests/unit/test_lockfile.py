@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from imagekit.errors import InputError
 from imagekit.k8s import JobOptions, job_manifest
-from imagekit.lockfile import as_document, merge_lock, read_lock, render_lock
+from imagekit.lockfile import Lock, as_document, merge_lock, read_lock, render_lock
 from tests.conftest import run_cli
 from tests.unit.report_samples import LOCK_DIGEST
 from tests.unit.report_samples import lock_entry as entry
@@ -31,8 +31,9 @@ def test_lock_merges_per_cell_and_round_trips(tmp_path: Path) -> None:
     merge_lock(path, {"b": entry("b", verified=False)})
     merge_lock(path, {"a": entry("a", digest="sha256:" + "00" * 32)})
     lock = read_lock(path)
-    assert sorted(lock) == ["a", "b"] and lock["a"].digest.endswith("00" * 32)
-    assert lock["b"] == entry("b", verified=False) and lock["a"].verification == entry().verification
+    images = lock.images
+    assert sorted(images) == ["a", "b"] and images["a"].digest.endswith("00" * 32)
+    assert images["b"] == entry("b", verified=False) and images["a"].verification == entry().verification
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
     env = render_lock(lock, "env")
     assert "IMAGEKIT_IMAGE_A=ghcr.io/acme/pytorch@sha256:" in env
@@ -88,11 +89,12 @@ def test_provenance_round_trips_and_says_whether_the_digests_agree(tmp_path: Pat
         "staged": entry().digest, "verified": entry().digest, "promoted": entry().digest, "equal": True
     }  # fmt: skip
     assert document["images"]["b"]["provenance"] is None
-    assert read_lock(path)["a"] == entry("a")
-    # A lock written before provenance existed still reads.
-    del document["images"]["a"]["provenance"]
+    assert read_lock(path).images["a"] == entry("a")
+    # A lock written before provenance (or platforms, or indexes) existed still reads.
+    del document["images"]["a"]["provenance"], document["images"]["a"]["platform"], document["indexes"]
     path.write_text(json.dumps(document))
-    assert read_lock(path)["a"].provenance is None
+    assert read_lock(path).images["a"].provenance is None
+    assert read_lock(path).images["a"].platform == "linux/amd64"
 
 
 # -- a hostile lock: its values go into shell lines and Kubernetes Jobs ------------------------------------
@@ -100,7 +102,7 @@ def test_provenance_round_trips_and_says_whether_the_digests_agree(tmp_path: Pat
 
 def _lock(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     path = tmp_path / "images.lock.json"
-    document = as_document({"torch2.1.2-cu121": entry()})
+    document = as_document(Lock({"torch2.1.2-cu121": entry()}))
     change(document["images"]["torch2.1.2-cu121"])
     path.write_text(json.dumps(document))
     return path
@@ -193,7 +195,7 @@ def test_env_lines_are_safe_to_eval(tmp_path: Path) -> None:
 
 def test_two_cells_of_one_variable_are_refused_in_env_lines() -> None:
     with pytest.raises(InputError, match=r"cells a-b and a\.b are one variable \(IMAGEKIT_IMAGE_A_B\)"):
-        render_lock({"a-b": entry("a-b"), "a.b": entry("a.b")}, "env")
+        render_lock(Lock({"a-b": entry("a-b"), "a.b": entry("a.b")}), "env")
 
 
 def test_images_only_matching_nothing_is_exit_2(tmp_path: Path) -> None:
@@ -217,16 +219,16 @@ def test_any_value_in_any_field_reads_or_is_one_input_error(
 ) -> None:
     path = _lock(tmp_path_factory.mktemp("lock"), _set(field, value))
     try:
-        entries = read_lock(path)
+        lock = read_lock(path)
     except InputError as exc:
         assert exc.message.startswith(f"{path}: ") and "\n" not in exc.message
     else:
         # accepted values are what the types promise: the shell and the Job stay safe
-        for line in render_lock(entries, "env").splitlines():
+        for line in render_lock(lock, "env").splitlines():
             name, _, value_text = line.partition("=")
             assert re.fullmatch(r"IMAGEKIT_IMAGE_[A-Z0-9_]+", name)
-            assert shlex.split(value_text) == [entries["torch2.1.2-cu121"].reference]
-        job_manifest(entries["torch2.1.2-cu121"], JobOptions())
+            assert shlex.split(value_text) == [lock.images["torch2.1.2-cu121"].reference]
+        job_manifest(lock.images["torch2.1.2-cu121"], JobOptions())
 
 
 @settings(max_examples=200, deadline=2000, derandomize=True)

@@ -15,7 +15,7 @@ import pytest
 from imagekit.cells import Cell
 from imagekit.errors import EnvironmentProblem
 from imagekit.matrix import load_plan
-from imagekit.publish import ADMITS, final_tags, level_of
+from imagekit.publish_policy import ADMITS, Candidate, Selection, final_tags, level_of
 from imagekit.schema import Publish
 from imagekit.store import CellResult
 from imagekit.verification import CheckRecord, Verification
@@ -140,12 +140,12 @@ def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tm
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             pass
 
-        def present(self, candidates: Any) -> Any:
+        def run(self, *args: Any) -> Any:
             raise EnvironmentProblem("registry down")
 
-    candidate = publishing.Candidate("c", "sha256:img", "f" * 64, "validated", ("t",), None)
+    candidate = Candidate("c", "sha256:img", "f" * 64, "validated", ("t",), None)
     monkeypatch.setattr(store, "read_previous", lambda _: object())
-    monkeypatch.setattr(publishing, "select", lambda *_: ([candidate], []))
+    monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
     monkeypatch.setattr(publishing, "connect_registry", lambda *_: FakeRegistry())
     monkeypatch.setattr(publishing, "Publisher", FakePublisher)
     monkeypatch.setattr(publishing, "connect", lambda **_: object())
@@ -177,14 +177,14 @@ def staged_result(verdict: str | None, verified_digest: str | None = STAGED_DIGE
 
 
 def test_a_verified_digest_other_than_the_staged_one_is_refused() -> None:
-    from imagekit.publish import _refusal_reason
+    from imagekit.publish_policy import refusal_reason
 
-    assert _refusal_reason(staged_result("checked"), "checked") is None
-    wrong = _refusal_reason(staged_result("checked", "sha256:" + "6" * 64), "checked")
+    assert refusal_reason(staged_result("checked"), "checked") is None
+    wrong = refusal_reason(staged_result("checked", "sha256:" + "6" * 64), "checked")
     assert wrong is not None and "is not its staged digest" in wrong and "verify --pull" in wrong
-    unknown = _refusal_reason(staged_result("checked", None), "checked")
+    unknown = refusal_reason(staged_result("checked", None), "checked")
     assert unknown is not None and "(unknown)" in unknown
-    failed = _refusal_reason(staged_result("failed"), "checked")
+    failed = refusal_reason(staged_result("failed"), "checked")
     assert failed is not None and "failed verification" in failed
 
 
@@ -268,7 +268,9 @@ class FakeRegistry:
             "imagekit.check-script": "/opt/imagekit/check.py",
             "imagekit.input-digest": "f" * 64,  # what the report's records say it was built from
         }
-        self.config = json.dumps({"config": {"Labels": labels}}).encode()
+        self.config = json.dumps(
+            {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
+        ).encode()
 
     def ping(self) -> None:
         self.calls.append(("ping",))
@@ -308,7 +310,7 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     from dataclasses import replace
 
     from imagekit.lockfile import read_lock
-    from imagekit.publish import Candidate, Publisher, PublishOptions
+    from imagekit.publish import Publisher, PublishOptions
 
     registry = FakeRegistry(IMAGE)
     staged = staged_result("checked").staged
@@ -332,7 +334,7 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     puts = [c[2] for c in calls if c[0] == "put_manifest"]
     assert puts == [tags[1], tags[2], tags[0]]  # immutable first, the moving readable tag last
     assert calls.index(("put_manifest", "acme/pytorch", tags[1])) > max(calls.index(m) for m in mounts)
-    entry = read_lock(tmp_path / "lock.json")["c"]
+    entry = read_lock(tmp_path / "lock.json").images["c"]
     assert entry.digest == STAGED_DIGEST and entry.expect == {"python": "3.11"}
     assert entry.check_script == "/opt/imagekit/check.py"
     assert entry.provenance is not None and entry.provenance.digest_chain.equal
@@ -346,10 +348,13 @@ def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_pr
     agree before any tag moves (an edited report, or a staging tag moved since)."""
     import json
 
-    from imagekit.publish import Candidate, Publisher, PublishOptions
+    from imagekit.publish import Publisher, PublishOptions
 
     registry = FakeRegistry(IMAGE)
-    registry.config = json.dumps({"config": {"Labels": {"imagekit.input-digest": "e" * 64}}}).encode()
+    labels = {"imagekit.input-digest": "e" * 64}
+    registry.config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
+    ).encode()
     staged = staged_result("checked").staged
     candidate = Candidate(
         "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
@@ -386,7 +391,7 @@ def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path:
     import json
 
     from imagekit.manifest import Manifest
-    from imagekit.publish import Candidate, Publisher, PublishOptions
+    from imagekit.publish import Publisher, PublishOptions
 
     document, media_type = UNVERIFIABLE[case]
     registry = FakeRegistry(IMAGE)
@@ -418,7 +423,7 @@ def test_publish_connects_to_no_engine_when_every_cell_is_staged(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from imagekit import publish as publishing
-    from imagekit.publish import Candidate, PublishOptions
+    from imagekit.publish import PublishOptions
 
     def no_engine(**_: Any) -> Any:
         raise AssertionError("publish connected to a Docker engine")
@@ -426,7 +431,7 @@ def test_publish_connects_to_no_engine_when_every_cell_is_staged(
     registry = FakeRegistry(IMAGE)
     staged = staged_result("checked")
     candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t",), staged.verification, staged.staged)
-    monkeypatch.setattr(publishing, "select", lambda *_: ([candidate], []))
+    monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
     monkeypatch.setattr(publishing, "connect_registry", lambda *_: registry)
     monkeypatch.setattr(publishing, "connect", no_engine)
     registry.close = lambda: None  # type: ignore[attr-defined]
@@ -543,7 +548,7 @@ def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path)
     """What is attached to the staged digest (an attestation) is attached to the promoted one:
     the artifact's blobs mounted across and the artifact listed for the same subject."""
     from imagekit.manifest import Referrer
-    from imagekit.publish import Candidate, Publisher, PublishOptions
+    from imagekit.publish import Publisher, PublishOptions
 
     registry = FakeRegistry(IMAGE)
     registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)

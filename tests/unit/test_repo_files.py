@@ -58,7 +58,7 @@ def workflow(name: str) -> dict[str, object]:
     return loaded
 
 
-def test_nightly_plans_builds_per_cell_and_publishes_validated_cells() -> None:
+def test_nightly_builds_and_verifies_per_platform_and_publishes_validated_cells() -> None:
     nightly = workflow("nightly.yml")
     triggers = nightly["on"]
     assert isinstance(triggers, dict) and {"schedule", "workflow_dispatch"} <= set(triggers)
@@ -66,18 +66,26 @@ def test_nightly_plans_builds_per_cell_and_publishes_validated_cells() -> None:
     assert isinstance(jobs, dict)
     plan_steps = " ".join(str(s.get("run", "")) for s in jobs["plan"]["steps"])
     assert "imagekit matrix" in plan_steps and "--format github" in plan_steps
-    cell = jobs["cell"]
-    assert cell["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
-    assert cell["strategy"]["fail-fast"] == "false"
-    assert "GPU_RUNNER_LABELS" in cell["runs-on"] and "self-hosted" in cell["runs-on"]
-    cell_runs = " ".join(str(s.get("run", "")) for s in cell["steps"])
-    assert "imagekit build" in cell_runs and "imagekit verify" in cell_runs and "--gpus all" in cell_runs
-    # Each cell job stages by digest and verifies that digest: no engine is shared with publish.
-    assert "--push" in cell_runs and "--pull" in cell_runs
-    uploads = [s for s in cell["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    build, verify = jobs["build"], jobs["verify"]
+    for job in (build, verify):
+        assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
+        assert job["strategy"]["fail-fast"] == "false"
+        assert "matrix.arch == 'arm64'" in job["runs-on"]  # a runner of the cell's architecture
+    # arm64 builds natively on GitHub's arm64 runners; each platform verifies on its GPU runners
+    assert "ubuntu-24.04-arm" in build["runs-on"] and "BUILD_RUNNER_LABELS_ARM64" in build["runs-on"]
+    assert "GPU_RUNNER_LABELS_ARM64" in verify["runs-on"] and "GPU_RUNNER_LABELS" in verify["runs-on"]
+    build_runs = " ".join(str(s.get("run", "")) for s in build["steps"])
+    verify_runs = " ".join(str(s.get("run", "")) for s in verify["steps"])
+    # The build job stages by digest, the verify job verifies that digest: no engine is shared.
+    assert "imagekit build" in build_runs and "--push" in build_runs and "imagekit verify" not in build_runs
+    assert "imagekit verify" in verify_runs and "--gpus all" in verify_runs and "--pull" in verify_runs
+    assert set(verify["needs"]) == {"plan", "build"}
+    downloads = [s for s in verify["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact")]
+    assert downloads and downloads[0]["with"]["name"] == "build-${{ matrix.id }}"
+    uploads = [s for s in verify["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
     assert uploads and all(p in uploads[0]["with"]["path"] for p in ("report.json", "logs", "junit.xml"))
     publish = jobs["publish"]
-    assert set(publish["needs"]) == {"plan", "cell"}
+    assert set(publish["needs"]) == {"plan", "build", "verify"}
     publish_runs = " ".join(str(s.get("run", "")) for s in publish["steps"])
     assert "imagekit publish --matrix" in publish_runs
     # A plain runner with no engine: no GPU labels, no Docker login, DOCKER_HOST pointing nowhere.
@@ -86,6 +94,11 @@ def test_nightly_plans_builds_per_cell_and_publishes_validated_cells() -> None:
     assert not [s for s in publish["steps"] if "docker/" in str(s.get("uses", ""))]
     assert "merge-reports" in publish_runs
     assert "GITHUB_STEP_SUMMARY" in publish_runs and "--html" in publish_runs
+    # the summary and the page come after publish: they show what the lock says was published
+    names = [str(s.get("name", "")) for s in publish["steps"]]
+    assert names.index("Promote validated cells in the registry") < names.index(
+        "Matrix summary and HTML page"
+    )
 
 
 def test_ci_runs_the_readme_test_command_and_the_drift_check() -> None:
