@@ -198,7 +198,8 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "dockerfile": base.dockerfile,
             "args": dict(base.args),
             "tags": [base.image],
-            "labels": {naming.LOCAL_BASE_LABEL: name},
+            "labels": {naming.LOCAL_BASE_LABEL: base.name},
+            "platforms": [base.platform],
         }
     for item in rendered:
         cell = item.cell
@@ -212,6 +213,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "args": dict(item.build_args),
             "tags": [naming.reference(staging, naming.staging_tag(item.input_digest))],
             "labels": item.build_labels(),
+            "platforms": [cell.platform],
         }
         local = local_base_of(cell)
         if local is not None:

@@ -60,7 +60,7 @@ def test_json_format_carries_tags_digests_and_build_labels() -> None:
         item = rendered[entry["id"]]
         assert entry["input_digest"] == item.input_digest
         assert entry["build_labels"] == item.build_labels()
-        assert entry["tags"][0].endswith(":" + item.cell.readable_tag)
+        assert entry["tags"][0].endswith(":" + item.cell.image_tag)
         assert entry["tags"][0].startswith(document["repository"] + ":")
 
 
