@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
+from imagekit import platforms
 from imagekit.report_text import PUBLISHED_HEADERS, format_size, published_rows, summary_line, throttle_note
 from imagekit.store import BuildReport, CellResult
 from imagekit.verification import CheckRecord, GpuFigures, Span
@@ -22,8 +23,10 @@ from imagekit.versions import display_key
 if TYPE_CHECKING:
     from imagekit.lockfile import Lock
 
+_SUFFIXES = "|".join(re.escape(p.suffix[1:]) for p in platforms.PLATFORMS.values() if p.suffix)
 _CELL_ID = re.compile(
-    r"^(?P<base>.+?)-torch(?P<torch>.+)-(?P<accel>cuda[0-9.]+|cpu)-py(?P<python>[0-9.]+)-(?P<flavour>[A-Za-z0-9_]+)$"
+    r"^(?P<base>.+?)-torch(?P<torch>.+)-(?P<accel>cuda[0-9.]+|cpu)-py(?P<python>[0-9.]+)"
+    rf"-(?P<flavour>[A-Za-z0-9_]+(?:-jupyter|-ssh)?)(?:-(?P<arch>{_SUFFIXES}))?$"
 )
 OTHER = "(other)"
 
@@ -70,7 +73,7 @@ def place(result: CellResult) -> Placed:
         match["base"],
         match["torch"],
         match["accel"],
-        f"py{match['python']} {match['flavour']}",
+        " ".join(filter(None, (f"py{match['python']}", match["flavour"], match["arch"]))),
         result,
     )
 

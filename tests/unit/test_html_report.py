@@ -70,3 +70,25 @@ def test_report_html_option_writes_the_page(tmp_path: Path) -> None:
     assert result.exit_code == 1  # cells failed: the report says so
     assert json.loads(result.stdout)["matrix"] == "matrix.yaml"
     assert out.read_text() == render_html(sample_report())
+
+
+def test_a_grace_cell_and_a_front_end_find_their_grid_slot() -> None:
+    from imagekit.html_report import OTHER, place
+    from imagekit.store import CellResult
+
+    arm = place(
+        CellResult(
+            id="deb-torch2.10.0-cpu-py3.11-runtime-jupyter-arm64", kind="cell", status="built", base_image="b"
+        )
+    )
+    assert (arm.base, arm.torch, arm.accel, arm.variant) == (
+        "deb",
+        "2.10.0",
+        "cpu",
+        "py3.11 runtime-jupyter arm64",
+    )
+    amd = place(
+        CellResult(id="cuda-torch2.1.2-cuda12.1-py3.10-devel", kind="cell", status="built", base_image="b")
+    )
+    assert (amd.base, amd.variant) == ("cuda", "py3.10 devel")
+    assert place(CellResult(id="base-deb-arm64", kind="base", status="built", base_image="b")).base == OTHER
