@@ -35,7 +35,7 @@ from docker.errors import APIError, DockerException
 
 from imagekit import naming, platforms
 from imagekit.atomic import open_new
-from imagekit.bases import ResolvedBase, apply_mirrors, recorded_digests, resolve_base
+from imagekit.bases import ResolvedBase, apply_mirrors, holds_platform, recorded_digests, resolve_base
 from imagekit.build_registry import BuildRegistry, StagingFailed
 from imagekit.cells import Cell, FrontendCell, Plan, local_base_of
 from imagekit.clock import timestamp
@@ -539,6 +539,15 @@ class Builder:
         self.progress.event(job.name, "building")
         with context() as tar:
             image_id = self._stream(job, request, tar, write)
+        platform = platforms.get(request.platform) if request.platform else None
+        if platform is not None and not holds_platform(inspect_image(self.api, image_id) or {}, platform):
+            # the classic builder's cache does not key on the platform: a step with no
+            # per-platform parent (FROM scratch, COPY) is answered from another platform's build
+            write(f"the cache gave another platform's image; building again for {platform.name} without it")
+            with context() as tar:
+                image_id = self._stream(job, dataclasses.replace(request, nocache=True), tar, write)
+            if not holds_platform(inspect_image(self.api, image_id) or {}, platform):
+                raise _JobFailed(f"the engine built no {platform.name} image (is emulation registered?)")
         self._tag(image_id, tags, write)
         image = inspect_image(self.api, image_id)
         return done(

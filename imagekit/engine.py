@@ -269,6 +269,7 @@ class BuildRequest:
     cache_from: tuple[str, ...]
     network_mode: str | None
     platform: str | None = None  # linux/arm64: built for that platform (emulated on another CPU)
+    nocache: bool = False
 
 
 class BuildAborted(Exception):
@@ -299,7 +300,7 @@ class BuildStream:
             "forcerm": True,
             "pull": False,
             "q": False,
-            "nocache": False,
+            "nocache": request.nocache,
             "labels": json.dumps(dict(request.labels)),
         }
         if request.build_args:

@@ -69,15 +69,7 @@ def plan(
             document["coverage"] = fleet
         typer.echo(json.dumps(document, indent=2, sort_keys=True))
         return
-    columns: tuple[str, ...] = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
-    if any(c["platform"] != platforms.DEFAULT for c in cells):  # a column only where it says something
-        columns = (*columns[:-1], "platform", columns[-1])
-    rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(columns)]
-    typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(columns, widths, strict=True)).rstrip())
-    for row, cell in zip(rows, cells, strict=True):
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-        typer.echo(f"    tags: {', '.join(cell['tags'])}")
+    _echo_table(cells)
     from imagekit.rules import REFRESH_COMMAND  # rules (and the compat table's types) load on use
 
     typer.echo(
@@ -97,6 +89,19 @@ def plan(
                 for c in family["cells"]
             )
             typer.echo(f"  {family['family']} ({family['capability']}): {served or 'NO CELL'}")
+
+
+def _echo_table(cells: list[dict[str, Any]]) -> None:
+    """One row per cell, then its tags; a platform column only where a cell is not linux/amd64."""
+    columns: tuple[str, ...] = ("id", "torch", "cuda", "cudnn", "python", "flavour", "base_image")
+    if any(c["platform"] != platforms.DEFAULT for c in cells):
+        columns = (*columns[:-1], "platform", columns[-1])
+    rows = [[str(c[k] if c[k] is not None else "-") for k in columns] for c in cells]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(columns)]
+    typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(columns, widths, strict=True)).rstrip())
+    for row, cell in zip(rows, cells, strict=True):
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        typer.echo(f"    tags: {', '.join(cell['tags'])}")
 
 
 @app.command()
