@@ -256,6 +256,9 @@ def test_ctrl_c_during_the_create_call_still_removes_the_container() -> None:
         def inspect_image(self, ref: str) -> dict[str, object]:
             return {"Id": "sha256:" + "1" * 64, "Config": {"Labels": {}}}
 
+        def info(self) -> dict[str, str]:
+            return {"Architecture": "x86_64"}
+
         def create_host_config(self, **options: object) -> dict[str, object]:
             return dict(options)
 
