@@ -25,10 +25,10 @@ Output: {"schema": 2, "checks": [...], "summary": {...}, "gpu_visible", "gpu_req
 inside the image), "host_machine" (as given), "emulated"} (true when they differ, or when
 /proc/cpuinfo is another machine's, as QEMU user emulation shows the host's; null when unknown).
 Every check has name, status (pass|fail|skip), required, reason (skip), expected, actual, detail,
-cause and fix (fail), duration_s. Exit 0 when no required
-check failed, 1 otherwise, 2 on bad arguments (an unknown check name too). An exception inside a
-check becomes that check's failure. `telemetry` is null, or what nvidia-smi sampled on each GPU
-while gemm_perf timed its GEMM (min/max/mean per metric, clock throttle reasons).
+cause and fix (fail), duration_s. Exit 0 when no required check failed, 1 otherwise, 2 on bad
+arguments (an unknown check name too). An exception inside a check becomes that check's failure.
+`telemetry` is null, or what nvidia-smi sampled on each GPU while gemm_perf timed its GEMM
+(min/max/mean per metric, clock throttle reasons).
 
 Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
 torch_cuda, cudnn, libcudart, cuda_available, arch, gemm_cpu, gemm_gpu, gemm_perf, compile,
