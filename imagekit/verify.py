@@ -558,7 +558,7 @@ def targets_for(
         else:
             digest = result.staged.digest if result.staged else None
             image = result.staged.reference if staged and result.staged else result.image_id
-            targets.append(Target(cell.id, image, result.image_id, digest))
+            targets.append(Target(cell.id, image, result.image_id, digest, cell.platform))
     return targets, missing
 
 
