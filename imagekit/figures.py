@@ -2,7 +2,8 @@
 
 The timed GEMM's detail is whatever the image printed: every value is checked (a finite number
 within FIGURE_BOUND, a string cut short) before it becomes a typed record, so a report written
-from any output is one imagekit reads back.
+from any output is one imagekit reads back. The figures of an emulated run are QEMU's: marked
+emulated (``gemm_perf.emulated``) and held without floors or a status against them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, SHORT_CHARS
-from imagekit.probe.protocol import GEMM_PERF
+from imagekit.probe.protocol import GEMM_PERF, SKIP
 from imagekit.verification import FIGURE_BOUND, CheckRecord, GpuFigures, Span
 
 
@@ -58,8 +59,9 @@ def _span(stats: object) -> Span | None:
     return Span(low, high, mean)
 
 
-def _gpu_figures(device: Mapping[str, Any]) -> GpuFigures:
-    """One device of the timed GEMM as the image reported it, each figure checked."""
+def _gpu_figures(device: Mapping[str, Any], emulated: bool) -> GpuFigures:
+    """One device of the timed GEMM as the image reported it, each figure checked (an emulated
+    run's: no floor, never a status against one)."""
     telemetry = device.get("telemetry")
     telemetry = telemetry if isinstance(telemetry, Mapping) else {}
     sampled = telemetry.get("metrics")
@@ -78,17 +80,20 @@ def _gpu_figures(device: Mapping[str, Any]) -> GpuFigures:
         index=_count(device.get("index")),
         device=device_name if isinstance(device_name, str) else None,
         tflops=_number(device.get("tflops")),
-        floor_tflops=_number(device.get("floor_tflops")),
-        status=status if isinstance(status, str) else None,
+        floor_tflops=None if emulated else _number(device.get("floor_tflops")),
+        status=SKIP if emulated else status if isinstance(status, str) else None,
         throttle=throttle,
         throttled_samples=_count(reasons.get("perf_limiting_samples")),
         **{name: _span(sampled.get(source)) for source, name in TELEMETRY.items()},
     )
 
 
-def gemm_figures(checks: tuple[CheckRecord, ...]) -> tuple[dict[str, Any], tuple[GpuFigures, ...]]:
+def gemm_figures(
+    checks: tuple[CheckRecord, ...], emulated: bool = False
+) -> tuple[dict[str, Any], tuple[GpuFigures, ...]]:
     """Figures worth a column in the report: the timed GEMM's TFLOP/s (the slowest device), device
-    and floor; and per GPU its figure with the telemetry sampled while it ran."""
+    and floor; and per GPU its figure with the telemetry sampled while it ran. ``emulated``: the
+    figures are marked so, with no floor."""
     out: dict[str, Any] = {}
     gpus: tuple[GpuFigures, ...] = ()
     for check in checks:
@@ -101,10 +106,12 @@ def gemm_figures(checks: tuple[CheckRecord, ...]) -> tuple[dict[str, Any], tuple
             continue
         if tflops is not None:
             out[f"{GEMM_PERF}.tflops"] = tflops
+        if emulated:
+            out[f"{GEMM_PERF}.emulated"] = True
         if isinstance(detail, dict):
             out[f"{GEMM_PERF}.device"] = _scalar(detail.get("device"))
-            out[f"{GEMM_PERF}.floor_tflops"] = _scalar(detail.get("floor_tflops"))
+            out[f"{GEMM_PERF}.floor_tflops"] = None if emulated else _scalar(detail.get("floor_tflops"))
             devices = detail.get("devices")
             if isinstance(devices, list):
-                gpus = tuple(_gpu_figures(d) for d in devices[:MAX_GPUS] if isinstance(d, Mapping))
+                gpus = tuple(_gpu_figures(d, emulated) for d in devices[:MAX_GPUS] if isinstance(d, Mapping))
     return out, gpus

@@ -179,13 +179,15 @@ def render_cell(placed: Placed) -> str:
             _row("verify time", f"{verification.duration_s:.1f}s"),
             _row("GPUs", f"{verification.gpus} (visible: {'yes' if verification.gpu_visible else 'no'})"),
         ]
+        if verification.platform is not None:
+            facts.append(_row("machine", verification.platform.text))
         tflops = verification.metrics.get("gemm_perf.tflops")
         if isinstance(tflops, int | float):
             device = verification.metrics.get("gemm_perf.device") or "?"
             floor = verification.metrics.get("gemm_perf.floor_tflops")
-            facts.append(
-                _row("GEMM", f"{tflops:.1f} TFLOP/s on {device}" + (f" (floor {floor})" if floor else ""))
-            )
+            note = " (emulated: not compared with a floor)" if verification.emulated else ""
+            note = note or (f" (floor {floor})" if floor else "")
+            facts.append(_row("GEMM", f"{tflops:.1f} TFLOP/s on {device}{note}"))
         if verification.error:
             facts.append(_row("verify error", verification.error))
     if result.error:

@@ -54,6 +54,8 @@ def _case(suite: ET.Element, classname: str, check: CheckRecord) -> None:
 def _why(result: Verification) -> str:
     if result.error:
         return result.error
+    if result.gpu_requested and result.emulated and result.platform is not None:
+        return f"failed: a GPU was requested, but the run was emulated ({result.platform.text})"
     if result.gpu_requested and not result.gpu_visible:
         return "failed: a GPU was requested but none was visible in the container"
     return "failed: the GPU checks (cuda_available, gemm_gpu) did not both pass"
@@ -83,6 +85,9 @@ def junit_xml(results: Sequence[Verification]) -> str:
         properties = ET.SubElement(suite, "properties")
         for name, value in (("image", result.image), ("gpus", result.gpus), ("verdict", result.label)):
             _element(properties, "property", name=name, value=value)
+        if result.platform is not None:  # where it ran: the machine, emulated or not
+            _element(properties, "property", name="machine", value=result.platform.machine or "?")
+            _element(properties, "property", name="emulated", value=str(result.emulated).lower())
         for check in checks:
             _case(suite, result.target, check)
     ET.indent(root)

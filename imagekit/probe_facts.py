@@ -1,7 +1,8 @@
 """The facts the in-image probe needs, generated from ``imagekit/data`` (never a hand copy).
 
-``probe_facts()`` gathers them from compat.yaml (the CUDA driver table) and gpus.yaml (GEMM floors,
-NCCL bandwidth floors, forward-compatibility brands, the wheels' CUDA arch lists); ``facts_json()``
+``probe_facts()`` gathers them from compat.yaml (the CUDA driver table), gpus.yaml (GEMM floors,
+NCCL bandwidth floors, forward-compatibility brands, the wheels' CUDA arch lists) and
+``imagekit.platforms`` (the spellings of each machine, to tell an emulated run); ``facts_json()``
 is the byte-deterministic JSON that ``imagekit.probe_bundle`` writes into the zipapp as
 ``imagekit_probe/facts.json``. The probe reads it with the standard library only (``probe/facts.py``);
 run from this source tree it falls back to ``probe_facts()`` itself.
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from imagekit import platforms
 from imagekit.compat import load_compat
 from imagekit.versions import version_key
 
@@ -56,6 +58,20 @@ def wheel_arch_list(variant: str, torch: str | None = None) -> str | None:
     return str(entry["list"])
 
 
+def machines() -> dict[str, str]:
+    """Every spelling of a machine an engine or ``uname -m`` may say -> its ``uname -m`` name."""
+    spellings = {p.machine: p.machine for p in platforms.PLATFORMS.values()}
+    spellings.update({p.arch: p.machine for p in platforms.PLATFORMS.values()})
+    return dict(sorted(spellings.items()))
+
+
+def cpuinfo_keys() -> dict[str, str]:
+    """A /proc/cpuinfo key only one machine's kernel writes -> that machine: QEMU user emulation
+    passes the host's file through, so an arm64 process reading x86's ``vendor_id`` is emulated."""
+    amd64, arm64 = (platforms.get(name) for name in platforms.NAMES)
+    return {"vendor_id": amd64.machine, "CPU implementer": arm64.machine}
+
+
 def probe_facts() -> dict[str, Any]:
     """Everything the probe looks up, as plain JSON types, each table with its source note."""
     gpus = load_gpus()
@@ -77,6 +93,11 @@ def probe_facts() -> dict[str, Any]:
         "wheel_arch_lists": {
             "source": arch["source"],
             "variants": {v: _without(e, "checked") for v, e in arch["variants"].items()},
+        },
+        "machines": {
+            "source": "imagekit/platforms.py (PLATFORMS: each platform's GOARCH and uname -m names)",
+            "aliases": machines(),
+            "cpuinfo_keys": cpuinfo_keys(),
         },
     }
 

@@ -259,8 +259,18 @@ def _contradiction(cell: str, verification: Verification) -> str | None:
     if verification.target != cell:
         return f"its verification is of {verification.target}"
     derived = derive_verdict(
-        verification.checks, verification.gpu_requested, verification.gpu_visible, verification.error
+        verification.checks,
+        verification.gpu_requested,
+        verification.gpu_visible,
+        verification.error,
+        verification.emulated,
     )
+    where = verification.platform
+    if derived != verification.verdict and where is not None and where.is_emulated:
+        return (
+            f"its verification says {verification.verdict!r}, but its run was emulated ({where.machine} on"
+            f" {where.host_machine}), which is never validated"
+        )
     if derived != verification.verdict:
         return f"its verification says {verification.verdict!r}, but its own checks say {derived!r}"
     return None

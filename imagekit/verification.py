@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from imagekit import naming
+from imagekit.emulation import Placement, uname
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, SHORT_CHARS, TEXT_CHARS
 from imagekit.probe import protocol
 from imagekit.safetypes import (
@@ -217,8 +218,54 @@ class Inventory:
         )
 
 
+@dataclass(frozen=True)
+class RunPlatform:
+    """Where the checks ran (the probe's ``platform``, the host's knowledge added): the machine inside
+    the container, the engine host's, and whether the run was emulated (QEMU user emulation)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    machine: ShortText | None = None  # platform.machine() inside the container, as the probe said
+    host_machine: ShortText | None = None  # the engine's Architecture (docker info)
+    emulated: bool = False
+
+    @property
+    def is_emulated(self) -> bool:
+        """Emulated as recorded, or by its own machines (a record saying a native aarch64 run on an
+        x86_64 host contradicts itself: it counts as emulated)."""
+        if self.emulated:
+            return True
+        if not self.machine or not self.host_machine:
+            return False
+        return uname(self.machine) != uname(self.host_machine)
+
+    @property
+    def text(self) -> str:
+        """``aarch64 (emulated on x86_64)``, ``x86_64``: what a report shows."""
+        machine = self.machine or "?"
+        return f"{machine} (emulated on {self.host_machine or '?'})" if self.is_emulated else machine
+
+    @classmethod
+    def of_run(cls, found: object, placed: Placement) -> RunPlatform:
+        """Where a check container ran: the probe's word for its machine (``found``, the document's
+        ``platform`` as the image printed it; the image config's machine when it said none), the
+        engine's machine (the host's knowledge, not the image's word), and emulated when either the
+        host or the probe says so."""
+        raw: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        machine = raw.get("machine")
+        return cls(
+            machine=_short(machine) if isinstance(machine, str) and machine else placed.machine,
+            host_machine=_short(placed.host_machine) if placed.host_machine else None,
+            emulated=placed.emulated or raw.get("emulated") is True,
+        )
+
+
 def derive_verdict(
-    checks: Sequence[CheckRecord], gpu_requested: bool, gpu_visible: bool, error: str | None = None
+    checks: Sequence[CheckRecord],
+    gpu_requested: bool,
+    gpu_visible: bool,
+    error: str | None = None,
+    emulated: bool = False,
 ) -> Verdict:
     """The verdict that a verification's own content supports: the one rule, applied when the
     image's checks come back and again to every record read (a report may have been edited, or come
@@ -227,6 +274,8 @@ def derive_verdict(
     ``validated`` only when the run itself succeeded, not every check was skipped, every required
     check passed, and a GPU was asked for, visible, and proved by each of ``GPU_CHECKS``; without a
     GPU asked for, at most ``checked``. Any status other than pass or skip counts as a failure.
+    An emulated run is never ``validated``: an emulated process cannot use a GPU, so one asked for
+    is ``failed`` whatever its checks say.
     """
     if error is not None or not checks or all(c.status == "skip" for c in checks):
         return "failed"
@@ -234,6 +283,8 @@ def derive_verdict(
         return "failed"
     if not gpu_requested:
         return "checked"
+    if emulated:
+        return "failed"
     status = {c.name: c.status for c in checks}
     if gpu_visible and all(status.get(name) == "pass" for name in GPU_CHECKS):
         return "validated"
@@ -266,6 +317,12 @@ class Verification:
     inventory: Inventory | None = None
     # Where it ran: the CI runner (RUNNER_NAME, CI_RUNNER_DESCRIPTION) or the host's name.
     runner: ShortText | None = None
+    # The machine it ran on and whether emulated; None from an earlier release (a native run).
+    platform: RunPlatform | None = None
+
+    @property
+    def emulated(self) -> bool:
+        return self.platform is not None and self.platform.is_emulated
 
     @property
     def label(self) -> str:

@@ -7,6 +7,10 @@ Whatever happens (failure, timeout, Ctrl-C), the container is removed before the
 The verdict is conservative: ``validated`` only when every required check passed *with a GPU
 visible*; without a GPU a cell is at most ``checked`` (checked without GPU), never validated.
 
+The container runs for the image's own platform (its config's ``Architecture``); one for another
+machine than the engine's runs emulated (``imagekit.emulation``): the probe records it, a GPU
+request for it is refused, and its verdict is never ``validated``.
+
 With ``pull``, a cell that ``build --push`` staged is verified as exactly that manifest: the
 container starts from ``repo@sha256:...`` (pulled by digest when this engine lacks it, so an engine
 that never saw the build can verify), and the verification records the digest it ran.
@@ -40,6 +44,7 @@ from imagekit.atomic import atomic_write
 from imagekit.clock import timestamp
 from imagekit.contract import packaged_check_script
 from imagekit.credentials import docker_auth_config
+from imagekit.emulation import Placement, engine_machine, gpu_refusal, place
 from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_transient, pull, unreachable
 from imagekit.errors import EnvironmentProblem, InputError, one_line
 from imagekit.figures import gemm_figures
@@ -47,7 +52,7 @@ from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
 from imagekit.store import BuildReport, ReportStore
 from imagekit.text import printable, shown
-from imagekit.verification import CheckRecord, Inventory, Verdict, Verification, derive_verdict
+from imagekit.verification import CheckRecord, Inventory, RunPlatform, Verdict, Verification, derive_verdict
 
 if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
     from imagekit.cells import Cell
@@ -133,15 +138,21 @@ class Target:
     image: str  # what the container starts: an image id, a tag, or repo@sha256:...
     image_id: str | None = None  # the image the build report says this must be
     digest: str | None = None  # the staged manifest digest that image was pushed as
+    platform: str | None = None  # the cell's platform (linux/arm64); the image's own must match
 
 
-def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
-    """The check script's expectations, read from the image's ``imagekit.*`` labels."""
+def check_arguments(
+    labels: Mapping[str, str], gpus: GpuRequest, host_machine: str | None = None
+) -> list[str]:
+    """The check script's expectations, read from the image's ``imagekit.*`` labels, and the engine
+    host's machine (so that the probe records whether it ran emulated)."""
     args: list[str] = []
     for name, value in naming.expectations(labels).items():
         args += [protocol.EXPECT_OPTIONS[name], value]
     if gpus.requested:
         args.append(protocol.REQUIRE_GPU_OPTION)
+    if host_machine:
+        args += [protocol.HOST_MACHINE_OPTION, host_machine]
     return args
 
 
@@ -149,9 +160,10 @@ def check_arguments(labels: Mapping[str, str], gpus: GpuRequest) -> list[str]:
 
 
 def verdict_of(
-    document: Mapping[str, Any], gpus: GpuRequest
+    document: Mapping[str, Any], gpus: GpuRequest, emulated: bool = False
 ) -> tuple[Verdict, tuple[CheckRecord, ...], bool]:
-    """Read the script's document: (verdict, checks, gpu visible)."""
+    """Read the script's document: (verdict, checks, gpu visible); an emulated run (as the host
+    knows it, or as the document says) is never validated."""
     listed = document.get("checks")
     checks = tuple(
         CheckRecord.from_script(c)
@@ -159,7 +171,9 @@ def verdict_of(
         if isinstance(c, Mapping)
     )
     gpu_visible = bool(document.get("gpu_visible"))
-    return derive_verdict(checks, gpus.requested, gpu_visible), checks, gpu_visible
+    found = document.get("platform")
+    emulated = emulated or (isinstance(found, Mapping) and found.get("emulated") is True)
+    return derive_verdict(checks, gpus.requested, gpu_visible, None, emulated), checks, gpu_visible
 
 
 def _first_json_object(text: str) -> dict[str, Any] | None:
@@ -284,6 +298,13 @@ class Harness:
         self.logs_dir = logs_dir
         self.pull = pull  # pull a target this engine lacks (by digest, for a staged cell)
         self.run_id = uuid.uuid4().hex[:12]
+        self._host_machine: str | None = None
+
+    def host_machine(self) -> str:
+        """The engine host's machine (docker info's Architecture), asked once."""
+        if self._host_machine is None:
+            self._host_machine = engine_machine(self.api.info())
+        return self._host_machine
 
     # Removes the run's containers also on Ctrl-C and when the run is cut short. It asks the
     # engine's list, not ids kept here: Ctrl-C can land after the engine created a container but
@@ -306,7 +327,7 @@ class Harness:
 
     @contextmanager
     def _container(
-        self, image: str, command: list[str], labels: Mapping[str, str], inject: bool
+        self, image: str, command: list[str], labels: Mapping[str, str], inject: bool, platform: str | None
     ) -> Iterator[str]:
         gpu_env = {} if self.gpus.requested else {"NVIDIA_VISIBLE_DEVICES": "void"}
         host_config = self.api.create_host_config(
@@ -331,6 +352,7 @@ class Harness:
             labels={naming.VERIFY_RUN_LABEL: self.run_id, **labels},
             environment={"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp", **gpu_env},
             network_disabled=True,
+            platform=platform,  # the image's own: emulated when it is not the engine's machine
         )
         container = str(created["Id"])
         try:
@@ -375,6 +397,9 @@ class Harness:
                     started,
                     f"{target.image} is image {image.get('Id')}, not the built {target.image_id}",
                 )
+            placed = self._place(target, image, started)
+            if isinstance(placed, Verification):
+                return placed
             # The report's staged digest names the image its build pushed (same config digest):
             # running that image id or repo@digest runs exactly what was staged.
             digest = target.digest if target.image_id is not None else None
@@ -382,16 +407,17 @@ class Harness:
             script = labels.get(naming.CHECK_SCRIPT_LABEL)
             inject = not script
             script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else str(script)
-            command = ["python3", script_path, *check_arguments(labels, self.gpus)]
+            command = ["python3", script_path, *check_arguments(labels, self.gpus, placed.host_machine)]
             mark = {naming.TARGET_LABEL: target.name}
-            with self._container(target.image, command, mark, inject) as cid:
-                run = self._run(target, cid, started, "verify")
+            with self._container(target.image, command, mark, inject, placed.platform) as cid:
+                run = self._run(target, cid, started, "verify", placed)
             if run.document is not None and labels.get(naming.FRONTEND_CHECK_LABEL):
                 # A front end: its own checks, behind the image's entrypoint, on loopback only.
-                with self._container(target.image, frontend_arguments(labels), mark, False) as cid:
-                    frontend = self._run(target, cid, started, "frontend")
+                command = frontend_arguments(labels)
+                with self._container(target.image, command, mark, False, placed.platform) as cid:
+                    frontend = self._run(target, cid, started, "frontend", placed)
                 run = run.joined(frontend, image_secrets(image, self.api))
-            return replace(self._verification(target, run, started), image_digest=digest)
+            return replace(self._verification(target, run, started, placed), image_digest=digest)
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:
@@ -402,7 +428,18 @@ class Harness:
         except (requests.ConnectionError, EngineFailure) as exc:
             raise unreachable(exc) from None
 
-    def _run(self, target: Target, container: str, started: float, log_kind: str) -> CheckRun:
+    def _place(self, target: Target, image: Mapping[str, Any], started: float) -> Placement | Verification:
+        """Where the image's check container runs on this engine; a failed verification instead when
+        it is for another platform than its cell's, or runs emulated and GPUs were asked for."""
+        placed = place(image, self.host_machine(), target.platform)
+        if isinstance(placed, str):
+            return self._failed(target, started, f"{target.image}: {placed}")
+        no_gpu = gpu_refusal(target.image, placed) if self.gpus.requested else None
+        return placed if no_gpu is None else self._failed(target, started, no_gpu, placed)
+
+    def _run(
+        self, target: Target, container: str, started: float, log_kind: str, placed: Placement
+    ) -> CheckRun:
         self.api.start(container)
         exit_code: int | None = None
         error: str | None = None
@@ -424,17 +461,20 @@ class Harness:
         if error is None and document is None:
             tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no output"
             error = f"the {log_kind} script printed no JSON (exit {exit_code}): {tail}"
+            if placed.emulated:  # "exec format error": no QEMU registered for the image's machine
+                error += f" (runs emulated: {placed.text}; is QEMU registered? scripts/engine.sh emulation)"
         return CheckRun(None if error else document, error, exit_code, log)
 
-    def _verification(self, target: Target, run: CheckRun, started: float) -> Verification:
+    def _verification(self, target: Target, run: CheckRun, started: float, placed: Placement) -> Verification:
         duration = round(time.monotonic() - started, 3)
         if run.error is not None or run.document is None:
             return Verification(
                 target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
-                duration, run.error, run.exit_code, run.log,
+                duration, run.error, run.exit_code, run.log, platform=RunPlatform.of_run(None, placed),
             )  # fmt: skip
-        verdict, checks, gpu_visible = verdict_of(run.document, self.gpus)
-        metrics, gpu_figures = gemm_figures(checks)
+        where = RunPlatform.of_run(run.document.get("platform"), placed)
+        verdict, checks, gpu_visible = verdict_of(run.document, self.gpus, where.is_emulated)
+        metrics, gpu_figures = gemm_figures(checks, where.is_emulated)
         return Verification(
             target=target.name,
             image=target.image,
@@ -449,12 +489,16 @@ class Harness:
             metrics=metrics,
             gpu_figures=gpu_figures,
             inventory=Inventory.from_script(run.document.get("inventory")),
+            platform=where,
         )
 
-    def _failed(self, target: Target, started: float, error: str) -> Verification:
+    def _failed(
+        self, target: Target, started: float, error: str, placed: Placement | None = None
+    ) -> Verification:
         return Verification(
             target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
             round(time.monotonic() - started, 3), error,
+            platform=RunPlatform.of_run(None, placed) if placed is not None else None,
         )  # fmt: skip
 
     def _write_log(self, target: Target, stdout: str, stderr: str, kind: str) -> str | None:
@@ -514,7 +558,7 @@ def targets_for(
         else:
             digest = result.staged.digest if result.staged else None
             image = result.staged.reference if staged and result.staged else result.image_id
-            targets.append(Target(cell.id, image, result.image_id, digest))
+            targets.append(Target(cell.id, image, result.image_id, digest, cell.platform))
     return targets, missing
 
 

@@ -17,13 +17,18 @@ Expectations come from the image's `imagekit.*` labels, passed as arguments or e
     --require-gpu          IMAGEKIT_REQUIRE_GPU=1    a GPU must be visible: GPU checks fail without one
     --only a,b / --skip c  IMAGEKIT_CHECK_ONLY/_SKIP run only / leave out these checks (comma lists,
                                                      repeatable); a check left out reads skip, never pass
+    --host-machine x86_64  IMAGEKIT_HOST_MACHINE     the engine host's machine (docker info), to tell
+                                                     an emulated run (imagekit verify passes it)
 
-Output: {"schema": 1, "checks": [...], "summary": {...}, "gpu_visible", "gpu_requested",
-"expected", "telemetry", "inventory"}. Every check has name, status (pass|fail|skip), required,
-reason (skip), expected, actual, detail, cause and fix (fail), duration_s. Exit 0 when no required
-check failed, 1 otherwise, 2 on bad arguments (an unknown check name too). An exception inside a
-check becomes that check's failure. `telemetry` is null, or what nvidia-smi sampled on each GPU
-while gemm_perf timed its GEMM (min/max/mean per metric, clock throttle reasons).
+Output: {"schema": 2, "checks": [...], "summary": {...}, "gpu_visible", "gpu_requested",
+"expected", "telemetry", "inventory", "platform"}. `platform` is where it ran: {"machine" (uname -m
+inside the image), "host_machine" (as given), "emulated"} (true when they differ, or when
+/proc/cpuinfo is another machine's, as QEMU user emulation shows the host's; null when unknown).
+Every check has name, status (pass|fail|skip), required, reason (skip), expected, actual, detail,
+cause and fix (fail), duration_s. Exit 0 when no required check failed, 1 otherwise, 2 on bad
+arguments (an unknown check name too). An exception inside a check becomes that check's failure.
+`telemetry` is null, or what nvidia-smi sampled on each GPU while gemm_perf timed its GEMM
+(min/max/mean per metric, clock throttle reasons).
 
 Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
 torch_cuda, cudnn, libcudart, cuda_available, arch, gemm_cpu, gemm_gpu, gemm_perf, compile,
@@ -42,6 +47,10 @@ GPU policy (never a pass for something that did not run):
   checks (and those GPU parts) are skip with reason "no GPU requested".
 - GPU checks run on EVERY visible device; the detail holds one result per device and one failing
   device fails the check.
+- an emulated run (an arm64 image under QEMU on an x86_64 host) never uses a GPU: requested, every
+  GPU check FAILS saying so; not requested, they skip as above. Its timed checks (gemm_perf,
+  nccl_bandwidth, compile, extension) say "emulated": true in their detail, and gemm_perf and
+  nccl_bandwidth never fail on a floor (their figures are QEMU's, not the machine's).
 
 environment: a CUDA build (expected CUDA, or torch's own CUDA when none is expected) must have
 NVIDIA_DRIVER_CAPABILITIES with compute (or all): without it no compute library is mounted and torch

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .protocol import CHECK_NAMES, TASK_NAMES
+from .protocol import CHECK_NAMES, HOST_MACHINE_ENV, HOST_MACHINE_OPTION, TASK_NAMES
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Invocation:
     task: str | None = None  # --task NAME (compile, extension_cpu, extension_cuda)
     device: str = "cpu"
     result_file: str | None = None
+    host_machine: str | None = None  # the engine host's machine (--host-machine): emulated or not
 
 
 def _names(values: list[str] | None, env_value: str | None, option: str) -> tuple[str, ...]:
@@ -58,6 +59,15 @@ def _names(values: list[str] | None, env_value: str | None, option: str) -> tupl
     return names
 
 
+def _host_machine(given: str | None, env: dict[str, str]) -> str | None:
+    """--host-machine (else IMAGEKIT_HOST_MACHINE): the engine host's machine, a uname -m name."""
+    value = given if given is not None else env.get(HOST_MACHINE_ENV)
+    value = value.strip() if value and value.strip() else None
+    if value is not None and not re.match(r"^[A-Za-z0-9_]{1,32}$", value):
+        raise ArgumentError(f"{HOST_MACHINE_OPTION}: {value!r} is not a machine name like x86_64")
+    return value
+
+
 def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation]:
     parser = _Parser(prog="check.py", description="imagekit in-image check (prints one JSON document)")
     parser.add_argument("--expect-torch")
@@ -66,6 +76,9 @@ def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation
     parser.add_argument("--expect-python")
     parser.add_argument("--flavour")
     parser.add_argument("--require-gpu", action="store_true", default=None)
+    parser.add_argument(
+        HOST_MACHINE_OPTION, metavar="MACHINE", help="the engine host's machine (uname -m), to tell emulation"
+    )
     parser.add_argument(
         "--only", action="append", metavar="CHECKS", help="run only these checks (comma list)"
     )
@@ -91,6 +104,7 @@ def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation
         task=ns.task,
         device=ns.device,
         result_file=ns.result_file,
+        host_machine=_host_machine(ns.host_machine, env),
     )
 
     def pick(arg: str | None, var: str) -> str | None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .arguments import Expect
+from .emulation import EMULATED_GPU_CAUSE, EMULATED_GPU_FIX, run_platform
 from .proc import temp_root
 from .results import (
     GPU_MISSING_CAUSE,
@@ -29,9 +30,11 @@ from .smi import probe_nvidia_smi
 class Context:
     """What the checks share: expectations, environment, and lazily probed facts."""
 
-    def __init__(self, expect: Expect, env: dict[str, str]) -> None:
+    def __init__(self, expect: Expect, env: dict[str, str], host_machine: str | None = None) -> None:
         self.expect = expect
         self.env = env
+        # where this run is: the document's "platform" (protocol.PLATFORM_FIELDS)
+        self.platform: dict[str, Any] = run_platform(host_machine)
         self._smi: dict[str, Any] | None = None
         self._torch: Any = None
         self._torch_error: str | None = None
@@ -141,8 +144,16 @@ class Context:
         except Exception:
             return False
 
+    @property
+    def emulated(self) -> bool:
+        """This run is emulated (known to be: the host passed its machine, and it is another)."""
+        return self.platform["emulated"] is True
+
     def gpu_gate(self, name: str) -> CheckResult | None:
-        """The GPU policy: a result to return instead of running a GPU check, or None to run it."""
+        """The GPU policy: a result to return instead of running a GPU check, or None to run it.
+        An emulated run never runs one: asked for a GPU, it fails saying why."""
+        if self.emulated:
+            return self._emulated_gate(name)
         if self.gpu_visible:
             return None
         if self.gpu_requested:
@@ -156,6 +167,19 @@ class Context:
                 name, cause, GPU_MISSING_FIX, expected="a visible GPU", actual="none", detail=detail
             )
         return skipped(name, NO_GPU_REQUESTED)
+
+    def _emulated_gate(self, name: str) -> CheckResult:
+        if not self.gpu_requested:
+            return skipped(name, NO_GPU_REQUESTED)
+        where = {"machine": self.platform["machine"], "host": self.platform["host_machine"]}
+        return failed(
+            name,
+            EMULATED_GPU_CAUSE.format(**where),
+            EMULATED_GPU_FIX.format(**where),
+            expected="a native run with a visible GPU",
+            actual=f"emulated: {where['machine']} on {where['host']}",
+            detail={"platform": self.platform, "requested_by": self.gpu_request_reasons()},
+        )
 
 
 def driver_capabilities(value: str | None) -> set[str]:

@@ -1,7 +1,8 @@
 """The facts the probe looks up (driver table, GEMM and NCCL floors, datacenter brands, the wheels'
-arch lists), read from ``facts.json`` beside this module in the zipapp. imagekit/probe_bundle.py
-generates that file from imagekit/data at build time; there is no hand copy here. Run from the
-source tree (the host's tests), the same facts come from ``imagekit.probe_facts``."""
+arch lists, the spellings of each machine), read from ``facts.json`` beside this module in the
+zipapp. imagekit/probe_bundle.py generates that file from imagekit/data and imagekit/platforms.py
+at build time; there is no hand copy here. Run from the source tree (the host's tests), the same
+facts come from ``imagekit.probe_facts``."""
 
 from __future__ import annotations
 
@@ -54,3 +55,15 @@ def nccl_bandwidth() -> dict[str, Any]:
 
 def datacenter_brands() -> frozenset[str]:
     return frozenset(facts()["forward_compatibility"]["datacenter_brands"])
+
+
+def machine_aliases() -> dict[str, str]:
+    """Every spelling of a machine (amd64, arm64, x86_64, aarch64) -> its ``uname -m`` name."""
+    aliases: dict[str, str] = facts()["machines"]["aliases"]
+    return aliases
+
+
+def cpuinfo_keys() -> dict[str, str]:
+    """A /proc/cpuinfo key only one machine's kernel writes (vendor_id) -> that machine."""
+    keys: dict[str, str] = facts()["machines"]["cpuinfo_keys"]
+    return keys

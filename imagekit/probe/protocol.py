@@ -7,7 +7,8 @@ Standard library only, Python 3.8+: the probe imports it inside the oldest suppo
 
 from __future__ import annotations
 
-SCHEMA = 1  # the result document's "schema"; a change to its fields changes this
+SCHEMA = 2  # the result document's "schema"; a change to its fields changes this
+# 2: "platform" (where the probe ran: its machine, the engine host's, emulated or not)
 
 # Every check of /opt/imagekit/check.py, in the order it runs and reports them.
 ENVIRONMENT = "environment"
@@ -61,6 +62,10 @@ CHECK_NAMES: tuple[str, ...] = (
 NOT_REQUIRED = frozenset({GEMM_PERF, NCCL_BANDWIDTH})
 # The GPU checks a `validated` verdict needs, each present and passed.
 VALIDATING_GPU_CHECKS: tuple[str, ...] = (CUDA_AVAILABLE, GEMM_GPU)
+# Checks that compare a timing with a floor (never in an emulated run: the figure is QEMU's, not the
+# machine's), and every check whose record carries timing figures (marked emulated in such a run).
+FLOOR_CHECKS: tuple[str, ...] = (GEMM_PERF, NCCL_BANDWIDTH)
+TIMED_CHECKS: tuple[str, ...] = (*FLOOR_CHECKS, COMPILE, EXTENSION)
 
 # Checks of /opt/imagekit/frontend_check.py (jupyter and ssh images), in report order per front end.
 FRONTEND_COMMON_CHECKS: tuple[str, ...] = (
@@ -124,8 +129,13 @@ DOCUMENT_FIELDS: tuple[str, ...] = (
     "expected",
     "telemetry",
     "inventory",
+    "platform",
 )
 SUMMARY_FIELDS: tuple[str, ...] = (PASS, FAIL, SKIP, "required_failed", "ok")
+# The document's "platform": where the probe ran. `machine` is platform.machine() inside the image
+# (uname -m: x86_64, aarch64); `host_machine` the engine host's, as the host passed it (None: not
+# given); `emulated` whether they differ (QEMU user emulation; None: unknown, no host machine given).
+PLATFORM_FIELDS: tuple[str, ...] = ("machine", "host_machine", "emulated")
 
 # Exit statuses of both scripts.
 EXIT_OK = 0  # no required check failed
@@ -154,6 +164,10 @@ ONLY_OPTION = "--only"
 ONLY_ENV = "IMAGEKIT_CHECK_ONLY"
 SKIP_OPTION = "--skip"
 SKIP_ENV = "IMAGEKIT_CHECK_SKIP"
+# The engine host's machine (docker info's Architecture: x86_64, aarch64), which the host passes in:
+# the probe cannot tell an emulated run from a native one by itself.
+HOST_MACHINE_OPTION = "--host-machine"
+HOST_MACHINE_ENV = "IMAGEKIT_HOST_MACHINE"
 
 # Front-end check expectations: option -> (environment variable, image label name).
 FRONTEND_OPTION = "--frontend"

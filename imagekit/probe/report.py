@@ -21,6 +21,7 @@ from .collectives import check_nccl, collective_worker
 from .context import Context
 from .conv import check_cudnn_conv
 from .driver import check_driver
+from .emulation import mark_timed
 from .gemm import check_gemm_cpu, check_gemm_gpu
 from .inventory import inventory
 from .libraries import check_cudnn, check_libcudart, check_torch, check_torch_cuda
@@ -77,7 +78,8 @@ def build_report(ctx: Context, invocation: Invocation | None = None) -> dict[str
         with ctx.cache_environment():
             for name, fn in CHECKS:
                 reason = selected(name, chosen)
-                checks.append(skipped(name, reason) if reason else run_check(name, fn, ctx))
+                result = skipped(name, reason) if reason else run_check(name, fn, ctx)
+                checks.append(mark_timed(result, ctx.platform))
     finally:
         ctx.cleanup()  # builds, caches and result files of this run: nothing stays behind
     summary = summarize(checks)
@@ -91,6 +93,7 @@ def build_report(ctx: Context, invocation: Invocation | None = None) -> dict[str
         "expected": expect,
         "telemetry": ctx.telemetry,
         "inventory": inventory(ctx.torch),
+        "platform": ctx.platform,
     }
 
 
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
-        report = build_report(Context(expect, environ), invocation)
+        report = build_report(Context(expect, environ, invocation.host_machine), invocation)
     finally:
         sys.stdout.flush()
         _flush_c_stdio()  # C libraries' buffered stdout must land on stderr, not after the JSON

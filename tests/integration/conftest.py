@@ -28,6 +28,8 @@ from tests.conftest import imagekit
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = "imagekit-test/busybox:latest"
 DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
+# The same base debootstrapped for arm64 (its second stage under QEMU): the per-platform tag.
+DEBIAN_PYTHON_ARM64 = "imagekit-local/debian-python:bookworm-arm64"
 TEST_LABEL = "imagekit-test.run"
 RUN_ID = uuid.uuid4().hex[:12]
 REGISTRY = "127.0.0.1:5000"
@@ -123,6 +125,12 @@ def busybox(api: docker.APIClient) -> str:
 def debian_python(api: docker.APIClient) -> str:
     """The debootstrap'd bookworm with Python 3.11 (the offline demo's base)."""
     return _local_base(api, DEBIAN_PYTHON, "debian-python")
+
+
+@pytest.fixture(scope="session")
+def debian_python_arm64(api: docker.APIClient) -> str:
+    """The debootstrap'd bookworm for arm64 (needs QEMU registered: scripts/engine.sh emulation)."""
+    return _local_base(api, DEBIAN_PYTHON_ARM64, "debian-python-arm64")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -464,7 +465,8 @@ def test_host_run_without_torch_fails_clearly() -> None:
     rc, report, stderr = run_script(sys.executable, "--expect-torch", "2.13.0", "--expect-cuda", "cpu")
     assert "Traceback" not in stderr
     assert rc == 1
-    assert report["schema"] == 1
+    assert report["schema"] == 2
+    assert report["platform"] == {"machine": platform.machine(), "host_machine": None, "emulated": None}
     torch_check = by_name(report)["torch"]
     assert torch_check["status"] == "fail"
     assert "cannot be imported" in torch_check["cause"] and torch_check["fix"]

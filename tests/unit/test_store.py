@@ -501,6 +501,10 @@ VALIDATED_BUT = {
     "the GPU GEMM missing": {"checks": [{"name": "cuda_available", "status": "pass", "required": True}]},
     "the run itself failed": {"error": "timed out after 900s; the check container was killed"},
     "no checks at all": {"checks": []},
+    "an emulated run": {"platform": {"machine": "aarch64", "host_machine": "x86_64", "emulated": True}},
+    "machines that differ, said native": {
+        "platform": {"machine": "arm64", "host_machine": "x86_64", "emulated": False}
+    },
 }
 
 

@@ -234,14 +234,15 @@ def test_pull_targets_are_the_staged_digests() -> None:
     report = build_report()
     built, skipped = report.cells[0], report.cells[1]
     assert built.staged is not None and built.image_id is not None
-    cells = [SimpleNamespace(id=r.id) for r in report.cells]
+    cells = [SimpleNamespace(id=r.id, platform="linux/arm64") for r in report.cells]
     targets, missing = targets_for(cells, report, staged=True)  # type: ignore[arg-type]
-    assert targets == [Target(built.id, built.staged.reference, built.image_id, built.staged.digest)]
+    staged = built.staged.reference
+    assert targets == [Target(built.id, staged, built.image_id, built.staged.digest, "linux/arm64")]
     assert dict(missing)[skipped.id].startswith("never staged; run `imagekit build --push`")
     assert "its build failed" in dict(missing)["cuda-failed"]
     # Without --pull the image id runs; its staged digest is still what it was pushed as.
     targets, _ = targets_for(cells, replace(report, cells=(built,)))  # type: ignore[arg-type]
-    assert targets == [Target(built.id, built.image_id, built.image_id, built.staged.digest)]
+    assert targets == [Target(built.id, built.image_id, built.image_id, built.staged.digest, "linux/arm64")]
 
 
 def test_ctrl_c_during_the_create_call_still_removes_the_container() -> None:
@@ -255,6 +256,9 @@ def test_ctrl_c_during_the_create_call_still_removes_the_container() -> None:
 
         def inspect_image(self, ref: str) -> dict[str, object]:
             return {"Id": "sha256:" + "1" * 64, "Config": {"Labels": {}}}
+
+        def info(self) -> dict[str, str]:
+            return {"Architecture": "x86_64"}
 
         def create_host_config(self, **options: object) -> dict[str, object]:
             return dict(options)
