@@ -243,22 +243,8 @@ class WheelResolver:
                 ) from None
             except OSError as exc:
                 raise EnvironmentProblem(f"cannot run pip ({sys.executable} -m pip): {exc}") from None
-        if done.returncode == RUNNER_FAILED and "imagekit: " in done.stderr:
-            raise EnvironmentProblem(done.stderr.strip().rpartition("imagekit: ")[2])
         if done.returncode != 0:
-            errors = [
-                line
-                for line in done.stderr.splitlines()
-                if line.startswith("ERROR:") and "ResolutionImpossible" not in line
-            ]
-            if not errors and "No module named pip" in done.stderr:
-                raise EnvironmentProblem(f"{sys.executable} has no pip; install it to resolve wheelhouses")
-            reason = errors[0].removeprefix("ERROR: ") if errors else " ".join(done.stderr.split())[-300:]
-            raise InputError(
-                f"the wheelhouse cannot satisfy {' '.join(request.requirements)} for Python"
-                f" {request.python}{'' if request.machine == DEFAULT_MACHINE else ' on ' + request.machine}:"
-                f" {reason}"
-            )
+            raise _failure(request, done)
         try:
             report = json.loads(done.stdout)
             urls = [str(item["download_info"]["url"]) for item in report["install"]]
@@ -271,6 +257,26 @@ class WheelResolver:
                 raise InputError(f"pip resolved {url}, which is not a wheelhouse file")
             files.append(self._inside(Path(unquote(parts.path))))
         return tuple(sorted(files))
+
+
+def _failure(request: Request, done: subprocess.CompletedProcess[str]) -> ImagekitError:
+    """What a failed resolution means: pip (or the marker runner) could not run, or the
+    wheelhouse cannot satisfy the request (pip's first error line says why)."""
+    if done.returncode == RUNNER_FAILED and "imagekit: " in done.stderr:
+        return EnvironmentProblem(done.stderr.strip().rpartition("imagekit: ")[2])
+    errors = [
+        line
+        for line in done.stderr.splitlines()
+        if line.startswith("ERROR:") and "ResolutionImpossible" not in line
+    ]
+    if not errors and "No module named pip" in done.stderr:
+        return EnvironmentProblem(f"{sys.executable} has no pip; install it to resolve wheelhouses")
+    reason = errors[0].removeprefix("ERROR: ") if errors else " ".join(done.stderr.split())[-300:]
+    target = "" if request.machine == DEFAULT_MACHINE else f" on {request.machine}"
+    return InputError(
+        f"the wheelhouse cannot satisfy {' '.join(request.requirements)}"
+        f" for Python {request.python}{target}: {reason}"
+    )
 
 
 def closure_bytes(files: Sequence[Path]) -> int:
