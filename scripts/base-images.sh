@@ -3,7 +3,7 @@
 # registry (no Docker Hub access here).
 #
 # Usage:
-#   scripts/base-images.sh [--force] [busybox|debian-python|all]
+#   scripts/base-images.sh [--force] [busybox|debian-python|debian-python-amd64|debian-python-arm64|all]
 #
 # Images:
 #   imagekit-test/busybox:latest           FROM scratch + static busybox + applet
@@ -13,10 +13,21 @@
 #                                          ca-certificates openssh-server (for the
 #                                          ssh front end; no host keys: every
 #                                          container makes its own), via
-#                                          `docker import`
+#                                          `docker import`; the host's architecture
+#   imagekit-local/debian-python:bookworm-amd64  the same image under its platform's tag (a
+#   imagekit-local/debian-python:bookworm-arm64  matrix writes `bookworm-{arch}`; an engine's store
+#                                          holds one platform per tag). The host's one is a second
+#                                          tag of :bookworm; the other is a foreign debootstrap
+#                                          (`--arch`, its second stage run under QEMU: run
+#                                          scripts/engine.sh emulation first), made an image by a
+#                                          classic build FROM scratch with --platform (Debian's
+#                                          engine 20.10 ignores `docker import --platform`).
+#                                          debian-python-<arch> builds one platform; debian-python
+#                                          and all build the host's only.
 #
 # Idempotent: an image that already exists is skipped unless --force is given
-# (debian-python: or unless its imagekit.packages label names another package list).
+# (debian-python: or unless its imagekit.packages label names another package list or its
+# architecture is not the one asked for).
 # Needs a running dockerd (scripts/engine.sh docker) and the busybox-static /
 # debootstrap packages (installed by scripts/engine.sh install).
 #
@@ -27,7 +38,8 @@
 #                             benchmark can use its own)
 #   IMAGEKIT_PYTHON_IMAGE     name of the debian-python image (default above;
 #                             an experiment can build its own without
-#                             replacing the one other builds use)
+#                             replacing the one other builds use); the
+#                             per-platform tags append -amd64 / -arm64
 set -euo pipefail
 
 BUSYBOX_IMAGE="${IMAGEKIT_BUSYBOX_IMAGE:-imagekit-test/busybox:latest}"
@@ -50,8 +62,8 @@ TARGET=all
 for arg in "$@"; do
     case "$arg" in
         --force|-f) FORCE=1 ;;
-        busybox|debian-python|all) TARGET=$arg ;;
-        -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        busybox|debian-python|debian-python-amd64|debian-python-arm64|all) TARGET=$arg ;;
+        -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg" ;;
     esac
 done
@@ -60,6 +72,7 @@ done
 $DOCKER info >/dev/null 2>&1 || die "docker engine not reachable (run scripts/engine.sh docker)"
 
 image_exists() { $DOCKER image inspect "$1" >/dev/null 2>&1; }
+image_arch() { $DOCKER image inspect -f '{{.Architecture}}' "$1" 2>/dev/null || true; }
 image_id() { $DOCKER image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
 # After a --force rebuild, drop the previous image if it is now untagged.
 drop_old() {
@@ -164,29 +177,62 @@ apt_mirror_for_suite() {
 
 first_line() { head -n1; }
 
+# The host's Debian architecture (amd64, arm64): its debian-python is debootstrapped natively.
+NATIVE_ARCH=$(dpkg --print-architecture 2>/dev/null || true)
+# uname -m of a Debian architecture: the name of its qemu binfmt_misc entry.
+machine_of() { case "$1" in amd64) echo x86_64 ;; arm64) echo aarch64 ;; *) echo "$1" ;; esac; }
+# IMAGE:TAG-ARCH (IMAGE:latest-ARCH for a name without a tag).
+arch_tag() {
+    local ref=$1
+    [[ ${ref##*/} == *:* ]] || ref+=":latest"
+    echo "$ref-$2"
+}
+
+# build_debian_python [ARCH]: the host's architecture (default) as $PYTHON_IMAGE plus its
+# per-platform tag; another one as its per-platform tag only.
 build_debian_python() {
-    if image_exists "$PYTHON_IMAGE" && [[ $FORCE -eq 0 ]]; then
+    local arch=${1:-$NATIVE_ARCH}
+    local image foreign=0
+    if [[ $arch == "$NATIVE_ARCH" ]]; then
+        image=$PYTHON_IMAGE
+    else
+        image=$(arch_tag "$PYTHON_IMAGE" "$arch")
+        foreign=1
+    fi
+    if image_exists "$image" && [[ $FORCE -eq 0 ]]; then
         # An image made from another package list (before openssh-server joined it) is rebuilt.
-        local have
-        have=$($DOCKER image inspect -f '{{index .Config.Labels "imagekit.packages"}}' "$PYTHON_IMAGE" 2>/dev/null || true)
-        if [[ $have == "$PY_PACKAGES" ]]; then
-            log "$PYTHON_IMAGE exists (use --force to rebuild)"
+        local have have_arch
+        have=$($DOCKER image inspect -f '{{index .Config.Labels "imagekit.packages"}}' "$image" 2>/dev/null || true)
+        have_arch=$(image_arch "$image")
+        if [[ $have == "$PY_PACKAGES" && $have_arch == "$arch" ]]; then
+            log "$image exists (use --force to rebuild)"
+            tag_native "$arch"
             return 0
         fi
-        log "$PYTHON_IMAGE has packages '${have:-?}', not '$PY_PACKAGES': rebuilding"
+        log "$image has packages '${have:-?}' for '${have_arch:-?}', not '$PY_PACKAGES' for $arch: rebuilding"
     fi
     command -v debootstrap >/dev/null 2>&1 || die "debootstrap not installed"
+    local arch_args=()
+    if [[ $foreign -eq 1 ]]; then
+        # debootstrap's second stage runs the target's dpkg and maintainer scripts in a chroot:
+        # the kernel hands those binaries to QEMU through binfmt_misc (with the F flag).
+        local entry
+        entry=/proc/sys/fs/binfmt_misc/qemu-$(machine_of "$arch")
+        [[ -e $entry && $(head -n1 "$entry") == enabled ]] ||
+            die "$arch binaries cannot run here ($entry is not enabled): run scripts/engine.sh emulation"
+        arch_args=(--arch="$arch")
+    fi
     local mirror sec_mirror
     mirror=${IMAGEKIT_DEBIAN_MIRROR:-$(apt_mirror_for_suite "$SUITE" | first_line)}
     mirror=${mirror:-http://deb.debian.org/debian}
     sec_mirror=${IMAGEKIT_SECURITY_MIRROR:-$(apt_mirror_for_suite "$SUITE-security" | first_line)}
     sec_mirror=${sec_mirror:-http://deb.debian.org/debian-security}
-    log "debootstrap $SUITE from $mirror (security: $sec_mirror)"
+    log "debootstrap $SUITE for $arch from $mirror (security: $sec_mirror)"
 
     WORK=$(mktemp -d /var/tmp/imagekit-debian.XXXXXX)
     local root="$WORK/rootfs" t0=$SECONDS old
-    old=$(image_id "$PYTHON_IMAGE")
-    if ! debootstrap --variant=minbase --include="$PY_PACKAGES" \
+    old=$(image_id "$image")
+    if ! debootstrap "${arch_args[@]}" --variant=minbase --include="$PY_PACKAGES" \
             --components=main --merged-usr "$SUITE" "$root" "$mirror" \
             > "$WORK/debootstrap.log" 2>&1; then
         tail -n 30 "$WORK/debootstrap.log" >&2
@@ -194,7 +240,7 @@ build_debian_python() {
         die "debootstrap failed"
     fi
     local t_boot=$((SECONDS - t0))
-    log "debootstrap took ${t_boot}s"
+    log "debootstrap ($arch) took ${t_boot}s"
 
     # apt sources inside the image (same mirror as this machine)
     cat > "$root/etc/apt/sources.list" <<EOF
@@ -242,21 +288,47 @@ EOF
 
     local rootfs_size
     rootfs_size=$(du -sh --one-file-system "$root" | cut -f1)
-    tar -C "$root" --numeric-owner --xattrs --one-file-system -cf - . |
-        $DOCKER import \
-            --change 'CMD ["/bin/bash"]' \
-            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-            --change 'ENV LANG=C.UTF-8' \
-            --change "LABEL imagekit.base=debian-python imagekit.suite=bookworm imagekit.packages=$PY_PACKAGES" \
-            --message "debootstrap --variant=minbase $SUITE + $PY_PACKAGES" \
-            - "$PYTHON_IMAGE" >/dev/null
+    local changes=(
+        'CMD ["/bin/bash"]'
+        'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+        'ENV LANG=C.UTF-8'
+        "LABEL imagekit.base=debian-python imagekit.suite=bookworm imagekit.packages=$PY_PACKAGES"
+    )
+    if [[ $foreign -eq 0 ]]; then
+        local change_args=() c
+        for c in "${changes[@]}"; do change_args+=(--change "$c"); done
+        tar -C "$root" --numeric-owner --xattrs --one-file-system -cf - . |
+            $DOCKER import "${change_args[@]}" \
+                --message "debootstrap --variant=minbase $SUITE + $PY_PACKAGES" \
+                - "$image" >/dev/null
+    else
+        # `docker import --platform` is ignored by Debian's engine 20.10 (the image reads the
+        # host's architecture); the classic builder's FROM scratch takes --platform. The tar is
+        # written out once (the build context), then unpacked by ADD with owners and modes kept.
+        tar -C "$root" --numeric-owner --xattrs --one-file-system -cf "$WORK/rootfs.tar" .
+        rm -rf --one-file-system "$root"
+        { echo 'FROM scratch'; echo 'ADD rootfs.tar /'; printf '%s\n' "${changes[@]}"; } > "$WORK/Dockerfile"
+        $DOCKER build -q --platform "linux/$arch" -t "$image" "$WORK" >/dev/null
+    fi
     rm -rf --one-file-system "$WORK"; WORK=""
-    drop_old "$old" "$PYTHON_IMAGE"
-    log "built $PYTHON_IMAGE: rootfs $rootfs_size, image $($DOCKER image inspect -f '{{.Size}}' "$PYTHON_IMAGE") bytes, total $((SECONDS - t0))s (debootstrap ${t_boot}s)"
+    local got
+    got=$(image_arch "$image")
+    [[ $got == "$arch" ]] || die "$image reads architecture '$got', not $arch"
+    tag_native "$arch"  # before drop_old: the previous image must lose its second tag too
+    drop_old "$old" "$image"
+    log "built $image ($arch): rootfs $rootfs_size, image $($DOCKER image inspect -f '{{.Size}}' "$image") bytes, total $((SECONDS - t0))s (debootstrap ${t_boot}s)"
+}
+
+# The host's image under its per-platform tag too (a second tag: same image, no rebuild).
+tag_native() {
+    [[ $1 == "$NATIVE_ARCH" ]] || return 0
+    $DOCKER tag "$PYTHON_IMAGE" "$(arch_tag "$PYTHON_IMAGE" "$1")"
 }
 
 case "$TARGET" in
     busybox) build_busybox ;;
     debian-python) build_debian_python ;;
+    debian-python-amd64) build_debian_python amd64 ;;
+    debian-python-arm64) build_debian_python arm64 ;;
     all) build_busybox; build_debian_python ;;
 esac

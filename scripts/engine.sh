@@ -8,8 +8,18 @@
 #   scripts/engine.sh all [PORT] [DIR]       # both
 #   scripts/engine.sh install                # only install missing packages
 #   scripts/engine.sh status                 # show what is running
+#   scripts/engine.sh emulation              # run linux/arm64 containers here (QEMU), then prove it
 #
 # Idempotent: re-running does not start a second dockerd / registry.
+#
+# emulation (an x86_64 host): installs Debian's qemu-user-static when missing, mounts binfmt_misc
+# at /proc/sys/fs/binfmt_misc when it is not, registers qemu-aarch64 from
+# /usr/lib/binfmt.d/qemu-aarch64.conf when it is not registered (the conf's F flag makes the kernel
+# open the interpreter once, so it works inside every container's mount namespace), starts dockerd
+# if needed, then runs a 196-byte aarch64 program in a `--platform linux/arm64 --network none`
+# container (image imagekit-test/uname-m:arm64, built FROM scratch here, nothing pulled) and prints
+# the machine uname(2) reports there: `aarch64`. The registration lasts until reboot (binfmt_misc
+# is the kernel's, shared by every container on the host). On an aarch64 host it does nothing.
 #
 # Hard rule: containers must stay off private networks, so dockerd always runs
 # with --bridge=none --iptables=false --ip6tables=false (no docker0 bridge, no
@@ -57,6 +67,7 @@ package_present() {
         debootstrap)     command -v debootstrap >/dev/null 2>&1 ;;
         curl)            command -v curl >/dev/null 2>&1 ;;
         procps)          command -v pgrep >/dev/null 2>&1 ;;
+        qemu-user-static) [[ -f $BINFMT_CONF && -e $(binfmt_interpreter) ]] ;;
         *) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed' ;;
     esac
 }
@@ -69,13 +80,15 @@ static_busybox() {
     ! ldd "$bb" 2>&1 | grep -q '=>'
 }
 
+# install_packages [PACKAGE...]: the given ones (default: PACKAGES) that are missing.
 install_packages() {
-    local missing=() p
-    for p in "${PACKAGES[@]}"; do
+    local missing=() p wanted=("$@")
+    [[ ${#wanted[@]} -gt 0 ]] || wanted=("${PACKAGES[@]}")
+    for p in "${wanted[@]}"; do
         package_present "$p" || missing+=("$p")
     done
     if [[ ${#missing[@]} -eq 0 ]]; then
-        log "packages already installed"
+        log "packages already installed (${wanted[*]})"
         return 0
     fi
     log "installing: ${missing[*]}"
@@ -98,6 +111,123 @@ install_packages() {
     [[ $rc -eq 0 ]] || die "apt-get failed (rc=$rc)"
     # docker-registry's postinst may still have started something on some
     # systems; we never rely on it and always run our own instance.
+}
+
+# --------------------------------------------------------------- emulation ---
+# Debian's qemu-user-static ships the binfmt_misc registration as a systemd-binfmt file; without
+# systemd it is written to the kernel by hand. Its fields: :name:type:offset:magic:mask:interpreter:flags
+BINFMT_DIR=/proc/sys/fs/binfmt_misc
+BINFMT_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
+BINFMT_ENTRY=$BINFMT_DIR/qemu-aarch64
+ARM64_PROBE_IMAGE=imagekit-test/uname-m:arm64
+
+binfmt_line() { grep -v '^[[:space:]]*\(#\|$\)' "$BINFMT_CONF" | head -n1; }
+binfmt_interpreter() { [[ -f $BINFMT_CONF ]] && binfmt_line | cut -d: -f7; }
+binfmt_mounted() { awk -v d="$BINFMT_DIR" '$2 == d && $3 == "binfmt_misc" {f = 1} END {exit !f}' /proc/mounts; }
+
+# A static aarch64 ELF (196 bytes): uname(2), then write(1) of utsname.machine and a newline,
+# exit(0). Assembled once with `llvm-mc -triple=aarch64-linux-gnu -filetype=obj` (instructions
+# below); the two headers map the whole file at 0x400000. The proof needs no image from a registry
+# and no package for the foreign architecture.
+ARM64_UNAME_M='
+7f 45 4c 46 02 01 01 00 00 00 00 00 00 00 00 00  # ELF, 64-bit, little endian, version 1
+02 00 b7 00 01 00 00 00                          # ET_EXEC, EM_AARCH64
+78 00 40 00 00 00 00 00                          # entry 0x400078 (after the headers)
+40 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00  # program headers at 64, no sections
+00 00 00 00 40 00 38 00 01 00 00 00 00 00 00 00  # flags, header 64, 1 program header of 56
+01 00 00 00 05 00 00 00                          # PT_LOAD, read + execute
+00 00 00 00 00 00 00 00                          # file offset 0
+00 00 40 00 00 00 00 00 00 00 40 00 00 00 00 00  # at 0x400000
+c4 00 00 00 00 00 00 00 c4 00 00 00 00 00 00 00  # 196 bytes in the file and in memory
+00 10 00 00 00 00 00 00                          # page aligned
+ff 43 06 d1  # sub  sp, sp, #400     room for struct utsname (6 x 65 bytes)
+e0 03 00 91  # mov  x0, sp
+08 14 80 d2  # mov  x8, #160         uname
+01 00 00 d4  # svc  #0
+e1 13 04 91  # add  x1, sp, #260     .machine, the 5th field
+02 00 80 d2  # mov  x2, #0
+23 68 62 38  # 1: ldrb w3, [x1, x2]
+63 00 00 34  # cbz  w3, 2f
+42 04 00 91  # add  x2, x2, #1
+fd ff ff 17  # b    1b
+43 01 80 52  # 2: mov w3, #10        the NUL becomes a newline
+23 68 22 38  # strb w3, [x1, x2]
+42 04 00 91  # add  x2, x2, #1
+20 00 80 d2  # mov  x0, #1
+08 08 80 d2  # mov  x8, #64          write(1, machine, length + 1)
+01 00 00 d4  # svc  #0
+00 00 80 d2  # mov  x0, #0
+a8 0b 80 d2  # mov  x8, #93          exit(0)
+01 00 00 d4  # svc  #0
+'
+
+write_arm64_uname_m() {
+    local byte
+    for byte in $(sed 's/#.*//' <<<"$ARM64_UNAME_M"); do
+        printf "\\x$byte"
+    done > "$1"
+    chmod 0755 "$1"
+}
+
+register_emulation() {
+    if ! binfmt_mounted; then
+        log "mounting binfmt_misc at $BINFMT_DIR"
+        mount -t binfmt_misc binfmt_misc "$BINFMT_DIR" || die "cannot mount binfmt_misc (a container without CAP_SYS_ADMIN?)"
+    fi
+    if [[ -e $BINFMT_ENTRY ]]; then
+        if [[ $(head -n1 "$BINFMT_ENTRY") != enabled ]]; then
+            log "qemu-aarch64 is registered but disabled: enabling it"
+            echo 1 > "$BINFMT_ENTRY"
+        fi
+        log "qemu-aarch64 already registered ($(sed -n 's/^interpreter //p' "$BINFMT_ENTRY"), flags $(sed -n 's/^flags: //p' "$BINFMT_ENTRY"))"
+    else
+        install_packages qemu-user-static
+        [[ -f $BINFMT_CONF ]] || die "$BINFMT_CONF missing after installing qemu-user-static"
+        log "registering qemu-aarch64 from $BINFMT_CONF"
+        binfmt_line > "$BINFMT_DIR/register" || die "the kernel refused $BINFMT_CONF"
+    fi
+    # Without F the kernel looks the interpreter up in each container's own file system, where it
+    # is not: arm64 containers would fail with "exec format error" or "no such file".
+    grep -q '^flags: .*F' "$BINFMT_ENTRY" ||
+        log "WARNING: qemu-aarch64 lacks the F flag; containers may not find the interpreter (echo -1 > $BINFMT_ENTRY and rerun)"
+}
+
+# Build the probe image (FROM scratch, --platform linux/arm64: Debian's engine 20.10 ignores
+# `docker import --platform`, the classic builder does not) and run it with no network.
+prove_emulation() {
+    local work machine arch
+    work=$(mktemp -d /var/tmp/imagekit-uname-m.XXXXXX)
+    mkdir "$work/rootfs"
+    write_arm64_uname_m "$work/rootfs/uname-m"
+    tar -C "$work/rootfs" --numeric-owner --owner=0 --group=0 -cf "$work/rootfs.tar" .
+    printf 'FROM scratch\nADD rootfs.tar /\nLABEL imagekit.test=true\nCMD ["/uname-m"]\n' > "$work/Dockerfile"
+    rm -rf "$work/rootfs"
+    DOCKER_BUILDKIT=0 docker_cli build -q --platform linux/arm64 -t "$ARM64_PROBE_IMAGE" "$work" >/dev/null ||
+        { rm -rf "$work"; die "cannot build $ARM64_PROBE_IMAGE"; }
+    arch=$(docker_cli image inspect -f '{{.Os}}/{{.Architecture}}' "$ARM64_PROBE_IMAGE")
+    [[ $arch == linux/arm64 ]] || { rm -rf "$work"; die "$ARM64_PROBE_IMAGE reads $arch, not linux/arm64"; }
+    # stdout alone is the answer: the engine's warnings go to stderr
+    if ! machine=$(docker_cli run --rm --platform linux/arm64 --network none "$ARM64_PROBE_IMAGE" 2>"$work/stderr"); then
+        log "an arm64 container does not run: $(tail -n 3 "$work/stderr")"
+        rm -rf "$work"
+        die "linux/arm64 emulation does not work (is $(binfmt_interpreter) registered with the F flag?)"
+    fi
+    rm -rf "$work"
+    [[ $machine == aarch64 ]] || die "an arm64 container reports machine '$machine', not aarch64"
+    log "a linux/arm64 container ran under QEMU and reports:"
+    echo "$machine"
+}
+
+setup_emulation() {
+    local host
+    host=$(uname -m)
+    if [[ $host == aarch64 ]]; then
+        log "host is aarch64: linux/arm64 images run natively, nothing to register"
+        return 0
+    fi
+    register_emulation
+    start_docker
+    prove_emulation
 }
 
 # ----------------------------------------------------------------- dockerd ---
@@ -283,7 +413,7 @@ show_status() {
 }
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 main() {
@@ -295,6 +425,7 @@ main() {
         registry) install_packages; start_registry "$@" ;;
         all)      install_packages; start_docker; start_registry "$@" ;;
         status)   show_status ;;
+        emulation) setup_emulation ;;
         -h|--help|help) usage ;;
         *) usage; exit 2 ;;
     esac

@@ -2,6 +2,12 @@
 # setup.sh - prepare the offline demo: local base images and a wheelhouse of real wheels.
 # Needs root (scripts/base-images.sh uses debootstrap and docker import) and, once, pip access
 # to an index from the host; the image builds themselves reach no network.
+#
+# Both platforms: the x86_64 cells install PyTorch's torch-X+cpu; the arm64 cell installs PyPI's
+# torch 2.10.0 aarch64 wheel, which is the CPU build in effect (every nvidia-*/triton requirement
+# of it holds on x86_64 only), on the arm64 debootstrap of the same Debian (built, and on an x86
+# host run, under QEMU: scripts/engine.sh emulation). One wheelhouse holds both machines' wheels;
+# each cell's closure is resolved for its own machine. WITH_ARM64=0 leaves the arm64 part out.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -14,6 +20,8 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 JUPYTERLAB_VERSION=${JUPYTERLAB_VERSION:-4.6.6}
 DUMB_INIT_VERSION=${DUMB_INIT_VERSION:-1.2.5.post1}
 WHEELHOUSE=${WHEELHOUSE:-$here/wheelhouse}
+WITH_ARM64=${WITH_ARM64:-1}
+ARM64_TORCH_VERSION=${ARM64_TORCH_VERSION:-2.10.0}
 
 # The base has openssh-server (the ssh front end), without host keys.
 "$repo/scripts/base-images.sh" debian-python
@@ -39,5 +47,16 @@ fi
     --python-version 3.11 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --implementation cp --retries 1 --timeout 15 \
     "jupyterlab==${JUPYTERLAB_VERSION}" "dumb-init==${DUMB_INIT_VERSION}"
+
+if [[ $WITH_ARM64 == 1 ]]; then
+    # The arm64 base: a foreign debootstrap needs the kernel to run aarch64 binaries (QEMU).
+    [[ $(uname -m) == aarch64 ]] || "$repo/scripts/engine.sh" emulation
+    "$repo/scripts/base-images.sh" debian-python-arm64
+    # pip on this host judges environment markers for aarch64 (imagekit.wheels download): a plain
+    # `pip download --platform ..._aarch64` would add torch's CUDA wheels, gated to x86_64.
+    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m imagekit.wheels download \
+        --machine aarch64 --python-version 3.11 --glibc 2.36 --dest "$WHEELHOUSE" \
+        "torch==${ARM64_TORCH_VERSION}" numpy -- --retries 1 --timeout 60
+fi
 ls -la "$WHEELHOUSE"
 du -sh "$WHEELHOUSE"
