@@ -25,6 +25,8 @@ from imagekit.platforms import Platform
 from imagekit.store import BuildReport
 
 DEFAULT_PLATFORM = platforms.get(platforms.DEFAULT)
+_ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S+))?", re.IGNORECASE | re.MULTILINE)
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
@@ -114,4 +116,9 @@ def local_base_froms(base: LocalBase) -> tuple[str, ...]:
         raise InputError(
             f"base {base.name}: cannot read {base.context / base.dockerfile}: {exc.strerror}"
         ) from None
-    return tuple(_FROM.findall(text))
+    # FROM ${BASE}: the image a build arg names (a per-platform base), as the engine fills it from
+    # the base's args, else from the ARG default declared before the first FROM
+    first = _FROM.search(text)
+    declared = _ARG.findall(text[: first.start()] if first else text)
+    values = {name: default for name, default in declared if default} | dict(base.args)
+    return tuple(_VARIABLE.sub(lambda m: values.get(m[1] or m[2], m[0]), ref) for ref in _FROM.findall(text))

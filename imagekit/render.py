@@ -362,8 +362,8 @@ class Renderer:
         assert self._resolver is not None
         system = self.plan.compat.operating_systems.get(cell.os)
         machine = platforms.get(cell.platform).machine
-        request = Request(requirements, cell.python, platform_tags(system.glibc if system else None, machine))
-        return list(self._resolver.closure(request))
+        tags = platform_tags(system.glibc if system else None, machine)
+        return list(self._resolver.closure(Request(requirements, cell.python, tags, machine)))
 
     def render(self, cell: Cell, build_from: str | None = None) -> RenderedCell:
         """Render ``cell``; ``build_from`` replaces its base in the Dockerfile (a mirror, a pin)."""

@@ -96,6 +96,20 @@ def test_local_base_froms_reads_every_from(tmp_path: Path) -> None:
     assert local_base_froms(base) == ("golang:1.22", "alpine:3.19")
 
 
+def test_local_base_froms_fills_build_args_then_arg_defaults(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(
+        "ARG BASE=site/debian:bookworm-amd64\nARG TOOLS\n"
+        "FROM ${BASE}\nFROM $TOOLS AS tools\nARG LATE=x\nFROM $LATE\n"
+    )
+    arm = LocalBase(
+        "deb", "site/demo:bookworm-arm64", tmp_path, "Dockerfile", (("BASE", "site/debian:bookworm-arm64"),)
+    )
+    # an ARG after the first FROM is the stage's, never a FROM's; an unset one stays as written
+    assert local_base_froms(arm) == ("site/debian:bookworm-arm64", "$TOOLS", "$LATE")
+    amd = LocalBase("deb", "site/demo:bookworm-amd64", tmp_path, "Dockerfile", ())
+    assert local_base_froms(amd)[0] == "site/debian:bookworm-amd64"
+
+
 def test_local_base_froms_of_a_missing_dockerfile(tmp_path: Path) -> None:
     base = LocalBase("gone", "example/gone:dev", tmp_path, "Dockerfile", ())
     with pytest.raises(InputError, match=r"^base gone: cannot read .*Dockerfile: No such file"):
