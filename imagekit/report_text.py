@@ -60,7 +60,7 @@ def _verified(result: CellResult) -> str:
     figures = [f"{tflops:.0f} TFLOP/s"] if isinstance(tflops, int | float) else []
     figures += [note] if (note := throttle_note(verification.gpu_figures)) else []
     if verification.emulated and verification.platform is not None:
-        figures.append(f"emulated: {verification.platform.text}")
+        figures.append(verification.platform.text)
     return verification.label + (f" ({'; '.join(figures)})" if figures else "")
 
 
