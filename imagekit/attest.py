@@ -482,6 +482,9 @@ class Finding:
     manifest: str
     predicate_type: str | None
     problem: str | None
+    # The Statement its signature verified (None when it did not): what an index's attestation
+    # is checked against beyond ``judge`` (its platforms, the index's entries).
+    statement: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 def accepted(findings: Sequence[Finding], requirement: Requirement) -> bool:
