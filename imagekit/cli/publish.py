@@ -219,7 +219,7 @@ def images(
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
-        require_attested(dict(chosen.images), require_attestation, attestation_policy)
+        require_attested(chosen, require_attestation, attestation_policy)
     typer.echo(render_lock(chosen, output_format), nl=False)
 
 
@@ -364,7 +364,7 @@ def k8s(
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
-        require_attested(dict(entries), require_attestation, attestation_policy)
+        require_attested(published, require_attestation, attestation_policy)
     files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
     if policy_key is not None:
         from imagekit.admission import KYVERNO_POLICY_FILE

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from imagekit.manifest import OCI_MANIFEST, Manifest
 from imagekit.registry import Backoff, Registry
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -145,3 +146,29 @@ def oci_stub() -> Iterator[OciStub]:
         yield server
     finally:
         server.close()
+
+
+def image_manifest(
+    stub: OciStub, repository: str, arch: str = "amd64", labels: dict[str, str] | None = None
+) -> Manifest:
+    """An image for ``linux/<arch>`` (its config, no layers) stored in ``repository`` under the
+    tag ``v-<arch>``; its manifest."""
+    document = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    if labels:
+        document["config"] = {"Labels": labels}
+    config = json.dumps(document).encode()
+    stub.blobs[(repository, digest_of(config))] = config
+    body = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": digest_of(config),
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    ).encode()
+    stub.replace_manifest(repository, f"v-{arch}", body, OCI_MANIFEST)
+    return Manifest(digest_of(body), OCI_MANIFEST, body)

@@ -23,7 +23,7 @@ from imagekit.errors import MESSAGE_CHARS
 from imagekit.limits import ENVELOPE_BYTES, MANIFEST_BYTES, MAX_REFERRERS
 from imagekit.manifest import OCI_INDEX, OCI_MANIFEST, Manifest, referrers_tag
 from tests.conftest import CliResult, run_cli
-from tests.unit.oci_stub import OciStub, digest_of, oci_stub
+from tests.unit.oci_stub import OciStub, digest_of, image_manifest, oci_stub
 from tests.unit.test_attest import SUBJECT, gpu_verification, private_pem, public_pem_of
 
 REPO = "acme/pytorch"
@@ -88,25 +88,6 @@ class World:
         return digest
 
 
-def image_manifest(stub: OciStub, arch: str = "amd64") -> Manifest:
-    config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
-    stub.blobs[(REPO, digest_of(config.encode()))] = config.encode()
-    body = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": digest_of(config.encode()),
-                "size": len(config),
-            },
-            "layers": [],
-        }
-    ).encode()
-    stub.replace_manifest(REPO, f"v-{arch}", body, OCI_MANIFEST)
-    return Manifest(digest_of(body), OCI_MANIFEST, body)
-
-
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     pem = private_pem()
@@ -115,7 +96,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     key = attest.load_signing_key(tmp_path / "k.pem", {})
     assert key is not None
     with oci_stub() as stub:
-        image = image_manifest(stub)
+        image = image_manifest(stub, REPO)
         made = World(stub, key, tmp_path / "k.pub", image, None)  # type: ignore[arg-type]
         client = stub.client()
         (made.attached,) = attach_envelopes(client, REPO, image, [made.statement()], key)
@@ -225,7 +206,7 @@ def test_a_hostile_referrers_tag_is_one_line_and_exit_1(world: World, case: str)
 
 def _for_another_subject(w: World) -> None:
     """The tag lists an artifact attached to another image (its manifest's subject)."""
-    other = image_manifest(w.stub, "arm64")
+    other = image_manifest(w.stub, REPO, "arm64")
     client = w.stub.client()
     (theirs,) = attach_envelopes(client, REPO, other, [w.statement(other.digest)], w.key)
     client.close()
