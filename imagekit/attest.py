@@ -301,6 +301,7 @@ class Subject:
     gpus: tuple[str, ...] = ()  # the products nvidia-smi listed
     driver: str | None = None
     cuda_driver: str | None = None
+    platform: str | None = None  # the cell's (linux/arm64): which entry of an index it is
 
 
 def verification_predicate(
@@ -350,12 +351,16 @@ def verification_predicate(
             "image_id": subject.image_id,
             "base_image": subject.base_image,
             "base_digest": subject.base_digest,
+            "platform": subject.platform,
         },
         "run": {
             "verified_at": verification.finished_at,
             "verified_digest": verification.image_digest,
             "runner": verification.runner,
             "duration_s": verification.duration_s,
+            # where the checks ran: the machine inside the container, and whether it was emulated
+            "machine": verification.platform.machine if verification.platform else None,
+            "emulated": verification.emulated,
             "ci": ci_context(environ),
         },
         "imagekit": {"version": __version__},

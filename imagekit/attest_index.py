@@ -29,6 +29,7 @@ verification attestation that satisfies the same requirement, one the index name
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -164,14 +165,20 @@ def index_entries(index: Manifest) -> dict[str, str]:
     return found
 
 
+# An OCI platform's os, architecture and variant as every registry client spells them (linux,
+# arm64, v8): what a line may repeat of them. Anything else is no platform (a hostile index's
+# megabyte of "architecture" never reaches a line).
+_PLATFORM_WORD = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+
+
 def _platform_name(described: object) -> str | None:
     if not isinstance(described, dict):
         return None
-    os_name, arch = described.get("os"), described.get("architecture")
-    if not isinstance(os_name, str) or not isinstance(arch, str) or not os_name or not arch:
+    os_name, arch, variant = described.get("os"), described.get("architecture"), described.get("variant")
+    words = [os_name, arch] + ([variant] if variant not in (None, "") else [])
+    if not all(isinstance(w, str) and _PLATFORM_WORD.fullmatch(w) for w in words):
         return None
-    variant = described.get("variant")
-    return f"{os_name}/{arch}" + (f"/{variant}" if isinstance(variant, str) and variant else "")
+    return "/".join(str(w) for w in words)
 
 
 def listed_platforms(predicate: Mapping[str, Any]) -> dict[str, Mapping[str, Any]] | str:

@@ -260,6 +260,7 @@ class Publisher:
                 provenance.gpus if provenance else (),
                 provenance.driver if provenance else None,
                 provenance.cuda_driver if provenance else None,
+                entry.platform,
             )
             made = attest.verification_predicate(subject, verification)
         statements: list[dict[str, Any]] = []

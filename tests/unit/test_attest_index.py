@@ -195,6 +195,8 @@ def test_publish_attaches_a_signed_index_attestation_naming_each_platforms_proof
             s for s in published.attached(image.digest) if s["predicateType"] == attest.VALIDATED_PREDICATE
         ]
         assert own and own[0]["subject"][0]["digest"]["sha256"] == image.digest.removeprefix("sha256:")
+        assert own[0]["predicate"]["cell"]["platform"] == name
+        assert own[0]["predicate"]["run"]["emulated"] is False
     assert any(f"{published.index.digest}, the index of 2 platforms" in line for line in published.said)
     cosign = published.stub.json(REPO, referrers_tag(published.index.digest) + ".att")
     assert [x["annotations"]["predicateType"] for x in cosign["layers"]] == [attest.VALIDATED_PREDICATE]
@@ -378,6 +380,14 @@ def test_a_tampered_index_attestation_is_refused(published: Published) -> None:
     published.stub.replace_manifest(REPO, referrers_tag(published.index.digest), listing, OCI_INDEX)
     (line,) = lines(published.verify(), 1)
     assert "no signature verifies" in line
+
+
+def test_an_index_whose_platform_is_no_platform_word_is_one_short_line(published: Published) -> None:
+    body = json.loads(published.index.body)
+    body["manifests"][1]["platform"]["architecture"] = "arm64\x1b[2J" + "x" * 100_000
+    digest = published.stub.replace_manifest(REPO, "odd", json.dumps(body).encode(), OCI_INDEX)
+    (line,) = lines(published.verify(digest), 1)
+    assert line.endswith("manifests[1] names no platform or no sha256 digest") and len(line) < 200
 
 
 def test_an_index_with_two_entries_for_one_platform_is_refused(published: Published) -> None:
