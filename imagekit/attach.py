@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ from imagekit.manifest import EMPTY_BLOB, OCI_MANIFEST, Manifest, artifact_manif
 from imagekit.naming import DIGEST
 from imagekit.registry import Registry
 from imagekit.safetypes import parse_json
+from imagekit.text import shown
 
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # on the artifact and its layer
 COSIGN_PREDICATE_ANNOTATION = "predicateType"  # on a layer of the .att manifest, as cosign writes it
@@ -51,6 +53,18 @@ def cosign_tag(digest: str) -> str:
     return referrers_tag(digest) + ".att"
 
 
+@dataclass(frozen=True)
+class Attached:
+    """One Statement as it went into the registry: what an index attestation names it by."""
+
+    predicate_type: str
+    artifact: str  # the OCI 1.1 artifact manifest's digest (what the referrers list)
+    envelope: str  # the DSSE envelope blob's digest (a layer of the cosign .att manifest too)
+
+    def as_json(self) -> dict[str, str]:
+        return {"predicateType": self.predicate_type, "artifact": self.artifact, "envelope": self.envelope}
+
+
 def attach_statements(
     registry: Registry,
     repository: str,
@@ -60,6 +74,20 @@ def attach_statements(
     created: str | None = None,
 ) -> tuple[str, ...]:
     """Sign each Statement and attach it to ``subject`` in ``repository``; the predicate types."""
+    attached = attach_envelopes(registry, repository, subject, statements, key, created)
+    return tuple(a.predicate_type for a in attached)
+
+
+def attach_envelopes(
+    registry: Registry,
+    repository: str,
+    subject: Manifest,
+    statements: Sequence[Mapping[str, Any]],
+    key: SigningKey,
+    created: str | None = None,
+) -> tuple[Attached, ...]:
+    """Sign each Statement and attach it to ``subject`` (an image or an image index) in
+    ``repository``, in both layouts; what was attached, in order."""
     from imagekit.clock import timestamp
 
     when = created or timestamp()
@@ -67,7 +95,7 @@ def attach_statements(
         return ()
     registry.put_blob(repository, EMPTY_BLOB)
     layers: list[dict[str, Any]] = []
-    kinds: list[str] = []
+    attached: list[Attached] = []
     for statement in statements:
         kind = str(statement["predicateType"])
         envelope = sign_statement(statement, key)
@@ -89,9 +117,9 @@ def attach_statements(
                 "annotations": {COSIGN_PREDICATE_ANNOTATION: kind, COSIGN_SIGNATURE_ANNOTATION: ""},
             }
         )
-        kinds.append(kind)
+        attached.append(Attached(kind, artifact.digest, digest))
     _add_cosign_layers(registry, repository, subject.digest, layers)
-    return tuple(kinds)
+    return tuple(attached)
 
 
 def _add_cosign_layers(
@@ -133,13 +161,24 @@ def _add_cosign_layers(
     )
 
 
-def _envelope_layer(artifact: Manifest) -> tuple[str, int | None]:
-    """The one DSSE layer of an artifact manifest: (digest, size)."""
+def _envelope_layer(artifact: Manifest, subject: str) -> tuple[str, int]:
+    """The one DSSE layer of an artifact manifest about ``subject``: (digest, size)."""
     try:
         data: Any = parse_json(artifact.body)
     except ValueError:
         raise AttestationError("its manifest is not JSON") from None
-    layers = data.get("layers") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise AttestationError("its manifest is not a JSON object")
+    # A referrers list that names another image's artifact is a registry's (or a writer's) slip:
+    # what is listed for this digest must say it is about this digest.
+    about = data.get("subject")
+    named = about.get("digest") if isinstance(about, dict) else None
+    if named != subject:
+        said = "no subject"
+        if isinstance(named, str):
+            said = named[:19] if DIGEST.fullmatch(named) else shown(named)
+        raise AttestationError(f"its manifest is about {said}, not {subject[:19]}")
+    layers = data.get("layers")
     if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
         raise AttestationError("its manifest does not hold exactly one layer")
     layer = layers[0]
@@ -148,8 +187,8 @@ def _envelope_layer(artifact: Manifest) -> tuple[str, int | None]:
     digest, size = layer.get("digest"), layer.get("size")
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
         raise AttestationError("its layer names no sha256 digest")
-    if type(size) is not int or not 0 <= size <= ENVELOPE_BYTES:
-        raise AttestationError(f"its envelope's size is not a number up to {ENVELOPE_BYTES:,} bytes")
+    if type(size) is not int or not 1 <= size <= ENVELOPE_BYTES:
+        raise AttestationError(f"its envelope's size is not a number from 1 to {ENVELOPE_BYTES:,} bytes")
     return digest, size
 
 
@@ -160,18 +199,25 @@ def find_attestations(
     key: PublicKey,
     requirement: Requirement,
     now: datetime,
+    index: bool = False,
 ) -> list[Finding]:
     """Every DSSE referrer of ``repository@digest``, each judged: its signature with ``key``, its
     Statement's subject (this digest) and predicate against ``requirement``. SBOMs are judged
-    for their signature and subject only (``Finding.predicate_type`` tells them apart)."""
+    for their signature and subject only (``Finding.predicate_type`` tells them apart).
+    ``index``: the digest is an image index, whose verification attestation lists its platforms
+    (``imagekit.attest_index``); an image's never does."""
     findings: list[Finding] = []
+    seen: set[str] = set()
     for referrer in registry.referrers(repository, digest):
-        if referrer.artifact_type != DSSE_MEDIA_TYPE:
+        # A referrer listed twice (a registry's or a writer's slip) is one attestation: judged
+        # once, so it neither counts twice nor repeats its line.
+        if referrer.artifact_type != DSSE_MEDIA_TYPE or referrer.digest in seen:
             continue
+        seen.add(referrer.digest)
         try:
             artifact = registry.get_manifest(repository, referrer.digest)
-            blob, size = _envelope_layer(artifact)
-            raw = registry.get_blob(repository, blob, limit=min(size or ENVELOPE_BYTES, ENVELOPE_BYTES))
+            blob, size = _envelope_layer(artifact, digest)
+            raw = registry.get_blob(repository, blob, limit=size)
             statement = open_envelope(raw, key)
         except (AttestationError, RegistryError) as exc:
             findings.append(
@@ -187,9 +233,22 @@ def find_attestations(
         ):
             problem = judge_subject(statement, digest)
         else:
-            problem = judge(statement, digest, requirement, now)
-        findings.append(Finding(referrer.digest, kind, problem))
+            problem = judge(statement, digest, requirement, now) or _shape_problem(statement, index)
+        findings.append(Finding(referrer.digest, kind, problem, statement))
     return findings
+
+
+def _shape_problem(statement: Mapping[str, Any], index: bool) -> str | None:
+    """An index's attestation accepted only for an index, an image's only for an image: a
+    registry that answers an index's digest as no index must not get the index's proof taken
+    without its platforms'."""
+    predicate = statement.get("predicate")
+    lists = isinstance(predicate, dict) and "platforms" in predicate
+    if index and not lists:
+        return "it attests a single image, not this index's platforms"
+    if lists and not index:
+        return "it attests an image index (it lists platforms); the registry did not serve this digest as one"
+    return None
 
 
 def judge_subject(statement: Mapping[str, Any], digest: str) -> str | None:

@@ -301,6 +301,7 @@ class Subject:
     gpus: tuple[str, ...] = ()  # the products nvidia-smi listed
     driver: str | None = None
     cuda_driver: str | None = None
+    platform: str | None = None  # the cell's (linux/arm64): which entry of an index it is
 
 
 def verification_predicate(
@@ -350,12 +351,16 @@ def verification_predicate(
             "image_id": subject.image_id,
             "base_image": subject.base_image,
             "base_digest": subject.base_digest,
+            "platform": subject.platform,
         },
         "run": {
             "verified_at": verification.finished_at,
             "verified_digest": verification.image_digest,
             "runner": verification.runner,
             "duration_s": verification.duration_s,
+            # where the checks ran: the machine inside the container, and whether it was emulated
+            "machine": verification.platform.machine if verification.platform else None,
+            "emulated": verification.emulated,
             "ci": ci_context(environ),
         },
         "imagekit": {"version": __version__},
@@ -482,6 +487,9 @@ class Finding:
     manifest: str
     predicate_type: str | None
     problem: str | None
+    # The Statement its signature verified (None when it did not): what an index's attestation
+    # is checked against beyond ``judge`` (its platforms, the index's entries).
+    statement: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 def accepted(findings: Sequence[Finding], requirement: Requirement) -> bool:

@@ -15,7 +15,9 @@ Order of work, chosen so that a failure leaves nothing half-done:
    last) and add it to the lock only when all its tags are written. No layer moves and the digest
    is identical, so a tag can only ever name an image that passed. A group of platforms: each
    image by digest (no tag of its own), one OCI image index of them PUT by digest and read back,
-   then its tags, readable last, then the lock (its entries and the index, in one write).
+   then its tags, readable last; then each platform's attestations and the index's own (signed
+   with ``--signing-key``, ``imagekit.attest_index``), then the lock (its entries and the index,
+   in one write).
 
 A registry that stays down stops the run with exit 3; before step 4 nothing final was written, and
 a cell in the lock is always a cell whose every tag names its verified digest.
@@ -33,6 +35,7 @@ from typing import Any, cast, get_args
 import docker
 
 from imagekit import naming, platforms
+from imagekit.attach import Attached
 from imagekit.attest import SigningKey
 from imagekit.cells import Cell, Plan
 from imagekit.clock import timestamp
@@ -233,9 +236,9 @@ class Publisher:
             self.say(f"carried {len(found)} referrer(s) of {digest[:19]} from {source} to {target}")
         return len(found)
 
-    def attach(self, ready: _Ready, entry: LockEntry) -> tuple[str, ...]:
+    def attach(self, ready: _Ready, entry: LockEntry) -> tuple[Attached, ...]:
         """Sign and attach the verification attestation and the SBOM of the promoted digest;
-        the predicate types attached (none without a signing key)."""
+        what was attached (nothing without a signing key)."""
         from imagekit import attach, attest
 
         key = self.options.signing_key
@@ -257,6 +260,7 @@ class Publisher:
                 provenance.gpus if provenance else (),
                 provenance.driver if provenance else None,
                 provenance.cuda_driver if provenance else None,
+                entry.platform,
             )
             made = attest.verification_predicate(subject, verification)
         statements: list[dict[str, Any]] = []
@@ -275,7 +279,7 @@ class Publisher:
                 entry.cell,
             )
             statements.append(attest.statement(entry.repository, entry.digest, attest.SBOM_PREDICATE, bom))
-        kinds = attach.attach_statements(
+        attached = attach.attach_envelopes(
             self.registry, self.options.repository, ready.manifest, statements, key
         )
         missing = []
@@ -283,13 +287,44 @@ class Publisher:
             missing.append("no verification attestation (never verified)")
         if inventory is None:
             missing.append("no SBOM (its verification has no inventory: verify it again)")
-        attached = ", ".join(attest.short_type(k) for k in kinds) or "nothing"
+        kinds = ", ".join(attest.short_type(a.predicate_type) for a in attached) or "nothing"
         self.say(
-            f"signed and attached to {entry.reference}: {attached}"
+            f"signed and attached to {entry.reference}: {kinds}"
             + (f"; {'; '.join(missing)}" if missing else "")
             + f" (key {key.keyid[:16]})"
         )
-        return kinds
+        return attached
+
+    def attach_index(
+        self,
+        group: Group,
+        index: Manifest,
+        entries: Sequence[LockEntry],
+        attached: Sequence[tuple[Attached, ...]],
+    ) -> None:
+        """Sign and attach the index's own verification attestation (``imagekit.attest_index``),
+        once each platform's is attached: the digest a pod pulls carries the proof too."""
+        key = self.options.signing_key
+        if key is None:
+            return
+        from imagekit import attach, attest
+        from imagekit.attest_index import LeftOutPlatform, PlatformProof, index_predicate
+
+        proofs = [
+            PlatformProof(e.platform, e.cell, e.digest, m.verification, _gpus(e), tuple(a))
+            for m, e, a in zip(group.members, entries, attached, strict=True)
+        ]
+        missing = [LeftOutPlatform(x.platform, x.cell, clipped(x.reason, TEXT_CHARS)) for x in group.missing]
+        made = index_predicate(group.tag, group.input_digest, proofs, missing)
+        reference = naming.by_digest(self.target, index.digest)
+        if made is None:
+            self.say(f"no index attestation for {reference}: a platform was never verified")
+            return
+        statement = attest.statement(self.target, index.digest, *made)
+        done = attach.attach_envelopes(self.registry, self.options.repository, index, [statement], key)
+        kinds = ", ".join(attest.short_type(a.predicate_type) for a in done)
+        what = f"the index of {len(proofs)} platforms"
+        self.say(f"signed and attached to {reference}, {what}: {kinds} (key {key.keyid[:16]})")
 
     def entry(self, ready: _Ready) -> LockEntry:
         candidate = ready.staged.candidate
@@ -355,9 +390,12 @@ class Publisher:
                 self.registry.put_manifest(repository, tag, index)
             self.registry.read_back_index(repository, tags[0], index, expected)
             entries = tuple(self.entry(item) for item in members)
+            attached = []
             for item, entry in zip(members, entries, strict=True):
                 self.carry_referrers(item)
-                self.attach(item, entry)
+                attached.append(self.attach(item, entry))
+            # After the index read back and each platform's proof is in place, the index's own.
+            self.attach_index(group, index, entries, attached)
         except RegistryError as exc:
             raise EnvironmentProblem(str(exc)) from None
         record = LockIndex(
@@ -428,6 +466,11 @@ class Publisher:
         where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
         self.say(f"staged {candidate.cell} as {where}")
         return _Staged(candidate, self.staging, digest, time.monotonic() - started)
+
+
+def _gpus(entry: LockEntry) -> tuple[str, ...]:
+    """The GPU products a published image's verification saw (its provenance's word)."""
+    return entry.provenance.gpus if entry.provenance is not None else ()
 
 
 def _check_platform(where: str, config: Mapping[str, Any], platform: Platform) -> None:

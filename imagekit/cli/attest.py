@@ -11,7 +11,7 @@ from imagekit.cli.app import OneLineUsageErrors, app, path_option, reports_error
 from imagekit.errors import ExitCode, InputError
 
 if TYPE_CHECKING:
-    from imagekit.lockfile import LockEntry as LockEntryLike
+    from imagekit.lockfile import Lock as LockLike
 
 attest_app = typer.Typer(
     name="attest",
@@ -88,6 +88,10 @@ def verify_attestation(
     """Check that a digest carries a verification attestation signed with KEY that satisfies the
     policy: signature, subject (this digest), predicate type and verdict, GPU and age.
 
+    An image index (the platforms of one group, the digest a Kubernetes Job pulls) is checked
+    whole: its own attestation, which must list exactly its platforms, and each platform's
+    manifest digest, each held to the same policy.
+
     Exit 0 when one does; exit 1 with one line per attestation that does not (and why).
 
     Example: imagekit attest verify ghcr.io/acme/pytorch@sha256:... --key imagekit.pub --gpu H100
@@ -96,15 +100,30 @@ def verify_attestation(
 
     from imagekit.attach import find_attestations
     from imagekit.attest import Requirement, accepted, load_public_key, short_type
+    from imagekit.attest_index import verify_index
+    from imagekit.manifest import INDEX_TYPES
     from imagekit.registry import Backoff, open_registry
 
     host, path, digest = split_digest_reference(reference)
     need = requirement(policy, gpu, max_age)
     assert isinstance(need, Requirement)
     public = load_public_key(key)
+    now = datetime.now(tz=timezone.utc)
     client = open_registry(host, Backoff(attempts=retries), lambda m: say("retry", m))
     try:
-        findings = find_attestations(client, path, digest, public, need, datetime.now(tz=timezone.utc))
+        # An index is checked as one (its platforms too); a digest the registry does not hold is
+        # looked up as an image, as before (its referrers then say there is nothing).
+        manifest = client.get_manifest(path, digest) if client.head_manifest(path, digest) else None
+        if manifest is not None and manifest.media_type in INDEX_TYPES:
+            checked = verify_index(client, path, manifest, public, need, now)
+            for line in checked.ok:
+                typer.echo(line)
+            for line in checked.refused:
+                say("refused", line)
+            if checked.refused:
+                raise typer.Exit(int(ExitCode.CELL_FAILED))
+            return
+        findings = find_attestations(client, path, digest, public, need, now)
     finally:
         client.close()
     if accepted(findings, need):
@@ -121,13 +140,17 @@ def verify_attestation(
     raise typer.Exit(int(ExitCode.CELL_FAILED))
 
 
-def require_attested(entries: dict[str, LockEntryLike], key: Path, policy: str, retries: int = 5) -> None:
-    """Refuse (exit 1, one line per cell) to hand out a digest that carries no attestation
-    satisfying ``policy`` signed with ``key``: what `images` and `k8s` check first."""
+def require_attested(lock: LockLike, key: Path, policy: str, retries: int = 5) -> None:
+    """Refuse (exit 1, one line per cell or index) to hand out a digest that carries no
+    attestation satisfying ``policy`` signed with ``key``: what `images` and `k8s` check first.
+    Each index the cells are platforms of is checked whole (``attest_index.verify_index``: a Job
+    pulls the index digest), which checks its platforms' digests too; a cell published alone is
+    checked by its own digest."""
     from datetime import datetime, timezone
 
     from imagekit.attach import find_attestations
     from imagekit.attest import Requirement, accepted, load_public_key
+    from imagekit.attest_index import verify_index
     from imagekit.errors import ImagekitError
     from imagekit.registry import Backoff, open_registry
 
@@ -136,8 +159,18 @@ def require_attested(entries: dict[str, LockEntryLike], key: Path, policy: str, 
     public = load_public_key(key)
     now = datetime.now(tz=timezone.utc)
     refused: list[str] = []
-    for cell in sorted(entries):
-        entry = entries[cell]
+    in_index = {p.cell for i in lock.indexes.values() for p in i.platforms.values()}
+    for group in sorted(lock.indexes):
+        index = lock.indexes[group]
+        client = open_registry(index.registry, Backoff(attempts=retries), lambda m: say("retry", m))
+        try:
+            path = index.repository.split("/", 1)[1]
+            checked = verify_index(client, path, client.get_manifest(path, index.digest), public, need, now)
+        finally:
+            client.close()
+        refused += [f"{group}: {index.reference}: {line}" for line in checked.refused[:1]]
+    for cell in sorted(set(lock.images) - in_index):
+        entry = lock.images[cell]
         path = entry.repository.split("/", 1)[1]
         client = open_registry(entry.registry, Backoff(attempts=retries), lambda m: say("retry", m))
         try:
@@ -150,6 +183,5 @@ def require_attested(entries: dict[str, LockEntryLike], key: Path, policy: str, 
     for line in refused:
         say("refused", line)
     if refused:
-        raise ImagekitError(
-            f"{len(refused)} of {len(entries)} digests carry no valid attestation; none handed out"
-        )
+        total = len(lock.indexes) + len(set(lock.images) - in_index)
+        raise ImagekitError(f"{len(refused)} of {total} digests carry no valid attestation; none handed out")

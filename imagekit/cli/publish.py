@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -219,7 +219,7 @@ def images(
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
-        require_attested(dict(chosen.images), require_attestation, attestation_policy)
+        require_attested(chosen, require_attestation, attestation_policy)
     typer.echo(render_lock(chosen, output_format), nl=False)
 
 
@@ -309,16 +309,17 @@ def k8s(
     require_attestation: RequireAttestationOption = None,
     attestation_policy: AttestationPolicyOption = "validated",
     policy: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--policy",
-            help="kyverno: also write a ClusterPolicy admitting only images of the published repository"
-            " whose digest carries an imagekit attestation signed by --key.",
+            help="kyverno (a Kyverno ClusterPolicy) or sigstore (a Sigstore policy-controller"
+            " ClusterImagePolicy), repeatable: also write an admission policy admitting only images of"
+            " the published repository whose digest carries an imagekit attestation signed by --key.",
         ),
     ] = None,
     key: Annotated[
         Path | None,
-        path_option("--key", help="The PEM public key (ECDSA P-256) for --policy kyverno."),
+        path_option("--key", help="The PEM public key (ECDSA P-256) for --policy."),
     ] = None,
 ) -> None:
     """Write one Kubernetes Job per published cell, referencing the image by digest; a front-end
@@ -364,13 +365,14 @@ def k8s(
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
-        require_attested(dict(entries), require_attestation, attestation_policy)
+        require_attested(published, require_attestation, attestation_policy)
     files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
     if policy_key is not None:
-        from imagekit.admission import KYVERNO_POLICY_FILE
-
-        publishing = the_plan.matrix.publish
-        files[KYVERNO_POLICY_FILE] = _kyverno_policy(publishing, entries, policy_key, attestation_policy)
+        files.update(
+            _admission_policies(
+                policy or [], the_plan.matrix.publish, entries, policy_key, attestation_policy
+            )
+        )
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)
@@ -389,21 +391,37 @@ def _command_argv(command: str | None) -> tuple[str, ...]:
     return argv
 
 
-def _policy_key(policy: str | None, key: Path | None) -> Path | None:
-    """The public key of --policy kyverno; None without --policy."""
-    if policy not in (None, "kyverno"):
-        raise InputError(f"--policy {policy!r}: use kyverno")
-    if policy is not None and key is None:
-        raise InputError("--policy kyverno needs --key PUB (the public key the attestations are signed with)")
-    return key if policy is not None else None
+def _policy_key(policies: Sequence[str] | None, key: Path | None) -> Path | None:
+    """The public key of --policy; None without --policy."""
+    from imagekit.admission import POLICIES
+
+    for policy in policies or ():
+        if policy not in POLICIES:
+            raise InputError(f"--policy {policy!r}: use {' or '.join(POLICIES)}")
+    if policies and key is None:
+        raise InputError(
+            f"--policy {policies[0]} needs --key PUB (the public key the attestations are signed with)"
+        )
+    return key if policies else None
 
 
-def _kyverno_policy(
-    publish: Publish, entries: Mapping[str, LockEntry], key: Path, attestation_policy: str
-) -> str:
-    """The Kyverno ClusterPolicy file admitting the published repositories' attested digests."""
+def _admission_policies(
+    policies: Sequence[str],
+    publish: Publish,
+    entries: Mapping[str, LockEntry],
+    key: Path,
+    attestation_policy: str,
+) -> dict[str, str]:
+    """The admission policy files (file name -> YAML) admitting the published repositories'
+    attested digests: a Kyverno ClusterPolicy, a policy-controller ClusterImagePolicy."""
     from imagekit import naming
-    from imagekit.admission import kyverno_policy, render_policy
+    from imagekit.admission import (
+        KYVERNO_POLICY_FILE,
+        SIGSTORE_POLICY_FILE,
+        kyverno_policy,
+        render_policy,
+        sigstore_policy,
+    )
     from imagekit.attest import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
 
     pem = load_public_key(key).pem()
@@ -411,4 +429,9 @@ def _kyverno_policy(
         naming.repository(publish.registry, publish.repository)
     ]
     kind = CHECKED_PREDICATE if attestation_policy == "checked" else VALIDATED_PREDICATE
-    return render_policy(kyverno_policy(repositories, pem, kind))
+    files: dict[str, str] = {}
+    if "kyverno" in policies:
+        files[KYVERNO_POLICY_FILE] = render_policy(kyverno_policy(repositories, pem, kind))
+    if "sigstore" in policies:
+        files[SIGSTORE_POLICY_FILE] = render_policy(sigstore_policy(repositories, pem, kind))
+    return files

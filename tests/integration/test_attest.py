@@ -26,6 +26,8 @@ from securesystemslib.signer import SSlibKey
 
 from tests.integration.conftest import Project, write_cells
 from tests.integration.registry_server import LocalRegistry
+from tests.integration.test_publish_index import TEMPLATE as NO_RUN_TEMPLATE
+from tests.integration.test_publish_index import tiny_bases  # noqa: F401  (a fixture, used by name)
 
 pytestmark = pytest.mark.integration
 
@@ -317,3 +319,139 @@ def test_tampered_and_misdirected_attestations_are_refused(
     assert len(lines) == 2, lines
     assert any("no signature verifies" in line for line in lines)
     assert any(re.search(r"it is about sha256:eeee\S*, not sha256:", line) for line in lines)
+
+
+# -- a group of platforms: one index, its own attestation and each platform's -----------------------------
+
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+PRODUCTS = {"amd64": "NVIDIA H200", "arm64": "NVIDIA GH200 480GB"}
+
+
+def record_platform_verifications(project: Project) -> dict[str, str]:
+    """Each cell's verification as a GPU runner of its own platform writes it (an x86 H200 node, a
+    Grace GH200 node: native, never emulated), on the digest `build --push` staged; cell -> arch."""
+    from datetime import datetime, timezone
+
+    path = project.root / ".imagekit" / "report.json"
+    report = json.loads(path.read_text())
+    arches: dict[str, str] = {}
+    for entry in report["cells"]:
+        arch = "arm64" if entry["id"].endswith("-arm64") else "amd64"
+        arches[entry["id"]] = arch
+        smi = {
+            **GPU_CHECKS[0],
+            "actual": json.dumps({"driver": "570.86", "gpus": [{"name": PRODUCTS[arch]}]}),
+        }
+        entry["verification"] = {
+            "target": entry["id"],
+            "image": entry["image_id"],
+            "gpus": "all",
+            "verdict": "validated",
+            "gpu_requested": True,
+            "gpu_visible": True,
+            "checks": [{"name": "stand-in", "status": "pass", "required": True}, smi, *GPU_CHECKS[1:]],
+            "duration_s": 40.0,
+            "metrics": {"gemm_perf.tflops": 790.1},
+            "finished_at": datetime.now(tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "image_digest": entry["staged"]["digest"],
+            "runner": f"gpu-runner-{arch}",
+            "platform": {"machine": MACHINES[arch], "host_machine": MACHINES[arch], "emulated": False},
+        }
+    path.write_text(json.dumps(report))
+    return arches
+
+
+def test_an_index_carries_its_own_attestation_and_each_platforms(
+    project: Project,
+    registry: LocalRegistry,
+    tiny_bases: str,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    (project.root / "templates" / "Dockerfile.j2").write_text(NO_RUN_TEMPLATE)
+    document = {
+        "version": 1,
+        "templates": "templates",
+        "publish": {
+            "registry": registry.host,
+            "repository": project.repository,
+            "signing": "required",
+            "tags": {"readable": "{base}-{torch}", "immutable": ["{readable}-{digest}"]},
+        },
+        "axes": {"torch": ["2.1"], "platform": ["linux/amd64", "linux/arm64"]},
+        "bases": {"tiny": {"image": tiny_bases, "os": "debian12", "python": "3.11", "cuda": False}},
+    }
+    (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    built = project.build("--push")
+    assert built.returncode == 0, built.stderr
+    arches = record_platform_verifications(project)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    _, public, pem = keypair(keys, "signer")
+    _, wrong_public, _ = keypair(keys, "other")
+
+    done = project.run("publish", "--matrix", "matrix.yaml", env={"IMAGEKIT_SIGNING_KEY": pem.decode()})
+    assert done.returncode == 0, done.stderr
+    assert "the index of 2 platforms: verification attestation (gpu-validated)" in done.stderr, done.stderr
+    secret = b"".join(pem.splitlines()[1:-1])
+    assert secret.decode()[:40] not in (done.stdout + done.stderr).replace("\n", "")
+    for path in project.root.rglob("*"):
+        if path.is_file() and keys not in path.parents:
+            assert secret[:40] not in path.read_bytes().replace(b"\n", b""), path
+    lock = json.loads((project.root / "images.lock.json").read_text())
+    (index,) = lock["indexes"].values()
+    repository = project.repository
+
+    # The index digest's referrers tag lists its signed attestation (the independent verifier),
+    # whose platforms are the index's, each with the attestations of its own digest.
+    found = independent_check(registry.host, repository, index["digest"], public.read_bytes())
+    predicate = found[VALIDATED]["predicate"]
+    assert predicate["verdict"] == "validated" and predicate["gpu"]["visible"] is True
+    listed = {p["platform"]: p for p in predicate["platforms"]}
+    assert {name: p["digest"] for name, p in listed.items()} == {
+        name: p["digest"] for name, p in index["platforms"].items()
+    }
+    for name, platform in index["platforms"].items():
+        own = independent_check(registry.host, repository, platform["digest"], public.read_bytes())
+        assert own[VALIDATED]["predicate"]["gpu"]["products"] == [PRODUCTS[arches[platform["cell"]]]]
+        named = {a["artifact"] for a in listed[name]["attestations"] if a["predicateType"] == VALIDATED}
+        artifacts = get(
+            registry.host, f"{repository}/manifests/{platform['digest'].replace(':', '-')}", INDEX
+        )
+        assert named <= {d["digest"] for d in artifacts.json()["manifests"]}
+    att = get(registry.host, f"{repository}/manifests/{index['digest'].replace(':', '-')}.att").json()
+    assert [layer["annotations"]["predicateType"] for layer in att["layers"]] == [VALIDATED]
+
+    reference = f"{registry.host}/{repository}@{index['digest']}"
+    ok = project.run("attest", "verify", reference, "--key", str(public), "--max-age", "1d")
+    assert ok.returncode == 0, ok.stderr
+    assert [line.split()[1] for line in ok.stdout.splitlines()] == ["index", "linux/amd64", "linux/arm64"]
+    wrong = project.run("attest", "verify", reference, "--key", str(wrong_public))
+    assert wrong.returncode == 1
+    refused = wrong.stderr.strip().splitlines()
+    assert len(refused) == 3 and all(line.startswith("imagekit: refused: ") for line in refused), refused
+    assert all("no signature verifies" in line for line in refused)
+    # policy per platform: the index's GPUs include a GH200, the x86 image's do not
+    on_gh200 = project.run("attest", "verify", reference, "--key", str(public), "--gpu", "GH200")
+    (line,) = on_gh200.stderr.strip().splitlines()
+    assert on_gh200.returncode == 1 and "linux/amd64" in line and "not a GH200" in line, line
+
+    # k8s: the Jobs pull the index digest, which carries the proof Kyverno and policy-controller ask for
+    out = tmp_path / "k8s"
+    kube = project.run(
+        "k8s", "--matrix", "matrix.yaml", "--out", str(out), "--gpus", "0", "--require-attestation",
+        str(public), "--policy", "kyverno", "--policy", "sigstore", "--key", str(public),
+    )  # fmt: skip
+    assert kube.returncode == 0, kube.stderr
+    jobs = [m for m in (yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")) if m["kind"] == "Job"]
+    assert len(jobs) == 2
+    assert {j["spec"]["template"]["spec"]["containers"][0]["image"] for j in jobs} == {reference}
+    sigstore = yaml.safe_load((out / "imagekit-attestation-policy.sigstore.yaml").read_text())
+    (authority,) = sigstore["spec"]["authorities"]
+    assert authority["attestations"][0]["predicateType"] == VALIDATED == found[VALIDATED]["predicateType"]
+    assert authority["key"]["data"].strip() == public.read_text().strip()
+    refused_k8s = project.run(
+        "k8s", "--matrix", "matrix.yaml", "--out", str(tmp_path / "k8s-wrong"), "--gpus", "0",
+        "--require-attestation", str(wrong_public),
+    )  # fmt: skip
+    assert refused_k8s.returncode == 1 and not (tmp_path / "k8s-wrong").exists()
+    assert f"imagekit: refused: {index['group']}: {reference}: index " in refused_k8s.stderr
