@@ -46,7 +46,7 @@ def test_render_writes_one_valid_config_per_cell(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     plan_cells = cells()
     files = sorted((tmp_path / "cst").glob("*.yaml"))
-    assert [f.stem for f in files] == sorted(plan_cells)
+    assert sorted(f.stem for f in files) == sorted(plan_cells)
     for path in files:
         config = yaml.safe_load(path.read_text())
         assert config["schemaVersion"] == "2.0.0"

@@ -272,9 +272,8 @@ def test_an_arm64_image_runs_as_arm64_and_is_recorded_emulated_on_an_x86_engine(
     command = created["command"]
     assert command[command.index(protocol.HOST_MACHINE_OPTION) + 1] == "x86_64"
     assert result.verdict == "checked" and result.platform == RunPlatform("aarch64", "x86_64", True)
-    assert (
-        result.emulated and "checked without GPU (aarch64 (emulated on x86_64))" in rows(build_report_with(result))[0][2]
-    )
+    shown = rows(build_report_with(result))[0][2]
+    assert result.emulated and "checked without GPU (aarch64 (emulated on x86_64))" in shown
 
 
 def test_the_host_knows_emulation_whatever_the_image_says() -> None:

@@ -225,7 +225,7 @@ def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
     out = tmp_path / "dockerfiles" / "generated"
     assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
     files = sorted(out.glob("*/Dockerfile"))
-    assert len(files) == 19
+    assert len(files) == 25
     assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
 
     files[0].write_text(files[0].read_text() + "RUN echo hand-edited\n")
@@ -389,7 +389,7 @@ def test_plan_json_contract() -> None:
     cell = document["cells"][0]
     for key in ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest"):
         assert key in cell
-    assert len(document["cells"]) == 19 and document["refused"] == []
+    assert len(document["cells"]) == 25 and document["refused"] == []
     assert dockerfile_path(
         REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
     ).is_file()
@@ -401,7 +401,7 @@ def test_render_json_reports_drift(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     shutil.copy(REPO / "matrix.yaml", matrix)
     first = run_cli("render", "--matrix", str(matrix), "--json")
-    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 19
+    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 25
     again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
     document = json.loads(again.stdout)
     assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []
