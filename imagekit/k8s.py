@@ -278,7 +278,7 @@ def check_command(entry: LockEntry, gpus: int) -> list[str]:
     return ["python3", entry.check_script or CHECK_SCRIPT_PATH, *check_arguments(labels, request)]
 
 
-def _metadata(name: str, entry: LockEntry, options: JobOptions, component: str) -> dict[str, Any]:
+def object_metadata(name: str, entry: LockEntry, options: JobOptions, component: str) -> dict[str, Any]:
     if not naming.DIGEST.fullmatch(entry.digest):
         raise InputError(f"{entry.cell}: the lock file names no digest; run `imagekit publish` first")
     labels = {"app.kubernetes.io/name": "imagekit", "app.kubernetes.io/component": component, "job": name}
@@ -316,7 +316,7 @@ def node_selector(entry: LockEntry, index: LockIndex | None, options: JobOptions
     return selector
 
 
-def _container(name: str, entry: LockEntry, options: JobOptions, image: str) -> dict[str, Any]:
+def workload_container(name: str, entry: LockEntry, options: JobOptions, image: str) -> dict[str, Any]:
     """The image by digest, the resources asked for (GPUs: request == limit), and Pod Security's
     'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
     limits: dict[str, str | int] = {}
@@ -339,7 +339,7 @@ def _container(name: str, entry: LockEntry, options: JobOptions, image: str) -> 
     }
 
 
-def _pod(
+def workload_pod(
     container: dict[str, Any],
     options: JobOptions,
     volumes: list[dict[str, Any]],
@@ -379,13 +379,13 @@ def _pod(
 def job_manifest(entry: LockEntry, options: JobOptions, index: LockIndex | None = None) -> dict[str, Any]:
     """The Job that runs ``entry``'s checks; ``index``: the published index it is a platform of."""
     name = job_name(entry.cell)
-    metadata = _metadata(name, entry, options, "gpu-check")
-    container = _container("check", entry, options, image_of(entry, index))
+    metadata = object_metadata(name, entry, options, "gpu-check")
+    container = workload_container("check", entry, options, image_of(entry, index))
     container["env"].append({"name": "HOME", "value": "/tmp"})  # as verification ran it
     # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
     # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
     container["args"] = list(options.command) or check_command(entry, options.gpus)
-    pod = {"restartPolicy": "Never", **_pod(container, options, [], entry, index)}
+    pod = {"restartPolicy": "Never", **workload_pod(container, options, [], entry, index)}
     spec: dict[str, Any] = {
         "backoffLimit": options.backoff_limit,
         "activeDeadlineSeconds": options.deadline_s,
@@ -435,12 +435,12 @@ def frontend_manifests(
     frontend = entry.frontend
     assert frontend in FRONTEND_SECRETS
     name = dns_name(f"imagekit-{frontend}", entry.cell)
-    metadata = _metadata(name, entry, options, frontend)
+    metadata = object_metadata(name, entry, options, frontend)
     claim = options.workspace_claim or f"{name}-workspace"
     secret = options.secret or f"{name}-secret"
     variable, key = FRONTEND_SECRETS[frontend]
     port = FRONTEND.port(frontend)
-    container = _container(frontend, entry, options, image_of(entry, index))
+    container = workload_container(frontend, entry, options, image_of(entry, index))
     container["env"].append({"name": variable, "value": f"{SECRET_DIR}/{key}"})
     container["env"].append({"name": "IMAGEKIT_STATE_DIR", "value": STATE_DIRS[frontend]})
     container["ports"] = [{"name": frontend, "containerPort": port}]
@@ -459,7 +459,7 @@ def frontend_manifests(
         {"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o440}},
         {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
     ]
-    pod = _pod(container, options, volumes, entry, index)
+    pod = workload_pod(container, options, volumes, entry, index)
     pod["initContainers"] = [
         {
             "name": "workspace",
@@ -535,7 +535,7 @@ def check_mounts(options: JobOptions, frontend: bool) -> None:
         taken.append((mount, f"the claim {claim.name}"))
 
 
-class _Dumper(yaml.SafeDumper):
+class ManifestDumper(yaml.SafeDumper):
     """Every value written out in full: no YAML anchors and aliases where one dict is shared
     (the restricted securityContext, an affinity term), which readers of manifests rarely expect."""
 
@@ -575,11 +575,11 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
         if frontend:
             manifests = frontend_manifests(entry, options, index)
             name = manifests[0]["metadata"]["name"]
-            text = yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False)
+            text = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
         else:
             manifest = job_manifest(entry, options, index)
             name = manifest["metadata"]["name"]
-            text = yaml.dump(manifest, Dumper=_Dumper, sort_keys=False)
+            text = yaml.dump(manifest, Dumper=ManifestDumper, sort_keys=False)
         if name in made_by:  # one object would silently replace the other in the cluster
             raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
         made_by[name] = cell
