@@ -48,7 +48,7 @@ from imagekit.safetypes import (
     validate_json,
 )
 from imagekit.text import redact
-from imagekit.verification import Verification, clipped, derive_verdict
+from imagekit.verification import ClusterValidation, Verification, clipped, derive_verdict
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
@@ -120,12 +120,16 @@ class CellResult:
     # The day the build named the image (its dated tags): decided once, by the build, so publish
     # names the same tags without rendering the cell again. None in reports of earlier releases.
     built_on: date | None = None
+    # Its image's probe as validate-on Jobs ran it on clusters' GPU products (`imagekit
+    # k8s-results`), one per (cluster, product, digest); none in reports of earlier releases.
+    clusters: Annotated[tuple[ClusterValidation, ...], Items(MAX_ITEMS)] = ()
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["tags"] = list(self.tags)
         data["error_tail"] = list(self.error_tail)
         data["verification"] = self.verification.as_json() if self.verification else None
+        data["clusters"] = [c.as_json() for c in self.clusters]
         data["built_on"] = self.built_on.isoformat() if self.built_on else None
         return data
 
@@ -156,6 +160,17 @@ class BuildReport:
         cells = tuple(replace(r, verification=verification) if r.id == cell_id else r for r in self.cells)
         return replace(self, cells=cells)
 
+    def with_cluster_validations(self, cell_id: str, records: tuple[ClusterValidation, ...]) -> BuildReport:
+        """A copy in which ``cell_id`` carries ``records`` besides its earlier cluster validations;
+        a record replaces an earlier one of its (cluster, product, digest): the newest run says."""
+        new = {r.key for r in records}
+
+        def added(result: CellResult) -> CellResult:
+            kept = tuple(c for c in result.clusters if c.key not in new)
+            return replace(result, clusters=(*kept, *records)[-MAX_ITEMS:])
+
+        return replace(self, cells=tuple(added(r) if r.id == cell_id else r for r in self.cells))
+
     def keeping_verifications(self, previous: BuildReport | None) -> BuildReport:
         """A copy in which each skipped cell whose image is the one ``previous`` recorded (same
         cell id, same image id) keeps that record's verification, and its staging record when
@@ -177,6 +192,8 @@ class BuildReport:
                 result = replace(result, verification=old.verification)
             if result.staged is None and old.staged is not None:
                 result = replace(result, staged=old.staged)
+            if not result.clusters and old.clusters:  # the same image: its runs on clusters hold
+                result = replace(result, clusters=old.clusters)
             return result
 
         return replace(self, cells=tuple(kept(r) for r in self.cells))
@@ -251,6 +268,13 @@ def parse_report(raw: bytes, path: Path) -> BuildReport:
         problem = record.verification and _contradiction(record.id, record.verification)
         if problem:
             raise InputError(f"{path}: cells: {record.id}: {problem}; run `imagekit verify` again")
+        for run in record.clusters:  # a validation on a cluster is held to the same rule
+            problem = _contradiction(record.id, run.verification)
+            if problem:
+                raise InputError(
+                    f"{path}: cells: {record.id}: clusters: {run.cluster} {run.product}: {problem};"
+                    " record its Job's output again (`imagekit k8s-results`)"
+                )
     return report
 
 

@@ -26,6 +26,7 @@ from imagekit.safetypes import (
     JsonScalars,
     Number,
     PathText,
+    SafeString,
     Seconds,
     ShortText,
     Text,
@@ -345,3 +346,48 @@ class Verification:
     def from_json(cls, data: Mapping[str, Any]) -> Verification:
         """A verification as ``as_json`` wrote it, every field checked (InputError otherwise)."""
         return validate_json(cls, json.dumps(data), "verification", "record it again")
+
+
+# GPU feature discovery's `nvidia.com/gpu.product` node label (the driver's product name with its
+# spaces as '-': NVIDIA-H100-80GB-HBM3), a Kubernetes label value; and a cluster's name as its
+# operators call it (a kubeconfig context, a region): what a validation on a cluster records.
+GpuProduct = Annotated[
+    str,
+    SafeString(
+        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?",
+        "a nvidia.com/gpu.product label",
+        "NVIDIA-L40S",
+        max_length=63,
+    ),
+]
+ClusterName = Annotated[
+    str, SafeString(r"[A-Za-z0-9][A-Za-z0-9._-]*", "a cluster name", "prod-east", max_length=253)
+]
+DnsLabel = Annotated[  # a Job's or a namespace's name
+    str, SafeString(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", "a DNS label", "imagekit-validate-x", max_length=63)
+]
+
+
+@dataclass(frozen=True)
+class ClusterValidation:
+    """The image's probe as a validate-on Job ran it on one GPU product of a Kubernetes cluster
+    (``imagekit k8s --validate-on``, read back by ``imagekit k8s-results``): the cluster, the product
+    the Job was pinned to, the manifest digest it pulled, and the run's record, whose verdict is
+    derived again on every read like any verification's. One per (cluster, product, digest)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    cluster: ClusterName
+    product: GpuProduct
+    digest: ImageDigest  # the cell's own manifest digest: what the Job pulled and ran
+    job: DnsLabel
+    recorded_at: Timestamp
+    verification: Verification
+    index_digest: ImageDigest | None = None  # the index the cell is a platform of, when published in one
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.cluster, self.product, self.digest)
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "verification": self.verification.as_json()}
