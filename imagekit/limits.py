@@ -56,6 +56,9 @@ TEXT_CHARS = 65_536  # one free-text value: an error, a log line, a check's deta
 SHORT_CHARS = 1_024  # a name, a timestamp, a path, a metric's key
 MAX_ITEMS = 1_000  # a record's checks, tags, log lines or metrics
 MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
+# One Job's output as `kubectl logs` prints it: the probe's document is a few hundred kilobytes
+# (its inventory lists every package), after the entrypoint's banner and the libraries' warnings.
+JOB_OUTPUT_BYTES = 16 << 20
 
 # -- caches imagekit keeps for itself -----------------------------------------------------------------
 

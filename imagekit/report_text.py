@@ -52,15 +52,32 @@ def throttle_note(gpus: Sequence[GpuFigures]) -> str:
     return f"throttled: {', '.join(reasons) or 'yes'}"
 
 
+def cluster_note(result: CellResult) -> str:
+    """``prod-east: validated on NVIDIA-H100-80GB-HBM3, NVIDIA-L40S``: the cell's runs on clusters
+    (`imagekit k8s-results`), per cluster, and per digest where the cell has runs of several."""
+    several = len({c.digest for c in result.clusters}) > 1
+    by_place: dict[str, dict[str, list[str]]] = {}
+    for run in result.clusters:
+        place = f"{run.cluster} ({run.digest[:19]})" if several else run.cluster
+        by_place.setdefault(place, {}).setdefault(run.verification.verdict, []).append(run.product)
+    return "; ".join(
+        f"{place}: "
+        + ", ".join(f"{verdict} on {', '.join(sorted(products))}" for verdict, products in found.items())
+        for place, found in sorted(by_place.items())
+    )
+
+
 def _verified(result: CellResult) -> str:
     verification = result.verification
+    clusters = cluster_note(result)
     if verification is None:
-        return "-"
+        return clusters or "-"
     tflops = verification.metrics.get("gemm_perf.tflops")
     figures = [f"{tflops:.0f} TFLOP/s"] if isinstance(tflops, int | float) else []
     figures += [note] if (note := throttle_note(verification.gpu_figures)) else []
     if verification.emulated and verification.platform is not None:
         figures.append(verification.platform.text)
+    figures += [clusters] if clusters else []
     return verification.label + (f" ({'; '.join(figures)})" if figures else "")
 
 

@@ -1,4 +1,4 @@
-"""Commands that publish and hand images on: publish, images, k8s."""
+"""Commands that publish and hand images on: publish, images, k8s, k8s-results."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from imagekit.cli.app import (
     RegistryOption,
     StateDirOption,
     app,
+    path_argument,
     path_option,
     registry_host,
     reports_errors,
@@ -321,6 +322,16 @@ def k8s(
         Path | None,
         path_option("--key", help="The PEM public key (ECDSA P-256) for --policy."),
     ] = None,
+    validate_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--validate-on",
+            help="A GPU product (the nvidia.com/gpu.product node label, e.g. NVIDIA-L40S; PRODUCT:arm64"
+            " for one gpus.yaml does not place), repeatable: instead of the workloads, one Job per cell"
+            " and product running the image's probe on that product, and validate-on.plan for"
+            " `imagekit k8s-results`.",
+        ),
+    ] = None,
 ) -> None:
     """Write one Kubernetes Job per published cell, referencing the image by digest; a front-end
     cell (jupyter, ssh) gets a Deployment, a ClusterIP Service and its workspace claim instead.
@@ -332,6 +343,7 @@ def k8s(
 
     Example: imagekit k8s --only '*cu121*' --gpus 8 --runtime-class nvidia --pvc ckpt:/checkpoints
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
+    Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
     """
     from imagekit import k8s as kube
     from imagekit.cells import frontend_of
@@ -366,7 +378,15 @@ def k8s(
         from imagekit.cli.attest import require_attested
 
         require_attested(published, require_attestation, attestation_policy)
-    files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
+    if validate_on:
+        from imagekit.k8s_validate import parse_products, render_validation
+
+        rendered = render_validation(published, options, parse_products(validate_on))
+        files = rendered.files
+        for line in rendered.left_out:
+            say("note", f"no Job for {line}")
+    else:
+        files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
     if policy_key is not None:
         files.update(
             _admission_policies(
@@ -376,6 +396,59 @@ def k8s(
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)
+
+
+@app.command("k8s-results")
+@reports_errors
+def k8s_results(
+    outputs: Annotated[
+        list[Path],
+        path_argument(help="Each validate-on Job's output, as `kubectl logs job/NAME > NAME.log` wrote it."),
+    ],
+    cluster: Annotated[
+        str, typer.Option("--cluster", help="The cluster the Jobs ran in, as the report should name it.")
+    ],
+    plan: Annotated[
+        Path,
+        path_option(
+            "--plan", help="The validate-on.plan `imagekit k8s --validate-on` wrote beside the Jobs."
+        ),
+    ] = Path("k8s") / "validate-on.plan",
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
+    as_json: JsonOption = False,
+) -> None:
+    """Record validate-on Jobs' outputs in the report: per cell and digest, the GPU products of
+    CLUSTER its probe validated (or failed) on.
+
+    Every file is read and checked first; with any problem (one line each) nothing is recorded
+    (exit 2). Exit 1 when a recorded run failed.
+
+    Example: imagekit k8s-results --cluster prod-east --plan validate/validate-on.plan logs/*.log
+    """
+    from imagekit import k8s_results as results
+    from imagekit.store import open_store
+
+    name = results.cluster_name(cluster)
+    recorded, problems = results.read_outputs(results.read_plan(plan), outputs, name)
+    with open_store(state_dir) as store:
+        report, refused = results.into_report(store.require(), recorded, store.path)
+        for problem in [*problems, *refused]:
+            say("error", problem)
+        if problems or refused:
+            say("error", f"{len(problems) + len(refused)} problems; nothing recorded")
+            raise typer.Exit(int(ExitCode.INVALID_INPUT))
+        path = store.save(report)
+    if as_json:
+        typer.echo(json.dumps([{"cell": i.job.cell, **i.record.as_json()} for i in recorded], indent=2))
+    else:
+        for line in results.lines(recorded):
+            typer.echo(line)
+    failed = sum(1 for i in recorded if i.record.verification.verdict != "validated")
+    typer.echo(
+        f"imagekit: recorded {len(recorded)} runs on {name}, {failed} failed; report: {path}", err=True
+    )
+    if failed:
+        raise typer.Exit(int(ExitCode.CELL_FAILED))
 
 
 def _command_argv(command: str | None) -> tuple[str, ...]:
