@@ -105,6 +105,8 @@ SLOW_TESTS = {
     # checkov (installed by scripts/test.sh in a venv of its own: the fast tier installs nothing)
     # scans the shipped matrix's manifests three times, ~10 s of CPU each
     "tests/unit/test_k8s_policy.py::test_the_policy_scanner_finds_only_what_the_readme_explains",
+    # and the validate-on Jobs of the shipped matrix once, ~10 s of CPU
+    "tests/unit/test_k8s_policy.py::test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner",
 }
 
 

@@ -24,6 +24,7 @@ import yaml
 
 from imagekit.cells import frontend_of
 from imagekit.k8s import Claim, JobOptions, Toleration, render_jobs, write_jobs
+from imagekit.k8s_validate import PLAN_NAME, parse_products, render_validation
 from imagekit.lockfile import Lock, LockEntry
 from imagekit.matrix import load_plan
 from tests.conftest import REPO
@@ -147,6 +148,29 @@ def test_the_policy_scanner_finds_only_what_the_readme_explains(options: JobOpti
         **(NAMESPACED if options.namespace is None else {}),
     }
     found = {f"{f['check_id']} {f['resource']}" for f in _findings(tmp_path) if f["check_id"] not in accepted}
+    assert not found, "\n".join(sorted(found))
+
+
+def _validate_on(options: JobOptions) -> dict[str, str]:
+    """The validate-on Jobs for the shipped matrix on an x86 and a Grace product (the plan left out)."""
+    plan = load_plan(REPO / "matrix.yaml")
+    repository = f"{plan.matrix.publish.registry}/{plan.matrix.publish.repository}"
+    entries = {
+        c.id: replace(lock_entry(c.id), repository=repository, platform=c.platform) for c in plan.cells
+    }
+    products = parse_products(["NVIDIA-H100-80GB-HBM3", "NVIDIA-GH200-480GB"])
+    files = render_validation(Lock(entries), options, products).files
+    return {name: text for name, text in files.items() if name != PLAN_NAME}
+
+
+def test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_path: Path) -> None:
+    options = JobOptions(namespace="ml", cpu="8", memory="64Gi", tolerations=(Toleration.parse("gpu"),))
+    files = _validate_on(options)
+    assert _kinds(files) == {"Job"}
+    for text in files.values():
+        kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
+    write_jobs(files, tmp_path)
+    found = {f"{f['check_id']} {f['resource']}" for f in _findings(tmp_path) if f["check_id"] not in ACCEPTED}
     assert not found, "\n".join(sorted(found))
 
 
