@@ -283,3 +283,15 @@ def test_the_document_is_found_after_the_banner_and_bounded() -> None:
     assert probe_document(decoys + text) is None
     assert probe_document("{\n" * (MAX_ATTEMPTS - 1) + text) is not None
     assert probe_document("{\n" + "[" * 100_000) is None  # nesting past the parser's depth
+
+
+def test_a_skipped_rebuild_keeps_the_runs_and_a_new_image_drops_them(setup: Setup) -> None:
+    assert setup.results(setup.log(H100)).exit_code == 0
+    previous = read_report(setup.state)
+    (recorded,) = previous.cells
+    same = replace(recorded, status="skipped", clusters=())
+    assert previous.cells[0].clusters
+    kept = replace(previous, cells=(same,)).keeping_verifications(previous)
+    assert kept.cells[0].clusters == recorded.clusters  # the same image: its runs on clusters hold
+    rebuilt = replace(recorded, status="built", image_id="sha256:" + "9" * 64, clusters=())
+    assert replace(previous, cells=(rebuilt,)).keeping_verifications(previous).cells[0].clusters == ()
