@@ -15,9 +15,7 @@ import pytest
 
 from imagekit import probe_facts
 from imagekit.probe import build
-from tests.unit.test_incontainer_check import SCRIPT, by_name, clean_env, run_script, torch_python
-
-__all__ = ["torch_python"]
+from tests.unit.probe_runs import SCRIPT, by_name, clean_env, run_script
 
 NO_TOOLS = ("g++", "gcc", "cc", "c++", "clang", "clang++", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc")
 

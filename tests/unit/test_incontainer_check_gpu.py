@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from imagekit import probe_facts
-from tests.unit.test_incontainer_check import SCRIPT, torch_python
-
-__all__ = ["torch_python"]  # the session fixture, shared with test_incontainer_check.py
+from tests.unit.probe_runs import SCRIPT
 
 FAKE_TORCH = '''
 """A stand-in for `torch` whose CUDA devices are played on the CPU by the real torch."""

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from imagekit.probe import protocol
-from imagekit.probe_bundle import zipapp_path
+from tests.unit.probe_runs import SCRIPT, TORCH_VERSION, python_3_8
 
-SCRIPT = zipapp_path("check")
+# This interpreter, and the oldest an image may run where this host has one.
+PYTHONS = [sys.executable, *([python] if (python := python_3_8()) else [])]
 
 FAKE_TORCH = """
 __version__ = {version!r}
@@ -25,10 +26,10 @@ class cuda:
 """
 
 
-def run_step(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_step(site: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
     """``python -S check.py ARGS`` with ``site`` as the only place packages come from."""
     return subprocess.run(
-        [sys.executable, "-S", str(SCRIPT), *args],
+        [python, "-S", str(SCRIPT), *args],
         capture_output=True,
         text=True,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
@@ -44,8 +45,10 @@ def fake_torch(site: Path, version: str, cuda: str | None, compiled: bool) -> Pa
     return site
 
 
-def guard(site: Path, torch: str, cuda: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return run_step(site, protocol.BUILD_GUARD, "--torch", torch, "--cuda", cuda, *extra)
+def guard(
+    site: Path, torch: str, cuda: str, *extra: str, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    return run_step(site, protocol.BUILD_GUARD, "--torch", torch, "--cuda", cuda, *extra, python=python)
 
 
 @pytest.mark.parametrize(
@@ -83,7 +86,9 @@ def guard(site: Path, torch: str, cuda: str, *extra: str) -> subprocess.Complete
         ),
     ],
 )
+@pytest.mark.parametrize("python", PYTHONS)
 def test_the_build_guard_passes_only_the_cells_torch(
+    python: str,
     tmp_path: Path,
     installed: tuple[str, str | None, bool],
     want: tuple[str, str],
@@ -91,7 +96,7 @@ def test_the_build_guard_passes_only_the_cells_torch(
     message: str | None,
 ) -> None:
     site = fake_torch(tmp_path, *installed)
-    done = guard(site, *want, *([protocol.GUARD_EXACT_OPTION] if exact else []))
+    done = guard(site, *want, *([protocol.GUARD_EXACT_OPTION] if exact else []), python=python)
     assert done.stdout == ""
     if message is None:
         assert done.returncode == 0, done.stderr
@@ -112,7 +117,8 @@ def dist(site: Path, name: str, version: str) -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
-def test_pins_name_torchs_family_and_its_cuda_wheels_as_installed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("python", PYTHONS)
+def test_pins_name_torchs_family_and_its_cuda_wheels_as_installed(python: str, tmp_path: Path) -> None:
     for name, version in [
         ("torch", "2.1.2+cu121"),
         ("torchvision", "0.16.2+cu121"),
@@ -124,7 +130,7 @@ def test_pins_name_torchs_family_and_its_cuda_wheels_as_installed(tmp_path: Path
         ("numpy", "1.26.4"),
     ]:
         dist(tmp_path, name, version)
-    done = run_step(tmp_path, protocol.PINS, protocol.PINS_EXTRA_OPTION, "numpy<2")
+    done = run_step(tmp_path, protocol.PINS, protocol.PINS_EXTRA_OPTION, "numpy<2", python=python)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "cuda-bindings==13.0.3",
@@ -149,3 +155,20 @@ def test_a_build_step_with_bad_arguments_exits_2(tmp_path: Path, args: list[str]
     done = run_step(tmp_path, *args)
     assert done.returncode == protocol.EXIT_BAD_ARGUMENTS
     assert f"check.py {args[0]}: bad arguments" in done.stderr and done.stdout == ""
+
+
+def test_the_build_steps_on_the_real_torch_cpu_wheel(torch_python: str) -> None:
+    """What a CPU cell's Dockerfile runs after its install, on the real wheel (``2.13.0+cpu``)."""
+
+    def step(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [torch_python, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, check=False
+        )
+
+    assert step(protocol.BUILD_GUARD, "--torch", TORCH_VERSION, "--cuda", "cpu").returncode == 0
+    wrong = step(protocol.BUILD_GUARD, "--torch", TORCH_VERSION, "--cuda", "12.1")
+    assert wrong.returncode == 1
+    expected = f"torch is {TORCH_VERSION}+cpu (CUDA None), expected {TORCH_VERSION} built for CUDA 12.1"
+    assert expected in wrong.stderr
+    pins = step(protocol.PINS)
+    assert pins.returncode == 0 and f"torch=={TORCH_VERSION}+cpu" in pins.stdout.splitlines()

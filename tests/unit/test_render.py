@@ -16,59 +16,14 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from imagekit.cells import Plan
 from imagekit.drift import check_drift, dockerfile_path, expected_files
 from imagekit.errors import InputError
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
 from tests.conftest import REPO, run_cli
+from tests.unit.projects import variants_plan, wheel
 
 GOLDEN = REPO / "tests" / "golden"
-
-# Everything a template branch depends on: wheelhouse stage, apt mirror, extras, env, build args,
-# a base that brings its own Python, a CPU build.
-VARIANTS = """
-axes:
-  torch: ["2.4.1"]
-  cuda: ["12.1"]
-  base: [cuda]
-include:
-  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime }
-  - { base: deb, cuda: "12.1", torch: "2.5.1", flavour: runtime }
-  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: devel }
-  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime, frontend: jupyter }
-  - { base: cuda, cuda: "12.1", torch: "2.4.1", frontend: ssh }
-defaults:
-  pip_packages: ["numpy<2", "pillow"]
-  apt_packages: [git]
-  env: { TORCH_CUDA_ARCH_LIST: "8.0;9.0", OMP_NUM_THREADS: "1" }
-  build_args: { SITE: acme }
-bases:
-  cuda:
-    image: "nvidia/cuda:{cuda_full}-{cudnn_tag}{flavour}-ubuntu22.04"
-    os: ubuntu22.04
-  deb:
-    image: "imagekit-local/debian-python:bookworm"
-    os: debian12
-    python: "3.11"
-sources:
-  apt: { mirror: "https://mirror.example.org/ubuntu" }
-  pip:
-    torch_index_url: "https://mirror.example.org/pytorch/whl/{variant}"
-    index_url: "https://mirror.example.org/pypi/simple"
-    find_links: [wheelhouse]
-    trusted_hosts: [mirror.example.org]
-"""
-
-
-def variants_plan(tmp_path: Path) -> Plan:
-    wheel = tmp_path / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
-    if not wheel.exists():
-        wheel.parent.mkdir(exist_ok=True)
-        wheel.write_bytes(b"not really a wheel")
-    path = tmp_path / "variants.yaml"
-    path.write_text(VARIANTS, encoding="utf-8")
-    return load_plan(path)
 
 
 def golden_cases(tmp_path: Path) -> dict[str, str]:
@@ -442,8 +397,6 @@ sources:
 
 
 def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
-    from tests.unit.test_wheels import wheel
-
     house = tmp_path / "wheelhouse"
     house.mkdir()
     wheel(house, "torch", "2.1.0", ("sympy",))
