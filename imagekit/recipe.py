@@ -155,6 +155,8 @@ def _toolchain(cell: ImageCell) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 # Exits 0 when a C++ compiler and the interpreter's Python.h are there (offline bases bring them).
+# The one in-image Python written here rather than a probe step: it runs in the OS step, before the
+# probe is copied in (after the torch install, so that a change to the probe keeps those layers).
 TOOLCHAIN_PROBE = (
     "import os, shutil, sys, sysconfig; "
     'sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"],'
@@ -312,18 +314,11 @@ class FrontendRecipe:
     pip_args: tuple[str, ...]
     python_prefix: str  # the environment the packages go into
     requirements: tuple[str, ...]
-    freeze_script: str  # prints every installed distribution as name==version: the pins
+    freeze_command: tuple[str, ...]  # prints every installed distribution as name==version: the pins
     port: int
     command: str  # the entrypoint's mode: start-jupyter | start-sshd
     layout: FrontendLayout  # the user, the workspace, where the front-end files go
     labels: tuple[tuple[str, str], ...]
-
-
-FREEZE_SCRIPT = (
-    "import importlib.metadata as m; "
-    'print(chr(10).join(sorted({d.metadata["Name"] + "==" + d.version for d in m.distributions()'
-    ' if d.metadata["Name"]})))'
-)
 
 
 def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -> FrontendRecipe:
@@ -355,7 +350,7 @@ def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -
         pip_args=tuple(pip_arguments(cell, matrix)[1]),
         python_prefix=VENV,
         requirements=tuple(requirements),
-        freeze_script=FREEZE_SCRIPT,
+        freeze_command=_probe_step(protocol.FREEZE),
         port=FRONTEND.port(cell.frontend),
         command="start-jupyter" if cell.frontend == "jupyter" else "start-sshd",
         layout=FRONTEND,

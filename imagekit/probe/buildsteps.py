@@ -1,8 +1,9 @@
 """Build steps: what a Dockerfile runs with the probe while the image is built (``protocol.BUILD_STEPS``).
 
 ``build-guard`` fails the build unless the installed torch is the cell's build; ``pins`` prints the
-constraints file every later ``pip install`` in the image obeys. They run in the image's own Python
-(the venv's, or a stack's), right after the install, so they import nothing the image may lack.
+constraints file every later ``pip install`` in the image obeys; ``freeze`` prints every installed
+distribution, which a front end's build stage holds fixed while it adds its packages. They run in
+the image's own Python (the venv's, or a stack's), so they import nothing the image may lack.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from .arguments import ArgumentError, Parser
 from .protocol import (
     BUILD_GUARD,
+    FREEZE,
     GUARD_CUDA_OPTION,
     GUARD_EXACT_OPTION,
     GUARD_TORCH_OPTION,
@@ -73,6 +75,14 @@ def pins(extra: list[str]) -> int:
     return 0
 
 
+def freeze() -> int:
+    """Print every installed distribution as ``name==version``, sorted (a front end installs its
+    packages under these as constraints, so it can only add)."""
+    found = {d.metadata["Name"] + "==" + d.version for d in metadata.distributions() if d.metadata["Name"]}
+    sys.stdout.write("\n".join(sorted(found)) + "\n")
+    return 0
+
+
 def run_step(argv: list[str]) -> int:
     """``argv`` is ``[step, options...]``; the step's exit status (2 on bad arguments)."""
     step, options = argv[0], argv[1:]
@@ -88,6 +98,9 @@ def run_step(argv: list[str]) -> int:
             parser.add_argument(PINS_EXTRA_OPTION, action="append", default=[])
             ns = parser.parse_args(options)
             return pins(ns.extra)
+        if step == FREEZE:
+            parser.parse_args(options)
+            return freeze()
         raise ArgumentError(f"unknown build step {step!r}")
     except ArgumentError as exc:
         sys.stderr.write(f"check.py {step}: bad arguments: {exc}\n")

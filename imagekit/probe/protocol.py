@@ -190,7 +190,8 @@ RESULT_FILE_OPTION = "--result-file"
 # check's own options (they all start with "--").
 BUILD_GUARD = "build-guard"  # fails the build unless the installed torch is the cell's build
 PINS = "pins"  # prints the constraints file: torch's family and its CUDA wheels, as installed
-BUILD_STEPS: tuple[str, ...] = (BUILD_GUARD, PINS)
+FREEZE = "freeze"  # prints every installed distribution as name==version (a front end's pins)
+BUILD_STEPS: tuple[str, ...] = (BUILD_GUARD, PINS, FREEZE)
 GUARD_TORCH_OPTION = "--torch"  # the torch version the cell installs
 GUARD_CUDA_OPTION = "--cuda"  # the CUDA minor torch must be built for (12.1), or "cpu"
 GUARD_EXACT_OPTION = "--exact"  # compare the whole version, local part too (a stack's own build)

@@ -144,11 +144,22 @@ def test_pins_name_torchs_family_and_its_cuda_wheels_as_installed(python: str, t
     assert run_step(tmp_path, protocol.PINS).stdout.splitlines()[-1] == "triton==2.1.0"
 
 
+@pytest.mark.parametrize("python", PYTHONS)
+def test_freeze_names_every_installed_distribution(python: str, tmp_path: Path) -> None:
+    """A front end's build stage installs under these as constraints: it can only add."""
+    for name, version in [("torch", "2.5.1+cpu"), ("Pillow", "10.0.0"), ("jupyterlab", "4.6.6")]:
+        dist(tmp_path, name, version)
+    done = run_step(tmp_path, protocol.FREEZE, python=python)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Pillow==10.0.0", "jupyterlab==4.6.6", "torch==2.5.1+cpu"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
         [protocol.BUILD_GUARD, "--torch", "2.5.1"],  # no --cuda
         [protocol.PINS, "--numpy", "<2"],
+        [protocol.FREEZE, "--all"],
     ],
 )
 def test_a_build_step_with_bad_arguments_exits_2(tmp_path: Path, args: list[str]) -> None:

@@ -139,6 +139,7 @@ def test_template_decisions(tmp_path: Path) -> None:
     jupyter = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime-jupyter"]
     assert jupyter.count("FROM imagekit/pytorch:2.5.1-cpu-runtime-debian12") == 2
     assert "--constraint /tmp/installed.txt" in jupyter and "jupyterlab==4.6.6" in jupyter
+    assert "python3 /opt/imagekit/check.py freeze > /tmp/installed.txt" in jupyter  # the parent's probe
     assert (
         "COPY wheelhouse/ /tmp/wheelhouse/" in jupyter
         and "COPY --from=frontend-build /tmp/frontend-root/ /" in jupyter
