@@ -1109,8 +1109,8 @@ def wrap(text: str, indent: str, width: int = 100) -> list[str]:
 
 
 AARCH64_COMMENT = (
-    "      # aarch64: the build PyPI's manylinux aarch64 wheel is in effect (null: none), the variants\n"
-    "      # PyTorch's index has aarch64 wheels for, and whether those were read (checked)\n"
+    "  # aarch64: the build PyPI's manylinux aarch64 wheel is in effect (pypi; null: none), the variants\n"
+    "  # PyTorch's index has aarch64 wheels for, and whether those were read (checked).\n"
 )
 
 
@@ -1130,7 +1130,7 @@ def emit_value(key: str, value: Any) -> list[str]:
         return [PATCHES_COMMENT, "      patches:\n", *pairs]
     if key == "aarch64" and isinstance(value, dict):
         order = [k for k in AARCH64_KEYS if k in value] + [k for k in value if k not in AARCH64_KEYS]
-        return [AARCH64_COMMENT, "      aarch64:\n", *(f"        {k}: {flow(value[k])}\n" for k in order)]
+        return ["      aarch64:\n", *(f"        {k}: {flow(value[k])}\n" for k in order)]
     return [f"      {key}: {flow(value)}\n"]
 
 
@@ -1139,6 +1139,8 @@ def emit_section(releases: dict[str, dict[str, Any]], checked_on: str) -> str:
     out += [line + "\n" for line in wrap(SOURCE_NOTE, "    ")]
     out.append(f"  checked_on: {json.dumps(checked_on)}  # date of the last refresh\n")
     out.append(NUMPY_COMMENT)
+    if any("aarch64" in entry for entry in releases.values()):
+        out.append(AARCH64_COMMENT)
     out.append("  releases:\n")
     for minor, entry in releases.items():
         out.append(f"    {json.dumps(minor)}:\n")
