@@ -66,7 +66,7 @@ import yaml
 from packaging.markers import Marker
 
 from imagekit import platforms
-from imagekit.compat import Libraries, TorchRelease
+from imagekit.compat import Aarch64Wheels, Libraries, TorchRelease
 from imagekit.versions import compare, cuda_variant, minor_of, version_key
 from imagekit.wheels import platform_tags
 
@@ -95,19 +95,9 @@ PIP_ENV_DROPPED = (
     "PIP_ONLY_BINARY",
     "PIP_NO_BINARY",
 )
-# The keys of a release this tool writes, in the order it writes them.
-RELEASE_KEYS = (
-    "variants",
-    "pypi_default",
-    "cudnn_major",
-    "python",
-    "numpy",
-    "libraries",
-    "patches",
-    "checked",
-    "aarch64",
-)
-AARCH64_KEYS = ("pypi", "variants", "checked")
+# The keys of a release this tool writes, in the order imagekit's records declare them.
+RELEASE_KEYS = tuple(k for k in TorchRelease.model_fields if k != "minor")  # variants ... aarch64, checked
+AARCH64_KEYS = tuple(Aarch64Wheels.model_fields)  # pypi, variants, checked
 LIBRARY_KEYS = tuple(Libraries.model_fields)  # cudnn, nccl, cudart
 
 SOURCE_NOTE = (
@@ -123,12 +113,14 @@ SOURCE_NOTE = (
     "pytorch/test-infra's release build matrix (see shared/FACTS.md); corrected in December 2026: "
     "2.9 has cu129 (torch-2.9.1+cu129 wheels for x86_64 and aarch64), 2.12 and 2.13 have none (CUDA "
     "12.9 dropped in 2.12, pytorch issue 187834), 2.15 has cu130 and cu132 (RFC 190385). numpy caps "
-    "are kept as they are. A release with checked: false holds a fact not read from a source. aarch64: "
-    "pypi is the build PyPI's manylinux aarch64 wheel of the newest patch is in effect (its Requires-Dist "
-    "markers evaluated for Linux aarch64: cpu when every nvidia-* and cuda-toolkit requirement is gated "
-    "to x86_64, else the CUDA minor its cuda-toolkit or nvidia-cuda-runtime pin names; null: no aarch64 "
-    "wheel); variants: the +cpu and +cuXYZ aarch64 wheels of PyTorch's index when reachable, otherwise "
-    "kept from this table or only PyPI's (checked: false)."
+    "are kept as they are. A release with checked: false holds a fact not read from a source. "
+    "aarch64 (linux/arm64, Grace): `pypi` is the build PyPI's manylinux aarch64 wheel is in effect, "
+    "read from that wheel's Requires-Dist (2.10.0: every nvidia-*/triton requirement gated to x86_64, "
+    "so CPU; 2.11-2.14: cuda-toolkit 13.0.x, cu130; 2.15.0: cuda-toolkit 13.2.2, cu132; before 2.10 "
+    "PyPI's aarch64 wheels were CPU builds). `variants`: PyTorch's index's aarch64 wheels, which no "
+    "machine of this project can reach: taken from PyTorch's release announcements (CUDA aarch64 "
+    "wheels from 2.6, cu126 built for sm_80/sm_90 only; cu128/cu129/cu130 from 2.7-2.9), checked: "
+    "false until the refresh reads the index."
 )
 NUMPY_COMMENT = (
     '  # numpy: releases compiled against NumPy 1.x break under NumPy 2 ("Numpy is not available",\n'
@@ -1108,15 +1100,9 @@ def wrap(text: str, indent: str, width: int = 100) -> list[str]:
     return lines
 
 
-AARCH64_COMMENT = (
-    "  # aarch64: the build PyPI's manylinux aarch64 wheel is in effect (pypi; null: none), the variants\n"
-    "  # PyTorch's index has aarch64 wheels for, and whether those were read (checked).\n"
-)
-
-
 def emit_value(key: str, value: Any) -> list[str]:
     """One key of a release, as lines: libraries one flow mapping per variant, patches one pair
-    per line, aarch64 a block of its own, everything else on one line."""
+    per line, everything else (aarch64 too) on one line."""
     if key == "libraries":
         lines = ["      libraries:\n"] if value else []
         for variant, libs in value.items():
@@ -1129,8 +1115,10 @@ def emit_value(key: str, value: Any) -> list[str]:
         pairs = [f"        {json.dumps(str(version))}: {flow(pair_)}\n" for version, pair_ in value.items()]
         return [PATCHES_COMMENT, "      patches:\n", *pairs]
     if key == "aarch64" and isinstance(value, dict):
-        order = [k for k in AARCH64_KEYS if k in value] + [k for k in value if k not in AARCH64_KEYS]
-        return ["      aarch64:\n", *(f"        {k}: {flow(value[k])}\n" for k in order)]
+        ordered = {k: value[k] for k in AARCH64_KEYS if k in value} | {
+            k: v for k, v in value.items() if k not in AARCH64_KEYS
+        }
+        return [f"      aarch64: {flow(ordered)}\n"]
     return [f"      {key}: {flow(value)}\n"]
 
 
@@ -1139,8 +1127,6 @@ def emit_section(releases: dict[str, dict[str, Any]], checked_on: str) -> str:
     out += [line + "\n" for line in wrap(SOURCE_NOTE, "    ")]
     out.append(f"  checked_on: {json.dumps(checked_on)}  # date of the last refresh\n")
     out.append(NUMPY_COMMENT)
-    if any("aarch64" in entry for entry in releases.values()):
-        out.append(AARCH64_COMMENT)
     out.append("  releases:\n")
     for minor, entry in releases.items():
         out.append(f"    {json.dumps(minor)}:\n")
@@ -1253,8 +1239,8 @@ def load_table(path: Path) -> tuple[str, dict[str, Any]]:
 
 def validate(releases: dict[str, dict[str, Any]]) -> None:
     """Every release as imagekit reads it (``imagekit.compat.TorchRelease``): a refresh that would
-    write what imagekit refuses ends here, with nothing written. A key the record does not know
-    yet (aarch64, until imagekit reads it) is left to its reader."""
+    write what imagekit refuses ends here, with nothing written. A key the record does not know (one
+    this tool keeps without refreshing it) is left to whoever added it."""
     for minor, entry in releases.items():
         TorchRelease(minor=minor, **{k: v for k, v in entry.items() if k in TorchRelease.model_fields})
 
