@@ -6,7 +6,6 @@ Jinja2 templates in ``dockerfiles/templates`` only arrange a ``Recipe``'s fields
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -22,6 +21,7 @@ from imagekit.contract import (
     FrontendLayout,
 )
 from imagekit.errors import InputError
+from imagekit.probe import protocol
 from imagekit.probe_facts import wheel_arch_list
 from imagekit.schema import Matrix
 
@@ -41,10 +41,10 @@ class Recipe:
     torch_requirements: tuple[str, ...]
     extra_pip_args: tuple[str, ...]
     extra_requirements: tuple[str, ...]
-    pin_script: str
+    pins_command: tuple[str, ...]  # prints the constraints file
     constraints_dir: str
     constraints_file: str
-    build_guard: str
+    build_guard: tuple[str, ...]  # fails the build unless torch is the cell's build
     wheelhouse: bool
     wheelhouse_context: str
     wheelhouse_dir: str
@@ -59,35 +59,20 @@ class Recipe:
     check_script_path: str
 
 
-def _build_guard(cell: ImageCell) -> str:
-    """Python run right after the install: the build fails unless torch is what the cell says.
+def _probe_step(step: str, *options: str) -> tuple[str, ...]:
+    """The command a Dockerfile runs for one of the probe's build steps: the image's own Python (the
+    venv's, or a stack's) running the shipped probe, so no in-image Python is written here."""
+    return ("python3", CHECK_SCRIPT_PATH, step, *options)
 
-    For a CUDA variant this is PyTorch's own release check (``torch.cuda._is_compiled()``, no GPU
-    needed) plus the CUDA version torch was built for, which catches a wrong-variant wheel.
-    String literals use double quotes (JSON) so the shell-quoted command stays readable.
-    """
-    want = json.dumps(cell.torch)
-    lines = [
-        "import sys, torch",
-        f"want = {want}",
-        "got = torch.__version__",
-        "ok = got == want" if isinstance(cell, StackCell) else 'ok = got.split("+")[0] == want',
-    ]
-    if cell.is_cuda:
-        lines += [
-            "ok = ok and torch.cuda._is_compiled()",
-            'cuda = ".".join((torch.version.cuda or "").split(".")[:2])',
-            f"ok = ok and cuda == {json.dumps(cell.cuda)}",
-        ]
-        expectation = f"built for CUDA {cell.cuda}"
-    else:
-        lines.append("ok = ok and torch.version.cuda is None")
-        expectation = "CPU build"
-    lines.append(
-        'sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}),'
-        f' expected {{want}} {expectation}")'
-    )
-    return "; ".join(lines)
+
+def _build_guard(cell: ImageCell) -> tuple[str, ...]:
+    """Run right after the install: the build fails unless torch is the cell's build (for a CUDA
+    variant PyTorch's own release check; ``imagekit.probe.buildsteps``). A stack names its torch
+    build exactly; a wheel cell the public version its index adds a local part to."""
+    exact = (protocol.GUARD_EXACT_OPTION,) if isinstance(cell, StackCell) else ()
+    cuda = cell.cuda if cell.is_cuda else "cpu"
+    options = (protocol.GUARD_TORCH_OPTION, cell.torch, protocol.GUARD_CUDA_OPTION, cuda, *exact)
+    return _probe_step(protocol.BUILD_GUARD, *options)
 
 
 def project_name(requirement: str) -> str:
@@ -114,30 +99,11 @@ def _requirements(cell: ImageCell) -> tuple[str, ...]:
     return tuple(pins)
 
 
-# The distributions pinned for every later pip install: torch's family, and the CUDA libraries
-# its wheel brought. CUDA 12 wheels are nvidia-<lib>-cu12; CUDA 13 ones are nvidia-<lib> without a
-# suffix (nvidia-cublas, nvidia-cuda-runtime), nvidia-cudnn-cu13 and nvidia-nccl-cu13, pulled in
-# through the cuda-toolkit metapackage with cuda-bindings: the prefixes cover both layouts.
-PINNED_NAMES = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton")
-PINNED_PREFIXES = ("nvidia-", "cuda-")
-
-
-def _pin_script(cell: ImageCell) -> str:
-    """Python that prints the constraints file from what is installed, local versions included.
-
-    Pinning ``torch==2.1.2`` would still admit PyPI's 2.1.2 or a ``+cpu`` build; the installed
-    ``2.1.2+cu121`` admits nothing else, and neither can a later install swap the cuDNN or NCCL
-    wheel torch was built against. A NumPy cap stays too where torch needs NumPy 1.x.
-    """
-    extra = [f"numpy{cell.numpy_cap}"] if cell.numpy_cap else []
-    return (
-        "import importlib.metadata as m; "
-        f"names = {PINNED_NAMES!r}; prefixes = {PINNED_PREFIXES!r}; "
-        'found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version'
-        " for d in m.distributions()}; "
-        "pins = sorted(n + '==' + v for n, v in found.items() if n in names or n.startswith(prefixes)); "
-        f"print(chr(10).join(pins + {extra!r}))".replace("'", '"')
-    )
+def _pins_command(cell: ImageCell) -> tuple[str, ...]:
+    """Prints the constraints file: torch's family and its CUDA wheels as installed, local versions
+    included (``imagekit.probe.buildsteps.pins``), and the cell's NumPy cap where torch needs 1.x."""
+    extra = (protocol.PINS_EXTRA_OPTION, f"numpy{cell.numpy_cap}") if cell.numpy_cap else ()
+    return _probe_step(protocol.PINS, *extra)
 
 
 def require_cuda(cuda: str) -> str:
@@ -189,6 +155,8 @@ def _toolchain(cell: ImageCell) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 # Exits 0 when a C++ compiler and the interpreter's Python.h are there (offline bases bring them).
+# The one in-image Python written here rather than a probe step: it runs in the OS step, before the
+# probe is copied in (after the torch install, so that a change to the probe keeps those layers).
 TOOLCHAIN_PROBE = (
     "import os, shutil, sys, sysconfig; "
     'sys.exit(0 if shutil.which("g++") and os.path.exists(os.path.join(sysconfig.get_paths()["include"],'
@@ -310,7 +278,7 @@ def make_recipe(
         torch_requirements=pins,
         extra_pip_args=tuple(extra_args),
         extra_requirements=tuple(extras),
-        pin_script=_pin_script(cell),
+        pins_command=_pins_command(cell),
         constraints_dir=str(PurePosixPath(CONSTRAINTS_FILE).parent),
         constraints_file=CONSTRAINTS_FILE,
         build_guard=_build_guard(cell),
@@ -346,18 +314,11 @@ class FrontendRecipe:
     pip_args: tuple[str, ...]
     python_prefix: str  # the environment the packages go into
     requirements: tuple[str, ...]
-    freeze_script: str  # prints every installed distribution as name==version: the pins
+    freeze_command: tuple[str, ...]  # prints every installed distribution as name==version: the pins
     port: int
     command: str  # the entrypoint's mode: start-jupyter | start-sshd
     layout: FrontendLayout  # the user, the workspace, where the front-end files go
     labels: tuple[tuple[str, str], ...]
-
-
-FREEZE_SCRIPT = (
-    "import importlib.metadata as m; "
-    'print(chr(10).join(sorted({d.metadata["Name"] + "==" + d.version for d in m.distributions()'
-    ' if d.metadata["Name"]})))'
-)
 
 
 def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -> FrontendRecipe:
@@ -389,7 +350,7 @@ def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -
         pip_args=tuple(pip_arguments(cell, matrix)[1]),
         python_prefix=VENV,
         requirements=tuple(requirements),
-        freeze_script=FREEZE_SCRIPT,
+        freeze_command=_probe_step(protocol.FREEZE),
         port=FRONTEND.port(cell.frontend),
         command="start-jupyter" if cell.frontend == "jupyter" else "start-sshd",
         layout=FRONTEND,

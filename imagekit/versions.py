@@ -33,6 +33,15 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def compare(left: str, right: str) -> int:
+    """-1, 0 or 1, numerically; a missing component counts as 0 (``"2.10" == "2.10.0"``), which
+    tuples of ``version_key`` alone would order ``(2, 10) < (2, 10, 0)``."""
+    a, b = version_key(left), version_key(right)
+    width = max(len(a), len(b))
+    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+    return (a > b) - (a < b)
+
+
 def display_key(version: str) -> tuple[tuple[int, ...], str]:
     """Sort key for showing versions in order: numeric first, the text breaks ties."""
     return version_key(version), version

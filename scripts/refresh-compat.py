@@ -7,14 +7,19 @@ and prints a reviewable unified diff; `--write` applies it (atomically).
 What it reads (no wheel is downloaded):
   * the configured index's file list of torch, torchvision and torchaudio (PEP 691 JSON, or the
     PEP 503 HTML page): the torch patches of each release, the CPython versions with a manylinux
-    x86_64 wheel, and the upload dates;
+    x86_64 (and aarch64) wheel, and the upload dates;
   * pip's dry-run report (`pip install --dry-run --report`) for `torch==<patch>` against that
     index, dependencies resolved for one Linux x86_64 CPython: the CUDA variant PyPI's wheel is
     built for (the CUDA runtime it pulls), and the cuDNN, NCCL and cudart versions it pins;
+  * pip's dry-run report (`--no-deps`) for the manylinux aarch64 wheel of each torch patch: its
+    Requires-Dist (pip reads the PEP 658 metadata file, or the wheel's METADATA by HTTP range
+    requests), whose markers, evaluated for Linux aarch64 here (pip would evaluate them for this
+    host), say which CUDA build the aarch64 wheel is in effect: `aarch64.pypi`;
   * pip's dry-run report (`--no-deps`) for each recent torchvision / torchaudio release: which
     torch patch it pins (`Requires-Dist: torch==X`) or admits;
   * PyTorch's own wheel index (`--torch-index https://download.pytorch.org/whl`) when given and
-    reachable: the CUDA variants of each release and what each variant's wheel pins.
+    reachable: the CUDA variants of each release and what each variant's wheel pins, and the
+    variants with an aarch64 wheel (`aarch64.variants`).
 
 Facts the registries cannot give (the variant list when PyTorch's index is not reachable, a
 variant's pins that were not read, the NumPy caps) are kept from the existing table and listed as
@@ -29,7 +34,9 @@ Examples:
   scripts/refresh-compat.py --torch-index https://download.pytorch.org/whl
   scripts/refresh-compat.py --from-reports tests/fixtures/compat --compat /tmp/compat.yaml
 
-Standalone on purpose: it needs PyYAML and the standard library, and no part of imagekit.
+It imports imagekit from its own checkout (versions, platform and wheel tags, and the table's record
+types, which check every release it writes) and `packaging` (PEP 508 markers): run it in the
+project's development environment.
 """
 
 from __future__ import annotations
@@ -52,7 +59,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The checkout this script belongs to: its imagekit reads the table this script writes.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import yaml
+from packaging.markers import Marker
+
+from imagekit import platforms
+from imagekit.compat import Aarch64Wheels, Libraries, TorchRelease
+from imagekit.versions import compare, cuda_variant, minor_of, version_key
+from imagekit.wheels import platform_tags
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_COMPAT = REPO / "imagekit" / "data" / "compat.yaml"
@@ -63,12 +79,8 @@ COMPANIONS = ("torchvision", "torchaudio")
 RELEASE_WINDOW = dt.timedelta(days=3)
 # Python the dry runs resolve for, when the patch has a wheel for it.
 DEFAULT_PYTHON = "3.12"
-# pip does not widen --platform: name every manylinux tag a glibc 2.28 x86_64 machine accepts.
-PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)] + [
-    "manylinux2014_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux1_x86_64",
-]
+X86_64 = platforms.get("linux/amd64").machine
+AARCH64 = platforms.get("linux/arm64").machine
 # Environment variables that would point pip at another index, add constraints or links.
 PIP_ENV_DROPPED = (
     "PIP_CONSTRAINT",
@@ -83,17 +95,10 @@ PIP_ENV_DROPPED = (
     "PIP_ONLY_BINARY",
     "PIP_NO_BINARY",
 )
-RELEASE_KEYS = (
-    "variants",
-    "pypi_default",
-    "cudnn_major",
-    "python",
-    "numpy",
-    "libraries",
-    "patches",
-    "checked",
-)
-LIBRARY_KEYS = ("cudnn", "nccl", "cudart")
+# The keys of a release this tool writes, in the order imagekit's records declare them.
+RELEASE_KEYS = tuple(k for k in TorchRelease.model_fields if k != "minor")  # variants ... aarch64, checked
+AARCH64_KEYS = tuple(Aarch64Wheels.model_fields)  # pypi, variants, checked
+LIBRARY_KEYS = tuple(Libraries.model_fields)  # cudnn, nccl, cudart
 
 SOURCE_NOTE = (
     "Refreshed by scripts/refresh-compat.py from registry metadata (no wheel downloaded). "
@@ -108,7 +113,14 @@ SOURCE_NOTE = (
     "pytorch/test-infra's release build matrix (see shared/FACTS.md); corrected in December 2026: "
     "2.9 has cu129 (torch-2.9.1+cu129 wheels for x86_64 and aarch64), 2.12 and 2.13 have none (CUDA "
     "12.9 dropped in 2.12, pytorch issue 187834), 2.15 has cu130 and cu132 (RFC 190385). numpy caps "
-    "are kept as they are. A release with checked: false holds a fact not read from a source."
+    "are kept as they are. A release with checked: false holds a fact not read from a source. "
+    "aarch64 (linux/arm64, Grace): `pypi` is the build PyPI's manylinux aarch64 wheel is in effect, "
+    "read from that wheel's Requires-Dist (2.10.0: every nvidia-*/triton requirement gated to x86_64, "
+    "so CPU; 2.11-2.14: cuda-toolkit 13.0.x, cu130; 2.15.0: cuda-toolkit 13.2.2, cu132; before 2.10 "
+    "PyPI's aarch64 wheels were CPU builds). `variants`: PyTorch's index's aarch64 wheels, which no "
+    "machine of this project can reach: taken from PyTorch's release announcements (CUDA aarch64 "
+    "wheels from 2.6, cu126 built for sm_80/sm_90 only; cu128/cu129/cu130 from 2.7-2.9), checked: "
+    "false until the refresh reads the index."
 )
 NUMPY_COMMENT = (
     '  # numpy: releases compiled against NumPy 1.x break under NumPy 2 ("Numpy is not available",\n'
@@ -126,29 +138,6 @@ class RefreshError(Exception):
 # Versions, requirements, wheel file names
 
 
-def vkey(version: str) -> tuple[int, ...]:
-    """The release segment of a version as integers ("2.10.0+cu126" -> (2, 10, 0))."""
-    match = re.match(r"\d+(?:\.\d+)*", version)
-    if match is None:
-        raise ValueError(f"not a version: {version!r}")
-    return tuple(int(part) for part in match.group(0).split("."))
-
-
-def _padded(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    width = max(len(a), len(b))
-    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
-
-
-def compare(a: str, b: str) -> int:
-    left, right = _padded(vkey(a), vkey(b))
-    return (left > right) - (left < right)
-
-
-def minor_of(version: str) -> str:
-    major, minor = vkey(version)[:2]
-    return f"{major}.{minor}"
-
-
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -162,16 +151,18 @@ def admits(specifier: str, version: str) -> bool:
         if match is None:
             raise ValueError(f"cannot read specifier {clause!r}")
         op, target = match.groups()
+        if not target[0].isdigit():  # no release segment to compare
+            raise ValueError(f"cannot read specifier {clause!r}")
         if target.endswith(".*"):
-            prefix = vkey(target[:-2])
-            equal = vkey(version)[: len(prefix)] == prefix
+            prefix = version_key(target[:-2])
+            equal = version_key(version)[: len(prefix)] == prefix
             if (op == "==" and not equal) or (op == "!=" and equal):
                 return False
             continue
         order = compare(version, target)
         if op == "~=":
-            upper = vkey(target)[:-1]
-            if order < 0 or vkey(version)[: len(upper)] != upper:
+            upper = version_key(target)[:-1]
+            if order < 0 or version_key(version)[: len(upper)] != upper:
                 return False
             continue
         ok = {
@@ -232,7 +223,7 @@ class Wheel:
     name: str
     version: str
     python: tuple[int, int] | None  # the CPython a cpXY-cpXY wheel is for; None for py3 / abi3 / cpXYt
-    x86_64_manylinux: bool
+    machines: frozenset[str]  # the CPUs of its manylinux tags (x86_64, aarch64); empty: not manylinux
 
 
 def parse_wheel(filename: str) -> Wheel | None:
@@ -243,9 +234,11 @@ def parse_wheel(filename: str) -> Wheel | None:
     py = re.fullmatch(r"cp3(\d+)", match.group("py"))
     if py and match.group("abi") == match.group("py"):
         python = (3, int(py.group(1)))
-    platforms = match.group("plat").split(".")
-    manylinux = any(p.startswith("manylinux") and p.endswith("_x86_64") for p in platforms)
-    return Wheel(normalize(match.group("name")), match.group("version"), python, manylinux)
+    tags = match.group("plat").split(".")
+    machines = frozenset(
+        m for m in (X86_64, AARCH64) for tag in tags if tag.startswith("manylinux") and tag.endswith(f"_{m}")
+    )
+    return Wheel(normalize(match.group("name")), match.group("version"), python, machines)
 
 
 def plain(version: str) -> bool:
@@ -282,11 +275,12 @@ def parse_listing(body: bytes, content_type: str) -> list[dict[str, Any]]:
 
 
 def trim_listing(files: list[dict[str, Any]], project: str) -> dict[str, Any]:
-    """What the refresh reads of a listing: its manylinux x86_64 wheels. Deletes, never adds."""
+    """What the refresh reads of a listing: its manylinux x86_64 and aarch64 wheels. Deletes,
+    never adds."""
     kept = []
     for entry in files:
         wheel = parse_wheel(entry["filename"])
-        if wheel is None or not wheel.x86_64_manylinux:
+        if wheel is None or not wheel.machines:
             continue
         kept.append(
             {k: entry[k] for k in ("filename", "requires-python", "yanked", "upload-time") if k in entry}
@@ -345,9 +339,11 @@ def libraries_from(report: dict[str, Any]) -> dict[str, str]:
     return {k: found[k] for k in LIBRARY_KEYS if k in found}
 
 
-def variant_of(cudart: str) -> str:
-    major, minor = vkey(cudart)[:2]
-    return f"cu{major}{minor}"
+def variant_of(cuda: str) -> str:
+    """The wheel variant of a CUDA version (a cudart or toolkit release): "13.0.96" -> "cu130"."""
+    if len(version_key(cuda)) < 2:
+        raise ValueError(f"not a CUDA version: {cuda!r}")
+    return cuda_variant(cuda)
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,7 +354,11 @@ class Source:
     def listing(self, project: str) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def report(self, key: str, requirements: list[str], *, deps: bool, python: str) -> dict[str, Any]:
+    def report(
+        self, key: str, requirements: list[str], *, deps: bool, python: str, machine: str = X86_64
+    ) -> dict[str, Any]:
+        """pip's dry-run report of ``requirements`` for one CPython on a glibc 2.28 Linux ``machine``
+        (recorded as ``<key>.json``)."""
         raise NotImplementedError
 
     def torch_index_files(self, project: str) -> list[str] | None:
@@ -411,7 +411,9 @@ class RecordedSource(Source):
         files: list[dict[str, Any]] = self._load(f"files-{project}.json")["files"]
         return files
 
-    def report(self, key: str, requirements: list[str], *, deps: bool, python: str) -> dict[str, Any]:
+    def report(
+        self, key: str, requirements: list[str], *, deps: bool, python: str, machine: str = X86_64
+    ) -> dict[str, Any]:
         report: dict[str, Any] = self._load(f"{key}.json")
         return report
 
@@ -501,7 +503,14 @@ class LiveSource(Source):
         return files
 
     def _pip_report(
-        self, requirements: list[str], *, deps: bool, python: str, index: str, extra_index: str | None
+        self,
+        requirements: list[str],
+        *,
+        deps: bool,
+        python: str,
+        index: str,
+        extra_index: str | None,
+        machine: str = X86_64,
     ) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="refresh-compat-") as tmp:
             out = Path(tmp) / "report.json"
@@ -520,7 +529,8 @@ class LiveSource(Source):
                 "--only-binary=:all:",
                 "--index-url",
                 index,
-                *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
+                # pip does not widen --platform: every tag a glibc 2.28 machine accepts is named
+                *(arg for tag in platform_tags(None, machine) for arg in ("--platform", tag)),
             ]
             if extra_index:
                 command += ["--extra-index-url", extra_index]
@@ -543,10 +553,13 @@ class LiveSource(Source):
             report: dict[str, Any] = json.loads(out.read_text())
             return report
 
-    def report(self, key: str, requirements: list[str], *, deps: bool, python: str) -> dict[str, Any]:
-        report = trim_report(
-            self._pip_report(requirements, deps=deps, python=python, index=self.index_url, extra_index=None)
+    def report(
+        self, key: str, requirements: list[str], *, deps: bool, python: str, machine: str = X86_64
+    ) -> dict[str, Any]:
+        raw = self._pip_report(
+            requirements, deps=deps, python=python, index=self.index_url, extra_index=None, machine=machine
         )
+        report = trim_report(raw)
         self._save(f"{key}.json", report)
         return report
 
@@ -605,13 +618,15 @@ class Patch:
     pythons: set[tuple[int, int]] = field(default_factory=set)
 
 
-def releases_in(files: list[dict[str, Any]], *, cpython_only: bool) -> dict[str, Patch]:
-    """Final releases with a manylinux x86_64 wheel (a CPython-specific one when `cpython_only`),
-    with the CPythons of their cpXY wheels and their first upload."""
+def releases_in(
+    files: list[dict[str, Any]], *, cpython_only: bool, machine: str = X86_64
+) -> dict[str, Patch]:
+    """Final releases with a manylinux wheel for ``machine`` (a CPython-specific one when
+    `cpython_only`), with the CPythons of their cpXY wheels and their first upload."""
     patches: dict[str, Patch] = {}
     for entry in files:
         wheel = parse_wheel(entry["filename"])
-        if wheel is None or not wheel.x86_64_manylinux or not plain(wheel.version) or entry.get("yanked"):
+        if wheel is None or machine not in wheel.machines or not plain(wheel.version) or entry.get("yanked"):
             continue
         if cpython_only and wheel.python is None:
             continue
@@ -643,7 +658,7 @@ COMPANION_MINOR_OFFSET = {"torchvision": 15, "torchaudio": 0}
 
 def built_for(name: str, companion: str, torch: str) -> bool:
     """Whether ``companion``'s release line is the one for torch's minor."""
-    torch_key, companion_key = vkey(torch), vkey(companion)
+    torch_key, companion_key = version_key(torch), version_key(companion)
     if len(torch_key) < 2 or len(companion_key) < 2 or name not in COMPANION_MINOR_OFFSET:
         return True
     return companion_key[1] == torch_key[1] + COMPANION_MINOR_OFFSET[name]
@@ -657,7 +672,7 @@ def pair(patch: Patch, companions: list[Companion], name: str) -> str | None:
         c for c in companions if exact_pin(c.torch) and compare(exact_pin(c.torch) or "0", patch.version) == 0
     ]
     if exact:
-        return max(exact, key=lambda c: vkey(c.version)).version
+        return max(exact, key=lambda c: version_key(c.version)).version
     near = [
         c
         for c in companions
@@ -668,7 +683,7 @@ def pair(patch: Patch, companions: list[Companion], name: str) -> str | None:
         and (c.stable_abi or built_for(name, c.version, patch.version))
     ]
     if near:
-        return max(near, key=lambda c: vkey(c.version)).version
+        return max(near, key=lambda c: version_key(c.version)).version
     return None
 
 
@@ -682,21 +697,58 @@ def python_for(patch: Patch) -> str:
     return f"{major}.{minor}"
 
 
-def index_variants(files: list[str], project: str, versions: set[str]) -> set[str]:
-    """CUDA variants (cuXYZ) of `project` at `versions` with a manylinux x86_64 wheel."""
+def index_variants(files: list[str], project: str, versions: set[str], machine: str = X86_64) -> set[str]:
+    """Variants of `project` at `versions` with a manylinux wheel for ``machine`` on PyTorch's
+    index: the CUDA ones (+cuXYZ), and for aarch64 also the CPU build (+cpu), which the x86_64
+    table leaves implicit. A wheel without a local part is no variant: the index mirrors PyPI's."""
+    wanted = r"cu\d+|cpu" if machine == AARCH64 else r"cu\d+"
     found = set()
     for name in files:
         wheel = parse_wheel(name)
-        if wheel is None or wheel.name != project or not wheel.x86_64_manylinux:
+        if wheel is None or wheel.name != project or machine not in wheel.machines:
             continue
         release, _, local = wheel.version.partition("+")
-        if release in versions and re.fullmatch(r"cu\d+", local):
+        if release in versions and re.fullmatch(wanted, local):
             found.add(local)
     return found
 
 
 def by_cuda(variants: Iterable[str]) -> list[str]:
-    return sorted(set(variants), key=lambda v: int(v[2:]))
+    """cpu first, then by CUDA version."""
+    return sorted(set(variants), key=lambda v: (0, 0) if v == "cpu" else (1, int(v[2:])))
+
+
+def cuda_build(requires_dist: Iterable[str] | None, python: str, machine: str) -> str:
+    """The build a torch wheel with these requirements is in effect on ``machine``: "cpu" when
+    no nvidia-* or cuda-toolkit requirement applies there, else the variant of the CUDA version its
+    cuda-toolkit pin (CUDA 13 wheels) or nvidia-cuda-runtime pin (CUDA 12 and older) names."""
+    python_full = f"{python}.0"
+    environment = {
+        "platform_machine": machine,
+        "platform_system": "Linux",
+        "sys_platform": "linux",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "python_version": python,
+        "python_full_version": python_full,
+        "implementation_version": python_full,
+        "extra": "",
+    }
+    active = [
+        r
+        for r in map(parse_requirement, requires_dist or ())
+        if not r.marker or Marker(r.marker).evaluate(environment)
+    ]
+    cuda = [r for r in active if r.name == "cuda-toolkit" or r.name.startswith("nvidia-")]
+    if not cuda:
+        return "cpu"
+    for name in ("cuda-toolkit", "nvidia-cuda-runtime"):
+        pins = [exact_pin(r.specifier) for r in cuda if re.fullmatch(rf"{name}(-cu\d+)?", r.name)]
+        if pins and pins[0]:
+            return variant_of(pins[0])
+    names = ", ".join(sorted({r.name for r in cuda}))
+    raise RefreshError(f"torch on {machine} requires {names} but pins no CUDA toolkit or runtime version")
 
 
 @dataclass
@@ -706,24 +758,55 @@ class Refresh:
     notes: list[str]
 
 
+def by_minor(patches: Iterable[Patch]) -> dict[str, list[Patch]]:
+    """Patches grouped by their release (minor), oldest first."""
+    minors: dict[str, list[Patch]] = {}
+    for patch in sorted(patches, key=lambda p: version_key(p.version)):
+        minors.setdefault(minor_of(patch.version), []).append(patch)
+    return minors
+
+
 def refresh(existing: dict[str, Any], source: Source, since: str | None, notes: list[str]) -> Refresh:
     old_releases: dict[str, dict[str, Any]] = {
         str(k): dict(v) for k, v in existing.get("releases", {}).items()
     }
     kept: list[str] = []
-    patches = releases_in(source.listing("torch"), cpython_only=True)
-    if not patches:
+    listing = source.listing("torch")
+    minors = by_minor(releases_in(listing, cpython_only=True).values())
+    if not minors:
         raise RefreshError("the index lists no torch wheels for manylinux x86_64")
-    minors: dict[str, list[Patch]] = {}
-    for patch in patches.values():
-        minors.setdefault(minor_of(patch.version), []).append(patch)
-    floor = since or (max(old_releases, key=vkey) if old_releases else min(minors, key=vkey))
-    chosen = sorted((m for m in minors if compare(m, floor) >= 0), key=vkey)
+    arm = by_minor(releases_in(listing, cpython_only=True, machine=AARCH64).values())
+    # default: re-read from the newest release the table has (all of the index for an empty table)
+    floor = since or (max(old_releases, key=version_key) if old_releases else min(minors, key=version_key))
+    chosen = sorted((m for m in minors if compare(m, floor) >= 0), key=version_key)
     if not chosen:
         raise RefreshError(f"the index has no torch release from {floor} on")
-
-    # Companions: every torchvision / torchaudio release uploaded since the first chosen patch.
     first_upload = min((p.uploaded for m in chosen for p in minors[m] if p.uploaded), default=None)
+    builder = ReleaseBuilder(
+        source,
+        read_companions(source, first_upload, notes),
+        {project: source.torch_index_files(project) for project in ("torch", "torchvision")},
+        kept,
+        notes,
+    )
+    releases = {m: v for m, v in old_releases.items() if compare(m, floor) < 0}
+    for minor in chosen:
+        releases[minor] = builder.release(
+            minor, minors[minor], arm.get(minor, []), old_releases.get(minor) or {}
+        )
+    for minor, entry in releases.items():
+        if "checked" not in entry:
+            entry["checked"] = True
+            if compare(minor, floor) < 0:
+                kept.append(f"{minor}: not re-read (older than {floor}); checked: true assumed (no mark)")
+    return Refresh(dict(sorted(releases.items(), key=lambda kv: version_key(kv[0]))), kept, notes)
+
+
+def read_companions(
+    source: Source, first_upload: dt.datetime | None, notes: list[str]
+) -> dict[str, list[Companion]]:
+    """Every torchvision / torchaudio release uploaded since the first chosen torch patch, with the
+    torch requirement its metadata states."""
     companions: dict[str, list[Companion]] = {}
     for project in COMPANIONS:
         versions = releases_in(source.listing(project), cpython_only=False)
@@ -734,10 +817,10 @@ def refresh(existing: dict[str, Any], source: Source, since: str | None, notes: 
                 if r.uploaded is None or r.uploaded >= first_upload - RELEASE_WINDOW
             ]
         else:
-            wanted = sorted(versions, key=vkey)[-12:]
+            wanted = sorted(versions, key=version_key)[-12:]
             notes.append(f"{project}: the index gives no upload times; reading its 12 newest releases")
         companions[project] = []
-        for version in sorted(wanted, key=vkey):
+        for version in sorted(wanted, key=version_key):
             release = versions[version]
             report = source.report(
                 f"{project}-{version}", [f"{project}=={version}"], deps=False, python=python_for(release)
@@ -746,160 +829,231 @@ def refresh(existing: dict[str, Any], source: Source, since: str | None, notes: 
             requirement = torch_requirement(meta.get("requires_dist"))
             # no cpXY wheel among its files: one wheel for every CPython (stable ABI)
             companions[project].append(Companion(version, release.uploaded, requirement, not release.pythons))
-
-    torch_index = {project: source.torch_index_files(project) for project in ("torch", "torchvision")}
-    releases = {m: v for m, v in old_releases.items() if compare(m, floor) < 0}
-    for minor in chosen:
-        releases[minor] = build_release(
-            minor, sorted(minors[minor], key=lambda p: vkey(p.version)), old_releases.get(minor), source,
-            companions, torch_index, kept, notes,
-        )  # fmt: skip
-    for minor, entry in releases.items():
-        if "checked" not in entry:
-            entry["checked"] = True
-            if compare(minor, floor) < 0:
-                kept.append(f"{minor}: not re-read (older than {floor}); checked: true assumed (no mark)")
-    return Refresh(dict(sorted(releases.items(), key=lambda kv: vkey(kv[0]))), kept, notes)
+    return companions
 
 
-def build_release(
-    minor: str,
-    patches: list[Patch],
-    old: dict[str, Any] | None,
-    source: Source,
-    companions: dict[str, list[Companion]],
-    torch_index: dict[str, list[str] | None],
-    kept: list[str],
-    notes: list[str],
-) -> dict[str, Any]:
-    old = old or {}
-    old_checked = bool(old.get("checked", True))
-    entry: dict[str, Any] = {}
+@dataclass
+class ReleaseBuilder:
+    """Rebuilds one release's entry from what the registries say, keeping (and listing in `kept`)
+    what they cannot say."""
 
-    # PyPI's wheel of every patch: its CUDA variant and what it pins.
-    per_patch: dict[str, dict[str, str]] = {}
-    requires_python: dict[str, str | None] = {}
-    for patch in patches:
-        report = source.report(
-            f"torch-{patch.version}", [f"torch=={patch.version}"], deps=True, python=python_for(patch)
-        )
-        meta = report_item(report, "torch")
-        if meta["version"] != patch.version:
-            raise RefreshError(f"the report for torch=={patch.version} installs torch {meta['version']}")
-        requires_python[patch.version] = meta.get("requires_python")
-        libs = libraries_from(report)
-        if "cudart" not in libs:
-            raise RefreshError(
-                f"torch {patch.version} ({report_wheel(report, 'torch')}) pulls no CUDA runtime"
+    source: Source
+    companions: dict[str, list[Companion]]
+    torch_index: dict[str, list[str] | None]  # file names on PyTorch's index; None: not read
+    kept: list[str]
+    notes: list[str]
+
+    def release(
+        self, minor: str, patches: list[Patch], arm_patches: list[Patch], old: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``patches``: the x86_64 ones, oldest first; ``arm_patches`` those with an aarch64 wheel."""
+        libs = self.pypi_libraries(minor, patches)
+        pypi_default = variant_of(libs["cudart"])
+        variants, checked = self.variants(minor, patches, pypi_default, old)
+        entry: dict[str, Any] = {"variants": variants, "pypi_default": pypi_default}
+        cudnn = libs.get("cudnn")
+        if cudnn:
+            entry["cudnn_major"] = version_key(cudnn)[0]
+        elif "cudnn_major" in old:
+            entry["cudnn_major"] = old["cudnn_major"]
+            self.kept.append(f"{minor}: cudnn_major {old['cudnn_major']} (PyPI's wheel pins no cuDNN)")
+        entry["python"] = self.python(minor, patches)
+        if "numpy" in old:
+            entry["numpy"] = old["numpy"]
+            self.kept.append(f"{minor}: numpy {old['numpy']!r} (no registry states it)")
+        entry["libraries"] = self.libraries(minor, patches, variants, pypi_default, libs, old)
+        entry["patches"] = self.pairs(minor, patches, old)
+        entry["checked"] = checked
+        entry["aarch64"] = self.aarch64(minor, arm_patches, old)
+        for key, value in old.items():
+            if key not in RELEASE_KEYS:
+                entry[key] = value
+                self.kept.append(f"{minor}: {key} (a key this tool does not refresh)")
+        return entry
+
+    def pypi_libraries(self, minor: str, patches: list[Patch]) -> dict[str, str]:
+        """What PyPI's wheel of the newest patch pulls (cuDNN, NCCL, cudart); every patch is read
+        and a patch that pins otherwise is noted."""
+        per_patch: dict[str, dict[str, str]] = {}
+        for patch in patches:
+            report = self.source.report(
+                f"torch-{patch.version}", [f"torch=={patch.version}"], deps=True, python=python_for(patch)
             )
-        per_patch[patch.version] = libs
-    newest = patches[-1].version
-    libs = per_patch[newest]
-    pypi_default = variant_of(libs["cudart"])
-    for version, other in per_patch.items():
-        if other != libs:
-            notes.append(
-                f"{minor}: torch {version} pins {fmt_libs(other)}, {newest} {fmt_libs(libs)}; "
-                f"the table follows {newest}"
-            )
-
-    # Variants: PyTorch's index (torch, and the paired torchvision where one exists), else the table.
-    read_variants = None
-    if torch_index["torch"] is not None:
-        found = index_variants(torch_index["torch"], "torch", {p.version for p in patches})
-        visions = {v for p in patches if (v := pair(p, companions["torchvision"], "torchvision"))}
-        if found and visions and torch_index["torchvision"] is not None:
-            with_vision = index_variants(torch_index["torchvision"], "torchvision", visions)
-            for variant in by_cuda(found - with_vision):
-                notes.append(
-                    f"{minor}: PyTorch's index has torch+{variant} but no torchvision+{variant}; not listed"
+            meta = report_item(report, "torch")
+            if meta["version"] != patch.version:
+                raise RefreshError(f"the report for torch=={patch.version} installs torch {meta['version']}")
+            self.requires_python_note(minor, patch, meta.get("requires_python"))
+            libs = libraries_from(report)
+            if "cudart" not in libs:
+                raise RefreshError(
+                    f"torch {patch.version} ({report_wheel(report, 'torch')}) pulls no CUDA runtime"
                 )
-            found &= with_vision
-        read_variants = by_cuda(found) if found else None
-    if read_variants:
-        variants = read_variants
-        variants_checked = True
-    elif old.get("variants"):
-        variants = list(old["variants"])
-        variants_checked = old_checked
-        kept.append(f"{minor}: variants {', '.join(variants)} (PyTorch's index not read)")
-    else:
-        variants = [pypi_default]
-        variants_checked = False
-        kept.append(
-            f"{minor}: variants unknown, only PyPI's {pypi_default} listed "
-            "(PyTorch's index not read): checked: false"
-        )
-    if pypi_default not in variants:
-        notes.append(f"{minor}: PyPI's wheel is {pypi_default}, which the variant list lacked; added")
-        variants = by_cuda([*variants, pypi_default])
-    entry["variants"] = variants
-    entry["pypi_default"] = pypi_default
-    cudnn = libs.get("cudnn")
-    if cudnn:
-        entry["cudnn_major"] = vkey(cudnn)[0]
-    elif "cudnn_major" in old:
-        entry["cudnn_major"] = old["cudnn_major"]
-        kept.append(f"{minor}: cudnn_major {old['cudnn_major']} (PyPI's wheel pins no cuDNN)")
+            per_patch[patch.version] = libs
+        newest = patches[-1].version
+        libs = per_patch[newest]
+        for version, other in per_patch.items():
+            if other != libs:
+                self.notes.append(
+                    f"{minor}: torch {version} pins {fmt_libs(other)}, {newest} {fmt_libs(libs)}; "
+                    f"the table follows {newest}"
+                )
+        return libs
 
-    # Python: the CPythons every patch has a wheel for.
-    lowest = max(min(p.pythons) for p in patches)
-    highest = min(max(p.pythons) for p in patches)
-    entry["python"] = [f"{lowest[0]}.{lowest[1]}", f"{highest[0]}.{highest[1]}"]
-    for patch in patches:
-        if (min(patch.pythons), max(patch.pythons)) != (lowest, highest):
-            span = f"{min(patch.pythons)}-{max(patch.pythons)}"
-            notes.append(
-                f"{minor}: torch {patch.version} has wheels for CPython {span}; "
-                "the table keeps what all patches have"
-            )
-        floor = re.match(r">=\s*(\d+)\.(\d+)", requires_python[patch.version] or "")
+    def requires_python_note(self, minor: str, patch: Patch, requires_python: str | None) -> None:
+        floor = re.match(r">=\s*(\d+)\.(\d+)", requires_python or "")
         if floor and (int(floor.group(1)), int(floor.group(2))) != min(patch.pythons):
-            notes.append(
-                f"{minor}: torch {patch.version} says Requires-Python {requires_python[patch.version]} "
+            self.notes.append(
+                f"{minor}: torch {patch.version} says Requires-Python {requires_python} "
                 f"but its oldest wheel is for CPython {min(patch.pythons)[0]}.{min(patch.pythons)[1]}"
             )
-    if "numpy" in old:
-        entry["numpy"] = old["numpy"]
-        kept.append(f"{minor}: numpy {old['numpy']!r} (no registry states it)")
 
-    # Libraries per variant: PyPI's from its report, the others from PyTorch's index or the table.
-    libraries: dict[str, dict[str, str]] = {}
-    old_libraries = old.get("libraries") or {}
-    for variant in variants:
-        if variant == pypi_default:
-            libraries[variant] = libs
-            continue
-        read = None
-        if torch_index["torch"] is not None:
-            version = f"{newest}+{variant}"
-            read_report = source.torch_index_report(
-                f"torch-{version}", f"torch=={version}", variant, python_for(patches[-1])
-            )
-            read = libraries_from(read_report) if read_report else None
+    def index_variants(self, minor: str, patches: list[Patch], machine: str) -> list[str] | None:
+        """The variants of these patches on PyTorch's index (torch, and the paired torchvision where
+        one exists); None when the index was not read or lists none."""
+        if self.torch_index["torch"] is None:
+            return None
+        found = index_variants(self.torch_index["torch"], "torch", {p.version for p in patches}, machine)
+        visions = {v for p in patches if (v := pair(p, self.companions["torchvision"], "torchvision"))}
+        if found and visions and self.torch_index["torchvision"] is not None:
+            with_vision = index_variants(self.torch_index["torchvision"], "torchvision", visions, machine)
+            for variant in by_cuda(found - with_vision):
+                self.notes.append(
+                    f"{minor}: PyTorch's index has torch+{variant} but no torchvision+{variant} "
+                    f"for {machine}; not listed"
+                )
+            found &= with_vision
+        return by_cuda(found) if found else None
+
+    def variants(
+        self, minor: str, patches: list[Patch], pypi_default: str, old: dict[str, Any]
+    ) -> tuple[list[str], bool]:
+        """The x86_64 CUDA variants and whether they were read: PyTorch's index, else the table."""
+        read = self.index_variants(minor, patches, X86_64)
         if read:
-            libraries[variant] = read
-        elif variant in old_libraries:
-            libraries[variant] = dict(old_libraries[variant])
-            kept.append(f"{minor}: libraries of {variant} (not read from PyTorch's index)")
-    entry["libraries"] = libraries
+            variants, checked = read, True
+        elif old.get("variants"):
+            variants, checked = list(old["variants"]), bool(old.get("checked", True))
+            self.kept.append(f"{minor}: variants {', '.join(variants)} (PyTorch's index not read)")
+        else:
+            variants, checked = [pypi_default], False
+            self.kept.append(
+                f"{minor}: variants unknown, only PyPI's {pypi_default} listed "
+                "(PyTorch's index not read): checked: false"
+            )
+        if pypi_default not in variants:
+            self.notes.append(
+                f"{minor}: PyPI's wheel is {pypi_default}, which the variant list lacked; added"
+            )
+            variants = by_cuda([*variants, pypi_default])
+        return variants, checked
 
-    # Companions.
-    old_patches = old.get("patches") or {}
-    pairs: dict[str, list[str | None]] = {}
-    for patch in patches:
-        pairs[patch.version] = [pair(patch, companions[project], project) for project in COMPANIONS]
-    for version, value in old_patches.items():
-        if str(version) not in pairs:
-            pairs[str(version)] = list(value) if value is not None else [None, None]
-            kept.append(f"{minor}: patch {version} (not on the index any more)")
-    entry["patches"] = dict(sorted(pairs.items(), key=lambda kv: vkey(kv[0])))
-    entry["checked"] = variants_checked
-    for key, value in old.items():
-        if key not in RELEASE_KEYS:
-            entry[key] = value
-            kept.append(f"{minor}: {key} (a key this tool does not refresh)")
-    return entry
+    def python(self, minor: str, patches: list[Patch]) -> list[str]:
+        """The oldest and newest CPython every patch has a wheel for."""
+        lowest = max(min(p.pythons) for p in patches)
+        highest = min(max(p.pythons) for p in patches)
+        for patch in patches:
+            if (min(patch.pythons), max(patch.pythons)) != (lowest, highest):
+                span = f"{min(patch.pythons)}-{max(patch.pythons)}"
+                self.notes.append(
+                    f"{minor}: torch {patch.version} has wheels for CPython {span}; "
+                    "the table keeps what all patches have"
+                )
+        return [f"{lowest[0]}.{lowest[1]}", f"{highest[0]}.{highest[1]}"]
+
+    def libraries(
+        self,
+        minor: str,
+        patches: list[Patch],
+        variants: list[str],
+        pypi_default: str,
+        libs: dict[str, str],
+        old: dict[str, Any],
+    ) -> dict[str, dict[str, str]]:
+        """Per variant: PyPI's from its report, the others from PyPI's index or the table."""
+        libraries: dict[str, dict[str, str]] = {}
+        old_libraries = old.get("libraries") or {}
+        for variant in variants:
+            if variant == pypi_default:
+                libraries[variant] = libs
+                continue
+            read = None
+            if self.torch_index["torch"] is not None:
+                version = f"{patches[-1].version}+{variant}"
+                read_report = self.source.torch_index_report(
+                    f"torch-{version}", f"torch=={version}", variant, python_for(patches[-1])
+                )
+                read = libraries_from(read_report) if read_report else None
+            if read:
+                libraries[variant] = read
+            elif variant in old_libraries:
+                libraries[variant] = dict(old_libraries[variant])
+                self.kept.append(f"{minor}: libraries of {variant} (not read from PyTorch's index)")
+        return libraries
+
+    def pairs(self, minor: str, patches: list[Patch], old: dict[str, Any]) -> dict[str, list[str | None]]:
+        """torch patch -> [torchvision, torchaudio]; a patch the index no longer lists is kept."""
+        pairs: dict[str, list[str | None]] = {}
+        for patch in patches:
+            pairs[patch.version] = [pair(patch, self.companions[project], project) for project in COMPANIONS]
+        for version, value in (old.get("patches") or {}).items():
+            if str(version) not in pairs:
+                pairs[str(version)] = list(value) if value is not None else [None, None]
+                self.kept.append(f"{minor}: patch {version} (not on the index any more)")
+        return dict(sorted(pairs.items(), key=lambda kv: version_key(kv[0])))
+
+    def aarch64(self, minor: str, patches: list[Patch], old: dict[str, Any]) -> dict[str, Any]:
+        """PyPI's aarch64 build in effect (None: no aarch64 wheel) and the aarch64 variants of
+        PyTorch's index, else the table's, else PyPI's alone (checked: false)."""
+        pypi = self.pypi_aarch64(minor, patches)
+        old_arm = old.get("aarch64") or {}
+        read = self.index_variants(minor, patches, AARCH64) if patches else None
+        if read:
+            variants, checked = read, True
+        elif old_arm.get("variants") is not None:
+            variants, checked = list(old_arm["variants"]), bool(old_arm.get("checked", False))
+            self.kept.append(f"{minor}: aarch64 variants {flow(variants)} (PyTorch's index not read)")
+        else:
+            variants, checked = [pypi] if pypi else [], False
+            self.kept.append(
+                f"{minor}: aarch64 variants unknown, only PyPI's {pypi or '(none)'} listed "
+                "(PyTorch's index not read): checked: false"
+            )
+        if pypi and pypi not in variants:
+            self.notes.append(
+                f"{minor}: PyPI's aarch64 wheel is {pypi}, which the variant list lacked; added"
+            )
+            variants = by_cuda([*variants, pypi])
+        return {"pypi": pypi, "variants": variants, "checked": checked}
+
+    def pypi_aarch64(self, minor: str, patches: list[Patch]) -> str | None:
+        """The build PyPI's aarch64 wheel of the newest patch is in effect (its Requires-Dist for
+        Linux aarch64); every patch is read and one that differs is noted."""
+        builds: dict[str, str] = {}
+        for patch in patches:
+            python = python_for(patch)
+            report = self.source.report(
+                f"torch-{patch.version}-{AARCH64}",
+                [f"torch=={patch.version}"],
+                deps=False,
+                python=python,
+                machine=AARCH64,
+            )
+            meta = report_item(report, "torch")
+            if meta["version"] != patch.version:
+                raise RefreshError(
+                    f"the aarch64 report for torch=={patch.version} installs {meta['version']}"
+                )
+            builds[patch.version] = cuda_build(meta.get("requires_dist"), python, AARCH64)
+        if not builds:
+            return None
+        newest = patches[-1].version
+        for version, build in builds.items():
+            if build != builds[newest]:
+                self.notes.append(
+                    f"{minor}: PyPI's aarch64 torch {version} is {build}, {newest} {builds[newest]}; "
+                    f"the table follows {newest}"
+                )
+        return builds[newest]
 
 
 def fmt_libs(libs: dict[str, str]) -> str:
@@ -946,6 +1100,28 @@ def wrap(text: str, indent: str, width: int = 100) -> list[str]:
     return lines
 
 
+def emit_value(key: str, value: Any) -> list[str]:
+    """One key of a release, as lines: libraries one flow mapping per variant, patches one pair
+    per line, everything else (aarch64 too) on one line."""
+    if key == "libraries":
+        lines = ["      libraries:\n"] if value else []
+        for variant, libs in value.items():
+            ordered = {k: libs[k] for k in LIBRARY_KEYS if k in libs} | {
+                k: v for k, v in libs.items() if k not in LIBRARY_KEYS
+            }
+            lines.append(f"        {scalar(variant)}: {flow(ordered)}\n")
+        return lines
+    if key == "patches":
+        pairs = [f"        {json.dumps(str(version))}: {flow(pair_)}\n" for version, pair_ in value.items()]
+        return [PATCHES_COMMENT, "      patches:\n", *pairs]
+    if key == "aarch64" and isinstance(value, dict):
+        ordered = {k: value[k] for k in AARCH64_KEYS if k in value} | {
+            k: v for k, v in value.items() if k not in AARCH64_KEYS
+        }
+        return [f"      aarch64: {flow(ordered)}\n"]
+    return [f"      {key}: {flow(value)}\n"]
+
+
 def emit_section(releases: dict[str, dict[str, Any]], checked_on: str) -> str:
     out = ["torch:\n", "  source: >-\n"]
     out += [line + "\n" for line in wrap(SOURCE_NOTE, "    ")]
@@ -956,23 +1132,7 @@ def emit_section(releases: dict[str, dict[str, Any]], checked_on: str) -> str:
         out.append(f"    {json.dumps(minor)}:\n")
         order = [k for k in RELEASE_KEYS if k in entry] + [k for k in entry if k not in RELEASE_KEYS]
         for key in order:
-            value = entry[key]
-            if key == "libraries":
-                if not value:
-                    continue
-                out.append("      libraries:\n")
-                for variant, libs in value.items():
-                    ordered = {k: libs[k] for k in LIBRARY_KEYS if k in libs} | {
-                        k: v for k, v in libs.items() if k not in LIBRARY_KEYS
-                    }
-                    out.append(f"        {scalar(variant)}: {flow(ordered)}\n")
-            elif key == "patches":
-                out.append(PATCHES_COMMENT)
-                out.append("      patches:\n")
-                for version, pair_ in value.items():
-                    out.append(f"        {json.dumps(str(version))}: {flow(pair_)}\n")
-            else:
-                out.append(f"      {key}: {flow(value)}\n")
+            out += emit_value(key, entry[key])
     return "".join(out)
 
 
@@ -1015,7 +1175,7 @@ def label(path: Path) -> str:
         return path.name
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Rebuild the torch section of compat.yaml from registry metadata and print the diff.",
         epilog="Example: scripts/refresh-compat.py --since 2.10 --write",
@@ -1048,36 +1208,62 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--from-reports and --save-reports exclude each other")
     if args.since and not plain(args.since):
         parser.error(f"--since takes a release like 2.10, not {args.since!r}")
+    return args
 
-    notes: list[str] = []
-    source: Source
+
+def make_source(args: argparse.Namespace, notes: list[str]) -> Source:
     if args.from_reports:
-        source = RecordedSource(args.from_reports)
-    else:
-        source = LiveSource(
-            args.index_url,
-            args.torch_index,
-            args.pip.split(),
-            args.fast_deps,
-            args.keep_pip_config,
-            args.save_reports,
-            notes,
-        )
+        return RecordedSource(args.from_reports)
+    return LiveSource(
+        args.index_url,
+        args.torch_index,
+        args.pip.split(),
+        args.fast_deps,
+        args.keep_pip_config,
+        args.save_reports,
+        notes,
+    )
+
+
+def load_table(path: Path) -> tuple[str, dict[str, Any]]:
+    """The compat file's text and its torch section; RefreshError when it is no compat table."""
     try:
-        text = args.compat.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
         data = yaml.safe_load(text)
-        if not isinstance(data, dict) or not isinstance(data.get("torch") or {}, dict):
-            raise RefreshError(f"{args.compat}: no compat table (a mapping with a torch section)")
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        print(f"refresh-compat: {args.compat}: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
-        return 2
-    except RefreshError as exc:
-        print(f"refresh-compat: {exc}", file=sys.stderr)
-        return 2
+        raise RefreshError(f"{path}: {type(exc).__name__}: {one_line(exc)}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("torch") or {}, dict):
+        raise RefreshError(f"{path}: no compat table (a mapping with a torch section)")
+    return text, data.get("torch") or {}
+
+
+def validate(releases: dict[str, dict[str, Any]]) -> None:
+    """Every release as imagekit reads it (``imagekit.compat.TorchRelease``): a refresh that would
+    write what imagekit refuses ends here, with nothing written. A key the record does not know (one
+    this tool keeps without refreshing it) is left to whoever added it."""
+    for minor, entry in releases.items():
+        TorchRelease(minor=minor, **{k: v for k, v in entry.items() if k in TorchRelease.model_fields})
+
+
+def rebuild(args: argparse.Namespace, source: Source, notes: list[str]) -> tuple[str, str, Refresh]:
+    """(the file's text, its refreshed text, the refresh); RefreshError or an exception of the
+    kinds main reports when an answer has an unexpected shape."""
+    text, table = load_table(args.compat)
+    result = refresh(table, source, args.since, notes)
+    validate(result.releases)
+    new_text = splice(text, emit_section(result.releases, args.today))
+    reread = yaml.safe_load(new_text)["torch"]
+    if reread["releases"] != result.releases or reread["checked_on"] != args.today:
+        raise AssertionError("the written section does not read back as built")  # a bug here, not input
+    return text, new_text, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    notes: list[str] = []
+    source = make_source(args, notes)
     try:
-        result = refresh(data.get("torch") or {}, source, args.since, notes)
-        section = emit_section(result.releases, args.today)
-        new_text = splice(text, section)
+        text, new_text, result = rebuild(args, source, notes)
     except RefreshError as exc:
         print(f"refresh-compat: {exc}", file=sys.stderr)
         return 2
@@ -1089,9 +1275,6 @@ def main(argv: list[str] | None = None) -> int:
             f"refresh-compat: {source.describe()}: an answer of unexpected shape ({detail})", file=sys.stderr
         )
         return 2
-    reread = yaml.safe_load(new_text)["torch"]
-    if reread["releases"] != result.releases or reread["checked_on"] != args.today:
-        raise AssertionError("the written section does not read back as built")  # a bug here, not input
 
     print(f"refresh-compat: read {source.describe()}", file=sys.stderr)
     for line in result.kept:

@@ -71,7 +71,7 @@ def _cap_examples(item: pytest.Item) -> None:
 # its module: a path, a fixture, or a named test with the reason it is slow.
 INTEGRATION_DIR = Path(__file__).parent / "integration"  # as pytest spells paths: absolute, links kept
 SLOW_FIXTURES = {
-    # A venv under /tmp with the real torch CPU wheel (tests/unit/test_incontainer_check.py): its
+    # A venv under /tmp with the real torch CPU wheel (tests/unit/conftest.py): its
     # first use creates the venv and pip-installs torch (~30 s); the tests on it start torch in a
     # process of their own, run torch.compile (inductor writes and compiles C++), build C++
     # extensions with load_inline, train a step, or play fake-GPU scenarios on the real CPU wheel

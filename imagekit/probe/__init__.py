@@ -30,6 +30,12 @@ arguments (an unknown check name too). An exception inside a check becomes that 
 `telemetry` is null, or what nvidia-smi sampled on each GPU while gemm_perf timed its GEMM
 (min/max/mean per metric, clock throttle reasons).
 
+Build steps (``protocol.BUILD_STEPS``; a Dockerfile runs them while it builds the image, first
+argument the step): `check.py build-guard --torch V --cuda X.Y|cpu [--exact]` exits 1 unless the
+installed torch is that build; `check.py pins [--extra REQ]` prints the constraints file (torch's
+family and its CUDA wheels as installed); `check.py freeze` prints every installed distribution
+(a front end's build stage). See ``buildsteps``.
+
 Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
 torch_cuda, cudnn, libcudart, cuda_available, arch, gemm_cpu, gemm_gpu, gemm_perf, compile,
 extension, train_step, nccl.

@@ -29,7 +29,7 @@ class ArgumentError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # exit 2 through main, not argparse's own exit
         raise ArgumentError(message)
 
@@ -69,7 +69,7 @@ def _host_machine(given: str | None, env: dict[str, str]) -> str | None:
 
 
 def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation]:
-    parser = _Parser(prog="check.py", description="imagekit in-image check (prints one JSON document)")
+    parser = Parser(prog="check.py", description="imagekit in-image check (prints one JSON document)")
     parser.add_argument("--expect-torch")
     parser.add_argument("--expect-cuda")
     parser.add_argument("--expect-cudnn")

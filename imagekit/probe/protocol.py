@@ -183,3 +183,16 @@ WORKER_OPTION = "--collective-worker"
 TASK_OPTION = "--task"
 DEVICE_OPTION = "--device"
 RESULT_FILE_OPTION = "--result-file"
+
+# Build steps: what a Dockerfile runs with the probe while it builds an image
+# (`python3 /opt/imagekit/check.py <step> <options>`), before any check runs. recipe.py writes these
+# lines; buildsteps.py does the work. A step name is the first argument, so it never meets the
+# check's own options (they all start with "--").
+BUILD_GUARD = "build-guard"  # fails the build unless the installed torch is the cell's build
+PINS = "pins"  # prints the constraints file: torch's family and its CUDA wheels, as installed
+FREEZE = "freeze"  # prints every installed distribution as name==version (a front end's pins)
+BUILD_STEPS: tuple[str, ...] = (BUILD_GUARD, PINS, FREEZE)
+GUARD_TORCH_OPTION = "--torch"  # the torch version the cell installs
+GUARD_CUDA_OPTION = "--cuda"  # the CUDA minor torch must be built for (12.1), or "cpu"
+GUARD_EXACT_OPTION = "--exact"  # compare the whole version, local part too (a stack's own build)
+PINS_EXTRA_OPTION = "--extra"  # a requirement line added to the pins (a NumPy cap); repeatable

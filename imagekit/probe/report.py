@@ -1,5 +1,5 @@
 """The check run: every check in ``protocol.CHECK_NAMES`` order, the report document, and ``main``
-(also the child roles: a collective rank, a bounded task)."""
+(also the child roles: a collective rank, a bounded task; and the build steps)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from .arch import check_arch, check_cuda_available
 from .arguments import ArgumentError, Invocation, parse_args
 from .bandwidth import check_nccl_bandwidth
 from .build import check_compile, check_extension
+from .buildsteps import run_step
 from .collectives import check_nccl, collective_worker
 from .context import Context
 from .conv import check_cudnn_conv
@@ -26,7 +27,7 @@ from .gemm import check_gemm_cpu, check_gemm_gpu
 from .inventory import inventory
 from .libraries import check_cudnn, check_libcudart, check_torch, check_torch_cuda
 from .perf import check_gemm_perf
-from .protocol import SCHEMA
+from .protocol import BUILD_STEPS, SCHEMA
 from .require import check_require
 from .results import CheckResult, run_check, skipped, summarize
 from .system import check_cuda_installs, check_environment, check_nvcc, check_nvidia_smi, check_python
@@ -106,8 +107,11 @@ def _flush_c_stdio() -> None:
 
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
     environ = dict(os.environ if env is None else env)
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in BUILD_STEPS:  # a Dockerfile's build step, not a check run
+        return run_step(args)
     try:
-        expect, invocation = parse_args(sys.argv[1:] if argv is None else argv, environ)
+        expect, invocation = parse_args(args, environ)
     except ArgumentError as exc:
         sys.stderr.write(f"check.py: bad arguments: {exc}\n")
         return 2

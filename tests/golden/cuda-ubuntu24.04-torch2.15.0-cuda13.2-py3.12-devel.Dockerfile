@@ -11,14 +11,18 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 RUN python3.12 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu132 \
-      torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \
- && python -c 'import sys, torch; want = "2.15.0"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "13.2"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 13.2")'
-# torch, its companions and the CUDA library wheels it brought stay pinned, local version
-# included, for every later `pip install` in this image and in images built from it: no dependency
-# can swap in another torch build, the way a plain `pip install` over NGC's torch does. A
-# constraints file the base already names (newer NGC releases set PIP_CONSTRAINT) is kept, nested.
-RUN mkdir -p /etc/imagekit \
- && python -c 'import importlib.metadata as m; names = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton"); prefixes = ("nvidia-", "cuda-"); found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version for d in m.distributions()}; pins = sorted(n + "==" + v for n, v in found.items() if n in names or n.startswith(prefixes)); print(chr(10).join(pins + []))' > /etc/imagekit/constraints.txt \
+      torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1
+# The probe runs the build steps below; it comes in after any install, so a change to the probe
+# leaves the torch layer cached.
+COPY imagekit-check.py /opt/imagekit/check.py
+# The build fails unless torch is the cell's build. Then torch, its companions and the CUDA library
+# wheels it brought stay pinned, local version included, for every later `pip install` in this image
+# and in images built from it: no dependency can swap in another torch build, the way a plain
+# `pip install` over NGC's torch does. A constraints file the base already names (newer NGC releases
+# set PIP_CONSTRAINT) is kept, nested.
+RUN python3 /opt/imagekit/check.py build-guard --torch 2.15.0 --cuda 13.2 \
+ && mkdir -p /etc/imagekit \
+ && python3 /opt/imagekit/check.py pins > /etc/imagekit/constraints.txt \
  && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
@@ -28,7 +32,6 @@ RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/ima
 # has none; without this torch's _get_cuda_arch_flags fails: pytorch issue 137261).
 ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
-COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.15.0-cuda13.2-cudnn9-devel-ubuntu24.04" \
       org.opencontainers.image.description="PyTorch 2.15.0 CUDA 13.2.1 Python 3.12 (devel) on nvidia/cuda:13.2.1-devel-ubuntu24.04" \
       org.opencontainers.image.version="2.15.0-cuda13.2-cudnn9-devel-ubuntu24.04" \

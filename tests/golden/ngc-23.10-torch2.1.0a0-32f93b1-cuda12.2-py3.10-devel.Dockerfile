@@ -3,19 +3,22 @@
 # Cell ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel: torch 2.1.0a0+32f93b1, CUDA 12.2.2, Python 3.10, devel.
 # Build context: this Dockerfile, imagekit-check.py (`imagekit build` assembles it).
 FROM nvcr.io/nvidia/pytorch:23.10-py3
+# The probe runs the build steps below; it comes in after any install, so a change to the probe
+# leaves the torch layer cached.
+COPY imagekit-check.py /opt/imagekit/check.py
 # nvcr.io/nvidia/pytorch:23.10-py3 brings its own torch build: check it is the one we expect.
-RUN python -c 'import sys, torch; want = "2.1.0a0+32f93b1"; got = torch.__version__; ok = got == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "12.2"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 12.2")'
-# torch, its companions and the CUDA library wheels it brought stay pinned, local version
-# included, for every later `pip install` in this image and in images built from it: no dependency
-# can swap in another torch build, the way a plain `pip install` over NGC's torch does. A
-# constraints file the base already names (newer NGC releases set PIP_CONSTRAINT) is kept, nested.
-RUN mkdir -p /etc/imagekit \
- && python -c 'import importlib.metadata as m; names = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton"); prefixes = ("nvidia-", "cuda-"); found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version for d in m.distributions()}; pins = sorted(n + "==" + v for n, v in found.items() if n in names or n.startswith(prefixes)); print(chr(10).join(pins + ["numpy<2"]))' > /etc/imagekit/constraints.txt \
+# The build fails unless torch is the cell's build. Then torch, its companions and the CUDA library
+# wheels it brought stay pinned, local version included, for every later `pip install` in this image
+# and in images built from it: no dependency can swap in another torch build, the way a plain
+# `pip install` over NGC's torch does. A constraints file the base already names (newer NGC releases
+# set PIP_CONSTRAINT) is kept, nested.
+RUN python3 /opt/imagekit/check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12.2 --exact \
+ && mkdir -p /etc/imagekit \
+ && python3 /opt/imagekit/check.py pins --extra 'numpy<2' > /etc/imagekit/constraints.txt \
  && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
-COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-ngc23.10-2.1.0a0-32f93b1-cuda12.2-cudnn8-devel-ubuntu22.04" \
       org.opencontainers.image.description="PyTorch 2.1.0a0+32f93b1 CUDA 12.2.2 Python 3.10 (devel) on nvcr.io/nvidia/pytorch:23.10-py3" \
       org.opencontainers.image.version="ngc23.10-2.1.0a0-32f93b1-cuda12.2-cudnn8-devel-ubuntu22.04" \

@@ -13,7 +13,7 @@ RUN set -eu; \
     prefix=/opt/venv; \
     find "$prefix" -mindepth 1 > /tmp/before.txt; \
     sort -o /tmp/before.txt /tmp/before.txt; \
-    python -c 'import importlib.metadata as m; print(chr(10).join(sorted({d.metadata["Name"] + "==" + d.version for d in m.distributions() if d.metadata["Name"]})))' > /tmp/installed.txt; \
+    python3 /opt/imagekit/check.py freeze > /tmp/installed.txt; \
     touch /tmp/stamp; \
     pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple --constraint /tmp/installed.txt \
       dumb-init==1.2.5.post1; \

@@ -22,14 +22,18 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 RUN python3 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pytorch/whl/cu121 \
-      torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 \
- && python -c 'import sys, torch; want = "2.5.1"; got = torch.__version__; ok = got.split("+")[0] == want; ok = ok and torch.cuda._is_compiled(); cuda = ".".join((torch.version.cuda or "").split(".")[:2]); ok = ok and cuda == "12.1"; sys.exit(0 if ok else f"torch is {got} (CUDA {torch.version.cuda}), expected {want} built for CUDA 12.1")'
-# torch, its companions and the CUDA library wheels it brought stay pinned, local version
-# included, for every later `pip install` in this image and in images built from it: no dependency
-# can swap in another torch build, the way a plain `pip install` over NGC's torch does. A
-# constraints file the base already names (newer NGC releases set PIP_CONSTRAINT) is kept, nested.
-RUN mkdir -p /etc/imagekit \
- && python -c 'import importlib.metadata as m; names = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton"); prefixes = ("nvidia-", "cuda-"); found = {(d.metadata["Name"] or "").lower().replace("_", "-"): d.version for d in m.distributions()}; pins = sorted(n + "==" + v for n, v in found.items() if n in names or n.startswith(prefixes)); print(chr(10).join(pins + []))' > /etc/imagekit/constraints.txt \
+      torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1
+# The probe runs the build steps below; it comes in after any install, so a change to the probe
+# leaves the torch layer cached.
+COPY imagekit-check.py /opt/imagekit/check.py
+# The build fails unless torch is the cell's build. Then torch, its companions and the CUDA library
+# wheels it brought stay pinned, local version included, for every later `pip install` in this image
+# and in images built from it: no dependency can swap in another torch build, the way a plain
+# `pip install` over NGC's torch does. A constraints file the base already names (newer NGC releases
+# set PIP_CONSTRAINT) is kept, nested.
+RUN python3 /opt/imagekit/check.py build-guard --torch 2.5.1 --cuda 12.1 \
+ && mkdir -p /etc/imagekit \
+ && python3 /opt/imagekit/check.py pins > /etc/imagekit/constraints.txt \
  && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
@@ -61,6 +65,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA='cuda>=12.0'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# The probe ran the build steps in the build stage; the image carries its own copy.
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda12.1-cudnn9-runtime-debian12" \
       org.opencontainers.image.description="PyTorch 2.5.1 CUDA 12.1 Python 3.11 (runtime) on imagekit-local/debian-python:bookworm" \

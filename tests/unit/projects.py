@@ -1,8 +1,10 @@
-"""Small projects on disk for the builder's unit tests: local bases built from their own contexts."""
+"""Small projects and files on disk for the unit tests: local bases built from their own contexts,
+the variants matrix every template branch depends on, and wheels."""
 
 from __future__ import annotations
 
 import textwrap
+import zipfile
 from datetime import date
 from pathlib import Path
 
@@ -47,3 +49,68 @@ def write_project(
     )
     (root / "matrix.yaml").write_text(text)
     return load_plan(root / "matrix.yaml")
+
+
+# Everything a template branch depends on: wheelhouse stage, apt mirror, extras, env, build args,
+# a base that brings its own Python, a CPU build.
+VARIANTS = """
+axes:
+  torch: ["2.4.1"]
+  cuda: ["12.1"]
+  base: [cuda]
+include:
+  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime }
+  - { base: deb, cuda: "12.1", torch: "2.5.1", flavour: runtime }
+  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: devel }
+  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime, frontend: jupyter }
+  - { base: cuda, cuda: "12.1", torch: "2.4.1", frontend: ssh }
+defaults:
+  pip_packages: ["numpy<2", "pillow"]
+  apt_packages: [git]
+  env: { TORCH_CUDA_ARCH_LIST: "8.0;9.0", OMP_NUM_THREADS: "1" }
+  build_args: { SITE: acme }
+bases:
+  cuda:
+    image: "nvidia/cuda:{cuda_full}-{cudnn_tag}{flavour}-ubuntu22.04"
+    os: ubuntu22.04
+  deb:
+    image: "imagekit-local/debian-python:bookworm"
+    os: debian12
+    python: "3.11"
+sources:
+  apt: { mirror: "https://mirror.example.org/ubuntu" }
+  pip:
+    torch_index_url: "https://mirror.example.org/pytorch/whl/{variant}"
+    index_url: "https://mirror.example.org/pypi/simple"
+    find_links: [wheelhouse]
+    trusted_hosts: [mirror.example.org]
+"""
+
+
+def variants_plan(tmp_path: Path) -> Plan:
+    wheel = tmp_path / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
+    if not wheel.exists():
+        wheel.parent.mkdir(exist_ok=True)
+        wheel.write_bytes(b"not really a wheel")
+    path = tmp_path / "variants.yaml"
+    path.write_text(VARIANTS, encoding="utf-8")
+    return load_plan(path)
+
+
+def wheel(
+    where: Path, name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any"
+) -> Path:
+    path = where / f"{name}-{version}-{tag}.whl"
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    python, abi, platform = tag.split("-")
+    wheel_file = (
+        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {python}-{abi}-{platform}\n"
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}/__init__.py", "")
+        archive.writestr(f"{info}/METADATA", metadata)
+        archive.writestr(f"{info}/WHEEL", wheel_file)
+        archive.writestr(f"{info}/RECORD", "")
+    return path

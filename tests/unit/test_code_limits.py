@@ -1,6 +1,6 @@
-"""The project's limits on its own code: no module in imagekit/ over 600 lines, and no function
-over cyclomatic complexity 20 as radon counts it (``radon cc``). An offender is named with its
-size, so the message says what to split."""
+"""The project's limits on its own code: no module in imagekit/ over 600 lines, and no function in
+imagekit/ or scripts/ over cyclomatic complexity 20 as radon counts it (``radon cc``). An offender
+is named with its size, so the message says what to split."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "imagekit"
+SCRIPTS = REPO / "scripts"
 MAX_LINES = 600
 MAX_COMPLEXITY = 20
 # build.py is being split next (its owner is changing it now); until then it may hold up to 650
@@ -68,7 +69,7 @@ def test_no_function_is_over_complexity_20() -> None:
     except ImportError:
         pytest.fail("radon is missing: pip install -e '.[dev]' installs it")
     over = []
-    for path in modules():
+    for path in [*modules(), *sorted(SCRIPTS.glob("*.py"))]:
         for function in functions(path.read_text(encoding="utf-8")):
             if function.complexity > MAX_COMPLEXITY:
                 over.append(f"{shown(path)}:{function.lineno} {function.fullname} ({function.complexity})")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from imagekit.compat import load_compat
-from imagekit.versions import cuda_variant, minor_of, version_key
+from imagekit.versions import compare, cuda_variant, minor_of, version_key
 
 
 def test_version_helpers() -> None:
     assert version_key("12.10") > version_key("12.9")
+    assert compare("2.10", "2.10.0") == 0 and compare("2.10.1", "2.10") == 1 and compare("2.9", "2.10") == -1
+    assert compare("2.10.0+cu126", "2.10.0") == 0  # the release segment decides
     assert minor_of("2.1.0a0+32f93b1") == "2.1"
     assert (
         cuda_variant("12.1") == "cu121" and cuda_variant("11.8") == "cu118" and cuda_variant("cpu") == "cpu"

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import platform
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,18 +20,19 @@ import yaml
 from imagekit.probe import arch, arguments, context, perf, require, results, versions
 from imagekit.probe import driver as probe_driver
 from imagekit.probe import smi as probe_smi
-from imagekit.probe_bundle import zipapp_path
+from tests.unit.probe_runs import (
+    FIELDS_440,
+    FIXTURES,
+    PROBE,
+    REPO,
+    SCRIPT,
+    by_name,
+    clean_env,
+    fixture,
+    python_3_8,
+    run_script,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = zipapp_path("check")  # the zipapp every image carries, built from imagekit/probe
-PROBE = REPO / "imagekit" / "probe"
-FIXTURES = REPO / "tests" / "fixtures" / "check"
-TORCH_VERSION = "2.13.0"  # what the real-torch tests below expect
-# Where a real torch CPU wheel may lie: a host's wheel store, or the offline demo's wheelhouse
-# (examples/offline/setup.sh downloads torch-X+cpu there, with its dependencies).
-WHEEL_DIRS = (Path("/opt/wheels"), REPO / "examples" / "offline" / "wheelhouse")
-TORCH_VENV = Path("/tmp/imagekit-check-torch-venv")
-PYTHON_3_8 = Path("/root/.pyenv/versions/3.8.18/bin/python")
 GPU_CHECKS = (
     "nvidia_smi",
     "driver",
@@ -52,59 +51,6 @@ TORCH_CHECKS = ("torch_cuda", "cudnn", "gemm_cpu", "compile", "extension", "trai
 def satisfied(expression: str, props: dict[str, str | None]) -> bool | None:
     """Three-valued: True, False (also: an expression the toolkit refuses), None (undetermined)."""
     return require.evaluate_require_verdict(expression, props).satisfied
-
-
-def torch_wheel() -> Path | None:
-    """The first torch CPU wheel of TORCH_VERSION in WHEEL_DIRS, or None."""
-    for directory in WHEEL_DIRS:
-        found = sorted(directory.glob(f"torch-{TORCH_VERSION}+cpu*.whl"))
-        if found:
-            return found[0]
-    return None
-
-
-def python_3_8() -> str | None:
-    """A real Python 3.8 interpreter, when this host has one."""
-    for candidate in (str(PYTHON_3_8), shutil.which("python3.8")):
-        if not candidate or not Path(candidate).exists():
-            continue
-        probe = [candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 8)"]
-        if subprocess.run(probe, capture_output=True, check=False).returncode == 0:
-            return candidate
-    return None
-
-
-def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text(encoding="utf-8")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """No NVIDIA_* / IMAGEKIT_* / CUDA_VERSION from the test host; PATH without nvidia-smi."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NVIDIA_", "IMAGEKIT_")) and k not in ("CUDA_VERSION", "NV_CUDNN_VERSION")
-    }
-    env["PATH"] = "/usr/bin:/bin"
-    env.update(extra)
-    return env
-
-
-def run_script(python: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run(
-        [python, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        env=env if env is not None else clean_env(),
-        timeout=300,
-        check=False,
-    )
-    report = json.loads(proc.stdout) if proc.returncode in (0, 1) else {}
-    return proc.returncode, report, proc.stderr
-
-
-def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in report["checks"]}
 
 
 def assert_no_gpu_pass(report: dict[str, Any]) -> None:
@@ -171,15 +117,6 @@ def test_parse_nvidia_smi_csv_with_header() -> None:
     )
     assert len(b300) == 7
     assert {r["compute_cap"] for r in b300} == {"10.3"}
-
-
-# the --query-gpu fields of fixtures/nvidia-smi-csv-noheader-nounits-440.txt, in its column order
-FIELDS_440 = (
-    "power.limit", "power.min_limit", "power.max_limit", "memory.total", "vbios_version",
-    "driver_version", "name", "gpu_uuid", "power.draw", "temperature.gpu", "temperature.memory",
-    "clocks.current.graphics", "clocks.sm", "clocks.mem", "utilization.gpu", "utilization.memory",
-    "fan.speed", "pcie.link.width.current", "pstate",
-)  # fmt: skip
 
 
 def test_parse_nvidia_smi_csv_noheader_nounits() -> None:
@@ -586,26 +523,6 @@ def test_script_runs_on_python_3_8() -> None:
 
 
 # -- real runs against the real PyTorch CPU wheel -----------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def torch_python() -> str:
-    """A venv under /tmp with the real torch CPU wheel (created once, reused across sessions)."""
-    python = TORCH_VENV / "bin" / "python"
-    probe = [str(python), "-c", f"import torch; assert torch.__version__.startswith({TORCH_VERSION!r})"]
-    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
-        return str(python)
-    wheel = torch_wheel()
-    if wheel is None:
-        where = ", ".join(f"{d}/torch-{TORCH_VERSION}+cpu*.whl" for d in WHEEL_DIRS)
-        message = f"no torch CPU wheel here ({where}); examples/offline/setup.sh downloads one"
-        if os.environ.get("IMAGEKIT_REQUIRE_DOCKER") == "1":  # CI promised the real runs
-            pytest.fail(f"IMAGEKIT_REQUIRE_DOCKER=1 but {message}")
-        pytest.skip(message)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(TORCH_VENV)], check=True)
-    install = [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheel.parent), str(wheel)]
-    subprocess.run(install, check=True, timeout=900)
-    return str(python)
 
 
 def test_real_torch_cpu_run_passes_and_skips_gpu(torch_python: str, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """compile and extension on the real PyTorch CPU wheel when a piece of the toolchain is missing: the
 failure must name it (compiler, Python.h, ninja). Runs where the torch CPU wheel is (see
-tests/unit/test_incontainer_check.py's torch_python fixture); the toolchain is taken away by PATH."""
+the torch_python fixture of tests/unit/conftest.py); the toolchain is taken away by PATH."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ import pytest
 
 from imagekit import probe_facts
 from imagekit.probe import build
-from tests.unit.test_incontainer_check import SCRIPT, by_name, clean_env, run_script, torch_python
-
-__all__ = ["torch_python"]
+from tests.unit.probe_runs import SCRIPT, by_name, clean_env, run_script
 
 NO_TOOLS = ("g++", "gcc", "cc", "c++", "clang", "clang++", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc")
 

@@ -2,7 +2,7 @@
 telemetry, train_step with a GradScaler) driven through a stand-in of torch.cuda that runs the real
 PyTorch CPU wheel underneath: no GPU here, so devices, capabilities, events and faults are played by
 the stand-in, and every tensor operation is real. Runs in the venv with the real torch CPU wheel
-(tests/unit/test_incontainer_check.py's torch_python fixture); skipped where that wheel is absent. CI's
+(the torch_python fixture of tests/unit/conftest.py); skipped where that wheel is absent. CI's
 own venv has no torch: the GPU-machine runs are the integration tests' job."""
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 from imagekit import probe_facts
-from tests.unit.test_incontainer_check import SCRIPT, torch_python
-
-__all__ = ["torch_python"]  # the session fixture, shared with test_incontainer_check.py
+from tests.unit.probe_runs import SCRIPT
 
 FAKE_TORCH = '''
 """A stand-in for `torch` whose CUDA devices are played on the CPU by the real torch."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.probe import arguments, context, libraries, protocol, tasks
-from tests.unit.test_incontainer_check import FIXTURES, SCRIPT, by_name, clean_env, fixture, run_script
+from tests.unit.probe_runs import FIXTURES, SCRIPT, by_name, clean_env, fixture, run_script
 
 
 def install_listing(root: Path, listing: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from imagekit.probe import smi as probe_smi
 from imagekit.probe import telemetry
-from tests.unit.test_incontainer_check import FIELDS_440, fixture
+from tests.unit.probe_runs import FIELDS_440, fixture
 
 LOOP_FIELDS = [
     "index",

@@ -14,7 +14,7 @@ import pytest
 from imagekit.probe import arguments, context, require, system
 from imagekit.probe import driver as probe_driver
 from imagekit.probe import smi as probe_smi
-from tests.unit.test_incontainer_check import FIXTURES, by_name, clean_env, fixture, run_script
+from tests.unit.probe_runs import FIXTURES, by_name, clean_env, fixture, run_script
 
 REQ_1211 = fixture("nvidia-require-cuda-12.1.1.txt").strip()
 

@@ -76,6 +76,9 @@ def test_the_refresh_prints_a_diff_and_leaves_the_file_alone(compat: Path) -> No
     # What the registries cannot say is kept, and said so.
     assert "kept: 2.9: variants cu126, cu128, cu130" in result.stderr
     assert "kept: 2.15: variants unknown, only PyPI's cu132 listed" in result.stderr
+    assert "kept: 2.15: aarch64 variants unknown, only PyPI's cu132 listed" in result.stderr
+    # one line per release, before `checked`, in the order imagekit.compat's records declare
+    assert "+      aarch64: {pypi: cu130, variants: [cu130], checked: false}\n+      checked: false\n" in diff
 
 
 def test_write_produces_the_new_entries(compat: Path) -> None:
@@ -95,6 +98,8 @@ def test_write_produces_the_new_entries(compat: Path) -> None:
         "libraries": {"cu128": {"cudnn": "9.10.2.21", "nccl": "2.27.5", "cudart": "12.8.90"}},
         "patches": {"2.10.0": ["0.25.0", "2.10.0"]},
         "checked": False,  # the variant list needs PyTorch's index
+        # every nvidia-* and triton requirement of the aarch64 wheel is gated to x86_64
+        "aarch64": {"pypi": "cpu", "variants": ["cpu"], "checked": False},
     }
     # torch 2.11 moved PyPI to CUDA 13 (cuda-toolkit 13.0.2); torchaudio 2.11.0 pins no torch.
     assert releases["2.11"]["pypi_default"] == "cu130"
@@ -107,6 +112,17 @@ def test_write_produces_the_new_entries(compat: Path) -> None:
     # No torchaudio release went out with 2.12 ... 2.14.
     assert releases["2.12"]["patches"] == {"2.12.0": ["0.27.0", None], "2.12.1": ["0.27.1", None]}
     assert releases["2.14"]["patches"] == {"2.14.0": ["0.29.0", None], "2.14.1": ["0.29.1", None]}
+    # aarch64: PyPI's wheel is a CUDA 13 build from 2.11 on (cuda-toolkit 13.0.2, 13.0.3, 13.2.2)
+    assert releases["2.9"]["aarch64"]["pypi"] == "cpu"
+    assert {m: releases[m]["aarch64"]["pypi"] for m in ("2.11", "2.12", "2.13", "2.14", "2.15")} == {
+        "2.11": "cu130",
+        "2.12": "cu130",
+        "2.13": "cu130",
+        "2.14": "cu130",
+        "2.15": "cu132",
+    }
+    # PyTorch's index was not read: only PyPI's build is listed, and said to be unchecked
+    assert releases["2.15"]["aarch64"] == {"pypi": "cu132", "variants": ["cu132"], "checked": False}
     # torch 2.15: CUDA 13.2 on PyPI, Python 3.11 ... 3.15.
     assert releases["2.15"]["pypi_default"] == "cu132"
     assert releases["2.15"]["python"] == ["3.11", "3.15"]
@@ -182,25 +198,41 @@ def test_facts_the_registries_cannot_give_are_kept(compat: Path) -> None:
     assert "kept: 2.12: libraries of cu132" not in result.stderr  # none were recorded: nothing to keep
 
 
-def test_a_missing_recording_is_an_error_not_a_guess(compat: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("recording", ["torch-2.13.0.json", "torch-2.13.0-aarch64.json"])
+def test_a_missing_recording_is_an_error_not_a_guess(compat: Path, tmp_path: Path, recording: str) -> None:
     partial = tmp_path / "partial"
     shutil.copytree(FIXTURES, partial)
-    (partial / "torch-2.13.0.json").unlink()
+    (partial / recording).unlink()
     before = compat.read_text()
     result = run(compat, "--since", "2.9", "--write", reports=partial)
     assert result.returncode == 2
-    assert "torch-2.13.0.json is not recorded" in result.stderr
+    assert f"{recording} is not recorded" in result.stderr
+    assert compat.read_text() == before
+
+
+def test_a_table_imagekit_would_refuse_is_not_written(compat: Path) -> None:
+    """The refreshed releases are read with imagekit's own record types before anything is written:
+    a fact kept from the table that imagekit refuses (a variant that is none) stops the refresh."""
+    text = compat.read_text()
+    compat.write_text(text.replace('"2.9":\n      variants: [cu126,', '"2.9":\n      variants: [gpu,'))
+    before = compat.read_text()
+    assert "variants: [gpu," in before
+    result = run(compat, "--since", "2.9", "--write")
+    assert result.returncode == 2
+    assert "unexpected shape (ValidationError" in result.stderr and "Traceback" not in result.stderr
     assert compat.read_text() == before
 
 
 def test_the_recording_is_pips_own_output() -> None:
     reports = sorted(FIXTURES.glob("torch-2.*.json"))
-    assert len(reports) == 10
+    assert len(reports) == 20  # ten patches, each on x86_64 and on aarch64
     for path in reports:
         report = yaml.safe_load(path.read_text())  # JSON is YAML
         assert report["version"] == "1" and report["pip_version"]
         (torch,) = [i for i in report["install"] if i["metadata"]["name"] == "torch"]
-        assert torch["download_info"]["url"].startswith("https://files.pythonhosted.org/packages/")
+        url = torch["download_info"]["url"]
+        assert url.startswith("https://files.pythonhosted.org/packages/")
+        assert url.endswith("_aarch64.whl" if path.stem.endswith("-aarch64") else "_x86_64.whl")
         assert torch["requested"] is True
 
 
@@ -238,11 +270,39 @@ def test_requirements_and_specifiers() -> None:
     assert tool.variant_of("13.0.96") == "cu130" and tool.variant_of("11.7.99") == "cu117"
 
 
+ARM_2_10 = [  # torch 2.10.0's aarch64 wheel (recorded): every CUDA requirement gated to x86_64
+    'nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux" and platform_machine == "x86_64"',
+    'nvidia-cudnn-cu12==9.10.2.21; platform_system == "Linux" and platform_machine == "x86_64"',
+    'triton==3.6.0; platform_system == "Linux" and platform_machine == "x86_64"',
+    "optree>=0.13.0; extra == 'optree'",
+]
+ARM_2_15 = [  # torch 2.15.0's: CUDA 13 through the cuda-toolkit metapackage, on every Linux
+    'cuda-toolkit[cublas,cudart]==13.2.2; platform_system == "Linux"',
+    'cuda-bindings<14,>=13.0.3; platform_system == "Linux" and python_version < "3.15"',
+    'nvidia-cudnn-cu13==9.26.0.51; platform_system == "Linux"',
+]
+
+
+def test_the_build_a_wheel_is_in_effect_comes_from_its_markers() -> None:
+    assert tool.cuda_build(ARM_2_10, "3.12", "aarch64") == "cpu"
+    assert tool.cuda_build(ARM_2_10, "3.12", "x86_64") == "cu128"  # the same metadata on x86_64
+    assert tool.cuda_build(ARM_2_15, "3.12", "aarch64") == "cu132"
+    old_pythons_only = ["nvidia-cuda-runtime-cu12==12.8.90; python_version < '3.13'"]
+    assert tool.cuda_build(old_pythons_only, "3.12", "aarch64") == "cu128"
+    assert tool.cuda_build(old_pythons_only, "3.13", "aarch64") == "cpu"  # the Python is evaluated too
+    assert tool.cuda_build(["filelock", "numpy; extra == 'numpy'"], "3.12", "aarch64") == "cpu"
+    with pytest.raises(tool.RefreshError, match="pins no CUDA toolkit or runtime version"):
+        tool.cuda_build(ARM_2_15[2:], "3.12", "aarch64")  # cuDNN for CUDA 13, but which 13.x?
+
+
 def test_wheel_names() -> None:
     wheel = tool.parse_wheel("torch-2.10.0-3-cp312-cp312-manylinux_2_28_x86_64.whl")
-    assert (wheel.version, wheel.python, wheel.x86_64_manylinux) == ("2.10.0", (3, 12), True)
+    assert (wheel.version, wheel.python, wheel.machines) == ("2.10.0", (3, 12), {"x86_64"})
     assert tool.parse_wheel("torch-2.15.0-cp314-cp314t-manylinux_2_28_x86_64.whl").python is None
-    assert not tool.parse_wheel("torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64.whl").x86_64_manylinux
+    assert tool.parse_wheel("torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64.whl").machines == {"aarch64"}
+    old_arm = tool.parse_wheel("torch-2.5.1-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl")
+    assert old_arm.machines == {"aarch64"}
+    assert not tool.parse_wheel("torch-2.5.1-cp312-none-macosx_11_0_arm64.whl").machines
     local = tool.parse_wheel("torch-2.12.1+cu132-cp312-cp312-manylinux_2_28_x86_64.whl")
     assert local.version == "2.12.1+cu132"
 
@@ -266,6 +326,16 @@ def test_an_html_index_page_is_read() -> None:
     names = [f["filename"] for f in files]
     assert tool.index_variants(names, "torch", {"2.12.1"}) == {"cu126", "cu130"}
     assert tool.by_cuda({"cu130", "cu126", "cu132"}) == ["cu126", "cu130", "cu132"]
+    arm = [
+        "torch-2.12.1+cpu-cp312-cp312-manylinux_2_28_aarch64.whl",
+        "torch-2.12.1+cu130-cp312-cp312-manylinux_2_28_aarch64.whl",
+        "torch-2.12.1-cp312-cp312-manylinux_2_28_aarch64.whl",  # PyPI's wheel, mirrored: no variant
+        "torch-2.12.1+cpu-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "torch-2.12.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl",
+    ]
+    assert tool.index_variants(arm, "torch", {"2.12.1"}, "aarch64") == {"cpu", "cu130"}
+    assert tool.index_variants(arm, "torch", {"2.12.1"}) == {"cu126"}  # x86_64: CUDA variants only
+    assert tool.by_cuda({"cu130", "cpu", "cu128"}) == ["cpu", "cu128", "cu130"]
 
 
 def test_splice_replaces_only_the_torch_section() -> None:
@@ -288,8 +358,11 @@ MALFORMED = {
 }
 
 
+RECORDINGS = ["files-torch.json", "torch-2.13.0.json", "torch-2.13.0-aarch64.json", "torchvision-0.29.2.json"]
+
+
 @pytest.mark.parametrize("content", MALFORMED.values(), ids=MALFORMED.keys())
-@pytest.mark.parametrize("recording", ["files-torch.json", "torch-2.13.0.json", "torchvision-0.29.2.json"])
+@pytest.mark.parametrize("recording", RECORDINGS)
 def test_a_malformed_recording_is_one_line_exit_2_and_the_file_is_kept(
     compat: Path, tmp_path: Path, recording: str, content: str | bytes
 ) -> None:

@@ -254,7 +254,7 @@ def test_a_build_asks_the_registry_about_a_cells_staging_tag_once(
     from imagekit.build_registry import BuildRegistry
     from imagekit.naming import staging_tag
     from imagekit.render import Renderer
-    from tests.unit.test_render import variants_plan
+    from tests.unit.projects import variants_plan
 
     monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "u")
     monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "p")

@@ -16,59 +16,14 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from imagekit.cells import Plan
 from imagekit.drift import check_drift, dockerfile_path, expected_files
 from imagekit.errors import InputError
 from imagekit.matrix import load_plan
 from imagekit.render import Renderer
 from tests.conftest import REPO, run_cli
+from tests.unit.projects import variants_plan, wheel
 
 GOLDEN = REPO / "tests" / "golden"
-
-# Everything a template branch depends on: wheelhouse stage, apt mirror, extras, env, build args,
-# a base that brings its own Python, a CPU build.
-VARIANTS = """
-axes:
-  torch: ["2.4.1"]
-  cuda: ["12.1"]
-  base: [cuda]
-include:
-  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime }
-  - { base: deb, cuda: "12.1", torch: "2.5.1", flavour: runtime }
-  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: devel }
-  - { base: deb, cuda: cpu, torch: "2.5.1", flavour: runtime, frontend: jupyter }
-  - { base: cuda, cuda: "12.1", torch: "2.4.1", frontend: ssh }
-defaults:
-  pip_packages: ["numpy<2", "pillow"]
-  apt_packages: [git]
-  env: { TORCH_CUDA_ARCH_LIST: "8.0;9.0", OMP_NUM_THREADS: "1" }
-  build_args: { SITE: acme }
-bases:
-  cuda:
-    image: "nvidia/cuda:{cuda_full}-{cudnn_tag}{flavour}-ubuntu22.04"
-    os: ubuntu22.04
-  deb:
-    image: "imagekit-local/debian-python:bookworm"
-    os: debian12
-    python: "3.11"
-sources:
-  apt: { mirror: "https://mirror.example.org/ubuntu" }
-  pip:
-    torch_index_url: "https://mirror.example.org/pytorch/whl/{variant}"
-    index_url: "https://mirror.example.org/pypi/simple"
-    find_links: [wheelhouse]
-    trusted_hosts: [mirror.example.org]
-"""
-
-
-def variants_plan(tmp_path: Path) -> Plan:
-    wheel = tmp_path / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
-    if not wheel.exists():
-        wheel.parent.mkdir(exist_ok=True)
-        wheel.write_bytes(b"not really a wheel")
-    path = tmp_path / "variants.yaml"
-    path.write_text(VARIANTS, encoding="utf-8")
-    return load_plan(path)
 
 
 def golden_cases(tmp_path: Path) -> dict[str, str]:
@@ -99,6 +54,26 @@ def test_golden_dockerfiles(tmp_path: Path) -> None:
         assert golden.read_text(encoding="utf-8") == text, f"{golden} differs; UPDATE_GOLDEN=1 after review"
 
 
+def test_the_probe_is_in_place_before_its_build_steps_run() -> None:
+    """The build guard and the pins are the probe's build steps: each stage that runs them has
+    copied the probe in first, and every image (the last stage) carries it. Read from the golden
+    and the committed Dockerfiles, which the tests above hold equal to what renders."""
+    copy = "COPY imagekit-check.py /opt/imagekit/check.py\n"
+    files = [*GOLDEN.glob("*.Dockerfile"), *(REPO / "dockerfiles" / "generated").glob("*/Dockerfile")]
+    checked = 0
+    for path in files:
+        stages = path.read_text(encoding="utf-8").split("\nFROM ")[1:]
+        for stage in stages:
+            if "check.py build-guard" in stage:
+                assert stage.count(copy) == 1, path
+                assert stage.index(copy) < stage.index("check.py build-guard"), path
+                assert stage.index("check.py build-guard") < stage.index("check.py pins"), path
+                checked += 1
+        if "-jupyter" not in path.name and "-ssh" not in path.name:
+            assert stages[-1].count(copy) == 1, path
+    assert checked == len(files) - 2  # all but the two front ends
+
+
 def test_template_decisions(tmp_path: Path) -> None:
     cases = golden_cases(tmp_path)
     old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
@@ -107,16 +82,15 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "--index-url https://download.pytorch.org/whl/cu121" in old
     # torch <= 2.3 was compiled against NumPy 1.x: the cap is installed and stays pinned
     assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2'" in old
-    assert 'print(chr(10).join(pins + ["numpy<2"]))' in old
-    # the CUDA library wheels torch brought stay pinned too, in both wheel layouts (cu12, cu13)
-    assert 'prefixes = ("nvidia-", "cuda-")' in old and '"triton"' in old
+    assert "python3 /opt/imagekit/check.py pins --extra 'numpy<2' > /etc/imagekit/constraints.txt" in old
     # a constraints file the base names (newer NGC releases) is kept, nested in imagekit's
     assert 'echo "-c $file" >> /etc/imagekit/constraints.txt' in old
     assert "(2.1.2+cu121)" not in old  # no example version hard-coded into every Dockerfile
     # devel: torch.compile and cpp_extension need a compiler, Python.h and ninja
     assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in old
     assert "--constraint /etc/imagekit/constraints.txt \\\n      ninja" in old
-    assert "torch.cuda._is_compiled()" in old and "--no-cache-dir" in old
+    assert "RUN python3 /opt/imagekit/check.py build-guard --torch 2.1.2 --cuda 12.1 \\\n" in old
+    assert "--no-cache-dir" in old
     # devel: CUDA extensions build with no GPU visible, for the wheel's own architectures (gpus.yaml)
     assert "ENV TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'\n" in old
     assert "rm -rf /var/lib/apt/lists/*" in old
@@ -134,11 +108,12 @@ def test_template_decisions(tmp_path: Path) -> None:
     current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
     assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
     # 2.15's companions are stable-ABI wheels paired by their own torch requirement
-    assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \\\n" in current
+    assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1\n" in current
     assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'\n" in current  # CUDA 13: no Volta
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
-    assert 'want = "2.1.0a0+32f93b1"' in ngc and "TORCH_CUDA_ARCH_LIST" not in ngc  # NGC sets its own
+    assert "check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12.2 --exact" in ngc  # its own build
+    assert "TORCH_CUDA_ARCH_LIST" not in ngc  # NGC sets its own
     wheel = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel"]
     assert wheel.count("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04") == 2
     assert (
@@ -164,6 +139,7 @@ def test_template_decisions(tmp_path: Path) -> None:
     jupyter = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime-jupyter"]
     assert jupyter.count("FROM imagekit/pytorch:2.5.1-cpu-runtime-debian12") == 2
     assert "--constraint /tmp/installed.txt" in jupyter and "jupyterlab==4.6.6" in jupyter
+    assert "python3 /opt/imagekit/check.py freeze > /tmp/installed.txt" in jupyter  # the parent's probe
     assert (
         "COPY wheelhouse/ /tmp/wheelhouse/" in jupyter
         and "COPY --from=frontend-build /tmp/frontend-root/ /" in jupyter
@@ -172,7 +148,8 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "HEALTHCHECK" in jupyter and "JUPYTER_TOKEN" not in jupyter  # never a token in the image
     ssh = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel-ssh"]
     assert "rm -f /etc/ssh/ssh_host_*" in ssh and "jupyterlab" not in ssh and "EXPOSE 2222" in ssh
-    assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu and "torch.version.cuda is None" in cpu
+    assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu
+    assert "build-guard --torch 2.5.1 --cuda cpu \\\n" in cpu
     security = "'s|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g'"
     main = "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'"
     assert cpu.index(security) < cpu.index(main), "debian-security must be rewritten before its prefix"
@@ -421,8 +398,6 @@ sources:
 
 
 def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
-    from tests.unit.test_wheels import wheel
-
     house = tmp_path / "wheelhouse"
     house.mkdir()
     wheel(house, "torch", "2.1.0", ("sympy",))

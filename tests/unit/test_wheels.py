@@ -12,7 +12,6 @@ import platform
 import subprocess
 import sys
 import threading
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,25 +19,7 @@ import pytest
 from imagekit import wheels
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.wheels import Request, WheelResolver, platform_tags
-
-
-def wheel(
-    where: Path, name: str, version: str, requires: tuple[str, ...] = (), tag: str = "py3-none-any"
-) -> Path:
-    path = where / f"{name}-{version}-{tag}.whl"
-    info = f"{name}-{version}.dist-info"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
-    python, abi, platform = tag.split("-")
-    wheel_file = (
-        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {python}-{abi}-{platform}\n"
-    )
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(f"{name}/__init__.py", "")
-        archive.writestr(f"{info}/METADATA", metadata)
-        archive.writestr(f"{info}/WHEEL", wheel_file)
-        archive.writestr(f"{info}/RECORD", "")
-    return path
+from tests.unit.projects import wheel
 
 
 @pytest.fixture
