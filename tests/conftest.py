@@ -110,10 +110,17 @@ SLOW_TESTS = {
 }
 
 
+# An integration test too long for CI's budget beside the rest (its reason in its module): its own
+# tier, `multiarch`, which scripts/test.sh runs only with IMAGEKIT_MULTIARCH=1.
+MULTIARCH_TESTS = INTEGRATION_DIR / "test_multiarch.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
+        if item.path == MULTIARCH_TESTS:
+            item.add_marker(pytest.mark.multiarch)
         elif (
             any(name in SLOW_FIXTURES for name in getattr(item, "fixturenames", ()))
             or item.nodeid.split("[")[0] in SLOW_TESTS

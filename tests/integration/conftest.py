@@ -334,3 +334,37 @@ def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.Tem
     )
     assert done.returncode == 0, done.stderr
     return root
+
+
+# No RUN step: an arm64 image is built from an arm64 base without executing anything.
+NO_RUN_TEMPLATE = """\
+FROM {{ cell.base_image }}
+{% for name, value in cell.env %}
+ENV {{ name }}={{ value }}
+{% endfor %}
+LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
+
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_bases(api: docker.APIClient, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A base per platform whose only file is a text file: ``imagekit-test/tiny-<run>:{arch}``.
+    The classic builder's cache does not key on the platform: each is built with no cache."""
+    context = tmp_path_factory.mktemp("tiny")
+    (context / "hello.txt").write_text("one platform's base\n")
+    (context / "Dockerfile").write_text("FROM scratch\nCOPY hello.txt /hello.txt\n")
+    name = f"imagekit-test/tiny-{RUN_ID}"
+    for arch in ("amd64", "arm64"):
+        for _ in api.build(
+            path=str(context),
+            tag=f"{name}:{arch}",
+            platform=f"linux/{arch}",
+            nocache=True,
+            rm=True,
+            labels={TEST_LABEL: RUN_ID},
+            decode=True,
+        ):
+            pass
+        assert api.inspect_image(f"{name}:{arch}")["Architecture"] == arch
+    return name + ":{arch}"

@@ -24,10 +24,8 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from tests.integration.conftest import Project, write_cells
+from tests.integration.conftest import NO_RUN_TEMPLATE, Project, write_cells
 from tests.integration.registry_server import LocalRegistry
-from tests.integration.test_publish_index import TEMPLATE as NO_RUN_TEMPLATE
-from tests.integration.test_publish_index import tiny_bases  # noqa: F401  (a fixture, used by name)
 
 pytestmark = pytest.mark.integration
 
@@ -364,7 +362,7 @@ def record_platform_verifications(project: Project) -> dict[str, str]:
 def test_an_index_carries_its_own_attestation_and_each_platforms(
     project: Project,
     registry: LocalRegistry,
-    tiny_bases: str,  # noqa: F811  (the fixture imported above)
+    tiny_bases: str,
     tmp_path: Path,
 ) -> None:
     (project.root / "templates" / "Dockerfile.j2").write_text(NO_RUN_TEMPLATE)

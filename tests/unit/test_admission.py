@@ -30,8 +30,8 @@ from imagekit.attest_index import PlatformProof, index_predicate
 from imagekit.lockfile import merge_lock
 from imagekit.matrix import load_plan
 from tests.conftest import REPO, run_cli
+from tests.unit.attest_samples import SUBJECT, gpu_verification, private_pem, public_pem_of
 from tests.unit.report_samples import lock_entry
-from tests.unit.test_attest import SUBJECT, gpu_verification, private_pem, public_pem_of
 
 PEM = public_pem_of(private_pem()).decode()
 REPOSITORY = "ghcr.io/acme/pytorch"

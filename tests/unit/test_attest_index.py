@@ -29,8 +29,8 @@ from imagekit.publish_policy import Candidate, Group
 from imagekit.store import Staged
 from imagekit.verification import CheckRecord, Verification
 from tests.conftest import CliResult, run_cli
+from tests.unit.attest_samples import gpu_verification, in_toto_statement, private_pem, public_pem_of
 from tests.unit.oci_stub import OciStub, image_manifest, oci_stub
-from tests.unit.test_attest import gpu_verification, in_toto_statement, private_pem, public_pem_of
 
 REPO = "acme/pytorch"
 GROUP = "2.11.0-cuda13.0"

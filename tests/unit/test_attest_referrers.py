@@ -23,8 +23,8 @@ from imagekit.errors import MESSAGE_CHARS
 from imagekit.limits import ENVELOPE_BYTES, MANIFEST_BYTES, MAX_REFERRERS
 from imagekit.manifest import OCI_INDEX, OCI_MANIFEST, Manifest, referrers_tag
 from tests.conftest import CliResult, run_cli
+from tests.unit.attest_samples import SUBJECT, gpu_verification, private_pem, public_pem_of
 from tests.unit.oci_stub import OciStub, digest_of, image_manifest, oci_stub
-from tests.unit.test_attest import SUBJECT, gpu_verification, private_pem, public_pem_of
 
 REPO = "acme/pytorch"
 

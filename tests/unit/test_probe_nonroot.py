@@ -27,9 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_incontainer_check import SCRIPT, TORCH_VERSION, by_name, torch_python
-
-__all__ = ["torch_python"]  # the session fixture, shared with test_incontainer_check.py
+from tests.unit.probe_runs import SCRIPT, TORCH_VERSION, by_name
 
 NOBODY = 65534
 
