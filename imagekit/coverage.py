@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from imagekit import platforms
 from imagekit.cells import Cell, FrontendCell, Plan, StackCell
 from imagekit.probe_facts import load_gpus, wheel_arch_list
 from imagekit.versions import version_key
@@ -68,7 +69,7 @@ def arch_list_of(cell: Cell) -> str | None:
     its own build (NGC: not in the table), or a variant the table does not know."""
     if not cell.is_cuda or isinstance(cell, StackCell):
         return None
-    return wheel_arch_list(cell.variant, cell.torch)
+    return wheel_arch_list(cell.variant, cell.torch, platforms.get(cell.platform).machine)
 
 
 def fleet_coverage(plan: Plan) -> tuple[FamilyCoverage, ...]:

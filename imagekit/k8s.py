@@ -239,7 +239,8 @@ def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | Non
         if release is not None:
             floor = version_key(release.driver_minor_floor)[0]
             common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
-        listed = wheel_arch_list(cuda_variant(cuda), entry.expect.get("torch"))
+        machine = platforms.get(entry.platform).machine
+        listed = wheel_arch_list(cuda_variant(cuda), entry.expect.get("torch"), machine)
         arch = architectures(listed) if listed is not None else None
         if arch is not None:
             cubins, ptx = arch

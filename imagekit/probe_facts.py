@@ -45,11 +45,14 @@ def cuda_driver_table() -> dict[str, list[str]]:
     }
 
 
-def wheel_arch_list(variant: str, torch: str | None = None) -> str | None:
-    """The TORCH_CUDA_ARCH_LIST PyTorch built the ``variant`` wheels of ``torch`` with (None: unknown)."""
+def wheel_arch_list(variant: str, torch: str | None = None, machine: str = "x86_64") -> str | None:
+    """The TORCH_CUDA_ARCH_LIST PyTorch built the ``variant`` wheels of ``torch`` for ``machine``
+    with (None: unknown). aarch64 wheels have lists of their own where the data knows them."""
     entry = load_gpus()["wheel_arch_lists"]["variants"].get(variant)
     if entry is None:
         return None
+    if machine != "x86_64" and (own := (entry.get("machines") or {}).get(machine)):
+        return str(own)
     if torch is not None:
         minor = ".".join(torch.split("+")[0].split(".")[:2])
         override = (entry.get("torch") or {}).get(minor)

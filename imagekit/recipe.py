@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from imagekit import naming
+from imagekit import naming, platforms
 from imagekit.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
 from imagekit.contract import (
     CHECK_SCRIPT_CONTEXT,
@@ -137,7 +137,7 @@ def _arch_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
         return ()
     if any(name == "TORCH_CUDA_ARCH_LIST" for name, _ in cell.env):
         return ()
-    arch_list = wheel_arch_list(cell.variant, cell.torch)
+    arch_list = wheel_arch_list(cell.variant, cell.torch, platforms.get(cell.platform).machine)
     return (("TORCH_CUDA_ARCH_LIST", arch_list),) if arch_list else ()
 
 
@@ -169,7 +169,7 @@ def _cuda_archs(cell: ImageCell) -> str:
     a label for people and schedulers); empty for a CPU build and a stack's own build."""
     if not isinstance(cell, WheelCell) or not cell.is_cuda:
         return ""
-    return wheel_arch_list(cell.variant, cell.torch) or ""
+    return wheel_arch_list(cell.variant, cell.torch, platforms.get(cell.platform).machine) or ""
 
 
 def _labels(cell: ImageCell) -> tuple[tuple[str, str], ...]:

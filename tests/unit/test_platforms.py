@@ -177,3 +177,16 @@ def test_identity_gains_the_platform_only_off_the_default(matrix: Callable[[str]
     assert one.input_digest != other.input_digest
     alone = load_plan(matrix(TWO_PLATFORMS.replace("  platform: [linux/amd64, linux/arm64]\n", "")))
     assert Renderer(alone).render(alone.cells[0]).input_digest == one.input_digest
+
+
+def test_an_aarch64_cu126_devel_cell_builds_extensions_for_grace_hoppers_only() -> None:
+    # PyTorch's cu126 aarch64 wheels carry sm_80/sm_90 kernels only (GH200, not GB200)
+    from imagekit.render import Renderer  # noqa: PLC0415
+
+    plan = load_plan(Path(__file__).resolve().parents[2] / "matrix.yaml")
+    rendered = {c.id: c for c in plan.cells}
+    arm = rendered["cuda-ubuntu22.04-torch2.14.1-cuda12.6-py3.10-devel-arm64"]
+    amd = rendered["cuda-ubuntu22.04-torch2.14.1-cuda12.6-py3.10-devel"]
+    renderer = Renderer(plan)
+    assert "TORCH_CUDA_ARCH_LIST='8.0;9.0'" in renderer.render(arm).dockerfile
+    assert "TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'" in renderer.render(amd).dockerfile
