@@ -181,7 +181,7 @@ def test_identity_gains_the_platform_only_off_the_default(matrix: Callable[[str]
 
 def test_an_aarch64_cu126_devel_cell_builds_extensions_for_grace_hoppers_only() -> None:
     # PyTorch's cu126 aarch64 wheels carry sm_80/sm_90 kernels only (GH200, not GB200)
-    from imagekit.render import Renderer  # noqa: PLC0415
+    from imagekit.render import Renderer
 
     plan = load_plan(Path(__file__).resolve().parents[2] / "matrix.yaml")
     rendered = {c.id: c for c in plan.cells}
