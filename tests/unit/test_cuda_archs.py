@@ -116,3 +116,10 @@ def test_the_real_cpu_wheel_skips(torch_python: str) -> None:
     check = by_name(report)[protocol.CUDA_ARCHS]
     assert code == 0 and check["status"] == "skip" and "CPU build" in check["reason"]
     assert report["expected"]["cuda_archs"] == "8.0;9.0"
+
+
+def test_a_lock_keeps_the_arch_list_label() -> None:
+    # publish keeps only the labels the lock's reader accepts; an arch list's ';' is one of them
+    from imagekit.safetypes import EXPECTATION
+
+    assert EXPECTATION.problem("7.5;8.0;8.6;9.0;10.0;12.0+PTX") is None
