@@ -15,7 +15,14 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from imagekit import platforms
-from imagekit.report_text import PUBLISHED_HEADERS, format_size, published_rows, summary_line, throttle_note
+from imagekit.report_text import (
+    PUBLISHED_HEADERS,
+    cuda_archs,
+    format_size,
+    published_rows,
+    summary_line,
+    throttle_note,
+)
 from imagekit.store import BuildReport, CellResult
 from imagekit.verification import CheckRecord, GpuFigures, Span
 from imagekit.versions import display_key
@@ -181,6 +188,8 @@ def render_cell(placed: Placed) -> str:
         ]
         if verification.platform is not None:
             facts.append(_row("machine", verification.platform.text))
+        if archs := cuda_archs(verification):  # which GPUs the image serves
+            facts.append(_row("CUDA archs", archs))
         tflops = verification.metrics.get("gemm_perf.tflops")
         if isinstance(tflops, int | float):
             device = verification.metrics.get("gemm_perf.device") or "?"

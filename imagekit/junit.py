@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from imagekit.atomic import atomic_write
+from imagekit.report_text import cuda_archs
 from imagekit.verification import CheckRecord, Verification
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -88,6 +89,8 @@ def junit_xml(results: Sequence[Verification]) -> str:
         if result.platform is not None:  # where it ran: the machine, emulated or not
             _element(properties, "property", name="machine", value=result.platform.machine or "?")
             _element(properties, "property", name="emulated", value=str(result.emulated).lower())
+        if archs := cuda_archs(result):  # the GPUs the image serves (as the probe read them)
+            _element(properties, "property", name="cuda-archs", value=archs)
         for check in checks:
             _case(suite, result.target, check)
     ET.indent(root)

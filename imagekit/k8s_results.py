@@ -109,9 +109,11 @@ def _expectations_problem(document: Mapping[str, Any], job: PlannedJob) -> str |
     if expected.get("require_gpu") is not True:
         return "the probe ran without --require-gpu: not a validate-on Job's output"
     for name, value in sorted(job.expect.items()):
-        if str(expected.get(name)).lower() != value.lower():
+        # the document's keys are the probe's Expect fields: the cuda-archs label is cuda_archs there
+        found_value = expected.get(name.replace("-", "_"))
+        if str(found_value).lower() != value.lower():
             return (
-                f"the probe expected {name} {shown(str(expected.get(name))[:40])}, {job.job} asks"
+                f"the probe expected {name} {shown(str(found_value)[:40])}, {job.job} asks"
                 f" for {value}: the output of another Job?"
             )
     return None

@@ -9,13 +9,15 @@ in a job summary (never a tag, an image, a link or a table cell of its own).
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from imagekit.probe import protocol
 from imagekit.store import STATUSES, BuildReport, CellResult
 from imagekit.text import printable
-from imagekit.verification import GpuFigures
+from imagekit.verification import GpuFigures, Verification
 
 if TYPE_CHECKING:
     from imagekit.lockfile import Lock
@@ -39,7 +41,37 @@ def _short_id(image_id: str | None) -> str:
     return image_id.split(":", 1)[-1][:12] if image_id else "-"
 
 
-ROW_HEADERS = ("cell", "status", "verified", "image", "size", "time", "base digest", "detail")
+ROW_HEADERS = ("cell", "status", "verified", "cuda archs", "image", "size", "time", "base digest", "detail")
+
+
+def _arch_words(text: str | None) -> str:
+    """A check record's list (JSON, as the record holds it: ["sm_80", "sm_90"]) as "sm_80 sm_90"."""
+    if not text:
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text  # the record was cut to its length limit, or was a plain string
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def cuda_archs(verification: Verification | None) -> str:
+    """The GPU architectures the image's torch carries kernels for: what the probe read in it
+    (cuda_archs; with the label beside it when they differ), else the image's cuda-archs label as
+    the probe was given it; "" when neither is known (not verified, a CPU build without a label)."""
+    check = (
+        next((c for c in verification.checks if c.name == protocol.CUDA_ARCHS), None)
+        if verification is not None
+        else None
+    )
+    if check is None:
+        return ""
+    read, label = _arch_words(check.actual), check.expected or ""
+    if read:
+        return f"{read} (label: {label})" if check.status == "fail" and label else read
+    return f"{label} (label)" if label else ""
 
 
 def throttle_note(gpus: Sequence[GpuFigures]) -> str:
@@ -100,6 +132,7 @@ def rows(report: BuildReport) -> list[tuple[str, ...]]:
             name,
             result.status,
             _verified(result) if result.kind == "cell" else "",
+            (cuda_archs(result.verification) or "-") if result.kind == "cell" else "",
             _short_id(result.image_id),
             format_size(result.size),
             f"{result.duration_s:.1f}s",

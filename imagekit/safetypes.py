@@ -360,8 +360,11 @@ SCRIPT_PATH = SafeString(
     r"(/[A-Za-z0-9_][A-Za-z0-9._-]*)+", "an absolute path in the image", "/opt/imagekit/check.py"
 )
 ScriptPath = Annotated[str, SCRIPT_PATH]
-# What an image promises its check script (a version, or a flavour).
-EXPECTATION = SafeString(r"[A-Za-z0-9][A-Za-z0-9._+-]*", "a version or flavour", "2.1.2", max_length=64)
+# What an image promises its check script (a version, a flavour, or an arch list "8.0;9.0+PTX": its
+# ';' is safe, a Job's command is an argument list that no shell reads).
+EXPECTATION = SafeString(
+    r"[A-Za-z0-9][A-Za-z0-9._+;-]*", "a version, flavour or arch list", "2.1.2", max_length=64
+)
 Expectation = Annotated[str, EXPECTATION]
 ExpectationName = Annotated[
     str, SafeString("|".join(naming.EXPECTED_LABELS), "an expectation", "torch", max_length=16)

@@ -14,6 +14,8 @@ Expectations come from the image's `imagekit.*` labels, passed as arguments or e
     --expect-cudnn 8       IMAGEKIT_EXPECT_CUDNN     cuDNN major, or a full version (NGC stacks)
     --expect-python 3.10   IMAGEKIT_EXPECT_PYTHON
     --flavour devel        IMAGEKIT_FLAVOUR          devel (nvcc must be there) or runtime (must not)
+    --expect-cuda-archs L  IMAGEKIT_EXPECT_CUDA_ARCHS the wheel's arch list (8.0;9.0+PTX), compared
+                                                     with torch's own (cuda_archs)
     --require-gpu          IMAGEKIT_REQUIRE_GPU=1    a GPU must be visible: GPU checks fail without one
     --only a,b / --skip c  IMAGEKIT_CHECK_ONLY/_SKIP run only / leave out these checks (comma lists,
                                                      repeatable); a check left out reads skip, never pass
@@ -37,8 +39,14 @@ family and its CUDA wheels as installed); `check.py freeze` prints every install
 (a front end's build stage). See ``buildsteps``.
 
 Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
-torch_cuda, cudnn, libcudart, cuda_available, arch, gemm_cpu, gemm_gpu, gemm_perf, compile,
-extension, train_step, nccl.
+torch_cuda, cudnn, libcudart, cuda_available, arch, cuda_archs, gemm_cpu, gemm_gpu, cudnn_conv,
+gemm_perf, compile, extension, train_step, nccl, nccl_bandwidth.
+
+cuda_archs (required=false; needs no GPU): torch's own arch list, torch._C._cuda_getArchFlags()
+(SASS sm_XY, PTX compute_XY; torch.cuda.get_arch_list() reads [] without a GPU), against the
+expected list (a TORCH_CUDA_ARCH_LIST: X.Y+PTX is sm_XY and compute_XY). A difference fails with
+both lists in the detail but never fails the image: the data behind the label may lag the wheel.
+Skips on a CPU build and on a torch without that function.
 
 GPU policy (never a pass for something that did not run):
 - a GPU is *requested* when --require-gpu / IMAGEKIT_REQUIRE_GPU is given, when

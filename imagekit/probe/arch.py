@@ -1,4 +1,5 @@
-"""arch: the GPU architectures torch was built for against each device; cuda_available."""
+"""arch: the GPU architectures torch was built for against each device; cuda_available;
+cuda_archs: torch's own arch list (read without a GPU) against the image's cuda-archs label."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from .context import Context, needs_gpu_and_torch
 from .libraries import wheel_fix
+from .protocol import CUDA_ARCHS
 from .results import GPU_MISSING_FIX, WSL_HINT, CheckResult, failed, passed, skipped
 
 
@@ -102,3 +104,109 @@ def check_arch(ctx: Context, torch: Any) -> CheckResult:
             detail=per_device,
         )
     return passed("arch", [d["sm"] for d in per_device], arch_list, per_device)
+
+
+# One item of torch's own flags (torch._C._cuda_getArchFlags(): "sm_90a", "compute_90"), and one of
+# a TORCH_CUDA_ARCH_LIST ("9.0", "9.0a", "12.0+PTX"), the spelling of the cuda-archs label.
+_FLAG = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+_LIST_ITEM = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
+
+
+def arch_flags(text: str) -> list[str] | None:
+    """An arch list in either spelling as torch's flags: "8.0;9.0+PTX" -> [sm_80, sm_90,
+    compute_90] (X.Y+PTX is both SASS and PTX of X.Y); "sm_80 sm_90 compute_90" as it is.
+    Separators: ';', ',' or blanks. None when an item is in neither spelling."""
+    flags: list[str] = []
+    for item in re.split(r"[;,\s]+", text.strip()):
+        if not item:
+            continue
+        if _FLAG.match(item):
+            flags.append(item)
+            continue
+        match = _LIST_ITEM.match(item)
+        if match is None:
+            return None
+        arch = match.group(1) + match.group(2) + match.group(3)
+        flags.append(f"sm_{arch}")
+        if match.group(4):
+            flags.append(f"compute_{arch}")
+    return flags
+
+
+def _flag_key(flag: str) -> tuple[int, bool, str]:
+    """By architecture, SASS before PTX (sm_90, compute_90, sm_100): the order torch prints."""
+    match = _FLAG.match(flag)
+    return (int(match.group(2)), match.group(1) == "compute", flag) if match else (0, False, flag)
+
+
+def compare_archs(expected: list[str], actual: list[str]) -> tuple[list[str], list[str]]:
+    """(what the label promises and the wheel lacks, what the wheel has beyond the label); order
+    does not matter, duplicates neither."""
+    missing = sorted(set(expected) - set(actual), key=_flag_key)
+    extra = sorted(set(actual) - set(expected), key=_flag_key)
+    return missing, extra
+
+
+def _record(status: str, **fields: Any) -> CheckResult:
+    # Never required: the data (and so the label) may lag what PyTorch shipped in the wheel.
+    return CheckResult(CUDA_ARCHS, status, required=False, **fields)
+
+
+def read_arch_flags(torch: Any) -> tuple[list[str] | None, str | None]:
+    """torch's own arch list, read without a GPU (torch.cuda.get_arch_list() is [] when none is
+    available; the flags it splits are compiled in): (flags, None), or (None, why not)."""
+    if getattr(getattr(torch, "version", None), "cuda", None) is None:
+        return None, "torch is a CPU build: no CUDA architectures"
+    read = getattr(getattr(torch, "_C", None), "_cuda_getArchFlags", None)
+    if read is None:
+        return None, f"torch {torch.__version__} has no torch._C._cuda_getArchFlags to read its list from"
+    flags = read()
+    if not flags:
+        return None, f"torch {torch.__version__} was built without CUDA arch flags"
+    return str(flags).split(), None
+
+
+def check_cuda_archs(ctx: Context) -> CheckResult:
+    """The architectures torch carries kernels (sm_XY) and PTX (compute_XY) for, against the
+    image's cuda-archs label: a difference is a warning whose detail shows both lists."""
+    torch = ctx.torch
+    label = ctx.expect.cuda_archs
+    if torch is None:
+        return _record("skip", reason="torch is not importable (see torch)", expected=label)
+    actual, why = read_arch_flags(torch)
+    if actual is None:
+        return _record("skip", reason=why, expected=label)
+    if label is None:
+        note = "no cuda-archs label to compare with"
+        return _record("pass", actual=actual, detail={"label": None, "note": note})
+    expected = arch_flags(label)
+    detail: dict[str, Any] = {"label": label, "expected": expected, "actual": actual}
+    if expected is None:
+        return _record(
+            "fail",
+            expected=label,
+            actual=actual,
+            detail=detail,
+            cause=f"the image's cuda-archs label {label!r} is not an arch list like 8.0;9.0+PTX",
+            fix="rebuild the image with imagekit (its label comes from imagekit/data/gpus.yaml)",
+        )
+    missing, extra = compare_archs(expected, actual)
+    if not missing and not extra:
+        return _record("pass", expected=label, actual=actual, detail=detail)
+    detail.update(missing=missing, extra=extra)
+    return _record(
+        "fail",
+        expected=label,
+        actual=actual,
+        detail=detail,
+        cause=(
+            f"torch was built for {' '.join(actual)}; the image's cuda-archs label says {label}"
+            + (f" (the wheel lacks {' '.join(missing)})" if missing else "")
+            + (f" (the label leaves out {' '.join(extra)})" if extra else "")
+        ),
+        fix=(
+            "record the wheel's list, with its source, in imagekit/data/gpus.yaml wheel_arch_lists "
+            "(per release: torch, per machine: machines) and rebuild: the label, the devel image's "
+            "TORCH_CUDA_ARCH_LIST, plan --coverage and Kubernetes scheduling read it"
+        ),
+    )

@@ -8,7 +8,14 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .protocol import CHECK_NAMES, HOST_MACHINE_ENV, HOST_MACHINE_OPTION, TASK_NAMES
+from .protocol import (
+    CHECK_NAMES,
+    EXPECT_ENV,
+    EXPECT_OPTIONS,
+    HOST_MACHINE_ENV,
+    HOST_MACHINE_OPTION,
+    TASK_NAMES,
+)
 
 
 @dataclass(frozen=True)
@@ -19,6 +26,7 @@ class Expect:
     python: str | None = None
     flavour: str | None = None
     require_gpu: bool = False
+    cuda_archs: str | None = None  # "8.0;9.0+PTX" (the cuda-archs label); the check parses it
 
     @property
     def is_cpu(self) -> bool:
@@ -75,6 +83,7 @@ def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation
     parser.add_argument("--expect-cudnn")
     parser.add_argument("--expect-python")
     parser.add_argument("--flavour")
+    parser.add_argument(EXPECT_OPTIONS["cuda-archs"], dest="expect_cuda_archs")
     parser.add_argument("--require-gpu", action="store_true", default=None)
     parser.add_argument(
         HOST_MACHINE_OPTION, metavar="MACHINE", help="the engine host's machine (uname -m), to tell emulation"
@@ -132,5 +141,7 @@ def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation
     if require_env not in ("", "0", "1", "true", "false", "yes", "no"):
         raise ArgumentError(f"IMAGEKIT_REQUIRE_GPU: {require_env!r} is not a boolean")
     require_gpu = bool(ns.require_gpu) or require_env in ("1", "true", "yes")
-    expect = Expect(torch_version, cuda, cudnn, python, flavour, require_gpu)
+    # Not refused here when odd: a wrong arch list is the cuda_archs check's warning, never exit 2.
+    cuda_archs = pick(ns.expect_cuda_archs, EXPECT_ENV["cuda-archs"])
+    expect = Expect(torch_version, cuda, cudnn, python, flavour, require_gpu, cuda_archs)
     return expect, invocation

@@ -24,6 +24,8 @@ CUDNN = "cudnn"
 LIBCUDART = "libcudart"
 CUDA_AVAILABLE = "cuda_available"
 ARCH = "arch"
+# The CUDA architectures torch was built for, read without a GPU, against the cuda-archs label.
+CUDA_ARCHS = "cuda_archs"
 GEMM_CPU = "gemm_cpu"
 GEMM_GPU = "gemm_gpu"
 CUDNN_CONV = "cudnn_conv"
@@ -48,6 +50,7 @@ CHECK_NAMES: tuple[str, ...] = (
     LIBCUDART,
     CUDA_AVAILABLE,
     ARCH,
+    CUDA_ARCHS,
     GEMM_CPU,
     GEMM_GPU,
     CUDNN_CONV,
@@ -58,8 +61,9 @@ CHECK_NAMES: tuple[str, ...] = (
     NCCL,
     NCCL_BANDWIDTH,
 )
-# Reported, never fails an image (a shared device may be busy): its record says required=false.
-NOT_REQUIRED = frozenset({GEMM_PERF, NCCL_BANDWIDTH})
+# Reported, never fails an image (a shared device may be busy; the arch data may lag the wheel): its
+# record says required=false.
+NOT_REQUIRED = frozenset({CUDA_ARCHS, GEMM_PERF, NCCL_BANDWIDTH})
 # The GPU checks a `validated` verdict needs, each present and passed.
 VALIDATING_GPU_CHECKS: tuple[str, ...] = (CUDA_AVAILABLE, GEMM_GPU)
 # Checks that compare a timing with a floor (never in an emulated run: the figure is QEMU's, not the
@@ -150,6 +154,7 @@ EXPECT_OPTIONS: dict[str, str] = {
     "cudnn": "--expect-cudnn",
     "python": "--expect-python",
     "flavour": "--flavour",
+    "cuda-archs": "--expect-cuda-archs",  # "8.0;9.0+PTX": the wheel's TORCH_CUDA_ARCH_LIST
 }
 EXPECT_ENV: dict[str, str] = {
     "torch": "IMAGEKIT_EXPECT_TORCH",
@@ -157,6 +162,7 @@ EXPECT_ENV: dict[str, str] = {
     "cudnn": "IMAGEKIT_EXPECT_CUDNN",
     "python": "IMAGEKIT_EXPECT_PYTHON",
     "flavour": "IMAGEKIT_FLAVOUR",
+    "cuda-archs": "IMAGEKIT_EXPECT_CUDA_ARCHS",
 }
 REQUIRE_GPU_OPTION = "--require-gpu"
 REQUIRE_GPU_ENV = "IMAGEKIT_REQUIRE_GPU"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from .arch import check_arch, check_cuda_available
+from .arch import check_arch, check_cuda_archs, check_cuda_available
 from .arguments import ArgumentError, Invocation, parse_args
 from .bandwidth import check_nccl_bandwidth
 from .build import check_compile, check_extension
@@ -48,6 +48,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
     ("libcudart", check_libcudart),
     ("cuda_available", check_cuda_available),
     ("arch", check_arch),
+    ("cuda_archs", check_cuda_archs),
     ("gemm_cpu", check_gemm_cpu),
     ("gemm_gpu", check_gemm_gpu),
     ("cudnn_conv", check_cudnn_conv),

@@ -23,6 +23,11 @@ from tests.conftest import REPO, run_cli
         ("7.5;8.0;9.0+PTX", "12.0", True),  # the driver compiles PTX for any later GPU
         ("7.5;8.0;9.0+PTX", "8.6", True),
         ("8.0;9.0", "7.5", False),
+        # cu130 aarch64 as read in torch 2.11.0's image: sm_110 (Thor) parses, and no Turing kernel
+        ("8.0;9.0;10.0;11.0;12.0", "11.0", True),
+        ("8.0;9.0;10.0;11.0;12.0", "10.3", True),
+        ("8.0;9.0;10.0;11.0;12.0", "8.6", True),
+        ("8.0;9.0;10.0;11.0;12.0", "7.5", False),
     ],
 )
 def test_a_cell_runs_where_its_wheels_carry_a_kernel(arch_list: str, gpu: str, runs: bool) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imagekit.k8s_results import MAX_ATTEMPTS, OUTPUT_WHAT, probe_document
+from imagekit.k8s_results import MAX_ATTEMPTS, OUTPUT_WHAT, _expectations_problem, probe_document
 from imagekit.k8s_validate import PLAN_NAME, parse_plan
 from imagekit.limits import JOB_OUTPUT_BYTES
 from imagekit.lockfile import merge_lock
@@ -295,3 +296,12 @@ def test_a_skipped_rebuild_keeps_the_runs_and_a_new_image_drops_them(setup: Setu
     assert kept.cells[0].clusters == recorded.clusters  # the same image: its runs on clusters hold
     rebuilt = replace(recorded, status="built", image_id="sha256:" + "9" * 64, clusters=())
     assert replace(previous, cells=(rebuilt,)).keeping_verifications(previous).cells[0].clusters == ()
+
+
+def test_the_arch_list_expectation_is_matched_under_the_probes_own_key() -> None:
+    # a Job asks cuda-archs (the label's name); the probe's document says cuda_archs (its field)
+    job = types.SimpleNamespace(job="imagekit-validate-x", expect={"cuda-archs": "8.0;9.0+PTX"})
+    document = {"expected": {"require_gpu": True, "cuda_archs": "8.0;9.0+PTX"}}
+    assert _expectations_problem(document, job) is None  # type: ignore[arg-type]
+    document["expected"]["cuda_archs"] = "8.0"
+    assert "cuda-archs" in str(_expectations_problem(document, job))  # type: ignore[arg-type]
