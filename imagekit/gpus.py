@@ -23,6 +23,11 @@ from imagekit.text import shown
 if TYPE_CHECKING:  # docker-py is imported by the commands that talk to an engine
     from docker.types import DeviceRequest
 
+# Checks that use every GPU the container sees: a cell pinned to one GPU runs without the
+# collectives (they need two), then these on all of them. Kept here, not in the probe's protocol:
+# the probe's bytes are in every cell's input digest, and the scheduling is the host's alone.
+COLLECTIVE_CHECKS: tuple[str, ...] = (protocol.NCCL, protocol.NCCL_BANDWIDTH)
+ALL_GPU_CHECKS: tuple[str, ...] = (protocol.GEMM_GPU, *COLLECTIVE_CHECKS)
 # nvidia-smi answers in well under a second; one that hangs (a wedged driver) must not hold the run.
 NVIDIA_SMI_TIMEOUT_S = 10.0
 
@@ -138,11 +143,11 @@ class CheckPass:
 
     @classmethod
     def one_gpu(cls, device: str) -> CheckPass:
-        return cls(GpuRequest.pinned(device), skip=protocol.COLLECTIVE_CHECKS)
+        return cls(GpuRequest.pinned(device), skip=COLLECTIVE_CHECKS)
 
     @classmethod
     def all_gpus(cls, request: GpuRequest) -> CheckPass:
-        return cls(request, only=protocol.ALL_GPU_CHECKS, frontend=False, kind="all-gpus")
+        return cls(request, only=ALL_GPU_CHECKS, frontend=False, kind="all-gpus")
 
     def arguments(self) -> list[str]:
         """The probe's check selection for this pass."""

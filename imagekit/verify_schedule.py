@@ -4,7 +4,7 @@
 GPU minutes are what a nightly pays for. On a runner with N GPUs, ``--jobs N`` verifies up to N
 cells at once, each pinned to a GPU of its own (its container's device request names that device),
 without the collectives, which need two GPUs. Once no cell needs its own GPU any more, each cell
-that was validated on its GPU runs the checks that use every GPU (``protocol.ALL_GPU_CHECKS``: the
+that was validated on its GPU runs the checks that use every GPU (``ALL_GPU_CHECKS``: the
 GEMM on each device, NCCL) on all of them, one cell at a time; its record then holds both passes.
 A cell that failed on its GPU gets no all-GPU pass: its verdict is already failed.
 Without GPUs, ``--jobs`` runs cells side by side. ``--jobs 1`` is one pass per cell with the whole
@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from imagekit.clock import timestamp
-from imagekit.gpus import CheckPass
-from imagekit.probe import protocol
+from imagekit.gpus import ALL_GPU_CHECKS, COLLECTIVE_CHECKS, CheckPass
 from imagekit.verification import Verification, VerifyRun, derive_verdict
 from imagekit.verify import Harness, RunStopped, Target, runner_name
 
@@ -138,7 +137,7 @@ def _side_by_side(
 def _without_all_gpu_pass(result: Verification) -> Verification:
     """A cell that failed on its GPU: its collectives say why they never ran."""
     checks = tuple(
-        replace(c, reason=LEFT_OUT) if c.name in protocol.COLLECTIVE_CHECKS and c.status == "skip" else c
+        replace(c, reason=LEFT_OUT) if c.name in COLLECTIVE_CHECKS and c.status == "skip" else c
         for c in result.checks
     )
     return replace(result, checks=checks)
@@ -148,7 +147,7 @@ def joined_passes(one_gpu: Verification, every_gpu: Verification) -> Verificatio
     """A cell's record from its one-GPU pass and its all-GPU pass: the all-GPU pass's records of the
     checks it ran (the rest it reports as not selected) replace the one-GPU ones; time, GPU-seconds
     and devices add up; the verdict is the one rule applied to the whole."""
-    newer = {c.name: c for c in every_gpu.checks if c.name in protocol.ALL_GPU_CHECKS}
+    newer = {c.name: c for c in every_gpu.checks if c.name in ALL_GPU_CHECKS}
     checks = tuple(newer.pop(c.name, c) for c in one_gpu.checks) + tuple(newer.values())
     error = one_gpu.error or (f"all-GPU pass: {every_gpu.error}" if every_gpu.error else None)
     visible = one_gpu.gpu_visible and (every_gpu.gpu_visible or every_gpu.error is not None)

@@ -62,10 +62,6 @@ CHECK_NAMES: tuple[str, ...] = (
 NOT_REQUIRED = frozenset({GEMM_PERF, NCCL_BANDWIDTH})
 # The GPU checks a `validated` verdict needs, each present and passed.
 VALIDATING_GPU_CHECKS: tuple[str, ...] = (CUDA_AVAILABLE, GEMM_GPU)
-# Checks that use every GPU the container sees. `verify --jobs` on a runner with several GPUs runs
-# each cell on one GPU without the collectives (which need two), then these on all of them.
-COLLECTIVE_CHECKS: tuple[str, ...] = (NCCL, NCCL_BANDWIDTH)
-ALL_GPU_CHECKS: tuple[str, ...] = (GEMM_GPU, *COLLECTIVE_CHECKS)
 # Checks that compare a timing with a floor (never in an emulated run: the figure is QEMU's, not the
 # machine's), and every check whose record carries timing figures (marked emulated in such a run).
 FLOOR_CHECKS: tuple[str, ...] = (GEMM_PERF, NCCL_BANDWIDTH)

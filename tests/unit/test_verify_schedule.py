@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from imagekit.gpus import CheckPass, GpuRequest, runner_devices
-from imagekit.probe import protocol
+from imagekit.gpus import COLLECTIVE_CHECKS, CheckPass, GpuRequest, runner_devices
 from imagekit.store import open_store, write_report
 from imagekit.verification import CheckRecord, Verification
 from imagekit.verify import Harness, Target
@@ -28,12 +27,12 @@ def document(command: list[str], devices: list[str], failing: bool) -> dict[str,
     (gemm_gpu on each device); a failing image fails its torch check."""
     only = command[command.index("--only") + 1].split(",") if "--only" in command else None
     skip = command[command.index("--skip") + 1].split(",") if "--skip" in command else []
-    names = ["python", "torch", *GPU_CHECKS, *protocol.COLLECTIVE_CHECKS]
+    names = ["python", "torch", *GPU_CHECKS, *COLLECTIVE_CHECKS]
     checks = []
     for name in names:
         if (only is not None and name not in only) or name in skip:
             checks.append({"name": name, "status": "skip", "required": True, "reason": "left out (--skip)"})
-        elif name in protocol.COLLECTIVE_CHECKS and len(devices) < 2:
+        elif name in COLLECTIVE_CHECKS and len(devices) < 2:
             checks.append({"name": name, "status": "skip", "required": True, "reason": "fewer than 2 GPUs"})
         else:
             status = "fail" if failing and name == "torch" else "pass"
@@ -156,7 +155,7 @@ def test_each_cell_runs_on_a_gpu_of_its_own_then_its_all_gpu_checks_on_every_gpu
     assert engine.clashes == [], "two check containers held one GPU at the same time"
     for container in firsts:
         command = container["command"]
-        assert command[command.index("--skip") + 1] == ",".join(protocol.COLLECTIVE_CHECKS)
+        assert command[command.index("--skip") + 1] == ",".join(COLLECTIVE_CHECKS)
         assert "--require-gpu" in command and "NVIDIA_VISIBLE_DEVICES" not in container["environment"]
 
     # Then one all-GPU pass per cell, one after another, after every one-GPU pass.
@@ -177,7 +176,7 @@ def test_each_cell_runs_on_a_gpu_of_its_own_then_its_all_gpu_checks_on_every_gpu
             "python",
             "torch",
             *GPU_CHECKS,
-            *protocol.COLLECTIVE_CHECKS,
+            *COLLECTIVE_CHECKS,
         ]
         assert checks["nccl"].status == "pass" and checks["nccl_bandwidth"].status == "pass"
         assert json.loads(checks["gemm_gpu"].actual or "[]") == ["0", "1", "2", "3"]  # the all-GPU record
@@ -192,7 +191,7 @@ def test_a_cell_that_fails_on_its_gpu_gets_no_all_gpu_pass() -> None:
     assert [c["image"] for c in all_gpu_passes(engine)] == ["img-0"]
     good, bad = results
     assert good.verdict == "validated" and bad.verdict == "failed"
-    collectives = [c for c in bad.checks if c.name in protocol.COLLECTIVE_CHECKS]
+    collectives = [c for c in bad.checks if c.name in COLLECTIVE_CHECKS]
     assert collectives and all(c.status == "skip" and c.reason == LEFT_OUT for c in collectives)
 
 
