@@ -1,0 +1,90 @@
+"""GPU minutes: `imagekit verify --jobs N` against `--jobs 1` on a built matrix's cells.
+
+    python bench/verify_jobs.py --project DIR [--jobs 3] [--rounds 3] [--gpus none] [--docker-host URL]
+        [--no-warm]
+
+DIR holds a matrix.yaml built with `imagekit build` (its .imagekit/report.json names the images),
+e.g. a copy of examples/offline after `examples/offline/setup.sh` and `imagekit build`. Each round
+runs `imagekit verify --matrix matrix.yaml --gpus G --jobs 1` and `--jobs N`, in alternating
+order, timed end to end (process start included); the GPU-seconds are read back from the report's
+last verify run. Prints medians, their ratio and the load average, and writes
+bench/results/verify_jobs.json. With --docker-host (a fake-GPU engine holding the same images) and
+--gpus device=0,1,..., each cell's first pass is pinned to a GPU of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def verify(project: Path, gpus: str, jobs: int, env: dict[str, str]) -> tuple[float, dict[str, object]]:
+    command = [sys.executable, "-m", "imagekit", "verify", "--matrix", "matrix.yaml", "--gpus", gpus]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*command, "--jobs", str(jobs)], cwd=project, env=env, capture_output=True, text=True, check=False
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1):  # 1: a cell failed its checks, which the fake-GPU engine means
+        raise SystemExit(f"verify --jobs {jobs} exited {done.returncode}: {done.stderr.strip()[-400:]}")
+    report = json.loads((project / ".imagekit" / "report.json").read_text())
+    return elapsed, report["verify_runs"][-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--project", type=Path, required=True)
+    parser.add_argument("--jobs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--gpus", default="none")
+    parser.add_argument("--docker-host")
+    parser.add_argument("--no-warm", action="store_true", help="skip the first, untimed --jobs 1 run")
+    args = parser.parse_args()
+    env = dict(os.environ)
+    if args.docker_host:
+        env["DOCKER_HOST"] = args.docker_host
+    if not args.no_warm:
+        verify(args.project, args.gpus, 1, env)  # warm the page cache for both
+    walls: dict[int, list[float]] = {1: [], args.jobs: []}
+    runs: dict[int, list[dict[str, object]]] = {1: [], args.jobs: []}
+    loads = [os.getloadavg()[0]]
+    for round_index in range(args.rounds):
+        order = (1, args.jobs) if round_index % 2 == 0 else (args.jobs, 1)
+        for jobs in order:
+            elapsed, run = verify(args.project, args.gpus, jobs, env)
+            walls[jobs].append(elapsed)
+            runs[jobs].append(run)
+        loads.append(os.getloadavg()[0])
+    serial, side = statistics.median(walls[1]), statistics.median(walls[args.jobs])
+    result = {
+        "project": str(args.project),
+        "gpus": args.gpus,
+        "cells": runs[1][-1]["cells"],
+        "rounds": args.rounds,
+        "jobs": args.jobs,
+        "serial_wall_s": [round(w, 2) for w in walls[1]],
+        "jobs_wall_s": [round(w, 2) for w in walls[args.jobs]],
+        "serial_median_s": round(serial, 2),
+        "jobs_median_s": round(side, 2),
+        "ratio": round(side / serial, 3),
+        "serial_gpu_seconds": [r["gpu_seconds"] for r in runs[1]],
+        "jobs_gpu_seconds": [r["gpu_seconds"] for r in runs[args.jobs]],
+        "jobs_devices": runs[args.jobs][-1]["devices"],
+        "load_average_1m": [round(x, 2) for x in loads],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "verify_jobs.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
