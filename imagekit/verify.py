@@ -421,7 +421,8 @@ class Harness:
             if is_engine_failure(exc):
                 raise unreachable(exc) from None
             why = f"the engine refused the check container: {text}"
-            return self._failed(target, started, why, gpu_seconds=None)  # it may have run a while
+            held = None if self.gpus.requested else 0.0  # a container may have held its GPUs a while
+            return self._failed(target, started, why, gpu_seconds=held)
         except (requests.ConnectionError, EngineFailure) as exc:
             raise unreachable(exc) from None
 
