@@ -36,7 +36,9 @@ def verify(project: Path, gpus: str, jobs: int, env: dict[str, str]) -> tuple[fl
     if done.returncode not in (0, 1):  # 1: a cell failed its checks, which the fake-GPU engine means
         raise SystemExit(f"verify --jobs {jobs} exited {done.returncode}: {done.stderr.strip()[-400:]}")
     report = json.loads((project / ".imagekit" / "report.json").read_text())
-    return elapsed, report["verify_runs"][-1]
+    verdicts = [c["verification"]["verdict"] for c in report["cells"] if c.get("verification")]
+    # a run cut short (a container removed under it by another user of the engine) is not a figure
+    return elapsed, {**report["verify_runs"][-1], "verdicts": sorted(verdicts)}
 
 
 def main() -> int:
@@ -78,6 +80,7 @@ def main() -> int:
         "serial_gpu_seconds": [r["gpu_seconds"] for r in runs[1]],
         "jobs_gpu_seconds": [r["gpu_seconds"] for r in runs[args.jobs]],
         "jobs_devices": runs[args.jobs][-1]["devices"],
+        "verdicts": sorted({v for r in (*runs[1], *runs[args.jobs]) for v in r["verdicts"]}),
         "load_average_1m": [round(x, 2) for x in loads],
     }
     RESULTS.mkdir(exist_ok=True)
