@@ -8,8 +8,10 @@ e.g. a copy of examples/offline after `examples/offline/setup.sh` and `imagekit 
 runs `imagekit verify --matrix matrix.yaml --gpus G --jobs 1` and `--jobs N`, in alternating
 order, timed end to end (process start included); the GPU-seconds are read back from the report's
 last verify run. Prints medians, their ratio and the load average, and writes
-bench/results/verify_jobs.json. With --docker-host (a fake-GPU engine holding the same images) and
---gpus device=0,1,..., each cell's first pass is pinned to a GPU of its own.
+bench/results/verify_jobs.json. With --fake-gpus N the runs go to a private engine with the tests'
+fake NVIDIA hook (tests/integration/fake_gpu_engine.py; as root), holding the report's images, with
+--gpus device=0,...,N-1: each cell's first pass is pinned to a GPU of its own, and the checks that
+need a driver fail (there is none), so it measures the scheduling, not a GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,12 +50,27 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gpus", default="none")
-    parser.add_argument("--docker-host")
+    parser.add_argument("--fake-gpus", type=int, default=0, help="run on a fake-GPU engine with N GPUs")
     parser.add_argument("--no-warm", action="store_true", help="skip the first, untimed --jobs 1 run")
     args = parser.parse_args()
-    env = dict(os.environ)
-    if args.docker_host:
-        env["DOCKER_HOST"] = args.docker_host
+    if args.fake_gpus:
+        return on_fake_gpus(args)
+    return measure(args, dict(os.environ))
+
+
+def on_fake_gpus(args: argparse.Namespace) -> int:
+    from tests.integration.fake_gpu_engine import fake_gpu_engine
+
+    report = json.loads((args.project / ".imagekit" / "report.json").read_text())
+    images = tuple(c["image_id"] for c in report["cells"] if c.get("image_id"))
+    root = Path(tempfile.mkdtemp(prefix="ikvj-", dir="/tmp"))  # short: a unix socket path
+    root.rmdir()
+    args.gpus = "device=" + ",".join(str(i) for i in range(args.fake_gpus))
+    with fake_gpu_engine(root, images) as engine:
+        return measure(args, {**os.environ, "DOCKER_HOST": engine.host})
+
+
+def measure(args: argparse.Namespace, env: dict[str, str]) -> int:
     if not args.no_warm:
         verify(args.project, args.gpus, 1, env)  # warm the page cache for both
     walls: dict[int, list[float]] = {1: [], args.jobs: []}
