@@ -21,7 +21,8 @@ import time
 import docker
 
 from imagekit.contract import CHECK_SCRIPT_PATH
-from imagekit.verify import GpuRequest, check_arguments
+from imagekit.gpus import GpuRequest
+from imagekit.verify import check_arguments
 
 DOCKER = "/usr/bin/docker"
 DEFAULT_IMAGE = "imagekit-demo/pytorch:2.13.0-cpu-runtime-debian12"

@@ -215,13 +215,19 @@ def parse_compat(raw: Mapping[str, Any]) -> Compat:
     )
 
 
-@cache
-def load_compat() -> Compat:
-    """The packaged compatibility data (read once per process, when first asked for).
+def read_data(name: str) -> Any:
+    """One of imagekit's own data files (``imagekit/data/NAME``), parsed.
 
     libyaml's safe loader when PyYAML has it (the same safe tag set, ~20x faster than the pure
-    Python one: 3 ms instead of 50 on every `imagekit plan`); the table is imagekit's own file.
+    Python one: 3 ms instead of 50 for compat.yaml on every `imagekit plan`); these files are
+    imagekit's own, so no position or depth bound is needed (a matrix goes through yamlsource).
     """
-    text = resources.files("imagekit.data").joinpath("compat.yaml").read_text(encoding="utf-8")
+    text = resources.files("imagekit.data").joinpath(name).read_text(encoding="utf-8")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return parse_compat(yaml.load(text, Loader=loader))  # a safe loader, either way
+    return yaml.load(text, Loader=loader)  # a safe loader, either way
+
+
+@cache
+def load_compat() -> Compat:
+    """The packaged compatibility data (read once per process, when first asked for)."""
+    return parse_compat(read_data("compat.yaml"))

@@ -27,10 +27,11 @@ from imagekit.compat import load_compat
 from imagekit.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.coverage import architectures
 from imagekit.errors import InputError
+from imagekit.gpus import GpuRequest
 from imagekit.lockfile import Lock, LockEntry, LockIndex
 from imagekit.probe_facts import wheel_arch_list
 from imagekit.text import shown
-from imagekit.verify import GpuRequest, check_arguments
+from imagekit.verify import check_arguments
 from imagekit.versions import cuda_variant, version_key
 
 GPU_RESOURCE = "nvidia.com/gpu"

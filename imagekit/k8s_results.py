@@ -25,6 +25,7 @@ from typing import Any
 from imagekit.clock import timestamp
 from imagekit.errors import InputError
 from imagekit.figures import gemm_figures
+from imagekit.gpus import GpuRequest
 from imagekit.k8s_validate import PlannedJob, label_form, parse_plan, product_base
 from imagekit.limits import JOB_OUTPUT_BYTES, SHORT_CHARS, STATE_BYTES
 from imagekit.paths import read_regular_file
@@ -42,7 +43,7 @@ from imagekit.verification import (
     clipped,
     json_or_text,
 )
-from imagekit.verify import GpuRequest, verdict_of
+from imagekit.verify import verdict_of
 
 MAX_ATTEMPTS = 16  # lines that open a document tried before the output is refused: bounded work
 OUTPUT_WHAT = "a validate-on Job's output (`kubectl logs job/NAME > NAME.log`)"

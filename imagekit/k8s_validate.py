@@ -40,6 +40,7 @@ import yaml
 from imagekit import naming, platforms
 from imagekit.contract import CHECK_SCRIPT_PATH
 from imagekit.errors import InputError
+from imagekit.gpus import GpuRequest
 from imagekit.k8s import (
     ARCH_LABEL,
     JobOptions,
@@ -69,7 +70,7 @@ from imagekit.safetypes import (
 )
 from imagekit.text import shown
 from imagekit.verification import DnsLabel, GpuProduct
-from imagekit.verify import GpuRequest, check_arguments
+from imagekit.verify import check_arguments
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's, on every GPU node
 COMPONENT = "validate-on"  # app.kubernetes.io/component of these Jobs: `kubectl get jobs -l ...`

@@ -1,9 +1,9 @@
 """Merge the reports of jobs that each built part of a matrix (one CI job per cell) into one.
 
 A cell or base that appears in several reports keeps its last record, in the order given; the
-run's start is the earliest start and its duration the longest job's. Two reports that disagree
-about one cell's staged or verified manifest digest are refused: publishing from either would
-promote an image the other job never built or checked.
+run's start is the earliest start and its duration the longest job's; every job's verify runs are
+kept. Two reports that disagree about one cell's staged or verified manifest digest are refused:
+publishing from either would promote an image the other job never built or checked.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from imagekit.errors import InputError
-from imagekit.store import BuildReport, CellResult
+from imagekit.store import MAX_VERIFY_RUNS, BuildReport, CellResult
 
 
 def _last_wins(groups: Sequence[Sequence[CellResult]]) -> tuple[CellResult, ...]:
@@ -60,4 +60,8 @@ def merge_reports(reports: Sequence[BuildReport], names: Sequence[str] | None = 
         engine=", ".join(sorted({r.engine for r in reports})),
         cells=_last_wins([r.cells for r in reports]),
         bases=_last_wins([r.bases for r in reports]),
+        # every job's verify runs (each its own runner's GPU time), oldest first
+        verify_runs=tuple(sorted((v for r in reports for v in r.verify_runs), key=lambda v: v.started))[
+            -MAX_VERIFY_RUNS:
+        ],
     )

@@ -13,7 +13,8 @@ from imagekit.build import Builder, BuildOutcome
 from imagekit.cells import Cell
 from imagekit.store import ReportStore
 from imagekit.verification import Verification
-from imagekit.verify import Harness, verify_cells
+from imagekit.verify import Harness
+from imagekit.verify_schedule import verify_cells
 
 
 def build_and_verify(

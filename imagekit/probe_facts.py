@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from imagekit import platforms
-from imagekit.compat import load_compat
+from imagekit.compat import load_compat, read_data
 from imagekit.versions import version_key
 
 FACTS_NAME = "facts.json"  # its name inside the probe package of the zipapp
@@ -27,8 +24,7 @@ FACTS_NAME = "facts.json"  # its name inside the probe package of the zipapp
 @cache
 def load_gpus() -> dict[str, Any]:
     """imagekit/data/gpus.yaml as read (the tables and their source notes)."""
-    text = resources.files("imagekit.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = read_data("gpus.yaml")
     return data
 
 

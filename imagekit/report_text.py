@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from imagekit.probe import protocol
 from imagekit.store import STATUSES, BuildReport, CellResult
 from imagekit.text import printable
-from imagekit.verification import GpuFigures, Verification
+from imagekit.verification import GpuFigures, Verification, VerifyRun
 
 if TYPE_CHECKING:
     from imagekit.lockfile import Lock
@@ -166,7 +166,14 @@ def published_rows(lock: Lock) -> list[tuple[str, ...]]:
 def summary_line(report: BuildReport) -> str:
     counts = report.counts()
     parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
-    return f"{len(report.cells)} cells: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
+    line = f"{len(report.cells)} cells: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
+    return line + "".join(f"; {verify_cost(run)}" for run in report.verify_runs[-1:])
+
+
+def verify_cost(run: VerifyRun) -> str:
+    """What a verify run cost: its GPU-seconds (each check container's time times the GPUs it held)."""
+    spent = "GPU-seconds unknown" if run.gpu_seconds is None else f"{run.gpu_seconds:.1f} GPU-seconds"
+    return f"verified {run.cells} in {run.wall_s:.1f}s, {run.jobs} at once: {spent}"
 
 
 def markdown(report: BuildReport, lock: Lock | None = None) -> str:

@@ -48,7 +48,7 @@ from imagekit.safetypes import (
     validate_json,
 )
 from imagekit.text import redact
-from imagekit.verification import ClusterValidation, Verification, clipped, derive_verdict
+from imagekit.verification import ClusterValidation, Verification, VerifyRun, clipped, derive_verdict
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
@@ -56,6 +56,7 @@ REPORT_NAME = "report.json"
 LOCK_NAME = "lock"
 LOGS_DIR = "logs"
 REPORT_VERSION = 1
+MAX_VERIFY_RUNS = 100  # a report verified again every night for months keeps the last ones
 
 
 def _fit(value: Any) -> Any:
@@ -147,6 +148,8 @@ class BuildReport:
     engine: Text
     cells: Records
     bases: Records
+    # Each `imagekit verify` of this report's cells, oldest first: its wall time and GPU-seconds.
+    verify_runs: Annotated[tuple[VerifyRun, ...], Items(MAX_VERIFY_RUNS)] = ()
 
     @property
     def failed(self) -> bool:
@@ -170,6 +173,10 @@ class BuildReport:
             return replace(result, clusters=(*kept, *records)[-MAX_ITEMS:])
 
         return replace(self, cells=tuple(added(r) if r.id == cell_id else r for r in self.cells))
+
+    def with_verify_run(self, run: VerifyRun) -> BuildReport:
+        """A copy that records ``run`` last (the oldest runs give way past ``MAX_VERIFY_RUNS``)."""
+        return replace(self, verify_runs=(*self.verify_runs, run)[-MAX_VERIFY_RUNS:])
 
     def keeping_verifications(self, previous: BuildReport | None) -> BuildReport:
         """A copy in which each skipped cell whose image is the one ``previous`` recorded (same
@@ -211,6 +218,7 @@ class BuildReport:
             "counts": self.counts(),
             "cells": [_fit(r.as_json()) for r in self.cells],
             "bases": [_fit(r.as_json()) for r in self.bases],
+            "verify_runs": [asdict(r) for r in self.verify_runs],
         }
 
 

@@ -320,6 +320,11 @@ class Verification:
     runner: ShortText | None = None
     # The machine it ran on and whether emulated; None from an earlier release (a native run).
     platform: RunPlatform | None = None
+    # The GPUs its check containers were given (nvidia-smi indexes; empty when none or not known),
+    # and GPU-seconds: each container's time from creation to removal times the GPUs it held.
+    # None: `--gpus all` on a runner whose GPUs could not be counted, or a record of an earlier release.
+    devices: Annotated[tuple[ShortText, ...], Items(MAX_GPUS)] = ()
+    gpu_seconds: Seconds | None = None
 
     @property
     def emulated(self) -> bool:
@@ -391,3 +396,34 @@ class ClusterValidation:
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "verification": self.verification.as_json()}
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    """One ``imagekit verify`` of a matrix's cells as a whole: what it cost in GPU time."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    started: Timestamp
+    wall_s: Seconds
+    jobs: Count  # cells verified at once
+    gpus: GpuText
+    cells: Count
+    gpu_seconds: Seconds | None  # its cells' sum; None when one cell's could not be counted
+    devices: Annotated[tuple[ShortText, ...], Items(MAX_GPUS)] = ()  # the GPUs cells were pinned to
+    runner: ShortText | None = None
+
+    @classmethod
+    def of(
+        cls,
+        started: str,
+        wall_s: float,
+        jobs: int,
+        gpus: str,
+        devices: Sequence[str],
+        results: Sequence[Verification],
+        runner: str | None = None,
+    ) -> VerifyRun:
+        spent = [r.gpu_seconds for r in results]
+        total = None if any(s is None for s in spent) else round(sum(s or 0.0 for s in spent), 3)
+        return cls(started, round(wall_s, 3), jobs, gpus, len(results), total, tuple(devices), runner)

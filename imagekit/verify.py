@@ -11,6 +11,10 @@ The container runs for the image's own platform (its config's ``Architecture``);
 machine than the engine's runs emulated (``imagekit.emulation``): the probe records it, a GPU
 request for it is refused, and its verdict is never ``validated``.
 
+A check container is one pass (``imagekit.gpus.CheckPass``): by default every check with the whole
+``--gpus`` request; ``imagekit.verify_schedule`` decides which passes run, when, and on which GPU.
+Each record says which GPUs its containers were given and for how many GPU-seconds.
+
 With ``pull``, a cell that ``build --push`` staged is verified as exactly that manifest: the
 container starts from ``repo@sha256:...`` (pulled by digest when this engine lacks it, so an engine
 that never saw the build can verify), and the verification records the digest it ran.
@@ -26,18 +30,18 @@ import os
 import platform
 import re
 import tarfile
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import docker
 import requests
 from docker.errors import APIError, DockerException
-from docker.types import DeviceRequest
 
 from imagekit import naming
 from imagekit.atomic import atomic_write
@@ -46,16 +50,13 @@ from imagekit.contract import packaged_check_script
 from imagekit.credentials import docker_auth_config
 from imagekit.emulation import Placement, engine_machine, gpu_refusal, place
 from imagekit.engine import EngineFailure, inspect_image, is_engine_failure, is_transient, pull, unreachable
-from imagekit.errors import EnvironmentProblem, InputError, one_line
+from imagekit.errors import EnvironmentProblem, one_line
 from imagekit.figures import gemm_figures
+from imagekit.gpus import CheckPass, GpuRequest, runner_devices
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
-from imagekit.store import BuildReport, ReportStore
-from imagekit.text import printable, shown
+from imagekit.text import printable
 from imagekit.verification import CheckRecord, Inventory, RunPlatform, Verdict, Verification, derive_verdict
-
-if TYPE_CHECKING:  # `imagekit verify IMAGE` needs no matrix: pydantic stays unimported
-    from imagekit.cells import Cell
 
 INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
 NO_GPU_DRIVER = "could not select device driver"
@@ -81,44 +82,6 @@ def runner_name(environ: Mapping[str, str] | None = None) -> str:
 
 
 # -- what to ask for -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuRequest:
-    """``--gpus`` as docker takes it: ``all``, a count, ``device=0,1``, or ``none``."""
-
-    text: str
-    count: int  # -1 all, 0 none, N
-    device_ids: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> GpuRequest:
-        value = text.strip()
-        if value in ("all", "-1"):
-            return cls(value, -1)
-        if value in ("none", "0", ""):
-            return cls("none", 0)
-        # ASCII digits, a few of them: str.isdigit() admits '١٢' and int() fails past 4,300 digits
-        if re.fullmatch(r"[0-9]{1,4}", value):
-            return cls(value, int(value))
-        if value.startswith("device=") and len(value) <= 256:
-            ids = tuple(part for part in value.removeprefix("device=").split(",") if part)
-            if ids and all(re.fullmatch(r"[A-Za-z0-9-]+", part) for part in ids):
-                return cls(value, len(ids), ids)
-        raise InputError(
-            f"--gpus {shown(text)}: use all, none, a count (2) or device=0,1 (as docker takes it)"
-        )
-
-    @property
-    def requested(self) -> bool:
-        return self.count != 0
-
-    def device_requests(self) -> list[DeviceRequest]:
-        if not self.requested:
-            return []
-        if self.device_ids:
-            return [DeviceRequest(device_ids=list(self.device_ids), capabilities=[["gpu"]])]
-        return [DeviceRequest(count=self.count, capabilities=[["gpu"]])]
 
 
 @dataclass(frozen=True)
@@ -225,6 +188,7 @@ class CheckRun:
     error: str | None
     exit_code: int | None
     log: str | None
+    held_s: float = 0.0  # how long its containers held their GPUs (created to removed)
 
     def joined(self, other: CheckRun, *extra: dict[str, Any]) -> CheckRun:
         """This run's checks, then ``other``'s and ``extra``; the first error wins."""
@@ -232,7 +196,8 @@ class CheckRun:
             return self if self.document is None else other
         checks = [*(self.document.get("checks") or ()), *(other.document.get("checks") or ()), *extra]
         exit_code = self.exit_code or other.exit_code
-        return CheckRun({**self.document, "checks": checks}, None, exit_code, self.log)
+        held = self.held_s + other.held_s
+        return CheckRun({**self.document, "checks": checks}, None, exit_code, self.log, held)
 
 
 def frontend_arguments(labels: Mapping[str, str]) -> list[str]:
@@ -299,6 +264,21 @@ class Harness:
         self.pull = pull  # pull a target this engine lacks (by digest, for a staged cell)
         self.run_id = uuid.uuid4().hex[:12]
         self._host_machine: str | None = None
+        self._devices: tuple[str, ...] | None = None
+        self._devices_asked = False
+        self._stopped = threading.Event()
+
+    def devices(self) -> tuple[str, ...] | None:
+        """The runner's devices this run's ``--gpus`` covers (None: ``all`` and not known), asked once."""
+        if not self._devices_asked:
+            self._devices = runner_devices(self.gpus)
+            self._devices_asked = True
+        return self._devices
+
+    def stop(self) -> None:
+        """Start no check container from now on: the run is being cut short (Ctrl-C, a failure in
+        another cell's thread), and ``remove_all`` must find every container there will be."""
+        self._stopped.set()
 
     def host_machine(self) -> str:
         """The engine host's machine (docker info's Architecture), asked once."""
@@ -327,12 +307,20 @@ class Harness:
 
     @contextmanager
     def _container(
-        self, image: str, command: list[str], labels: Mapping[str, str], inject: bool, platform: str | None
+        self,
+        image: str,
+        command: list[str],
+        labels: Mapping[str, str],
+        inject: bool,
+        platform: str | None,
+        gpus: GpuRequest,
     ) -> Iterator[str]:
-        gpu_env = {} if self.gpus.requested else {"NVIDIA_VISIBLE_DEVICES": "void"}
+        if self._stopped.is_set():
+            raise RunStopped
+        gpu_env = {} if gpus.requested else {"NVIDIA_VISIBLE_DEVICES": "void"}
         host_config = self.api.create_host_config(
             network_mode="none",
-            device_requests=self.gpus.device_requests() or None,
+            device_requests=gpus.device_requests() or None,
             mem_limit=self.limits.memory,
             memswap_limit=self.limits.memory,
             pids_limit=self.limits.pids,
@@ -356,14 +344,19 @@ class Harness:
         )
         container = str(created["Id"])
         try:
+            # Stopped while this was being created: remove_all may have listed the run's containers
+            # before this one existed, so it removes itself.
+            if self._stopped.is_set():
+                raise RunStopped
             if inject:
                 self.api.put_archive(container, "/", _script_archive())
             yield container
         finally:
             self._remove(container)
 
-    def verify(self, target: Target) -> Verification:
-        result = self._verify(target)
+    def verify(self, target: Target, check_pass: CheckPass | None = None) -> Verification:
+        """Verify ``target`` in one pass: by default every check with the whole ``--gpus`` request."""
+        result = self._verify(target, check_pass or CheckPass(self.gpus))
         return replace(result, finished_at=timestamp(), runner=runner_name())
 
     def _inspect(self, target: Target) -> dict[str, Any] | None:
@@ -382,7 +375,7 @@ class Harness:
             raise _PullRefused(one_line(exc)) from None
         return inspect_image(self.api, target.image)
 
-    def _verify(self, target: Target) -> Verification:
+    def _verify(self, target: Target, check_pass: CheckPass) -> Verification:
         started = time.monotonic()
         try:
             try:
@@ -407,24 +400,29 @@ class Harness:
             script = labels.get(naming.CHECK_SCRIPT_LABEL)
             inject = not script
             script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else str(script)
-            command = ["python3", script_path, *check_arguments(labels, self.gpus, placed.host_machine)]
-            mark = {naming.TARGET_LABEL: target.name}
-            with self._container(target.image, command, mark, inject, placed.platform) as cid:
-                run = self._run(target, cid, started, "verify", placed)
-            if run.document is not None and labels.get(naming.FRONTEND_CHECK_LABEL):
+            command = [
+                "python3",
+                script_path,
+                *check_arguments(labels, check_pass.gpus, placed.host_machine),
+                *check_pass.arguments(),
+            ]
+            run = self._check(target, command, inject, started, placed, check_pass, check_pass.kind)
+            if run.document is not None and check_pass.frontend and labels.get(naming.FRONTEND_CHECK_LABEL):
                 # A front end: its own checks, behind the image's entrypoint, on loopback only.
                 command = frontend_arguments(labels)
-                with self._container(target.image, command, mark, False, placed.platform) as cid:
-                    frontend = self._run(target, cid, started, "frontend", placed)
+                frontend = self._check(target, command, False, started, placed, check_pass, "frontend")
                 run = run.joined(frontend, image_secrets(image, self.api))
-            return replace(self._verification(target, run, started, placed), image_digest=digest)
+            verification = self._verification(target, run, started, placed, check_pass)
+            return replace(verification, image_digest=digest)
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:
                 raise EnvironmentProblem(GPU_FIX.format(detail=text)) from None
             if is_engine_failure(exc):
                 raise unreachable(exc) from None
-            return self._failed(target, started, f"the engine refused the check container: {text}")
+            why = f"the engine refused the check container: {text}"
+            held = None if self.gpus.requested else 0.0  # a container may have held its GPUs a while
+            return self._failed(target, started, why, gpu_seconds=held)
         except (requests.ConnectionError, EngineFailure) as exc:
             raise unreachable(exc) from None
 
@@ -436,6 +434,32 @@ class Harness:
             return self._failed(target, started, f"{target.image}: {placed}")
         no_gpu = gpu_refusal(target.image, placed) if self.gpus.requested else None
         return placed if no_gpu is None else self._failed(target, started, no_gpu, placed)
+
+    def _check(
+        self,
+        target: Target,
+        command: list[str],
+        inject: bool,
+        started: float,
+        placed: Placement,
+        check_pass: CheckPass,
+        log_kind: str,
+    ) -> CheckRun:
+        """One check container, created, run to its end (or the timeout) and removed; the time from
+        creation to removal is what it held its GPUs for (no other cell could have them)."""
+        began = time.monotonic()
+        mark = {naming.TARGET_LABEL: target.name}
+        with self._container(target.image, command, mark, inject, placed.platform, check_pass.gpus) as cid:
+            run = self._run(target, cid, started, log_kind, placed)
+        return replace(run, held_s=time.monotonic() - began)
+
+    def _gpu_use(self, check_pass: CheckPass, held_s: float) -> tuple[tuple[str, ...], float | None]:
+        """(the devices a pass's containers were given, the GPU-seconds they held them for); the
+        seconds are None when ``all`` was asked for on a runner whose devices are not known."""
+        request = check_pass.gpus
+        devices = self.devices() if request.count < 0 else runner_devices(request)
+        held = request.held(devices)
+        return devices or (), None if held is None else round(held * held_s, 3)
 
     def _run(
         self, target: Target, container: str, started: float, log_kind: str, placed: Placement
@@ -465,12 +489,16 @@ class Harness:
                 error += f" (runs emulated: {placed.text}; is QEMU registered? scripts/engine.sh emulation)"
         return CheckRun(None if error else document, error, exit_code, log)
 
-    def _verification(self, target: Target, run: CheckRun, started: float, placed: Placement) -> Verification:
+    def _verification(
+        self, target: Target, run: CheckRun, started: float, placed: Placement, check_pass: CheckPass
+    ) -> Verification:
         duration = round(time.monotonic() - started, 3)
+        devices, gpu_seconds = self._gpu_use(check_pass, run.held_s)
         if run.error is not None or run.document is None:
             return Verification(
                 target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
                 duration, run.error, run.exit_code, run.log, platform=RunPlatform.of_run(None, placed),
+                devices=devices, gpu_seconds=gpu_seconds,
             )  # fmt: skip
         where = RunPlatform.of_run(run.document.get("platform"), placed)
         verdict, checks, gpu_visible = verdict_of(run.document, self.gpus, where.is_emulated)
@@ -490,15 +518,23 @@ class Harness:
             gpu_figures=gpu_figures,
             inventory=Inventory.from_script(run.document.get("inventory")),
             platform=where,
+            devices=devices,
+            gpu_seconds=gpu_seconds,
         )
 
     def _failed(
-        self, target: Target, started: float, error: str, placed: Placement | None = None
+        self,
+        target: Target,
+        started: float,
+        error: str,
+        placed: Placement | None = None,
+        gpu_seconds: float | None = 0.0,  # no check container ran
     ) -> Verification:
         return Verification(
             target.name, target.image, self.gpus.text, "failed", self.gpus.requested, False, (),
             round(time.monotonic() - started, 3), error,
             platform=RunPlatform.of_run(None, placed) if placed is not None else None,
+            gpu_seconds=gpu_seconds,
         )  # fmt: skip
 
     def _write_log(self, target: Target, stdout: str, stderr: str, kind: str) -> str | None:
@@ -513,78 +549,5 @@ class _PullRefused(Exception):
     """The registry refused the pull for good (no such manifest, denied)."""
 
 
-def verify_all(
-    harness: Harness,
-    targets: list[Target],
-    on_result: Callable[[Verification], None] = lambda _: None,
-) -> list[Verification]:
-    """Verify one target after another (a GPU is the contended resource); always cleans up."""
-    results: list[Verification] = []
-    try:
-        for target in targets:
-            result = harness.verify(target)
-            results.append(result)
-            on_result(result)
-    finally:
-        harness.remove_all()
-    return results
-
-
-# -- a matrix's cells --------------------------------------------------------------------------------
-
-
-def targets_for(
-    cells: Sequence[Cell], report: BuildReport, staged: bool = False
-) -> tuple[list[Target], list[tuple[str, str]]]:
-    """(images to verify, [(cell id, why it cannot be verified)]).
-
-    The images come from the build report (the image id each cell was built or skipped as), so
-    what is verified is exactly what the build produced; with ``staged``, the manifest
-    ``build --push`` staged (``repo@sha256:...``).
-    """
-    by_id = {result.id: result for result in report.cells}
-    targets: list[Target] = []
-    missing: list[tuple[str, str]] = []
-    for cell in cells:
-        result = by_id.get(cell.id)
-        if result is None:
-            missing.append((cell.id, "not in the build report; run `imagekit build` first"))
-        elif result.status not in ("built", "skipped") or not result.image_id:
-            missing.append((cell.id, f"its build {result.status}; nothing to verify"))
-        elif staged and result.staged is None:
-            missing.append(
-                (cell.id, "never staged; run `imagekit build --push` first, or verify without --pull")
-            )
-        else:
-            digest = result.staged.digest if result.staged else None
-            image = result.staged.reference if staged and result.staged else result.image_id
-            targets.append(Target(cell.id, image, result.image_id, digest, cell.platform))
-    return targets, missing
-
-
-def verify_cells(
-    harness: Harness,
-    cells: Sequence[Cell],
-    store: ReportStore,
-    on_result: Callable[[Verification], None] = lambda _: None,
-) -> list[Verification]:
-    """Verify ``cells`` one after another, recording each verdict in the report as it comes:
-    an interrupted run leaves a whole report that says which cells were verified."""
-    report = store.require()
-    targets, missing = targets_for(cells, report, staged=harness.pull)
-    results = [
-        Verification(cell_id, "-", harness.gpus.text, "failed", harness.gpus.requested, False, (), 0.0, why)
-        for cell_id, why in missing
-    ]
-    for result in results:
-        report = report.with_verification(result.target, result)
-        on_result(result)
-    store.save(report)
-
-    def record(result: Verification) -> None:
-        nonlocal report
-        report = report.with_verification(result.target, result)
-        store.save(report)
-        on_result(result)
-
-    return results + verify_all(harness, targets, on_result=record)
+class RunStopped(Exception):
+    """The run was cut short (``Harness.stop``) before this check container could start."""

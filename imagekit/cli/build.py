@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -54,10 +55,16 @@ def _echo_verification(result: Verification) -> None:
     typer.echo(printable(line))  # the reasons are what an image printed
 
 
+def _echo_note(note: str | None) -> None:
+    if note:
+        typer.echo(f"imagekit: {note}", err=True)
+
+
 def _harness(
     api: docker.APIClient, gpus: str, timeout: float, memory: str, logs: Path | None, pull: bool = False
 ) -> Harness:
-    from imagekit.verify import GpuRequest, Harness, Limits
+    from imagekit.gpus import GpuRequest
+    from imagekit.verify import Harness, Limits
 
     limits = Limits(timeout_s=timeout, memory=memory)
     return Harness(api, GpuRequest.parse(gpus), limits, logs_dir=logs, pull=pull)
@@ -294,34 +301,56 @@ def verify(
             " engine lacks it; IMAGEs are pulled when missing.",
         ),
     ] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            max=64,
+            help="Images verified at once. With GPUs, each on a GPU of its own (at most one per GPU),"
+            " then each image's all-GPU checks (NCCL, GEMM on every GPU) one at a time.",
+        ),
+    ] = 1,
     state_dir: StateDirOption = DEFAULT_STATE_DIR,
     as_json: JsonOption = False,
 ) -> None:
     """Start each image with --gpus and run its in-image checks; validated needs a visible GPU.
 
-    Example: imagekit verify --matrix matrix.yaml --gpus all --junit verify.xml
+    Example: imagekit verify --matrix matrix.yaml --gpus all --jobs 8 --junit verify.xml
     Example: imagekit verify --matrix matrix.yaml --only "$CELL" --pull --gpus all
     Example: imagekit verify 2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04 --gpus none
     """
+    from imagekit.clock import timestamp
     from imagekit.engine import connect
+    from imagekit.gpus import GpuRequest
     from imagekit.junit import write_junit
+    from imagekit.report_text import verify_cost
     from imagekit.store import check_output_path, open_store
-    from imagekit.verify import GpuRequest, Target, verify_all, verify_cells
+    from imagekit.verification import VerifyRun
+    from imagekit.verify import Target
+    from imagekit.verify_schedule import schedule, verify_all, verify_cells
 
     GpuRequest.parse(gpus)  # a bad --gpus is bad input (exit 2), whether an engine answers or not
     if junit is not None:  # refused now, not after an hour of checks
         check_output_path(junit, state_dir, "--junit", DEFAULT_LOCK)
     if images and matrix is not None:
         raise InputError("give images or --matrix, not both")
+    started, clock = timestamp(), time.monotonic()
     if images:
-        harness = _harness(connect(), gpus, timeout, memory, None, pull)
-        results = verify_all(harness, [Target(i, i) for i in images], on_result=_echo_verification)
+        harness = _harness(connect(jobs + 2), gpus, timeout, memory, None, pull)
+        plan = schedule(harness, jobs)
+        _echo_note(plan.note)
+        targets = [Target(i, i) for i in images]
+        results = verify_all(harness, targets, on_result=_echo_verification, plan=plan)
     else:
         _, cells = select_cells(matrix or DEFAULT_MATRIX, only)
-        api = connect()
+        api = connect(jobs + 2)  # a connection per running check, and one to spare
         with open_store(state_dir) as store:
             harness = _harness(api, gpus, timeout, memory, store.logs, pull)
-            results = verify_cells(harness, cells, store, on_result=_echo_verification)
+            plan = schedule(harness, jobs)
+            _echo_note(plan.note)
+            results = verify_cells(harness, cells, store, on_result=_echo_verification, plan=plan)
     if junit is not None:
         write_junit(junit, results)
     if as_json:
@@ -331,5 +360,8 @@ def verify(
         for label in ("validated", "checked without GPU", "failed")
     }
     typer.echo("imagekit: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n), err=True)
+    wall_s = time.monotonic() - clock
+    run = VerifyRun.of(started, wall_s, plan.width, harness.gpus.text, plan.devices, results)
+    typer.echo(f"imagekit: {verify_cost(run)}", err=True)
     if counts["failed"]:
         raise typer.Exit(int(ExitCode.CELL_FAILED))

@@ -12,18 +12,32 @@ Never shipped: this file lives under tests/ only.
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 
 from tests.integration.private_engine import private_engine
 
 HOOK = """#!/bin/sh
-# Test-only stand-in for nvidia-container-runtime-hook: record the call, let the container start.
-cat > "{state}"
+# Test-only stand-in for nvidia-container-runtime-hook: record the call and the devices the engine
+# gave the container (the NVIDIA_VISIBLE_DEVICES its driver put in the OCI spec), let it start.
+state=$(mktemp "{state}.XXXXXX")  # one file per call: containers start concurrently
+cat > "$state"
 echo "$*" >> "{calls}"
+"{python}" - "$state" >> "{devices}" <<'EOF'
+import json, sys
+state = json.load(open(sys.argv[1]))
+with open(state["bundle"] + "/config.json") as spec:
+    process = json.load(spec)["process"]
+given = [e.split("=", 1)[1] for e in process["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+print(json.dumps({{"visible": given[-1] if given else None, "args": process["args"]}}))
+EOF
+rm -f "$state"
 exit 0
 """
 
@@ -32,12 +46,18 @@ exit 0
 class FakeGpuEngine:
     host: str  # DOCKER_HOST for this engine
     calls: Path  # one line per prestart-hook call
+    devices: Path  # one JSON line per call: the container's NVIDIA_VISIBLE_DEVICES and its command
 
     def client(self) -> docker.APIClient:
         return docker.APIClient(base_url=self.host, version="auto")
 
     def hook_calls(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+    def containers_seen(self) -> list[dict[str, Any]]:
+        """Each GPU container the engine started: {"visible": its devices, "args": its command}."""
+        lines = self.devices.read_text().splitlines() if self.devices.exists() else []
+        return [json.loads(line) for line in lines]
 
 
 @contextlib.contextmanager
@@ -47,12 +67,15 @@ def fake_gpu_engine(root: Path, images: tuple[str, ...]) -> Iterator[FakeGpuEngi
     hooks = root.parent / f"{root.name}-hooks"
     hooks.mkdir(parents=True)
     calls = hooks / "hook-calls.log"
+    devices = hooks / "hook-devices.log"
     hook = hooks / "nvidia-container-runtime-hook"
-    hook.write_text(HOOK.format(state=hooks / "hook-state.json", calls=calls))
+    hook.write_text(
+        HOOK.format(state=hooks / "hook-state.json", calls=calls, devices=devices, python=sys.executable)
+    )
     hook.chmod(0o755)
     try:
         with private_engine(root, images, extra_path=hooks) as engine:
-            yield FakeGpuEngine(host=engine.host, calls=calls)
+            yield FakeGpuEngine(host=engine.host, calls=calls, devices=devices)
     finally:
         for path in hooks.iterdir():
             path.unlink()

@@ -147,7 +147,28 @@ def test_gpu_request_path_through_a_fake_nvidia_hook(check_image: str, api: dock
         one = imagekit("verify", check_image, "--gpus", "device=0", "--json", cwd=root.parent, env=env)
         assert one.returncode == 1
         assert len(engine.hook_calls()) == 2
+
+        # --jobs: each image on a GPU of its own, as the engine gave it (not as imagekit says)
         client = engine.client()
+        images = [f"{check_image}-{n}" for n in ("a", "b", "c")]
+        for image in images:
+            repository, _, tag = image.rpartition(":")
+            client.tag(check_image, repository, tag)
+        seen_before = len(engine.containers_seen())
+        jobs = imagekit(
+            "verify", *images, "--gpus", "device=0,1", "--jobs", "2", "--json", cwd=root.parent, env=env
+        )  # fmt: skip
+        assert jobs.returncode == 1, jobs.stdout + jobs.stderr
+        seen = engine.containers_seen()[seen_before:]
+        assert sorted(c["visible"] for c in seen) in (["0", "0", "1"], ["0", "1", "1"]), seen
+        assert all("--skip" in c["args"] and "nccl,nccl_bandwidth" in c["args"] for c in seen)
+        results = json.loads(jobs.stdout[jobs.stdout.index("[\n") :])
+        assert [r["target"] for r in results] == images  # in the order asked, whatever finished first
+        assert all(r["verdict"] == "failed" and len(r["devices"]) == 1 for r in results)  # no driver
+        assert sorted(r["devices"][0] for r in results[:2]) == ["0", "1"]
+        assert "GPU-seconds" in jobs.stderr
+        for image in images:
+            client.remove_image(image)
         assert client.containers(all=True, filters={"label": VERIFY_LABEL}) == []
         client.close()
 

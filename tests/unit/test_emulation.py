@@ -19,6 +19,7 @@ import yaml
 from imagekit import emulation, probe_facts
 from imagekit.errors import InputError
 from imagekit.figures import gemm_figures
+from imagekit.gpus import GpuRequest
 from imagekit.html_report import render_html
 from imagekit.junit import junit_xml
 from imagekit.probe import arch, arguments, perf, protocol
@@ -30,7 +31,7 @@ from imagekit.probe_bundle import zipapp_path
 from imagekit.report_text import rows
 from imagekit.store import REPORT_NAME, read_report
 from imagekit.verification import CheckRecord, RunPlatform, Verification, derive_verdict
-from imagekit.verify import GpuRequest, Harness, Target, verdict_of
+from imagekit.verify import Harness, Target, verdict_of
 from tests.unit.report_samples import build_report, sample_report
 
 SCRIPT = zipapp_path("check")

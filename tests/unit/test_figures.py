@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 from imagekit.figures import gemm_figures
+from imagekit.gpus import GpuRequest
 from imagekit.html_report import _gpus
 from imagekit.limits import SHORT_CHARS
 from imagekit.report_text import throttle_note
 from imagekit.verification import CheckRecord, GpuFigures, Span
-from imagekit.verify import GpuRequest, verdict_of
+from imagekit.verify import verdict_of
 
 
 def test_gemm_figure_reaches_the_metrics() -> None:

@@ -11,9 +11,10 @@ import junitparser
 import pytest
 
 from imagekit.errors import InputError
+from imagekit.gpus import GpuRequest
 from imagekit.junit import write_junit
 from imagekit.verification import CheckRecord, GpuFigures, Span, Verification
-from imagekit.verify import GpuRequest, check_arguments, verdict_of
+from imagekit.verify import check_arguments, verdict_of
 
 
 @pytest.mark.parametrize(
@@ -228,7 +229,8 @@ def test_an_engine_gone_while_inspecting_the_image_is_an_environment_problem() -
 def test_pull_targets_are_the_staged_digests() -> None:
     from dataclasses import replace
 
-    from imagekit.verify import Target, targets_for
+    from imagekit.verify import Target
+    from imagekit.verify_schedule import targets_for
     from tests.unit.report_samples import build_report
 
     report = build_report()
@@ -248,7 +250,8 @@ def test_pull_targets_are_the_staged_digests() -> None:
 def test_ctrl_c_during_the_create_call_still_removes_the_container() -> None:
     """The engine made the container but Ctrl-C cut the create response short: its id never reached
     the harness, so only this run's label can find it (a CI run left such a container behind)."""
-    from imagekit.verify import Harness, Target, verify_all
+    from imagekit.verify import Harness, Target
+    from imagekit.verify_schedule import verify_all
 
     class InterruptedApi:
         def __init__(self) -> None:
