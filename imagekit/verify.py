@@ -108,15 +108,38 @@ def check_arguments(
     labels: Mapping[str, str], gpus: GpuRequest, host_machine: str | None = None
 ) -> list[str]:
     """The check script's expectations, read from the image's ``imagekit.*`` labels, and the engine
-    host's machine (so that the probe records whether it ran emulated)."""
-    args: list[str] = []
+    host's machine (so that the probe records whether it ran emulated), all as options."""
+    args, environment = check_invocation(labels, gpus, host_machine)
     for name, value in naming.expectations(labels).items():
-        args += [protocol.EXPECT_OPTIONS[name], value]
+        if name in LATE_EXPECTATIONS:
+            args += [protocol.EXPECT_OPTIONS[name], value]
+    if protocol.HOST_MACHINE_ENV in environment:
+        args += [protocol.HOST_MACHINE_OPTION, environment[protocol.HOST_MACHINE_ENV]]
+    return args
+
+
+# What a probe of an earlier release does not know, told in its environment: its parser exits 2 on
+# an unknown option but it ignores a variable, so an image published before these existed (it runs
+# its own probe) still verifies. The probe of this release reads either spelling.
+LATE_EXPECTATIONS = frozenset({"cuda-archs"})
+
+
+def check_invocation(
+    labels: Mapping[str, str], gpus: GpuRequest, host_machine: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The check script's options and environment, as ``verify`` runs any image's own probe."""
+    args: list[str] = []
+    environment: dict[str, str] = {}
+    for name, value in naming.expectations(labels).items():
+        if name in LATE_EXPECTATIONS:
+            environment[protocol.EXPECT_ENV[name]] = value
+        else:
+            args += [protocol.EXPECT_OPTIONS[name], value]
     if gpus.requested:
         args.append(protocol.REQUIRE_GPU_OPTION)
     if host_machine:
-        args += [protocol.HOST_MACHINE_OPTION, host_machine]
-    return args
+        environment[protocol.HOST_MACHINE_ENV] = host_machine
+    return args, environment
 
 
 # -- what came back --------------------------------------------------------------------------------
@@ -314,6 +337,7 @@ class Harness:
         inject: bool,
         platform: str | None,
         gpus: GpuRequest,
+        environment: Mapping[str, str],
     ) -> Iterator[str]:
         if self._stopped.is_set():
             raise RunStopped
@@ -338,7 +362,7 @@ class Harness:
             command=command,
             host_config=host_config,
             labels={naming.VERIFY_RUN_LABEL: self.run_id, **labels},
-            environment={"PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp", **gpu_env},
+            environment={**environment, "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp", **gpu_env},
             network_disabled=True,
             platform=platform,  # the image's own: emulated when it is not the engine's machine
         )
@@ -400,13 +424,11 @@ class Harness:
             script = labels.get(naming.CHECK_SCRIPT_LABEL)
             inject = not script
             script_path = f"{INJECTED_SCRIPT_DIR}/check.py" if inject else str(script)
-            command = [
-                "python3",
-                script_path,
-                *check_arguments(labels, check_pass.gpus, placed.host_machine),
-                *check_pass.arguments(),
-            ]
-            run = self._check(target, command, inject, started, placed, check_pass, check_pass.kind)
+            args, environment = check_invocation(labels, check_pass.gpus, placed.host_machine)
+            command = ["python3", script_path, *args, *check_pass.arguments()]
+            run = self._check(
+                target, command, inject, started, placed, check_pass, check_pass.kind, environment
+            )
             if run.document is not None and check_pass.frontend and labels.get(naming.FRONTEND_CHECK_LABEL):
                 # A front end: its own checks, behind the image's entrypoint, on loopback only.
                 command = frontend_arguments(labels)
@@ -444,12 +466,15 @@ class Harness:
         placed: Placement,
         check_pass: CheckPass,
         log_kind: str,
+        environment: Mapping[str, str] | None = None,
     ) -> CheckRun:
         """One check container, created, run to its end (or the timeout) and removed; the time from
         creation to removal is what it held its GPUs for (no other cell could have them)."""
         began = time.monotonic()
         mark = {naming.TARGET_LABEL: target.name}
-        with self._container(target.image, command, mark, inject, placed.platform, check_pass.gpus) as cid:
+        with self._container(
+            target.image, command, mark, inject, placed.platform, check_pass.gpus, environment or {}
+        ) as cid:
             run = self._run(target, cid, started, log_kind, placed)
         return replace(run, held_s=time.monotonic() - began)
 

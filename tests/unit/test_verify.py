@@ -14,7 +14,7 @@ from imagekit.errors import InputError
 from imagekit.gpus import GpuRequest
 from imagekit.junit import write_junit
 from imagekit.verification import CheckRecord, GpuFigures, Span, Verification
-from imagekit.verify import check_arguments, verdict_of
+from imagekit.verify import check_arguments, check_invocation, verdict_of
 
 
 @pytest.mark.parametrize(
@@ -65,6 +65,19 @@ def test_check_arguments_come_from_labels() -> None:
         "--expect-python", "3.10", "--flavour", "devel", "--require-gpu",
     ]  # fmt: skip
     assert "--require-gpu" not in check_arguments(labels, GpuRequest.parse("none"))
+
+
+def test_verify_tells_a_probe_what_it_may_not_know_in_its_environment() -> None:
+    """An image published by an earlier release runs its own probe, whose parser exits 2 on an
+    option it does not know (--expect-cuda-archs, --host-machine) but ignores a variable."""
+    labels = {"imagekit.torch": "2.11.0", "imagekit.cuda-archs": "8.0;9.0"}
+    args, environment = check_invocation(labels, GpuRequest.parse("none"), "x86_64")
+    assert args == ["--expect-torch", "2.11.0"]
+    assert environment == {"IMAGEKIT_EXPECT_CUDA_ARCHS": "8.0;9.0", "IMAGEKIT_HOST_MACHINE": "x86_64"}
+    # a Job (k8s) runs an image this release published: everything as options
+    assert check_arguments(labels, GpuRequest.parse("none"), "x86_64") == [
+        "--expect-torch", "2.11.0", "--expect-cuda-archs", "8.0;9.0", "--host-machine", "x86_64",
+    ]  # fmt: skip
 
 
 def doc(
