@@ -12,7 +12,6 @@ existed, and its cells keep their ids, tags and input digests.
 
 from __future__ import annotations
 
-import platform as _host
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,8 +51,3 @@ def get(name: str) -> Platform:
 def of_machine(machine: str) -> Platform | None:
     """The platform whose CPU ``uname -m`` (or an engine's ``Architecture``) names, if known."""
     return _BY_MACHINE.get(machine.lower())
-
-
-def host() -> Platform | None:
-    """The platform this process runs on natively (None on a CPU imagekit builds no images for)."""
-    return of_machine(_host.machine())
