@@ -42,8 +42,13 @@ class Placement:
 
     @property
     def text(self) -> str:
-        where = self.machine or "?"
-        return f"{where} (emulated on {self.host_machine})" if self.emulated else where
+        return where_it_ran(self.machine, self.host_machine, self.emulated)
+
+
+def where_it_ran(machine: str | None, host_machine: str | None, emulated: bool) -> str:
+    """``aarch64 (emulated on x86_64)``, ``x86_64``: how a run's machine is shown everywhere."""
+    where = machine or "?"
+    return f"{where} (emulated on {host_machine or '?'})" if emulated else where
 
 
 def engine_machine(info: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from imagekit import naming
-from imagekit.emulation import Placement, uname
+from imagekit.emulation import Placement, uname, where_it_ran
 from imagekit.limits import MAX_GPUS, MAX_ITEMS, SHORT_CHARS, TEXT_CHARS
 from imagekit.probe import protocol
 from imagekit.safetypes import (
@@ -243,8 +243,7 @@ class RunPlatform:
     @property
     def text(self) -> str:
         """``aarch64 (emulated on x86_64)``, ``x86_64``: what a report shows."""
-        machine = self.machine or "?"
-        return f"{machine} (emulated on {self.host_machine or '?'})" if self.is_emulated else machine
+        return where_it_ran(self.machine, self.host_machine, self.is_emulated)
 
     @classmethod
     def of_run(cls, found: object, placed: Placement) -> RunPlatform:

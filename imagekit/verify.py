@@ -110,11 +110,8 @@ def check_arguments(
     """The check script's expectations, read from the image's ``imagekit.*`` labels, and the engine
     host's machine (so that the probe records whether it ran emulated), all as options."""
     args, environment = check_invocation(labels, gpus, host_machine)
-    for name, value in naming.expectations(labels).items():
-        if name in LATE_EXPECTATIONS:
-            args += [protocol.EXPECT_OPTIONS[name], value]
-    if protocol.HOST_MACHINE_ENV in environment:
-        args += [protocol.HOST_MACHINE_OPTION, environment[protocol.HOST_MACHINE_ENV]]
+    for variable, value in environment.items():
+        args += [_OPTION_OF_VARIABLE[variable], value]
     return args
 
 
@@ -122,6 +119,11 @@ def check_arguments(
 # an unknown option but it ignores a variable, so an image published before these existed (it runs
 # its own probe) still verifies. The probe of this release reads either spelling.
 LATE_EXPECTATIONS = frozenset({"cuda-archs"})
+# each variable ``check_invocation`` may set, and the option that says the same
+_OPTION_OF_VARIABLE = {
+    **{protocol.EXPECT_ENV[name]: protocol.EXPECT_OPTIONS[name] for name in LATE_EXPECTATIONS},
+    protocol.HOST_MACHINE_ENV: protocol.HOST_MACHINE_OPTION,
+}
 
 
 def check_invocation(
