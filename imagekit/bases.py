@@ -48,6 +48,8 @@ class ResolvedBase:
     build_from: str  # what the Dockerfile's FROM says (pinned when asked)
     digest: str | None  # name@sha256:... or the image id
     error: str | None
+    # (the name inspected, the image id it named): what a no-change run checks the engine for again
+    engine_image: tuple[str, str] | None = None
 
 
 def recorded_digests(previous: BuildReport | None) -> dict[str, str]:
@@ -106,6 +108,7 @@ def resolve_base(
         build_from=str(image["Id"]) if by_id else digest if pin and digest else reference,
         digest=digest or str(image["Id"]),
         error=None,
+        engine_image=(target, str(image["Id"])),
     )
 
 

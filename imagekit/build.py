@@ -46,10 +46,10 @@ from imagekit.engine import (
     BuildStream,
     EngineFailure,
     alive,
-    engine_address,
     inspect_image,
     is_engine_failure,
 )
+from imagekit.engine_socket import engine_address
 from imagekit.errors import EnvironmentProblem, ImagekitError, one_line
 from imagekit.jobs import Job, plan_jobs
 from imagekit.limits import STATE_BYTES
@@ -88,6 +88,9 @@ class BuildOutcome:
     report: BuildReport
     interrupted: bool
     verifications: tuple[Verification, ...] = ()
+    # (name, image id) of each base the run found in the engine rather than built: with the
+    # report's own images, the engine state a no-change run depends on (``imagekit.unchanged``)
+    external_bases: tuple[tuple[str, str], ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -178,6 +181,7 @@ class Builder:
         self.hasher = FileHasher.from_state(store.state_dir)
         self._by_input_digest: dict[str, list[dict[str, Any]]] | None = None
         self._index_lock = threading.Lock()
+        self.external_bases: tuple[tuple[str, str], ...] = ()
         self.remote: BuildRegistry | None = None
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
@@ -217,7 +221,7 @@ class Builder:
             cells=tuple(self._final(c.id, "cell", c.base_image) for c in cells),
             bases=tuple(self._final(j.name, "base", j.base_reference) for j in jobs if j.kind == "base"),
         ).keeping_verifications(self.previous)
-        return BuildOutcome(report, interrupted)
+        return BuildOutcome(report, interrupted, external_bases=self.external_bases)
 
     def _final(self, name: str, kind: Literal["cell", "base"], base: str) -> CellResult:
         found = self.results.get(name)
@@ -261,6 +265,7 @@ class Builder:
                 platforms.get(cell.platform),
                 by_id,
             )
+        self.external_bases = tuple(sorted({r.engine_image for r in resolved.values() if r.engine_image}))
         renderer = Renderer(self.plan, hasher=self.hasher)
         return plan_jobs(self.plan, mirrored, renderer, resolved, options.today)
 

@@ -30,7 +30,7 @@ from imagekit.atomic import atomic_write
 from imagekit.cells import LocalBase
 from imagekit.errors import ImagekitError, InputError
 from imagekit.limits import HASH_CACHE_BYTES, MAX_RECORDS
-from imagekit.paths import read_regular_file
+from imagekit.paths import depends_on, read_regular_file
 
 DOCKERFILE_NAME = "Dockerfile"
 HASH_CACHE_NAME = "hashes.json"
@@ -63,6 +63,7 @@ class FileHasher:
         self.hashed_bytes = 0  # bytes read to hash this run (what the cache saves shows here)
 
     def digest(self, path: Path) -> str:
+        depends_on(path)  # read, or known by its stat: either way an input of this run
         try:
             stat = path.stat()
             key = _key(path, stat)

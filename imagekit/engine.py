@@ -7,7 +7,6 @@ one exception type per cause (``EngineFailure`` for the engine, ``APIError`` for
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import threading
@@ -22,6 +21,7 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils.json_stream import json_stream
 
+from imagekit.engine_socket import engine_address
 from imagekit.errors import EnvironmentProblem
 from imagekit.naming import reference, split_reference
 
@@ -29,10 +29,6 @@ START_HINT = "start one (`sudo dockerd` or `scripts/engine.sh docker`) or set DO
 # Read timeout for ordinary calls; builds and pulls stream with no read timeout (a silent
 # RUN step may take an hour) and are bounded by the builder's own wall-clock timeout instead.
 CALL_TIMEOUT_S = 60
-
-
-def engine_address() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
 class EngineFailure(Exception):

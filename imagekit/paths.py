@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from pathlib import Path
 
 from imagekit.errors import EnvironmentProblem, ImagekitError, InputError
@@ -23,6 +24,17 @@ from imagekit.limits import FILE_NAME_BYTES, PATH_BYTES
 # The path is wrong (a flag or the matrix names it): the user fixes it, exit 2. Anything else
 # (a full or read-only disk, permissions) is the environment, exit 3.
 _BAD_PATH = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EINVAL, errno.EEXIST}
+
+
+# Python's audit events show which files a run opens; a file a run depends on without opening it
+# (a digest from the stat-keyed cache, a size from a listing) is announced with this one, so a
+# recorder of a run's inputs (``imagekit.unchanged``) sees it too.
+INPUT_EVENT = "imagekit.input"
+
+
+def depends_on(path: Path | str) -> None:
+    """Say that this run's outcome depends on ``path``, which it may not open."""
+    sys.audit(INPUT_EVENT, os.fspath(path))
 
 
 def os_problem(exc: OSError, path: Path | str, doing: str, fix: str = "") -> ImagekitError:

@@ -37,7 +37,7 @@ from imagekit.contract import (
 )
 from imagekit.errors import InputError, one_line
 from imagekit.limits import TEMPLATE_BYTES
-from imagekit.paths import read_regular_file
+from imagekit.paths import depends_on, read_regular_file
 from imagekit.recipe import (
     WHEELHOUSE_CONTEXT,
     FrontendRecipe,
@@ -268,6 +268,7 @@ class Renderer:
     def frontend_template(self) -> jinja2.Template:
         """The front-end template: the templates' own `frontend/`, else imagekit's."""
         chosen = self.templates / FRONTEND_TEMPLATES
+        depends_on(chosen / "Dockerfile.j2")  # there or not, it decides which template renders
         if not (chosen / "Dockerfile.j2").is_file():
             chosen = default_templates_dir() / FRONTEND_TEMPLATES
         try:

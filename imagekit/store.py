@@ -222,6 +222,11 @@ class BuildReport:
         }
 
 
+def report_json_text(data: dict[str, Any]) -> str:
+    """A report's file text: ``BuildReport.as_json``, or a no-change run's update of it."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
 def write_report(state_dir: Path, report: BuildReport) -> Path:
     """Write the report whole; one its own reader would refuse (merged or imported past the
     limits) is refused here instead, and the previous report is kept."""
@@ -232,7 +237,7 @@ def write_report(state_dir: Path, report: BuildReport) -> Path:
                 f"{path}: the report would hold {len(records):,} {kind}; a report holds at most"
                 f" {MAX_RECORDS:,}: merge or import fewer at once (the previous report is kept)"
             )
-    text = json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n"
+    text = report_json_text(report.as_json())
     if len(text.encode()) > STATE_BYTES:
         raise InputError(
             f"{path}: the report would be larger than {STATE_BYTES:,} bytes: merge or import fewer"

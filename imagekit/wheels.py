@@ -48,7 +48,7 @@ from urllib.parse import unquote, urlsplit
 from imagekit.atomic import atomic_write
 from imagekit.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.limits import CLOSURE_CACHE_BYTES
-from imagekit.paths import read_regular_file
+from imagekit.paths import depends_on, read_regular_file
 from imagekit.platforms import DEFAULT as DEFAULT_PLATFORM
 from imagekit.platforms import PLATFORMS
 from imagekit.platforms import get as get_platform
@@ -158,6 +158,7 @@ def _listing(wheelhouses: Sequence[Path]) -> list[tuple[str, int]]:
     for root in wheelhouses:
         for path in sorted(root.rglob("*")):
             if path.is_file():
+                depends_on(path)  # its size keys the closure cache
                 found.append((str(path.relative_to(root)), path.stat().st_size))
     return found
 

@@ -131,6 +131,37 @@ def build(
     Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
     Example: imagekit build --matrix matrix.yaml --only "$CELL" --push
     """
+    from imagekit import unchanged
+
+    day = today()
+    # Only a run that may build, push and verify nothing is answered from the record of the last
+    # full run that changed nothing (`imagekit.unchanged`): the nightly where nothing changed.
+    run_key = None
+    if not (force or push or then_verify):
+        run_key = unchanged.run_key(
+            {
+                "matrix": str(matrix.absolute()),
+                "only": only,
+                "jobs": jobs,
+                "timeout": timeout,
+                "fail_fast": fail_fast,
+                "pin_base_digests": pin_base_digests,
+                "mirror": mirror,
+                "cache_from": cache_from,
+                "registry": registry,
+                "network": network,
+                "label": label,
+                "state_dir": str(state_dir.absolute()),
+                "json": as_json,
+            }
+        )
+        answered = unchanged.answer(state_dir, run_key, day)
+        if answered is not None:
+            if as_json:
+                typer.echo(answered.report.read_text(encoding="utf-8"), nl=False)
+            typer.echo(f"imagekit: {answered.summary}; report: {answered.report}", err=True)
+            return
+
     from imagekit.build import Builder, BuildOptions
     from imagekit.engine import connect
     from imagekit.pipeline import build_and_verify
@@ -157,35 +188,43 @@ def build(
             problem = IMAGE_PREFIX.problem(prefix)
             if problem is not None:
                 raise InputError(f"--mirror {shown('='.join(pair))}: {problem}")
-    the_plan, cells = select_cells(matrix, only)
-    if push or registry is not None:
-        host: str | None = registry_host(registry, the_plan, matrix)
-    else:
-        host = the_plan.matrix.publish.registry
-    options = BuildOptions(
-        today=today(),
-        jobs=jobs,
-        force=force,
-        timeout_s=timeout,
-        fail_fast=fail_fast,
-        pin_base_digests=pin_base_digests,
-        mirrors=mirrors,
-        cache_from=cache_from,
-        network_mode=network,
-        extra_labels=extra_labels,
-        push=push,
-        registry=host,
-    )
-    api = connect(pool_size=jobs + 8)
-    with open_store(state_dir) as store:
-        progress = make_progress(live=sys.stderr.isatty() and not as_json)
-        harness = _harness(api, gpus, verify_timeout, "16g", store.logs) if then_verify else None
-        try:
-            outcome = build_and_verify(
-                Builder(api, the_plan, options, progress, store), cells, store, harness, _echo_verification
-            )
-        finally:
-            progress.close()
+    with unchanged.ReadRecorder(unchanged.ignored_dirs(state_dir)) as reads:
+        the_plan, cells = select_cells(matrix, only)
+        if push or registry is not None:
+            host: str | None = registry_host(registry, the_plan, matrix)
+        else:
+            host = the_plan.matrix.publish.registry
+        options = BuildOptions(
+            today=day,
+            jobs=jobs,
+            force=force,
+            timeout_s=timeout,
+            fail_fast=fail_fast,
+            pin_base_digests=pin_base_digests,
+            mirrors=mirrors,
+            cache_from=cache_from,
+            network_mode=network,
+            extra_labels=extra_labels,
+            push=push,
+            registry=host,
+        )
+        api = connect(pool_size=jobs + 8)
+        with open_store(state_dir) as store:
+            unchanged.forget(state_dir)  # this run may change the report and the engine
+            progress = make_progress(live=sys.stderr.isatty() and not as_json)
+            harness = _harness(api, gpus, verify_timeout, "16g", store.logs) if then_verify else None
+            try:
+                outcome = build_and_verify(
+                    Builder(api, the_plan, options, progress, store),
+                    cells,
+                    store,
+                    harness,
+                    _echo_verification,
+                )
+            finally:
+                progress.close()
+            if run_key is not None:
+                unchanged.record(state_dir, run_key, reads, outcome, unchanged.Names.of_plan(the_plan), day)
     if as_json:
         typer.echo(store.path.read_text(encoding="utf-8"), nl=False)
     typer.echo(f"imagekit: {summary_line(outcome.report)}; report: {store.path}", err=True)

@@ -297,3 +297,77 @@ def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> No
     assert result.returncode == 3
     assert "another `imagekit build`" in result.stderr
     assert not (project.root / ".imagekit" / "report.json").exists()
+
+
+def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
+    project: Project, api: docker.APIClient
+) -> None:
+    """The second no-change run is answered from the record the first one left (imagekit.unchanged):
+    no build and no container, the same images; a new day's dated tags land on the cell's image; a
+    touched input, a missing tag or --force goes the full way again."""
+    (project.root / "local").mkdir()
+    (project.root / "local" / "Dockerfile").write_text(f"FROM {BUSYBOX}\nRUN echo local > /etc/local-base\n")
+    local_image = f"{project.repository}-base:dev"
+    write_cells(
+        project,
+        ["2.1", "2.2"],
+        base_axis=["busybox", "local"],
+        bases={**busybox_base(), **busybox_base("local", local_image, build="local")},
+    )
+    record = project.root / ".imagekit" / "unchanged.json"
+    assert project.build().returncode == 0
+    assert not record.exists()  # it built: nothing to answer from
+    full = project.build()
+    assert full.returncode == 0, full.stderr
+    assert record.exists() and "nothing changed" not in full.stderr
+    built = project.report()
+
+    started_ns = time.time_ns()
+    answered = project.build()
+    until = int(time.time()) + 1
+    assert answered.returncode == 0, answered.stderr
+    assert "4 cells: 4 skipped" in answered.stderr and "nothing changed since the run of" in answered.stderr
+    assert project.report() == built  # the same records: only the run's start and duration moved
+    events = api.events(since=started_ns // 10**9, until=until, decode=True, filters={"type": "container"})
+    ours = {r["image_id"] for r in built.values()}
+    assert [
+        e for e in events if e["timeNano"] >= started_ns and e["Actor"]["Attributes"].get("image") in ours
+    ] == []
+    assert (
+        json.loads(project.run("report", "--json").stdout)["counts"]["skipped"] == 4
+    )  # its reader accepts it
+
+    # A new day: the answer puts that day's dated tag on each cell's image, as a full run would.
+    tomorrow = {"SOURCE_DATE_EPOCH": str(int(time.time()) + 86_400)}
+    day = time.strftime("%Y%m%d", time.gmtime(int(tomorrow["SOURCE_DATE_EPOCH"])))
+    next_day = project.build(env=tomorrow)
+    assert next_day.returncode == 0 and "nothing changed" in next_day.stderr, next_day.stderr
+    for cell in (r for r in project.report().values() if r["kind"] == "cell"):
+        dated = [t for t in cell["tags"] if t.endswith(f"-{day}")]
+        assert len(dated) == 1 and dated[0] in tags_of(api, str(cell["image_id"]))
+        assert cell["built_on"] == f"{day[:4]}-{day[4:6]}-{day[6:]}"
+    # ... the same images and tags the full run finds that day
+    answered_report = {k: (v["image_id"], v["tags"], v["built_on"]) for k, v in project.report().items()}
+    full_next_day = project.build("--jobs", "2", env=tomorrow)  # another command line: not answered
+    assert full_next_day.returncode == 0 and "nothing changed" not in full_next_day.stderr
+    assert {
+        k: (v["image_id"], v["tags"], v["built_on"]) for k, v in project.report().items()
+    } == answered_report
+
+    # A touched template (same bytes, new mtime): the full run, which skips every cell again.
+    template = project.root / "templates" / "Dockerfile.j2"
+    template.write_text(template.read_text())
+    touched = project.build()
+    assert touched.returncode == 0 and "nothing changed" not in touched.stderr, touched.stderr
+    assert {r["status"] for r in project.report().values()} == {"skipped"}
+    # A tag taken off an image: the full run puts it back.
+    readable = next(str(r["tags"][0]) for r in project.report().values() if r["kind"] == "cell")
+    assert project.build().returncode == 0  # answered: the record is current again
+    api.remove_image(readable)  # the image keeps its other tags
+    repaired = project.build()
+    assert repaired.returncode == 0 and "nothing changed" not in repaired.stderr, repaired.stderr
+    assert has_tag(api, readable)
+    # --force is never answered.
+    forced = project.build("--force", "--only", "busybox-*")
+    assert forced.returncode == 0 and "nothing changed" not in forced.stderr
+    assert not record.exists()

@@ -1,0 +1,438 @@
+"""No-change runs: `imagekit build` answered from the record of the last run that changed nothing.
+
+A nightly where nothing changed should cost a stat of each input and a look at the engine, not a
+plan, a render of every Dockerfile and a Python process importing pydantic, Jinja and docker-py.
+So a full run that built nothing (every cell and base skipped, no process started, not
+interrupted) leaves a record, ``STATE_DIR/unchanged.json``:
+
+- the run's key: the command line, the environment that steers a build (DOCKER_*, IMAGEKIT_*,
+  PIP_*, PATH, ...), the interpreter, and a stat of every file of the imagekit package;
+- a stat (path, size, mtime, inode, ctime, as ``imagekit.context`` keys its hashes) of every file
+  the run opened for reading and every directory it listed or opened a file in, as Python's audit
+  events saw them (and the files it used unopened, ``imagekit.paths.depends_on``): the matrix,
+  templates, contexts, the wheelhouse listing, the closure cache, the modules it imported. Nothing
+  is listed by hand, so a reader added later is not forgotten;
+- the sha256 of the report the run wrote, and the pulled bases it found in the engine.
+
+The next run with the same key, whose inputs all stat the same and whose report is byte for byte
+that one, checks the engine instead of planning: an inspect of each image of the report (still
+there, with its digest label and every tag the report names) and of each pulled base (still the
+same image). On a new day it adds the dated tags the full run would add, only to images that carry
+the same tag of the record's day. Then it rewrites the report (start, duration, tags and day;
+verifications kept: the images are the same) and the record. Any difference, any doubt, an
+unreadable record: the full run, which drops the record first.
+
+The record is the state directory's, which anyone may edit: it is read bounded and strictly, and
+it can only send a run down the full path or let it skip work the engine shows was done: it
+names no image that the engine does not show already carrying the report's tags and digest.
+The report is read here as JSON, without its pydantic model (building that costs more than the
+whole answer); every reader of the report still checks it whole.
+"""
+
+# Paths here are the plain strings audit events hand over; thousands of stats a run go without Path.
+# ruff: noqa: PTH100, PTH109, PTH116, PTH118, PTH120
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import imagekit
+from imagekit import naming
+from imagekit.atomic import atomic_write
+from imagekit.clock import timestamp
+from imagekit.engine_socket import EngineSocket, EngineSocketError
+from imagekit.errors import ImagekitError
+from imagekit.limits import STATE_BYTES
+from imagekit.paths import INPUT_EVENT, read_regular_file
+from imagekit.store import REPORT_NAME, report_json_text, state_lock
+
+if TYPE_CHECKING:
+    from imagekit.build import BuildOutcome
+    from imagekit.cells import Plan
+
+RECORD_NAME = "unchanged.json"
+RECORD_VERSION = 1
+RECORD_BYTES = 32 << 20
+MAX_FILES = 200_000
+# The environment a build reads, directly or through docker-py, pip and the registry client.
+ENV_PREFIXES = ("DOCKER_", "IMAGEKIT_", "PIP_", "XDG_", "PYTHON")
+ENV_NAMES = frozenset({"HOME", "PATH", "TMPDIR"})  # the day is the record's own field
+# Kernel files change under a reader and say nothing about a build's inputs.
+_KERNEL = ("/proc/", "/sys/", "/dev/")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+FileKey = tuple[str, int, int, int, int]
+
+
+def _file_key(path: str) -> FileKey:
+    """What a stat says of ``path``; ``(path, -1, 0, 0, 0)`` when there is nothing there, which
+    is an answer too (a template directory without a front-end template uses imagekit's)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return (path, -1, 0, 0, 0)
+    return (path, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
+
+
+def _package_files() -> list[FileKey]:
+    """A stat of every file of the imagekit package: its code, templates and data tables."""
+    root = os.path.dirname(imagekit.__file__)
+    keys: list[FileKey] = []
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        keys += [_file_key(os.path.join(directory, name)) for name in sorted(filenames)]
+    return keys
+
+
+def run_key(command: Mapping[str, Any]) -> str:
+    """What besides its files decides a build's outcome: ``command`` (every option, as parsed)."""
+    document = {
+        "command": command,
+        "cwd": os.getcwd(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)},
+        "python": [sys.prefix, sys.base_prefix, sys.version],
+        # an installed or upgraded package (Jinja, docker-py, pydantic) changes its directory's entries
+        "path": [_file_key(p) for p in sys.path if p],
+        "imagekit": _package_files(),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# -- what a full run read ----------------------------------------------------------------------------
+
+
+@dataclass
+class ReadRecorder:
+    """The files a run opens for reading and the directories it lists, from Python's audit events
+    (every thread of the process); whether it started a process, whose reads nobody sees."""
+
+    ignored: tuple[str, ...]  # real paths of directories whose files are not inputs (the state dir)
+    files: set[str] = field(default_factory=set)
+    directories: set[str] = field(default_factory=set)
+    started_process: bool = False
+
+    def __enter__(self) -> ReadRecorder:
+        if not _Hook.installed:  # an audit hook stays for the life of the process: one, idle when unused
+            sys.addaudithook(_Hook.audit)
+            _Hook.installed = True
+        _Hook.recording = self
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        _Hook.recording = None
+
+    def note(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(mode, str):
+                if any(c in mode for c in "wax+"):
+                    return
+            elif isinstance(flags, int) and flags & _WRITE_FLAGS:
+                return
+            into = self.files
+        elif event == INPUT_EVENT:
+            path = args[0]
+            into = self.files
+        elif event in ("os.listdir", "os.scandir"):
+            path = args[0] if args[0] is not None else "."
+            into = self.directories
+        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork"):
+            self.started_process = True
+            return
+        else:
+            return
+        if isinstance(path, int):  # an open descriptor: its name was recorded when it was opened
+            return
+        try:
+            name = os.path.abspath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return
+        if not name.startswith(_KERNEL) and not name.startswith(self.ignored):
+            into.add(name)
+
+    def inputs(self) -> list[FileKey]:
+        """A stat of every input, and of the directory of each file (a file added beside it)."""
+        paths = self.files | self.directories | {os.path.dirname(f) for f in self.files}
+        return [_file_key(p) for p in sorted(paths)]
+
+
+class _Hook:
+    installed = False
+    recording: ReadRecorder | None = None
+
+    @staticmethod
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        recorder = _Hook.recording
+        if recorder is not None:
+            recorder.note(event, args)
+
+
+def ignored_dirs(*paths: Path) -> tuple[str, ...]:
+    out: list[str] = []
+    for path in paths:
+        for name in {os.path.abspath(path), os.path.realpath(path)}:
+            out.append(name.rstrip(os.sep) + os.sep)
+    return tuple(out)
+
+
+# -- the record --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Names:
+    """What names a cell's image: the matrix's repository and immutable patterns, each cell's
+    readable tag (``imagekit.naming.immutable_tags`` fills them for a day)."""
+
+    repository: str
+    patterns: tuple[str, ...]
+    readable: Mapping[str, str]  # cell id -> readable tag
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> Names:
+        publish = plan.matrix.publish
+        return cls(
+            naming.repository(publish.registry, publish.repository),
+            tuple(publish.tags.immutable),
+            {cell.id: cell.image_tag for cell in plan.cells},
+        )
+
+    def references(self, cell: str, day: date, input_digest: str) -> list[str]:
+        tags = naming.immutable_tags(self.readable[cell], self.patterns, day, input_digest)
+        return [naming.reference(self.repository, t) for t in tags]
+
+
+@dataclass(frozen=True)
+class Record:
+    key: str
+    day: date
+    report_sha256: str
+    inputs: tuple[FileKey, ...]
+    bases: tuple[tuple[str, str], ...]  # (name inspected, image id)
+    names: Names
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": RECORD_VERSION,
+            "key": self.key,
+            "day": self.day.isoformat(),
+            "report_sha256": self.report_sha256,
+            "inputs": [list(k) for k in self.inputs],
+            "bases": [list(b) for b in self.bases],
+            "repository": self.names.repository,
+            "patterns": list(self.names.patterns),
+            "readable": dict(self.names.readable),
+        }
+
+
+def _strings(value: Any, length: int | None = None) -> bool:
+    return (
+        isinstance(value, list)
+        and (length is None or len(value) == length)
+        and all(isinstance(v, str) for v in value)
+    )
+
+
+def _parse(raw: bytes) -> Record | None:
+    """The record, or None for anything but exactly what ``write`` writes."""
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
+            return None
+        inputs = data["inputs"]
+        if not isinstance(inputs, list) or len(inputs) > MAX_FILES:
+            return None
+        keys: list[FileKey] = []
+        for item in inputs:
+            if not (
+                isinstance(item, list)
+                and len(item) == 5
+                and isinstance(item[0], str)
+                and all(type(n) is int for n in item[1:])
+            ):
+                return None
+            keys.append((item[0], item[1], item[2], item[3], item[4]))
+        bases = data["bases"]
+        readable = data["readable"]
+        if not (
+            isinstance(bases, list)
+            and all(_strings(b, 2) for b in bases)
+            and _strings(data["patterns"])
+            and isinstance(readable, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in readable.items())
+            and all(isinstance(data[k], str) for k in ("key", "day", "report_sha256", "repository"))
+        ):
+            return None
+        return Record(
+            key=data["key"],
+            day=date.fromisoformat(data["day"]),
+            report_sha256=data["report_sha256"],
+            inputs=tuple(keys),
+            bases=tuple((b[0], b[1]) for b in bases),
+            names=Names(data["repository"], tuple(data["patterns"]), readable),
+        )
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+def forget(state_dir: Path) -> None:
+    """Drop the record: a run that may change the report or the engine starts here."""
+    # a record that cannot be removed is one whose report hash will no longer match
+    with contextlib.suppress(OSError):
+        (state_dir / RECORD_NAME).unlink(missing_ok=True)
+
+
+def _write(state_dir: Path, record: Record) -> None:
+    try:
+        atomic_write(state_dir / RECORD_NAME, json.dumps(record.as_json(), sort_keys=True) + "\n", state_dir)
+    except ImagekitError:
+        forget(state_dir)  # a record is only ever a shortcut; without one the next run is a full one
+
+
+def _report_digest(state_dir: Path) -> tuple[bytes, str] | None:
+    try:
+        raw = read_regular_file(state_dir / REPORT_NAME, STATE_BYTES, "the report.json imagekit writes")
+    except (OSError, ImagekitError):
+        return None
+    return raw, hashlib.sha256(raw).hexdigest()
+
+
+def record(
+    state_dir: Path, key: str, reads: ReadRecorder, outcome: BuildOutcome, names: Names, day: date
+) -> str | None:
+    """Leave the record of a full run when it changed nothing (every cell and base skipped, not
+    interrupted); the reason when it leaves none. The caller holds the state directory's lock."""
+    results = (*outcome.report.cells, *outcome.report.bases)
+    if outcome.interrupted or not outcome.report.cells or any(r.status != "skipped" for r in results):
+        return "it built something, or did not finish"
+    if reads.started_process:
+        return "it started a process, whose reads are not known"
+    inputs = reads.inputs()
+    found = _report_digest(state_dir)
+    if found is None:
+        return "its report cannot be read back"
+    _write(state_dir, Record(key, day, found[1], tuple(inputs), outcome.external_bases, names))
+    return None
+
+
+# -- answering a run from the record -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    report: Path
+    cells: int
+    since: str  # when the recorded run started
+    duration_s: float
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{self.cells} cells: {self.cells} skipped in {self.duration_s:.1f}s (nothing changed"
+            f" since the run of {self.since})"
+        )
+
+
+def answer(state_dir: Path, key: str, today: date) -> Answer | None:
+    """Redo the recorded run's outcome when nothing it depends on changed; None: run in full."""
+    if not (state_dir / RECORD_NAME).is_file():
+        return None
+    with state_lock(state_dir):
+        return _answer(state_dir, key, today)
+
+
+def _answer(state_dir: Path, key: str, today: date) -> Answer | None:
+    clock = time.monotonic()
+    try:
+        raw = read_regular_file(state_dir / RECORD_NAME, RECORD_BYTES, "the unchanged.json imagekit writes")
+    except (OSError, ImagekitError):
+        return None
+    found = _parse(raw)
+    if found is None or found.key != key:
+        return None
+    if any(_file_key(k[0]) != k for k in found.inputs):
+        return None
+    read = _report_digest(state_dir)
+    if read is None or read[1] != found.report_sha256:
+        return None
+    try:
+        report = json.loads(read[0])
+        retags = _engine_agrees(report, found, today)
+    except (EngineSocketError, ValueError, KeyError, TypeError, AttributeError, ImagekitError):
+        return None
+    if retags is None:
+        return None
+    since = str(report["started"])
+    duration = round(time.monotonic() - clock, 2)
+    report["started"] = timestamp()
+    report["duration_s"] = duration
+    for result in report["cells"]:
+        result["tags"] = retags.get(result["id"], result["tags"])
+        if result["id"] in retags:
+            result["built_on"] = today.isoformat()
+    text = report_json_text(report)
+    try:
+        atomic_write(state_dir / REPORT_NAME, text, inside=state_dir)
+    except ImagekitError:
+        return None
+    _write(
+        state_dir,
+        Record(key, today, hashlib.sha256(text.encode()).hexdigest(), found.inputs, found.bases, found.names),
+    )
+    return Answer(state_dir / REPORT_NAME, len(report["cells"]), since, duration)
+
+
+def _engine_agrees(report: dict[str, Any], found: Record, today: date) -> dict[str, list[str]] | None:
+    """Check the engine holds what the report says, and put today's dated tags on the cells'
+    images when the record is of another day. Each cell's new tags by id; None: not so."""
+    # An inspect per image, not one listing: engines compute every image's sizes for a listing
+    # (~0.2 s for 70 images here), an inspect is a lookup (~1-5 ms).
+    engine = EngineSocket()
+    retags: dict[str, list[str]] = {}
+    todo: list[tuple[str, str]] = []  # (image id, reference) to tag
+    results = [(r, naming.INPUT_DIGEST_LABEL) for r in report["cells"]]
+    results += [(r, naming.CONTEXT_DIGEST_LABEL) for r in report["bases"]]
+    if not report["cells"]:
+        return None
+    for result, label in results:
+        digest = result["input_digest"]
+        if (
+            result["status"] != "skipped"
+            or not isinstance(digest, str)
+            or not isinstance(result["image_id"], str)
+        ):
+            return None
+        image = engine.image(result["image_id"])
+        if image is None or image.get("Id") != result["image_id"]:
+            return None
+        if ((image.get("Config") or {}).get("Labels") or {}).get(label) != digest:
+            return None
+        tags = result["tags"]
+        if not _strings(tags) or not set(tags) <= set(image.get("RepoTags") or ()):
+            return None
+        if label == naming.INPUT_DIGEST_LABEL and today != found.day:
+            cell = result["id"]
+            if cell not in found.names.readable or tags != found.names.references(cell, found.day, digest):
+                return None
+            new = found.names.references(cell, today, digest)
+            retags[cell] = new
+            todo += [(result["image_id"], ref) for ref in new if ref not in tags]
+    for name, image_id in found.bases:
+        base = engine.image(name)
+        if base is None or base.get("Id") != image_id:
+            return None
+    for image_id, ref in todo:
+        repository, tag = naming.split_reference(ref)
+        if tag is None:
+            return None
+        engine.tag(image_id, repository, tag)
+    return retags
