@@ -19,18 +19,20 @@ import io
 import json
 import os
 import re
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from imagekit.atomic import atomic_write
 from imagekit.cells import LocalBase
 from imagekit.errors import ImagekitError, InputError
 from imagekit.limits import HASH_CACHE_BYTES, MAX_RECORDS
 from imagekit.paths import depends_on, read_regular_file
+
+if TYPE_CHECKING:
+    import tarfile  # imported where a context is packed: `imagekit plan` hashes, it packs nothing
 
 DOCKERFILE_NAME = "Dockerfile"
 HASH_CACHE_NAME = "hashes.json"
@@ -206,6 +208,8 @@ def local_base_digest(base: LocalBase, hasher: FileHasher) -> str:
 
 
 def _info(name: str, size: int, executable: bool) -> tarfile.TarInfo:
+    import tarfile
+
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0
@@ -217,6 +221,8 @@ def _info(name: str, size: int, executable: bool) -> tarfile.TarInfo:
 
 def make_tar(dockerfile: tuple[str, str] | None, files: Iterable[tuple[str, Path]]) -> IO[bytes]:
     """A rewound tar of ``files`` (name in context, source) and, if given, (name, Dockerfile text)."""
+    import tarfile
+
     archive: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=_SPOOL_LIMIT)  # noqa: SIM115
     try:
         with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:

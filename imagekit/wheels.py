@@ -30,7 +30,6 @@ for the target (``marker_overrides``). The same owner fills wheelhouses for setu
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -314,6 +313,8 @@ def download(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m imagekit.wheels download ...``: fill a wheelhouse for a target (setup scripts)."""
+    import argparse  # this entry point's alone: a render imports this module and parses no argv
+
     args = list(sys.argv[1:] if argv is None else argv)
     pip_options: list[str] = []
     if "--" in args:  # what follows goes to pip as it is (--extra-index-url, --retries, ...)
