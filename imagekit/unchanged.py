@@ -35,12 +35,13 @@ whole answer); every reader of the report still checks it whole.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -49,12 +50,12 @@ from typing import TYPE_CHECKING, Any
 import imagekit
 from imagekit import naming
 from imagekit.atomic import atomic_write
-from imagekit.clock import timestamp
+from imagekit.clock import timestamp, today
 from imagekit.engine_socket import EngineSocket, EngineSocketError
 from imagekit.errors import ImagekitError
 from imagekit.limits import STATE_BYTES
 from imagekit.paths import INPUT_EVENT, read_regular_file
-from imagekit.store import REPORT_NAME, report_json_text, state_lock
+from imagekit.state import DEFAULT_STATE_DIR, REPORT_NAME, report_json_text, state_lock
 
 if TYPE_CHECKING:
     from imagekit.build import BuildOutcome
@@ -64,9 +65,21 @@ RECORD_NAME = "unchanged.json"
 RECORD_VERSION = 1
 RECORD_BYTES = 32 << 20
 MAX_FILES = 200_000
-# The environment a build reads, directly or through docker-py, pip and the registry client.
-ENV_PREFIXES = ("DOCKER_", "IMAGEKIT_", "PIP_", "XDG_", "PYTHON")
-ENV_NAMES = frozenset({"HOME", "PATH", "TMPDIR"})  # the day is the record's own field
+# The environment a build reads, directly or through docker-py, pip and the registry client, and
+# what decides which code runs (not PYTHONUNBUFFERED, PYTHONPROFILEIMPORTTIME and the like).
+ENV_PREFIXES = ("DOCKER_", "IMAGEKIT_", "PIP_", "XDG_")
+ENV_NAMES = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "TMPDIR",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+    }
+)  # the day is the record's own field (SOURCE_DATE_EPOCH: ``imagekit.clock.today``)
 # Kernel files change under a reader and say nothing about a build's inputs.
 _KERNEL = ("/proc/", "/sys/", "/dev/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -106,6 +119,33 @@ def run_key(command: Mapping[str, Any]) -> str:
         "imagekit": _package_files(),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def argv_key(argv: Sequence[str]) -> str:
+    """The key of a command line as given (``sys.argv[1:]``), before anything parses it."""
+    return run_key({"argv": list(argv)})
+
+
+def answer_command_line(argv: Sequence[str]) -> bool:
+    """Answer ``imagekit build ...`` before typer parses it, when the record of the last full run
+    was left by these very arguments (in this directory, with this code and environment), and
+    nothing changed: a no-change nightly then costs an interpreter, a stat of its inputs and an
+    inspect of its images. A command line naming another state directory, or any doubt, goes to
+    the command, which can still answer from the record once it has parsed its options."""
+    if (
+        not argv
+        or argv[0] != "build"
+        or any(a.startswith("--state-dir") or a in ("-h", "--help") for a in argv)
+    ):
+        return False
+    try:
+        found = answer(DEFAULT_STATE_DIR, argv_key(argv), today())
+    except ImagekitError:
+        return False  # the command says it, in its own words
+    if found is None:
+        return False
+    found.show()
+    return True
 
 
 # -- what a full run read ----------------------------------------------------------------------------
@@ -213,7 +253,10 @@ class Names:
 
 @dataclass(frozen=True)
 class Record:
-    key: str
+    # The run's key (its options as parsed) and, when it was started from a shell, the key of its
+    # arguments as given (``argv_key``): the same arguments, code and environment parse the same.
+    keys: tuple[str, ...]
+    json: bool  # --json: the answer prints the report on stdout too
     day: date
     report_sha256: str
     inputs: tuple[FileKey, ...]
@@ -223,7 +266,8 @@ class Record:
     def as_json(self) -> dict[str, Any]:
         return {
             "version": RECORD_VERSION,
-            "key": self.key,
+            "keys": list(self.keys),
+            "json": self.json,
             "day": self.day.isoformat(),
             "report_sha256": self.report_sha256,
             "inputs": [list(k) for k in self.inputs],
@@ -269,11 +313,14 @@ def _parse(raw: bytes) -> Record | None:
             and _strings(data["patterns"])
             and isinstance(readable, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in readable.items())
-            and all(isinstance(data[k], str) for k in ("key", "day", "report_sha256", "repository"))
+            and _strings(data["keys"])
+            and isinstance(data["json"], bool)
+            and all(isinstance(data[k], str) for k in ("day", "report_sha256", "repository"))
         ):
             return None
         return Record(
-            key=data["key"],
+            keys=tuple(data["keys"]),
+            json=data["json"],
             day=date.fromisoformat(data["day"]),
             report_sha256=data["report_sha256"],
             inputs=tuple(keys),
@@ -307,7 +354,13 @@ def _report_digest(state_dir: Path) -> tuple[bytes, str] | None:
 
 
 def record(
-    state_dir: Path, key: str, reads: ReadRecorder, outcome: BuildOutcome, names: Names, day: date
+    state_dir: Path,
+    keys: tuple[str, ...],
+    as_json: bool,
+    reads: ReadRecorder,
+    outcome: BuildOutcome,
+    names: Names,
+    day: date,
 ) -> str | None:
     """Leave the record of a full run when it changed nothing (every cell and base skipped, not
     interrupted); the reason when it leaves none. The caller holds the state directory's lock."""
@@ -320,7 +373,7 @@ def record(
     found = _report_digest(state_dir)
     if found is None:
         return "its report cannot be read back"
-    _write(state_dir, Record(key, day, found[1], tuple(inputs), outcome.external_bases, names))
+    _write(state_dir, Record(keys, as_json, day, found[1], tuple(inputs), outcome.external_bases, names))
     return None
 
 
@@ -333,6 +386,14 @@ class Answer:
     cells: int
     since: str  # when the recorded run started
     duration_s: float
+    json: bool  # print the report on stdout as well
+
+    def show(self) -> None:
+        """What the full run prints: the report with --json, then the summary line."""
+        if self.json:
+            sys.stdout.write(self.report.read_text(encoding="utf-8"))
+            sys.stdout.flush()
+        sys.stderr.write(f"imagekit: {self.summary}; report: {self.report}\n")
 
     @property
     def summary(self) -> str:
@@ -357,7 +418,7 @@ def _answer(state_dir: Path, key: str, today: date) -> Answer | None:
     except (OSError, ImagekitError):
         return None
     found = _parse(raw)
-    if found is None or found.key != key:
+    if found is None or key not in found.keys:
         return None
     if any(_file_key(k[0]) != k for k in found.inputs):
         return None
@@ -386,9 +447,9 @@ def _answer(state_dir: Path, key: str, today: date) -> Answer | None:
         return None
     _write(
         state_dir,
-        Record(key, today, hashlib.sha256(text.encode()).hexdigest(), found.inputs, found.bases, found.names),
+        dataclasses.replace(found, day=today, report_sha256=hashlib.sha256(text.encode()).hexdigest()),
     )
-    return Answer(state_dir / REPORT_NAME, len(report["cells"]), since, duration)
+    return Answer(state_dir / REPORT_NAME, len(report["cells"]), since, duration, found.json)
 
 
 def _engine_agrees(report: dict[str, Any], found: Record, today: date) -> dict[str, list[str]] | None:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from imagekit.cli import app
+from imagekit.cli.commands import app
 
 REPO = Path(__file__).resolve().parent.parent
 # Wheel closures are cached per user; the tests keep theirs apart (and their children inherit it),

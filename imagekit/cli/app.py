@@ -228,8 +228,14 @@ RegistryOption = Annotated[
     typer.Option("--registry", help="Registry host[:port]; overrides publish.registry."),
 ]
 DEFAULT_MATRIX = Path("matrix.yaml")
-DEFAULT_STATE_DIR = Path(".imagekit")
 DEFAULT_LOCK = Path("images.lock.json")
+
+
+class Launch:
+    """The process's arguments as ``imagekit.cli.commands.run`` handed them to the app; None when
+    a command runs some other way (a test's CliRunner), whose arguments ``sys.argv`` does not hold."""
+
+    argv: tuple[str, ...] | None = None
 
 
 def say(kind: str, message: str) -> None:

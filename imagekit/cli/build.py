@@ -13,9 +13,9 @@ import typer
 from imagekit.cli.app import (
     DEFAULT_LOCK,
     DEFAULT_MATRIX,
-    DEFAULT_STATE_DIR,
     GpusOption,
     JsonOption,
+    Launch,
     LockOption,
     MatrixOption,
     OnlyOption,
@@ -34,6 +34,7 @@ from imagekit.clock import today
 from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_TIMEOUT_S
 from imagekit.naming import LABEL_PREFIX
+from imagekit.state import DEFAULT_STATE_DIR
 from imagekit.text import printable
 
 if TYPE_CHECKING:
@@ -157,9 +158,7 @@ def build(
         )
         answered = unchanged.answer(state_dir, run_key, day)
         if answered is not None:
-            if as_json:
-                typer.echo(answered.report.read_text(encoding="utf-8"), nl=False)
-            typer.echo(f"imagekit: {answered.summary}; report: {answered.report}", err=True)
+            answered.show()
             return
 
     from imagekit.build import Builder, BuildOptions
@@ -224,7 +223,10 @@ def build(
             finally:
                 progress.close()
             if run_key is not None:
-                unchanged.record(state_dir, run_key, reads, outcome, unchanged.Names.of_plan(the_plan), day)
+                keys = (run_key,) if Launch.argv is None else (run_key, unchanged.argv_key(Launch.argv))
+                unchanged.record(
+                    state_dir, keys, as_json, reads, outcome, unchanged.Names.of_plan(the_plan), day
+                )
     if as_json:
         typer.echo(store.path.read_text(encoding="utf-8"), nl=False)
     typer.echo(f"imagekit: {summary_line(outcome.report)}; report: {store.path}", err=True)

@@ -10,7 +10,6 @@ import typer
 
 from imagekit.cli.app import (
     DEFAULT_MATRIX,
-    DEFAULT_STATE_DIR,
     JsonOption,
     MatrixOption,
     StateDirOption,
@@ -23,6 +22,7 @@ from imagekit.cli.app import (
 )
 from imagekit.clock import today
 from imagekit.errors import InputError
+from imagekit.state import DEFAULT_STATE_DIR
 
 
 @app.command("bake-import")

@@ -13,7 +13,6 @@ import typer
 from imagekit.cli.app import (
     DEFAULT_LOCK,
     DEFAULT_MATRIX,
-    DEFAULT_STATE_DIR,
     JsonOption,
     LockOption,
     MatrixOption,
@@ -30,6 +29,7 @@ from imagekit.cli.app import (
 )
 from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_INT32
+from imagekit.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
     from imagekit.lockfile import LockEntry, LockIndex

@@ -289,7 +289,7 @@ def test_engine_dying_mid_run_fails_the_rest(project: Project, api: docker.APICl
 
 
 def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> None:
-    from imagekit.store import state_lock
+    from imagekit.state import state_lock
 
     write_cells(project)
     with state_lock(project.root / ".imagekit"):
@@ -336,6 +336,14 @@ def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
     assert (
         json.loads(project.run("report", "--json").stdout)["counts"]["skipped"] == 4
     )  # its reader accepts it
+    # answered before the command line is parsed: no typer, pydantic, Jinja or docker-py imported
+    imports = project.build(env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert "nothing changed" in imports.stderr, imports.stderr
+    imported = {
+        line.split("|")[-1].strip() for line in imports.stderr.splitlines() if line.startswith("import time")
+    }
+    assert "imagekit.unchanged" in imported
+    assert imported.isdisjoint({"typer", "pydantic", "jinja2", "docker", "requests", "yaml"})
 
     # A new day: the answer puts that day's dated tag on each cell's image, as a full run would.
     tomorrow = {"SOURCE_DATE_EPOCH": str(int(time.time()) + 86_400)}

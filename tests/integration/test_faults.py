@@ -26,7 +26,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
-from imagekit.store import state_lock
+from imagekit.state import state_lock
 from tests.integration.conftest import (
     BUSYBOX,
     CHECK_TEMPLATE,

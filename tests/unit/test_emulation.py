@@ -29,7 +29,8 @@ from imagekit.probe.context import Context
 from imagekit.probe.results import CheckResult
 from imagekit.probe_bundle import zipapp_path
 from imagekit.report_text import rows
-from imagekit.store import REPORT_NAME, read_report
+from imagekit.state import REPORT_NAME
+from imagekit.store import read_report
 from imagekit.verification import CheckRecord, RunPlatform, Verification, derive_verdict
 from imagekit.verify import Harness, Target, verdict_of
 from tests.unit.report_samples import build_report, sample_report

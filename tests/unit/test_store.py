@@ -19,7 +19,8 @@ from imagekit import report_text
 from imagekit.errors import EnvironmentProblem, InputError
 from imagekit.html_report import render_html
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS, STATE_BYTES, TEXT_CHARS
-from imagekit.store import REPORT_NAME, REPORT_VERSION, BuildReport, read_report, state_lock, write_report
+from imagekit.state import REPORT_NAME, state_lock
+from imagekit.store import REPORT_VERSION, BuildReport, read_report, write_report
 from imagekit.verification import CheckRecord, Verification
 from tests.conftest import REPO
 from tests.unit.report_samples import build_report, sample_report
@@ -380,7 +381,7 @@ def test_state_lock_is_released_when_the_body_raises(tmp_path: Path) -> None:
 
 def test_state_lock_held_by_another_process(tmp_path: Path) -> None:
     holder = (
-        "import sys\nfrom pathlib import Path\nfrom imagekit.store import state_lock\n"
+        "import sys\nfrom pathlib import Path\nfrom imagekit.state import state_lock\n"
         "with state_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    sys.stdin.readline()\n"
     )
     process = subprocess.Popen(

@@ -35,6 +35,7 @@ CONTEXT = "e" * 64
 REPOSITORY = "imagekit-test/unchanged"
 NAMES = unchanged.Names(REPOSITORY, ("{readable}-{date}", "{readable}-{digest}"), {"cell-a": "2.13-cpu"})
 KEY = "k" * 64
+KEYS = (KEY, "a" * 64)
 
 
 def cell_tags(day: date) -> list[str]:
@@ -175,7 +176,7 @@ def recorded(tmp_path: Path) -> Setup:
         matrix.read_text()
         depends_on(inputs / "wheel.whl")  # known by its stat, never opened
     outcome = BuildOutcome(report, interrupted=False, external_bases=(("busybox:latest", BASE_IMAGE),))
-    assert unchanged.record(state, KEY, reads, outcome, NAMES, DAY) is None
+    assert unchanged.record(state, KEYS, False, reads, outcome, NAMES, DAY) is None
     return Setup(state, inputs, matrix)
 
 
@@ -322,7 +323,9 @@ def test_an_edited_record_cannot_name_other_tags(recorded: Setup, engine: FakeEn
         {"bases": [["busybox:latest"]]},
         {"readable": {"cell-a": 1}},
         {"day": "yesterday"},
-        {"key": None},
+        {"keys": None},
+        {"keys": [1]},
+        {"json": "yes"},
     ],
 )
 def test_a_malformed_record_is_ignored(recorded: Setup, engine: FakeEngine, data: Any) -> None:
@@ -352,8 +355,8 @@ def test_a_full_run_that_built_something_leaves_no_record(tmp_path: Path) -> Non
     )
     with unchanged.ReadRecorder(()) as reads:
         pass
-    assert unchanged.record(tmp_path, KEY, reads, BuildOutcome(built, False), NAMES, DAY) is not None
-    assert unchanged.record(tmp_path, KEY, reads, BuildOutcome(report, True), NAMES, DAY) is not None
+    assert unchanged.record(tmp_path, KEYS, False, reads, BuildOutcome(built, False), NAMES, DAY) is not None
+    assert unchanged.record(tmp_path, KEYS, False, reads, BuildOutcome(report, True), NAMES, DAY) is not None
     assert not (tmp_path / unchanged.RECORD_NAME).exists()
 
 
