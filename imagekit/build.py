@@ -88,9 +88,7 @@ class BuildOutcome:
     report: BuildReport
     interrupted: bool
     verifications: tuple[Verification, ...] = ()
-    # (name, image id) of each base the run found in the engine rather than built: with the
-    # report's own images, the engine state a no-change run depends on (``imagekit.unchanged``)
-    external_bases: tuple[tuple[str, str], ...] = ()
+    external_bases: tuple[tuple[str, str], ...] = ()  # (name, image id) of each pulled base
 
     @property
     def failed(self) -> bool:
@@ -181,7 +179,6 @@ class Builder:
         self.hasher = FileHasher.from_state(store.state_dir)
         self._by_input_digest: dict[str, list[dict[str, Any]]] | None = None
         self._index_lock = threading.Lock()
-        self.external_bases: tuple[tuple[str, str], ...] = ()
         self.remote: BuildRegistry | None = None
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
@@ -221,7 +218,8 @@ class Builder:
             cells=tuple(self._final(c.id, "cell", c.base_image) for c in cells),
             bases=tuple(self._final(j.name, "base", j.base_reference) for j in jobs if j.kind == "base"),
         ).keeping_verifications(self.previous)
-        return BuildOutcome(report, interrupted, external_bases=self.external_bases)
+        external_bases = tuple(sorted({j.base_image for j in jobs if j.base_image}))
+        return BuildOutcome(report, interrupted, external_bases=external_bases)
 
     def _final(self, name: str, kind: Literal["cell", "base"], base: str) -> CellResult:
         found = self.results.get(name)
@@ -265,7 +263,6 @@ class Builder:
                 platforms.get(cell.platform),
                 by_id,
             )
-        self.external_bases = tuple(sorted({r.engine_image for r in resolved.values() if r.engine_image}))
         renderer = Renderer(self.plan, hasher=self.hasher)
         return plan_jobs(self.plan, mirrored, renderer, resolved, options.today)
 

@@ -26,6 +26,7 @@ class Job:
     local_base: LocalBase | None = None
     base_error: str | None = None
     external_digest: str | None = None  # for cells on a pulled base
+    base_image: tuple[str, str] | None = None  # that base's (name inspected, image id)
     context_digest: str | None = None  # for local bases
 
     def result(self, status: Status, **values: Any) -> CellResult:
@@ -103,6 +104,7 @@ def plan_jobs(
                 rendered=item,
                 base_error=resolution.error if resolution else None,
                 external_digest=resolution.digest if resolution else None,
+                base_image=resolution.engine_image if resolution else None,
             )
         )
     return jobs

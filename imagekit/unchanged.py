@@ -286,29 +286,30 @@ def _strings(value: Any, length: int | None = None) -> bool:
     )
 
 
+def _file_keys(inputs: Any) -> tuple[FileKey, ...] | None:
+    if not isinstance(inputs, list) or len(inputs) > MAX_FILES:
+        return None
+    keys: list[FileKey] = []
+    for item in inputs:
+        if not (isinstance(item, list) and len(item) == 5 and isinstance(item[0], str)):
+            return None
+        if not all(type(n) is int for n in item[1:]):  # not bool, not float
+            return None
+        keys.append((item[0], item[1], item[2], item[3], item[4]))
+    return tuple(keys)
+
+
 def _parse(raw: bytes) -> Record | None:
     """The record, or None for anything but exactly what ``write`` writes."""
     try:
         data = json.loads(raw)
         if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
             return None
-        inputs = data["inputs"]
-        if not isinstance(inputs, list) or len(inputs) > MAX_FILES:
-            return None
-        keys: list[FileKey] = []
-        for item in inputs:
-            if not (
-                isinstance(item, list)
-                and len(item) == 5
-                and isinstance(item[0], str)
-                and all(type(n) is int for n in item[1:])
-            ):
-                return None
-            keys.append((item[0], item[1], item[2], item[3], item[4]))
-        bases = data["bases"]
-        readable = data["readable"]
-        if not (
-            isinstance(bases, list)
+        inputs = _file_keys(data["inputs"])
+        bases, readable = data["bases"], data["readable"]
+        well_formed = (
+            inputs is not None
+            and isinstance(bases, list)
             and all(_strings(b, 2) for b in bases)
             and _strings(data["patterns"])
             and isinstance(readable, dict)
@@ -316,14 +317,15 @@ def _parse(raw: bytes) -> Record | None:
             and _strings(data["keys"])
             and isinstance(data["json"], bool)
             and all(isinstance(data[k], str) for k in ("day", "report_sha256", "repository"))
-        ):
+        )
+        if not well_formed or inputs is None:
             return None
         return Record(
             keys=tuple(data["keys"]),
             json=data["json"],
             day=date.fromisoformat(data["day"]),
             report_sha256=data["report_sha256"],
-            inputs=tuple(keys),
+            inputs=inputs,
             bases=tuple((b[0], b[1]) for b in bases),
             names=Names(data["repository"], tuple(data["patterns"]), readable),
         )
@@ -455,38 +457,22 @@ def _answer(state_dir: Path, key: str, today: date) -> Answer | None:
 def _engine_agrees(report: dict[str, Any], found: Record, today: date) -> dict[str, list[str]] | None:
     """Check the engine holds what the report says, and put today's dated tags on the cells'
     images when the record is of another day. Each cell's new tags by id; None: not so."""
-    # An inspect per image, not one listing: engines compute every image's sizes for a listing
-    # (~0.2 s for 70 images here), an inspect is a lookup (~1-5 ms).
     engine = EngineSocket()
+    if not report["cells"]:
+        return None
     retags: dict[str, list[str]] = {}
     todo: list[tuple[str, str]] = []  # (image id, reference) to tag
     results = [(r, naming.INPUT_DIGEST_LABEL) for r in report["cells"]]
     results += [(r, naming.CONTEXT_DIGEST_LABEL) for r in report["bases"]]
-    if not report["cells"]:
-        return None
     for result, label in results:
-        digest = result["input_digest"]
-        if (
-            result["status"] != "skipped"
-            or not isinstance(digest, str)
-            or not isinstance(result["image_id"], str)
-        ):
-            return None
-        image = engine.image(result["image_id"])
-        if image is None or image.get("Id") != result["image_id"]:
-            return None
-        if ((image.get("Config") or {}).get("Labels") or {}).get(label) != digest:
-            return None
-        tags = result["tags"]
-        if not _strings(tags) or not set(tags) <= set(image.get("RepoTags") or ()):
+        if not _holds(engine, result, label):
             return None
         if label == naming.INPUT_DIGEST_LABEL and today != found.day:
-            cell = result["id"]
+            cell, digest, tags = result["id"], result["input_digest"], result["tags"]
             if cell not in found.names.readable or tags != found.names.references(cell, found.day, digest):
-                return None
-            new = found.names.references(cell, today, digest)
-            retags[cell] = new
-            todo += [(result["image_id"], ref) for ref in new if ref not in tags]
+                return None  # tags the record's names do not make: nothing is tagged from them
+            retags[cell] = found.names.references(cell, today, digest)
+            todo += [(result["image_id"], ref) for ref in retags[cell] if ref not in tags]
     for name, image_id in found.bases:
         base = engine.image(name)
         if base is None or base.get("Id") != image_id:
@@ -497,3 +483,18 @@ def _engine_agrees(report: dict[str, Any], found: Record, today: date) -> dict[s
             return None
         engine.tag(image_id, repository, tag)
     return retags
+
+
+def _holds(engine: EngineSocket, result: dict[str, Any], label: str) -> bool:
+    """Whether the engine holds a skipped result's image: its id, its digest label (``label``)
+    and every tag the report names. An inspect per image, not one listing: an engine computes
+    every image's sizes for a listing (~0.2 s for 70 images here), an inspect is a lookup."""
+    digest, image_id, tags = result["input_digest"], result["image_id"], result["tags"]
+    if result["status"] != "skipped" or not isinstance(digest, str) or not isinstance(image_id, str):
+        return False
+    image = engine.image(image_id)
+    if image is None or image.get("Id") != image_id:
+        return False
+    if ((image.get("Config") or {}).get("Labels") or {}).get(label) != digest:
+        return False
+    return _strings(tags) and set(tags) <= set(image.get("RepoTags") or ())

@@ -166,27 +166,10 @@ def build(
     from imagekit.pipeline import build_and_verify
     from imagekit.progress import make_progress
     from imagekit.report_text import summary_line
-    from imagekit.safetypes import LABEL_KEY, LABEL_VALUE
-    from imagekit.schema import IMAGE_PREFIX
     from imagekit.store import open_store
-    from imagekit.text import shown
 
-    extra_labels = parse_mapping(label or [], "--label")
-    for key, value in extra_labels:
-        problem = LABEL_KEY.problem(key) or LABEL_VALUE.problem(value)
-        if problem is not None:
-            raise InputError(f"--label {shown(key)}: {problem}")
-        if key.startswith(LABEL_PREFIX):
-            raise InputError(
-                f"--label {key}: labels under {LABEL_PREFIX}* are imagekit's own (what it checks,"
-                " skips and publishes by); choose another key"
-            )
-    mirrors = parse_mapping(mirror or [], "--mirror")
-    for pair in mirrors:
-        for prefix in pair:
-            problem = IMAGE_PREFIX.problem(prefix)
-            if problem is not None:
-                raise InputError(f"--mirror {shown('='.join(pair))}: {problem}")
+    extra_labels = _checked_labels(label or [])
+    mirrors = _checked_mirrors(mirror or [])
     with unchanged.ReadRecorder(unchanged.ignored_dirs(state_dir)) as reads:
         the_plan, cells = select_cells(matrix, only)
         if push or registry is not None:
@@ -238,6 +221,36 @@ def build(
             say(result.status, f"{result.id}: {result.error} (log: {result.log})")
     if outcome.failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
+
+
+def _checked_labels(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from imagekit.safetypes import LABEL_KEY, LABEL_VALUE
+    from imagekit.text import shown
+
+    extra_labels = parse_mapping(pairs, "--label")
+    for key, value in extra_labels:
+        problem = LABEL_KEY.problem(key) or LABEL_VALUE.problem(value)
+        if problem is not None:
+            raise InputError(f"--label {shown(key)}: {problem}")
+        if key.startswith(LABEL_PREFIX):
+            raise InputError(
+                f"--label {key}: labels under {LABEL_PREFIX}* are imagekit's own (what it checks,"
+                " skips and publishes by); choose another key"
+            )
+    return extra_labels
+
+
+def _checked_mirrors(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from imagekit.schema import IMAGE_PREFIX
+    from imagekit.text import shown
+
+    mirrors = parse_mapping(pairs, "--mirror")
+    for pair in mirrors:
+        for prefix in pair:
+            problem = IMAGE_PREFIX.problem(prefix)
+            if problem is not None:
+                raise InputError(f"--mirror {shown('='.join(pair))}: {problem}")
+    return mirrors
 
 
 @app.command()
