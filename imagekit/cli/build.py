@@ -129,6 +129,9 @@ def build(
 ) -> None:
     """Build every cell (local bases first) on the Docker engine at DOCKER_HOST and write a report.
 
+    A run where nothing changed since the last one that built nothing is answered from its record
+    (STATE_DIR/unchanged.json): a stat of each input and an inspect of each image, no build.
+
     Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
     Example: imagekit build --matrix matrix.yaml --only "$CELL" --push
     """
