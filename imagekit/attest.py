@@ -387,7 +387,7 @@ class Requirement:
     """What ``attest verify`` (and ``images``/``k8s`` before they hand out a digest) demands."""
 
     policy: Policy = "validated"
-    gpu: str | None = None  # a GPU product the verification must have run on (substring, any case)
+    gpu: str | None = None  # a GPU product the verification must have run on (whole words, any case)
     max_age: timedelta | None = None
 
     @property
@@ -460,11 +460,19 @@ def _verdict_problem(kind: object, verdict: object, gpu: Mapping[str, Any]) -> s
     return None
 
 
+def names_product(wanted: str, product: str) -> bool:
+    """Whether ``wanted`` (``H100``, ``h100 80gb``) names ``product`` as nvidia-smi lists it
+    (``NVIDIA H100 80GB HBM3``): its words, in any case, not a part of a word. A substring would
+    let an H200 requirement pass on a GH200, another GPU in another machine."""
+    pattern = rf"(?<![a-z0-9]){re.escape(wanted.strip().lower())}(?![a-z0-9])"
+    return bool(wanted.strip()) and re.search(pattern, product.lower()) is not None
+
+
 def _gpu_problem(gpu: Mapping[str, Any], wanted: str | None) -> str | None:
     if wanted is None:
         return None
     products = [p for p in gpu.get("products") or () if isinstance(p, str)]
-    if not any(wanted.lower() in p.lower() for p in products):
+    if not any(names_product(wanted, p) for p in products):
         return f"it ran on {', '.join(products) or 'no named GPU'}, not a {wanted}"
     return None
 

@@ -135,6 +135,8 @@ def test_our_verifier_accepts_it_and_refuses_each_tampered_case(
     # a named GPU, an age
     assert attest.judge(good, DIGEST, attest.Requirement(gpu="h200"), now) is None
     assert "not a B200" in str(attest.judge(good, DIGEST, attest.Requirement(gpu="B200"), now))
+    assert "not a 200" in str(attest.judge(good, DIGEST, attest.Requirement(gpu="200"), now))
+
     old = attest.Requirement(max_age=attest.parse_age("12h"))
     assert "older than" in str(attest.judge(good, DIGEST, old, now))
 
@@ -193,3 +195,21 @@ def test_keys_are_untrusted_input_and_never_echoed(tmp_path: Path) -> None:
         attest.load_signing_key(tmp_path / "missing.pem", {})
     with pytest.raises(InputError, match="private key"):
         attest.load_public_key(tmp_path / "p384.pem")
+
+
+@pytest.mark.parametrize(
+    ("wanted", "product", "names"),
+    [
+        ("H100", "NVIDIA H100 80GB HBM3", True),
+        ("h100 80gb", "NVIDIA H100 80GB HBM3", True),
+        ("A100", "NVIDIA A100-SXM4-80GB", True),
+        ("GH200", "NVIDIA GH200 480GB", True),
+        ("H200", "NVIDIA GH200 480GB", False),  # another GPU, in a Grace machine
+        ("H100", "NVIDIA H100-PCIe", True),
+        ("H10", "NVIDIA H100 80GB HBM3", False),
+        ("B200", "NVIDIA GB200", False),
+        ("", "NVIDIA H100 80GB HBM3", False),
+    ],
+)
+def test_a_gpu_requirement_names_whole_words(wanted: str, product: str, names: bool) -> None:
+    assert attest.names_product(wanted, product) is names
