@@ -34,7 +34,9 @@ AttestPolicyOption = Annotated[
 ]
 GpuProductOption = Annotated[
     str | None,
-    typer.Option("--gpu", help="Require a verification on this GPU product (e.g. H100, GH200: whole words, any case)."),
+    typer.Option(
+        "--gpu", help="Require a verification on this GPU product (e.g. H100, GH200: whole words, any case)."
+    ),
 ]
 MaxAgeOption = Annotated[
     str | None,
