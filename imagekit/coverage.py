@@ -56,12 +56,19 @@ class Served:
 class FamilyCoverage:
     family: str
     capability: str
+    machines: tuple[str, ...]  # the host CPUs it sits beside (uname -m)
     cells: tuple[Served, ...]
 
 
 def families() -> dict[str, str]:
     """GPU family -> compute capability, from the data."""
     return {str(k): str(v) for k, v in load_gpus()["gpu_families"]["families"].items()}
+
+
+def family_machines(family: str) -> tuple[str, ...]:
+    """The host machines a family sits beside in the fleet (Grace superchips: aarch64)."""
+    table = load_gpus()["gpu_families"]["machines"]
+    return tuple(str(m) for m in table.get(family, table["default"]))
 
 
 def arch_list_of(cell: Cell) -> str | None:
@@ -73,18 +80,19 @@ def arch_list_of(cell: Cell) -> str | None:
 
 
 def fleet_coverage(plan: Plan) -> tuple[FamilyCoverage, ...]:
-    """For each GPU family of the data, the image cells of ``plan`` that run on it (front ends are
-    their cells' images) and the driver each needs."""
+    """For each GPU family of the data, the image cells of ``plan`` that run on it (of its hosts'
+    machine, with a kernel for it; front ends are their cells' images) and the driver each needs."""
     out: list[FamilyCoverage] = []
     images = [c for c in plan.cells if not isinstance(c, FrontendCell)]
     for family, text in families().items():
         gpu = capability(text)
+        machines = family_machines(family)
         served: list[Served] = []
         for cell in images:
             arch = arch_list_of(cell)
-            if arch is None or not serves(arch, gpu):
+            if platforms.get(cell.platform).machine not in machines or arch is None or not serves(arch, gpu):
                 continue
             release = plan.compat.cuda_release(cell.cuda)
             served.append(Served(cell.id, release.driver_minor_floor if release else None))
-        out.append(FamilyCoverage(family, text, tuple(served)))
+        out.append(FamilyCoverage(family, text, machines, tuple(served)))
     return tuple(out)

@@ -88,7 +88,8 @@ def plan(
                 f"{c['cell']} (driver >= {c['driver']})" if c["driver"] else c["cell"]
                 for c in family["cells"]
             )
-            typer.echo(f"  {family['family']} ({family['capability']}): {served or 'NO CELL'}")
+            where = "" if family["machines"] == ["x86_64"] else f", {'/'.join(family['machines'])} hosts"
+            typer.echo(f"  {family['family']} ({family['capability']}{where}): {served or 'NO CELL'}")
 
 
 def _echo_table(cells: list[dict[str, Any]]) -> None:
@@ -231,6 +232,7 @@ def _fleet(the_plan: Any) -> list[dict[str, Any]]:
         {
             "family": f.family,
             "capability": f.capability,
+            "machines": list(f.machines),
             "cells": [{"cell": c.cell, "driver": c.driver} for c in f.cells],
         }
         for f in fleet_coverage(the_plan)

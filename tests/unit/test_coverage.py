@@ -42,12 +42,31 @@ def test_every_gpu_generation_of_the_fleet_has_a_current_cell_in_the_shipped_mat
     # V100 on a current torch (2.14: CUDA 13 builds have no sm_70) ...
     assert any("torch2.14" in c.cell for c in coverage["V100"].cells)
     # ... and Blackwell on an R570 driver (the CUDA 12.8 build), not only on R580+ (CUDA 13)
-    assert any(version_key(c.driver or "999")[0] < 570 for c in coverage["B200/GB200"].cells)
+    assert any(version_key(c.driver or "999")[0] < 570 for c in coverage["B200"].cells)
+
+
+def test_a_cell_is_listed_only_under_gpus_that_sit_beside_its_machine() -> None:
+    """arm64 images run on the Grace superchips (GH200, GB200, GB300), x86 images on the rest:
+    an aarch64 wheel with an sm_70 kernel still never meets a V100 in this fleet."""
+    plan = load_plan(REPO / "matrix.yaml")
+    arm64 = {c.id for c in plan.cells if c.platform == "linux/arm64"}
+    assert arm64
+    for family in fleet_coverage(plan):
+        listed = {c.cell for c in family.cells}
+        if family.family in ("GH200", "GB200", "GB300"):
+            assert family.machines == ("aarch64",) and listed and listed <= arm64
+        else:
+            assert family.machines == ("x86_64",) and not listed & arm64
 
 
 def test_plan_prints_the_coverage_and_puts_it_in_json() -> None:
     text = run_cli("plan", "--matrix", str(REPO / "matrix.yaml"), "--coverage")
-    assert text.exit_code == 0 and "B300/GB300 (10.3):" in text.stdout and "NO CELL" not in text.stdout
+    assert (
+        text.exit_code == 0
+        and "B300 (10.3):" in text.stdout
+        and "GB300 (10.3, aarch64 hosts):" in text.stdout
+        and "NO CELL" not in text.stdout
+    )
     document = json.loads(
         run_cli("plan", "--matrix", str(REPO / "matrix.yaml"), "--coverage", "--json").stdout
     )
