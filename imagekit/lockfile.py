@@ -382,44 +382,50 @@ def merge_lock(
     return lock
 
 
-_ENV_NAME = re.compile(r"IMAGEKIT_IMAGE_[A-Z0-9_]+")
+_ENV_NAME = re.compile(r"IMAGEKIT_(IMAGE|INDEX)_[A-Z0-9_]+")
 
 
-def env_name(cell: str) -> str:
-    """The variable a cell's reference is printed as: ``IMAGEKIT_IMAGE_`` and the id in capitals,
-    every other character an underscore; a name that is no shell variable is refused."""
-    name = "IMAGEKIT_IMAGE_" + re.sub(r"[^A-Z0-9]+", "_", cell.upper()).strip("_")
-    if not _ENV_NAME.fullmatch(name):
-        raise InputError(f"cell {cell!r} gives no variable name ({name!r})")
-    return name
+def env_name(name: str, kind: str = "IMAGE") -> str:
+    """The variable a cell's reference (``IMAGEKIT_IMAGE_``) or a group's index reference
+    (``IMAGEKIT_INDEX_``) is printed as: the id in capitals, every other character an underscore;
+    a name that is no shell variable is refused."""
+    variable = f"IMAGEKIT_{kind}_" + re.sub(r"[^A-Z0-9]+", "_", name.upper()).strip("_")
+    if not _ENV_NAME.fullmatch(variable):
+        raise InputError(f"{name!r} gives no variable name ({variable!r})")
+    return variable
 
 
-def env_lines(entries: Mapping[str, LockEntry]) -> str:
-    """``NAME='repo@sha256:...'`` lines that are safe to ``eval``: each name is derived from a
-    checked cell id and each value quoted for the shell (a checked value needs no quoting; quoting
-    anyway keeps that true if a check ever weakens)."""
-    names: dict[str, str] = {}
+def env_lines(lock: Lock) -> str:
+    """``NAME='repo@sha256:...'`` lines that are safe to ``eval``: one per cell (its platform's own
+    image), then one per image index (what a pull or a Pod on either platform should name). Each
+    name is derived from a checked cell id or tag and each value quoted for the shell (a checked
+    value needs no quoting; quoting anyway keeps that true if a check ever weakens)."""
+    named = [(env_name(cell), f"cell {cell}", lock.images[cell].reference) for cell in sorted(lock.images)]
+    named += [
+        (env_name(group, "INDEX"), f"index {group}", lock.indexes[group].reference)
+        for group in sorted(lock.indexes)
+    ]
+    owners: dict[str, str] = {}
     lines = []
-    for cell in sorted(entries):
-        name = env_name(cell)
-        if name in names:
+    for variable, owner, reference in named:
+        if variable in owners:
             raise InputError(
-                f"cells {names[name]} and {cell} are one variable ({name}) in --format env; use json"
+                f"{owners[variable]} and {owner} are one variable ({variable}) in --format env; use json"
             )
-        names[name] = cell
-        lines.append(f"{name}={shlex.quote(entries[cell].reference)}\n")
+        owners[variable] = owner
+        lines.append(f"{variable}={shlex.quote(reference)}\n")
     return "".join(lines)
 
 
 def render_lock(lock: Lock, fmt: str) -> str:
     """The lock as json, yaml, or env (``IMAGEKIT_IMAGE_<CELL>=repo@sha256:...`` lines, each
-    cell's own image)."""
+    cell's own image, and ``IMAGEKIT_INDEX_<GROUP>=...``, each image index)."""
     if fmt == "json":
         return json.dumps(as_document(lock), indent=2, sort_keys=True) + "\n"
     if fmt == "yaml":
         return yaml.safe_dump(as_document(lock), sort_keys=True)
     if fmt == "env":
-        return env_lines(lock.images)
+        return env_lines(lock)
     raise InputError(f"--format {shown(fmt)}: use json, yaml or env")
 
 

@@ -199,7 +199,11 @@ def _run_document(run: PublishRun, dry_run: bool) -> dict[str, Any]:
 def images(
     output_format: Annotated[
         str,
-        typer.Option("--format", "-f", help="json, yaml, or env (IMAGEKIT_IMAGE_<CELL>=repo@sha256:...)."),
+        typer.Option(
+            "--format",
+            "-f",
+            help="json, yaml, or env (IMAGEKIT_IMAGE_<CELL>=repo@sha256:..., IMAGEKIT_INDEX_<TAG>=...).",
+        ),
     ] = "json",
     only: OnlyOption = None,
     lock: LockOption = DEFAULT_LOCK,

@@ -19,7 +19,16 @@ from imagekit import platforms
 from imagekit.cells import Plan
 from imagekit.errors import EnvironmentProblem, InputError, RegistryError
 from imagekit.k8s import JobOptions, render_jobs
-from imagekit.lockfile import IndexPlatform, LeftOut, Lock, LockIndex, as_document, merge_lock, read_lock
+from imagekit.lockfile import (
+    IndexPlatform,
+    LeftOut,
+    Lock,
+    LockIndex,
+    as_document,
+    merge_lock,
+    read_lock,
+    render_lock,
+)
 from imagekit.manifest import DOCKER_MANIFEST, OCI_INDEX, Manifest, check_index, image_index
 from imagekit.matrix import load_plan
 from imagekit.publish import Publisher, PublishOptions
@@ -388,6 +397,17 @@ def test_a_lock_with_an_index_round_trips(tmp_path: Path) -> None:
     # the cell published again alone: the index no longer says what its tag names
     merge_lock(path, {"c": lock_entry("c")})
     assert read_lock(path) == Lock({"c": lock_entry("c")})
+
+
+def test_env_lines_name_each_index_beside_each_platform_image() -> None:
+    """`images --format env`: a Pod or a pull on either machine names the index; each cell's own
+    image stays for the tools that want one platform."""
+    lines = render_lock(index_lock(), "env").splitlines()
+    assert lines == [
+        f"IMAGEKIT_IMAGE_C=ghcr.io/acme/pytorch@{lock_entry('c').digest}",
+        f"IMAGEKIT_IMAGE_C_ARM64=ghcr.io/acme/pytorch@{ARM_DIGEST}",
+        f"IMAGEKIT_INDEX_2_11_0_CUDA13_0=ghcr.io/acme/pytorch@{INDEX_DIGEST}",
+    ]
 
 
 def _index_doc(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:

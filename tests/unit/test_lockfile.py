@@ -194,7 +194,7 @@ def test_env_lines_are_safe_to_eval(tmp_path: Path) -> None:
 
 
 def test_two_cells_of_one_variable_are_refused_in_env_lines() -> None:
-    with pytest.raises(InputError, match=r"cells a-b and a\.b are one variable \(IMAGEKIT_IMAGE_A_B\)"):
+    with pytest.raises(InputError, match=r"cell a-b and cell a\.b are one variable \(IMAGEKIT_IMAGE_A_B\)"):
         render_lock(Lock({"a-b": entry("a-b"), "a.b": entry("a.b")}), "env")
 
 
