@@ -186,7 +186,7 @@ class ReadRecorder:
         elif event in ("os.listdir", "os.scandir"):
             path = args[0] if args[0] is not None else "."
             into = self.directories
-        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork"):
+        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork"):
             self.started_process = True
             return
         else:
