@@ -89,9 +89,13 @@ class TorchRelease(_Facts):
     def patch(self, version: str) -> TorchPatch | None:
         return self._patch_records.get(version)
 
+    @cached_property
+    def _python_keys(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return version_key(self.python_min), version_key(self.python_max)
+
     def supports_python(self, python: str) -> bool:
-        key = version_key(python)[:2]
-        return version_key(self.python_min) <= key <= version_key(self.python_max)
+        oldest, newest = self._python_keys  # asked for every cell of a plan
+        return oldest <= version_key(python)[:2] <= newest
 
     def cuda_minors(self) -> tuple[str, ...]:
         """The CUDA minors this release has wheels for, as ``"11.8"`` strings."""

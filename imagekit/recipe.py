@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any, NamedTuple
 
 from imagekit import naming, platforms
 from imagekit.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
@@ -21,6 +22,7 @@ from imagekit.contract import (
     FrontendLayout,
 )
 from imagekit.errors import InputError
+from imagekit.platforms import PlatformName
 from imagekit.probe import protocol
 from imagekit.probe_facts import wheel_arch_list
 from imagekit.schema import Matrix
@@ -59,17 +61,70 @@ class Recipe:
     check_script_path: str
 
 
+# -- what a cell's steps read ---------------------------------------------------------------------
+
+
+class StepInputs(NamedTuple):
+    """Everything of a cell its recipe's steps read: kind, versions, platform, what it adds, its OS
+    archives. Cells that agree on these (one torch build on many bases, say) get the same steps,
+    and ``Recipes`` makes them once. The step functions below are given this record and nothing
+    else of the cell, so a step cannot come to depend on a field that the key lacks. A named tuple:
+    made, hashed and compared per cell, at a third of a frozen dataclass's cost."""
+
+    stack: bool  # a fixed stack (NGC): its own Python and torch, no venv
+    python_from_base: bool  # the base brings the interpreter (a stack always does)
+    python: str
+    torch: str
+    torchvision: str | None
+    torchaudio: str | None
+    numpy_cap: str | None
+    cuda: str
+    variant: str
+    flavour: str
+    platform: PlatformName
+    base_carries_cuda: bool
+    pip_packages: tuple[str, ...]
+    apt_packages: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    os_archives: tuple[tuple[str, str], ...]  # (archive URL, what follows the mirror's URL)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.cuda != "cpu"
+
+
+def step_inputs(cell: ImageCell, os_archives: tuple[tuple[str, str], ...]) -> StepInputs:
+    return StepInputs(
+        stack=isinstance(cell, StackCell),
+        python_from_base=not isinstance(cell, WheelCell) or cell.python_from_base,
+        python=cell.python,
+        torch=cell.torch,
+        torchvision=cell.torchvision,
+        torchaudio=cell.torchaudio,
+        numpy_cap=cell.numpy_cap,
+        cuda=cell.cuda,
+        variant=cell.variant,
+        flavour=cell.flavour,
+        platform=cell.platform,
+        base_carries_cuda=cell.base_carries_cuda,
+        pip_packages=cell.pip_packages,
+        apt_packages=cell.apt_packages,
+        env=cell.env,
+        os_archives=os_archives,
+    )
+
+
 def _probe_step(step: str, *options: str) -> tuple[str, ...]:
     """The command a Dockerfile runs for one of the probe's build steps: the image's own Python (the
     venv's, or a stack's) running the shipped probe, so no in-image Python is written here."""
     return ("python3", CHECK_SCRIPT_PATH, step, *options)
 
 
-def _build_guard(cell: ImageCell) -> tuple[str, ...]:
+def _build_guard(cell: StepInputs) -> tuple[str, ...]:
     """Run right after the install: the build fails unless torch is the cell's build (for a CUDA
     variant PyTorch's own release check; ``imagekit.probe.buildsteps``). A stack names its torch
     build exactly; a wheel cell the public version its index adds a local part to."""
-    exact = (protocol.GUARD_EXACT_OPTION,) if isinstance(cell, StackCell) else ()
+    exact = (protocol.GUARD_EXACT_OPTION,) if cell.stack else ()
     cuda = cell.cuda if cell.is_cuda else "cpu"
     options = (protocol.GUARD_TORCH_OPTION, cell.torch, protocol.GUARD_CUDA_OPTION, cuda, *exact)
     return _probe_step(protocol.BUILD_GUARD, *options)
@@ -80,7 +135,7 @@ def project_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~;@ ]", requirement, maxsplit=1)[0]).lower()
 
 
-def _requirements(cell: ImageCell) -> tuple[str, ...]:
+def _requirements(cell: StepInputs) -> tuple[str, ...]:
     pins = [f"torch=={cell.torch}"]
     if cell.torchvision:
         pins.append(f"torchvision=={cell.torchvision}")
@@ -89,7 +144,7 @@ def _requirements(cell: ImageCell) -> tuple[str, ...]:
     if cell.numpy_cap:
         pins.append(f"numpy{cell.numpy_cap}")
     elif (
-        isinstance(cell, WheelCell)  # a stack brings its own NumPy
+        not cell.stack  # a stack brings its own NumPy
         and not cell.torchvision
         and "numpy" not in {project_name(p) for p in cell.pip_packages}
     ):
@@ -99,7 +154,7 @@ def _requirements(cell: ImageCell) -> tuple[str, ...]:
     return tuple(pins)
 
 
-def _pins_command(cell: ImageCell) -> tuple[str, ...]:
+def _pins_command(cell: StepInputs) -> tuple[str, ...]:
     """Prints the constraints file: torch's family and its CUDA wheels as installed, local versions
     included (``imagekit.probe.buildsteps.pins``), and the cell's NumPy cap where torch needs 1.x."""
     extra = (protocol.PINS_EXTRA_OPTION, f"numpy{cell.numpy_cap}") if cell.numpy_cap else ()
@@ -115,7 +170,7 @@ def require_cuda(cuda: str) -> str:
     return f"cuda>={cuda.split('.', maxsplit=1)[0]}.0"
 
 
-def _nvidia_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
+def _nvidia_env(cell: StepInputs) -> tuple[tuple[str, str], ...]:
     """On a plain base the image must ask for the GPU itself: the container toolkit reads these.
     Unset capabilities mean `utility` alone on older runtimes (nvidia-docker2: nvidia-smi, no compute
     library mounted, torch sees no GPU; current toolkits default to utility,compute); nvidia/cuda
@@ -129,11 +184,11 @@ def _nvidia_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _arch_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
+def _arch_env(cell: StepInputs) -> tuple[tuple[str, str], ...]:
     """A devel image builds CUDA extensions where no GPU is visible (a downstream `docker build`):
     torch's _get_cuda_arch_flags then needs TORCH_CUDA_ARCH_LIST (pytorch issue 137261; NGC sets it).
     The list PyTorch built this wheel variant with (imagekit/data/gpus.yaml); a cell's own wins."""
-    if cell.flavour != "devel" or not cell.is_cuda or isinstance(cell, StackCell):
+    if cell.flavour != "devel" or not cell.is_cuda or cell.stack:
         return ()
     if any(name == "TORCH_CUDA_ARCH_LIST" for name, _ in cell.env):
         return ()
@@ -141,13 +196,13 @@ def _arch_env(cell: ImageCell) -> tuple[tuple[str, str], ...]:
     return (("TORCH_CUDA_ARCH_LIST", arch_list),) if arch_list else ()
 
 
-def _toolchain(cell: ImageCell) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _toolchain(cell: StepInputs) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(OS packages to install, packages to install only where the base lacks them), in every
     flavour: torch.compile needs a compiler and Python.h (inductor builds C++ on the CPU; Triton
     compiles a C launcher against Python.h on the GPU), and compile is required of runtime images too
     (PyTorch's own runtime images had the same gap: pytorch issue 116696, PR 170235). Devel images
     also build extensions with them (cpp_extension)."""
-    if isinstance(cell, StackCell):
+    if cell.stack:
         return (), ()
     if cell.python_from_base:
         return (), ("g++", "python3-dev")
@@ -164,59 +219,90 @@ TOOLCHAIN_PROBE = (
 )
 
 
-def _cuda_archs(cell: ImageCell) -> str:
+def _cuda_archs(cell: StepInputs) -> str:
     """The GPU architectures the cell's torch carries kernels for (its wheels' TORCH_CUDA_ARCH_LIST,
     a label for people and schedulers); empty for a CPU build and a stack's own build."""
-    if not isinstance(cell, WheelCell) or not cell.is_cuda:
+    if cell.stack or not cell.is_cuda:
         return ""
     return wheel_arch_list(cell.variant, cell.torch, platforms.get(cell.platform).machine) or ""
 
 
-def _labels(cell: ImageCell) -> tuple[tuple[str, str], ...]:
+# The label keys, each made once (a cell's labels are made per cell).
+_OCI_TITLE = f"{naming.OCI_PREFIX}title"
+_OCI_DESCRIPTION = f"{naming.OCI_PREFIX}description"
+_OCI_VERSION = f"{naming.OCI_PREFIX}version"
+_OCI_BASE_NAME = f"{naming.OCI_PREFIX}base.name"
+_OCI_VENDOR = f"{naming.OCI_PREFIX}vendor"
+_TORCH_LABEL = naming.label("torch")
+_TORCHVISION_LABEL = naming.label("torchvision")
+_TORCHAUDIO_LABEL = naming.label("torchaudio")
+_CUDA_LABEL = naming.label("cuda")
+_CUDA_FULL_LABEL = naming.label("cuda-full")
+_CUDNN_LABEL = naming.label("cudnn")
+_PYTHON_LABEL = naming.label("python")
+_FLAVOUR_LABEL = naming.label("flavour")
+_OS_LABEL = naming.label("os")
+_BASE_IMAGE_LABEL = naming.label("base-image")
+_VARIANT_LABEL = naming.label("variant")
+_CUDA_ARCHS_LABEL = naming.label("cuda-archs")
+# What would end a label's quoted value or expand in it.
+_LABEL_BREAKERS = ('"', "\n", "\\", "$")
+
+
+def _labels(cell: ImageCell, cuda_archs: str) -> tuple[tuple[str, str], ...]:
     """Static labels. Build-time ones (input digest, created, base digest) come from the builder:
     the input digest hashes this very file, so it cannot be written into it."""
     accel = "CPU" if cell.cuda == "cpu" else f"CUDA {cell.cuda_full or cell.cuda}"
-    oci = naming.OCI_PREFIX
     labels = {
-        f"{oci}title": f"pytorch-{cell.readable_tag}",
-        f"{oci}description": f"PyTorch {cell.torch} {accel} Python {cell.python} "
+        _OCI_TITLE: f"pytorch-{cell.readable_tag}",
+        _OCI_DESCRIPTION: f"PyTorch {cell.torch} {accel} Python {cell.python} "
         f"({cell.flavour}) on {cell.base_image}",
-        f"{oci}version": cell.readable_tag,
-        f"{oci}base.name": cell.base_image,
-        f"{oci}vendor": "imagekit",
+        _OCI_VERSION: cell.readable_tag,
+        _OCI_BASE_NAME: cell.base_image,
+        _OCI_VENDOR: "imagekit",
         naming.CELL_LABEL: cell.id,
-        naming.label("torch"): cell.torch,
-        naming.label("torchvision"): cell.torchvision or "",
-        naming.label("torchaudio"): cell.torchaudio or "",
-        naming.label("cuda"): cell.cuda,
-        naming.label("cuda-full"): cell.cuda_full or "",
-        naming.label("cudnn"): cell.cudnn or "",
-        naming.label("python"): cell.python,
-        naming.label("flavour"): cell.flavour,
-        naming.label("os"): cell.os,
-        naming.label("base-image"): cell.base_image,
-        naming.label("variant"): cell.variant,
-        naming.label("cuda-archs"): _cuda_archs(cell),
+        _TORCH_LABEL: cell.torch,
+        _TORCHVISION_LABEL: cell.torchvision or "",
+        _TORCHAUDIO_LABEL: cell.torchaudio or "",
+        _CUDA_LABEL: cell.cuda,
+        _CUDA_FULL_LABEL: cell.cuda_full or "",
+        _CUDNN_LABEL: cell.cudnn or "",
+        _PYTHON_LABEL: cell.python,
+        _FLAVOUR_LABEL: cell.flavour,
+        _OS_LABEL: cell.os,
+        _BASE_IMAGE_LABEL: cell.base_image,
+        _VARIANT_LABEL: cell.variant,
+        _CUDA_ARCHS_LABEL: cuda_archs,
         naming.CHECK_SCRIPT_LABEL: CHECK_SCRIPT_PATH,
     }
     labels = {name: value for name, value in labels.items() if value}
-    for key, value in labels.items():
-        # Every part was validated by the schema; this guards the label syntax itself.
-        if '"' in value or "\n" in value or "\\" in value or "$" in value:
-            raise InputError(f"cell {cell.id}: label {key} would hold {value!r}")
+    # Every part was validated by the schema; this guards the label syntax itself (searched in all
+    # values at once; the loop only names the culprit).
+    values = "".join(labels.values())
+    if any(breaker in values for breaker in _LABEL_BREAKERS):
+        for key, value in labels.items():
+            if any(breaker in value for breaker in _LABEL_BREAKERS):
+                raise InputError(f"cell {cell.id}: label {key} would hold {value!r}")
     return tuple(labels.items())
 
 
 def uses_wheelhouse(cell: Cell, matrix: Matrix) -> bool:
     """Whether ``cell`` installs from the matrix's wheelhouse; a fixed stack installs into its own
     Python, with no wheelhouse stage and no venv to carry over."""
-    return bool(matrix.sources.pip.find_links) and not isinstance(cell, StackCell)
+    return _uses_wheelhouse(matrix, stack=isinstance(cell, StackCell))
+
+
+def _uses_wheelhouse(matrix: Matrix, stack: bool) -> bool:
+    return bool(matrix.sources.pip.find_links) and not stack
 
 
 def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
     """pip's options for torch (its variant's index) and for everything else, in this cell."""
+    return _pip_arguments(matrix, cell.variant, wheelhouse=uses_wheelhouse(cell, matrix))
+
+
+def _pip_arguments(matrix: Matrix, variant: str, *, wheelhouse: bool) -> tuple[list[str], list[str]]:
     pip = matrix.sources.pip
-    wheelhouse = uses_wheelhouse(cell, matrix)
     common: list[str] = ["--no-cache-dir", "--disable-pip-version-check"]
     for host in pip.trusted_hosts:
         common += ["--trusted-host", host]
@@ -230,7 +316,7 @@ def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
     else:
         if pip.torch_index_url:
             index = naming.fill_placeholders(
-                pip.torch_index_url, {"variant": cell.variant}, "sources.pip.torch_index_url"
+                pip.torch_index_url, {"variant": variant}, "sources.pip.torch_index_url"
             )
             torch_args += ["--index-url", index]
         elif pip.index_url:
@@ -243,58 +329,80 @@ def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
     return torch_args, extra_args
 
 
-def _python_from_base(cell: ImageCell) -> bool:
-    """Whether the base brings the interpreter (a stack always does; else the OS archive's)."""
-    return not isinstance(cell, WheelCell) or cell.python_from_base
+_CONSTRAINTS_DIR = str(PurePosixPath(CONSTRAINTS_FILE).parent)
 
 
-def make_recipe(
-    cell: ImageCell, matrix: Matrix, matrix_name: str, os_archives: tuple[tuple[str, str], ...]
-) -> Recipe:
-    torch_args, extra_args = pip_arguments(cell, matrix)
-    wheelhouse = uses_wheelhouse(cell, matrix)
+def _steps(cell: StepInputs, matrix: Matrix) -> dict[str, Any]:
+    """The recipe's fields that its steps decide (all but the matrix's name, the build arguments and
+    the labels, which name the cell), as ``Recipe``'s keyword arguments."""
+    wheelhouse = _uses_wheelhouse(matrix, cell.stack)
+    torch_args, extra_args = _pip_arguments(matrix, cell.variant, wheelhouse=wheelhouse)
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
-    if not _python_from_base(cell):
+    if not cell.python_from_base:
         apt_packages += [f"python{cell.python}", f"python{cell.python}-venv", "ca-certificates"]
     apt_packages += [p for p in (*toolchain, *cell.apt_packages) if p not in apt_packages]
     extras = list(cell.pip_packages)
     devel_tools = cell.flavour == "devel" and (toolchain or toolchain_if_missing)
     if devel_tools and "ninja" not in {project_name(r) for r in extras}:
         extras.append("ninja")  # torch.utils.cpp_extension refuses to build without it
-    return Recipe(
-        matrix_name=matrix_name,
-        apt_packages=tuple(apt_packages),
-        apt_mirror=matrix.sources.apt.mirror,
-        apt_rewrites=tuple(
+    return {
+        "apt_packages": tuple(apt_packages),
+        "apt_mirror": matrix.sources.apt.mirror,
+        "apt_rewrites": tuple(
             (archive, matrix.sources.apt.mirror + suffix)
-            for archive, suffix in os_archives
+            for archive, suffix in cell.os_archives
             if matrix.sources.apt.mirror
         ),
-        python=f"python{cell.python}" if not _python_from_base(cell) else "python3",
-        venv=None if isinstance(cell, StackCell) else VENV,
-        torch_pip_args=tuple(torch_args),
-        torch_requirements=pins,
-        extra_pip_args=tuple(extra_args),
-        extra_requirements=tuple(extras),
-        pins_command=_pins_command(cell),
-        constraints_dir=str(PurePosixPath(CONSTRAINTS_FILE).parent),
-        constraints_file=CONSTRAINTS_FILE,
-        build_guard=_build_guard(cell),
-        wheelhouse=wheelhouse,
-        wheelhouse_context=WHEELHOUSE_CONTEXT,
-        wheelhouse_dir=WHEELHOUSE_DIR,
-        env=cell.env,
-        nvidia_env=_nvidia_env(cell),
-        arch_env=_arch_env(cell),
-        toolchain=toolchain_if_missing,
-        toolchain_probe=TOOLCHAIN_PROBE,
-        build_args=tuple(name for name, _ in cell.build_args),
-        labels=_labels(cell),
-        check_script_context=CHECK_SCRIPT_CONTEXT,
-        check_script_path=CHECK_SCRIPT_PATH,
-    )
+        "python": f"python{cell.python}" if not cell.python_from_base else "python3",
+        "venv": None if cell.stack else VENV,
+        "torch_pip_args": tuple(torch_args),
+        "torch_requirements": pins,
+        "extra_pip_args": tuple(extra_args),
+        "extra_requirements": tuple(extras),
+        "pins_command": _pins_command(cell),
+        "constraints_dir": _CONSTRAINTS_DIR,
+        "constraints_file": CONSTRAINTS_FILE,
+        "build_guard": _build_guard(cell),
+        "wheelhouse": wheelhouse,
+        "wheelhouse_context": WHEELHOUSE_CONTEXT,
+        "wheelhouse_dir": WHEELHOUSE_DIR,
+        "env": cell.env,
+        "nvidia_env": _nvidia_env(cell),
+        "arch_env": _arch_env(cell),
+        "toolchain": toolchain_if_missing,
+        "toolchain_probe": TOOLCHAIN_PROBE,
+        "check_script_context": CHECK_SCRIPT_CONTEXT,
+        "check_script_path": CHECK_SCRIPT_PATH,
+    }
+
+
+class Recipes:
+    """The recipes of one matrix's cells. A cell's steps depend on a few of its fields
+    (``StepInputs``), which many cells share: they are decided once per distinct ``StepInputs``,
+    and only the labels and the build arguments, which name the cell, are made per cell."""
+
+    def __init__(self, matrix: Matrix, matrix_name: str) -> None:
+        self.matrix = matrix
+        self.matrix_name = matrix_name
+        self._steps: dict[StepInputs, tuple[dict[str, Any], str]] = {}  # -> (steps, cuda-archs label)
+
+    def image(self, cell: ImageCell, os_archives: tuple[tuple[str, str], ...]) -> Recipe:
+        inputs = step_inputs(cell, os_archives)
+        found = self._steps.get(inputs)
+        if found is None:
+            found = self._steps[inputs] = (_steps(inputs, self.matrix), _cuda_archs(inputs))
+        steps, cuda_archs = found
+        return Recipe(
+            matrix_name=self.matrix_name,
+            build_args=tuple(name for name, _ in cell.build_args),
+            labels=_labels(cell, cuda_archs),
+            **steps,
+        )
+
+    def frontend(self, cell: FrontendCell) -> FrontendRecipe:
+        return make_frontend_recipe(cell, self.matrix, self.matrix_name)
 
 
 # -- front ends ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import date
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,14 +38,7 @@ from imagekit.contract import (
 from imagekit.errors import InputError, one_line
 from imagekit.limits import TEMPLATE_BYTES
 from imagekit.paths import depends_on, read_regular_file
-from imagekit.recipe import (
-    WHEELHOUSE_CONTEXT,
-    FrontendRecipe,
-    Recipe,
-    make_frontend_recipe,
-    make_recipe,
-    uses_wheelhouse,
-)
+from imagekit.recipe import WHEELHOUSE_CONTEXT, FrontendRecipe, Recipe, Recipes, uses_wheelhouse
 from imagekit.schema import Publish
 from imagekit.template_code import load_template
 from imagekit.wheels import Request, WheelResolver, platform_tags
@@ -161,10 +154,26 @@ def make_environment(templates: Path) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["sh"] = shlex.quote
-    env.filters["shjoin"] = shlex.join
+    env.filters["sh"] = sh
+    env.filters["shjoin"] = shjoin
     env.filters["pairs"] = pairs
     return env
+
+
+@lru_cache(maxsize=4096)
+def _quoted(text: str) -> str:
+    return shlex.quote(text)
+
+
+def sh(value: Any) -> str:
+    """``shlex.quote``, as the ``sh`` filter: each string quoted once per process (every cell of a
+    matrix quotes the same paths, pip options and package names; a tenth of render time)."""
+    return _quoted(value) if type(value) is str else shlex.quote(value)
+
+
+def shjoin(items: Iterable[Any]) -> str:
+    """``shlex.join``, as the ``shjoin`` filter, quoting through ``sh``."""
+    return " ".join(map(sh, items))
 
 
 def pairs(items: Iterable[tuple[Any, Any]], separator: str, quote: str = "", shell: bool = False) -> str:
@@ -173,11 +182,14 @@ def pairs(items: Iterable[tuple[Any, Any]], separator: str, quote: str = "", she
     ``{% for %}`` with ``loop.last`` lays out, without a loop context per line (a tenth of
     render time on a large matrix). Plain concatenation, no format string: safe in the sandbox."""
     if shell:
-        return separator.join(f"{name}={shlex.quote(str(value))}" for name, value in items)
+        return separator.join(f"{name}={sh(str(value))}" for name, value in items)
     return separator.join(f"{name}={quote}{value}{quote}" for name, value in items)
 
 
 # -- rendered cells ---------------------------------------------------------------------------------
+
+# json.dumps(document, sort_keys=True), without a new encoder per call (one per cell)
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -211,7 +223,7 @@ class RenderedCell:
         platform = platforms.get(self.cell.platform)
         if not platform.is_default:  # added only here: the default platform's digests stay as they were
             document["platform"] = platform.name
-        return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(_DIGEST_JSON.encode(document).encode()).hexdigest()
 
     def names(self, publish: Publish, day: date) -> naming.ImageNames:
         """Where this cell's image goes: the matrix's repository, readable tag then immutable ones."""
@@ -250,6 +262,7 @@ class Renderer:
         self._wheelhouse: tuple[tuple[str, Path], ...] | None = None
         self._wheel_by_path: dict[Path, tuple[str, Path]] | None = None
         self._resolver: WheelResolver | None = None
+        self.recipes = Recipes(matrix, self.matrix_name)
         # Each cell's recipe, made once: its Dockerfile, its wheel closure and its identity
         # Dockerfile (a mirror or a pin renders the same cell twice) all read it.
         self._image_recipes: dict[ImageCell, Recipe] = {}
@@ -279,14 +292,14 @@ class Renderer:
     def image_recipe(self, cell: ImageCell) -> Recipe:
         found = self._image_recipes.get(cell)
         if found is None:
-            found = make_recipe(cell, self.plan.matrix, self.matrix_name, self._os_archives(cell))
+            found = self.recipes.image(cell, self._os_archives(cell))
             self._image_recipes[cell] = found
         return found
 
     def frontend_recipe(self, cell: FrontendCell) -> FrontendRecipe:
         found = self._frontend_recipes.get(cell)
         if found is None:
-            found = make_frontend_recipe(cell, self.plan.matrix, self.matrix_name)
+            found = self.recipes.frontend(cell)
             self._frontend_recipes[cell] = found
         return found
 

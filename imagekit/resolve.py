@@ -7,7 +7,7 @@ a combination makes (``imagekit.cells``) is decided here and nowhere else.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -333,7 +333,7 @@ class Resolver:
         base_image = naming.fill_placeholders(request.image, image_values, image_where)
         if not naming.is_reference(base_image):
             raise InputError(f"{image_where}: {base_image!r} is not a valid image reference")
-        _refuse_unless(rules.IMAGE_RULES, replace(request, image=base_image), self.compat)
+        _refuse_unless(rules.IMAGE_RULES, request.with_image(base_image), self.compat)
         tag_path = ("bases", request.base, "tag") if spec.tag else ("publish", "tags", "readable")
         readable = naming.readable_tag(
             spec.tag or self.matrix.publish.tags.readable,

@@ -69,7 +69,11 @@ def load_template(env: jinja2.Environment, name: str) -> jinja2.Template:
     if code is None:
         return env.get_template(name)
     compiled = compile(code, filename or name, "exec")
-    return env.template_class.from_code(env, compiled, env.make_globals(None), uptodate)
+    # The globals as a plain dict, not get_template's ChainMap over the environment's: every render
+    # copies them into a new context, a dict at C speed where a ChainMap is walked in Python (twice,
+    # ~3 us per cell). The same values: nothing changes an own environment's globals after it is made.
+    names = dict(env.make_globals(None))
+    return env.template_class.from_code(env, compiled, names, uptodate)
 
 
 def generate(envs: list[jinja2.Environment], out: Path, name: str = "Dockerfile.j2") -> list[Path]:

@@ -53,6 +53,7 @@ def minor_of(version: str) -> str:
     return ".".join(str(n) for n in version_key(version)[:2])
 
 
+@lru_cache(maxsize=4096)
 def cuda_variant(cuda: str) -> str:
     """The wheel variant of a CUDA minor: ``"12.1" -> "cu121"``; ``"cpu"`` stays ``"cpu"``."""
     if cuda == "cpu":

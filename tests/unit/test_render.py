@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,12 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from imagekit.cells import FrontendCell
 from imagekit.drift import check_drift, dockerfile_path, expected_files
 from imagekit.errors import InputError
 from imagekit.matrix import load_plan
-from imagekit.render import Renderer
+from imagekit.recipe import Recipes
+from imagekit.render import Renderer, sh, shjoin
 from tests.conftest import REPO, run_cli
 from tests.unit.projects import variants_plan, wheel
 
@@ -253,6 +256,32 @@ def test_a_stale_file_that_cannot_be_removed_stops_render_before_any_rewrite(
         f"cannot remove the stale generated Dockerfile {stale}: Permission denied"
     )
     assert edited.read_text() == "hand-edited\n", "nothing is rewritten once the run has stopped"
+
+
+def test_shared_recipe_steps_equal_steps_made_for_the_cell_alone(tmp_path: Path) -> None:
+    """Recipes makes a cell's steps once per StepInputs: a recipe from a Recipes that has seen every
+    other cell first is the recipe a fresh one makes for that cell alone (the key misses nothing)."""
+    for plan in (load_plan(REPO / "matrix.yaml"), variants_plan(tmp_path)):
+        renderer = Renderer(plan)
+        cells = [c for c in plan.cells if not isinstance(c, FrontendCell)]
+        shared = [renderer.image_recipe(c) for c in cells]
+        alone = [Recipes(plan.matrix, renderer.matrix_name).image(c, renderer._os_archives(c)) for c in cells]
+        assert cells and shared == alone
+
+
+@pytest.mark.parametrize("value", ["", "plain", "two words", "it's", "$(id)", "a\nb", 3, None])
+def test_the_quoting_filters_are_shlexs(value: object) -> None:
+    """sh and shjoin remember quoted strings; what they give (or raise) is shlex's."""
+
+    def outcome(function: Callable[[], str]) -> str:
+        try:
+            return function()
+        except TypeError as exc:
+            return f"TypeError: {exc}"
+
+    assert outcome(lambda: sh(value)) == outcome(lambda: shlex.quote(value))  # type: ignore[arg-type]
+    items = (value, "x y", value)
+    assert outcome(lambda: shjoin(items)) == outcome(lambda: shlex.join(items))  # type: ignore[arg-type]
 
 
 def test_render_is_deterministic(tmp_path: Path) -> None:
