@@ -271,8 +271,7 @@ def install(root: str, key: BuildKey, built: dict[str, tuple[str, float]]) -> No
         shutil.copyfile(library, target + ".partial")
         os.chmod(target + ".partial", 0o644)
         os.replace(target + ".partial", target)
-        modules[kind] = asdict(BuiltModule(kind, file_sha256(target), seconds))
-        del modules[kind]["kind"]
+        modules[kind] = {"sha256": file_sha256(target), "build_s": seconds}
     manifest = {"schema": MANIFEST_SCHEMA, "key": asdict(key), "modules": modules}
     partial = os.path.join(root, MANIFEST + ".partial")
     with open(partial, "w", encoding="utf-8") as handle:

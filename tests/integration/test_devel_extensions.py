@@ -18,6 +18,7 @@ import docker
 import pytest
 
 from imagekit.probe import build, prebuilt
+from imagekit.verification import json_or_text
 from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 
@@ -118,8 +119,9 @@ def test_the_image_build_compiles_the_extension_and_verify_only_loads_it(
     devel: Path, api: docker.APIClient
 ) -> None:
     cell = _cell(devel)
-    log = Path(cell["log"]).read_text()
+    log = (devel / cell["log"]).read_text()  # relative to the project
     assert "check.py build-extensions: built cpu (" in log, log[-3000:]
+    print(next(line for line in log.splitlines() if "check.py build-extensions: " in line))
     assert f"into {prebuilt.DIRECTORY}; no CUDA module: torch is a CPU build" in log
     manifest = json.loads(_read_in_image(api, cell["image_id"], f"{prebuilt.DIRECTORY}/manifest.json"))
     assert manifest["key"]["torch"] == "2.13.0+cpu" and manifest["key"]["python"] == "3.11"
@@ -131,15 +133,18 @@ def test_the_image_build_compiles_the_extension_and_verify_only_loads_it(
     checks = {c["name"]: c for c in result["checks"]}
     extension = checks["extension"]
     assert extension["status"] == "pass", extension
-    cpu = extension["detail"]["parts"]["cpu"]
+    detail = json_or_text(extension["detail"])  # the report holds it as the probe's JSON text
+    cpu = detail["parts"]["cpu"]
     # loaded from the read-only root as built, and run: nothing compiled at verify time
     assert cpu["how"] == build.PREBUILT_HOW and cpu["max_abs_error"] == 0, cpu
     assert cpu["module"] == f"{prebuilt.DIRECTORY}/imagekit_check_cpu.so" and "built" not in cpu
     assert cpu["build_s_saved"] == manifest["modules"]["cpu"]["build_s"]
-    assert extension["detail"]["prebuilt"]["loaded"] == ["cpu"]
-    assert extension["detail"]["prebuilt"]["built_here"] == {}
+    assert detail["prebuilt"]["loaded"] == ["cpu"] and detail["prebuilt"]["built_here"] == {}
     # no GPU asked for: the GPU part keeps its meaning, and a CPU torch has no CUDA module
-    parts = extension["detail"]["parts"]
+    parts = detail["parts"]
     assert parts["cuda"] == {"status": "skip", "reason": "no GPU requested"}
     assert parts["cuda-no-gpu"]["status"] == "skip"
     assert result["verdict"] == "checked" and not result["gpu_visible"]
+    print(
+        json.dumps({"status": extension["status"], "duration_s": extension["duration_s"], "detail": detail})
+    )
