@@ -47,6 +47,7 @@ class Recipe:
     constraints_dir: str
     constraints_file: str
     build_guard: tuple[str, ...]  # fails the build unless torch is the cell's build
+    extension_build: tuple[str, ...]  # devel: builds the extension check's modules; () elsewhere
     wheelhouse: bool
     wheelhouse_context: str
     wheelhouse_dir: str
@@ -128,6 +129,14 @@ def _build_guard(cell: StepInputs) -> tuple[str, ...]:
     cuda = cell.cuda if cell.is_cuda else "cpu"
     options = (protocol.GUARD_TORCH_OPTION, cell.torch, protocol.GUARD_CUDA_OPTION, cuda, *exact)
     return _probe_step(protocol.BUILD_GUARD, *options)
+
+
+def _extension_build(cell: StepInputs) -> tuple[str, ...]:
+    """A devel image builds the extension check's modules while it is built, with no GPU (as any
+    `docker build`), so verification on a GPU runner only loads and runs them
+    (``imagekit.probe.prebuilt``); a missing toolchain piece fails the build, named as the check
+    names it. Runtime images carry no extension toolchain to check."""
+    return _probe_step(protocol.BUILD_EXTENSIONS) if cell.flavour == "devel" else ()
 
 
 def project_name(requirement: str) -> str:
@@ -365,6 +374,7 @@ def _steps(cell: StepInputs, matrix: Matrix) -> dict[str, Any]:
         "constraints_dir": _CONSTRAINTS_DIR,
         "constraints_file": CONSTRAINTS_FILE,
         "build_guard": _build_guard(cell),
+        "extension_build": _extension_build(cell),
         "wheelhouse": wheelhouse,
         "wheelhouse_context": WHEELHOUSE_CONTEXT,
         "wheelhouse_dir": WHEELHOUSE_DIR,

@@ -36,7 +36,9 @@ Build steps (``protocol.BUILD_STEPS``; a Dockerfile runs them while it builds th
 argument the step): `check.py build-guard --torch V --cuda X.Y|cpu [--exact]` exits 1 unless the
 installed torch is that build; `check.py pins [--extra REQ]` prints the constraints file (torch's
 family and its CUDA wheels as installed); `check.py freeze` prints every installed distribution
-(a front end's build stage). See ``buildsteps``.
+(a front end's build stage); `check.py build-extensions` (devel images) builds the extension
+check's modules into /opt/imagekit/extensions with a manifest (``prebuilt``), or exits 1 with one
+line naming the missing piece. See ``buildsteps``.
 
 Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
 torch_cuda, cudnn, libcudart, cuda_available, arch, cuda_archs, gemm_cpu, gemm_gpu, cudnn_conv,
@@ -100,7 +102,12 @@ C++: needs a C++ compiler and Python.h) always and on each visible GPU (Triton: 
 and Python.h too). Runs in a child process bounded in time; a failure names the missing compiler or
 Python headers. Required except in runtime images (which carry no compiler: reported, not fatal).
 extension (devel flavour only): a C++ extension through torch.utils.cpp_extension.load_inline, built
-and called; plus a CUDA kernel where nvcc exists and a GPU is visible. train_step: a two-layer MLP
+and called; plus a CUDA kernel where nvcc exists and a GPU is visible. Where the image built these
+modules at image build time (build-extensions) and the manifest matches this probe's sources,
+torch's build, Python, machine, arch list (CUDA) and each library's sha256, and the toolchain is
+still there, a part only loads and runs the module (detail: "how", "build_s_saved"); otherwise it
+builds as below and its "prebuilt" says why not. Loaded or built, the CUDA kernel runs only on a
+visible GPU. train_step: a two-layer MLP
 on a fixed synthetic problem, a few optimizer steps under autocast (bf16 on the CPU; fp16 with a
 GradScaler, and bf16 where the device supports it, on each GPU); the loss must fall by half.
 Every build and cache of these (inductor, Triton, torch extensions, the CUDA JIT cache) goes to a

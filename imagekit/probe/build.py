@@ -10,9 +10,10 @@ import sys
 import sysconfig
 from typing import Any
 
+from . import extension, prebuilt
 from .context import Context, torch_skip
 from .results import CheckResult, skipped
-from .tasks import COMPILE_TIMEOUT_S, EXTENSION_TIMEOUT_S, run_task
+from .tasks import COMPILE_TIMEOUT_S, EXTENSION_TIMEOUT_S, PREBUILT_TIMEOUT_S, run_task
 
 
 def toolchain(env: dict[str, str]) -> dict[str, Any]:
@@ -209,6 +210,88 @@ def check_compile(ctx: Context) -> CheckResult:
     return combine_parts("compile", parts, detail, required)
 
 
+PREBUILT_HOW = "loaded the module built at image build time (check.py build-extensions), not rebuilt"
+FRESH_BUILD_DIR = "a fresh directory under the temporary directory (a cached build would prove nothing)"
+
+
+def _toolchain_gone(tools: dict[str, Any], env: dict[str, str], kind: str) -> str | None:
+    """Why a build-time module may not stand for this image's toolchain: the check proves the image
+    can build an extension, so where a piece is gone now (a derived image removed it) it builds here
+    and names what is missing. None when every piece is still there."""
+    path = env.get("PATH", os.defpath)
+    missing = [
+        piece
+        for piece, there in (
+            ("a C++ compiler", tools.get("cxx")),
+            ("Python.h", tools.get("python_h")),
+            ("ninja", shutil.which("ninja", path=path)),
+            ("nvcc", extension.nvcc_path(env) if kind == "cuda" else "not needed"),
+        )
+        if not there
+    ]
+    return f"no {', '.join(missing)} in the image now: built here to show it" if missing else None
+
+
+def _prebuilt_part(
+    ctx: Context, key: str, what: str, found: prebuilt.Usable, extra_env: dict[str, str] | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the part, None) from the build-time module; (None, why) when it did not load (then it is built)."""
+    outcome = run_task(ctx, "extension_prebuilt", key, PREBUILT_TIMEOUT_S, extra_env)
+    result = outcome["result"] or {}
+    if not result.get("loaded"):
+        if outcome["timed_out"]:
+            return None, f"loading {found.path} did not finish within {PREBUILT_TIMEOUT_S:.0f} s"
+        error = result.get("error") or (outcome["output_tail"] or "no output").strip()[-400:]
+        return None, f"did not load: {error}"
+    part: dict[str, Any] = {k: v for k, v in result.items() if k not in ("traceback", "loaded")}
+    part.update(how=PREBUILT_HOW, build_s_saved=found.module.build_s, seconds=outcome["seconds"])
+    if result.get("ok"):
+        part["status"] = "pass"
+    else:
+        part.update(
+            status="fail",
+            cause=f"{what}, built at image build time, loaded but failed: {result.get('error')}",
+            fix="see the part's detail; a damaged module is rebuilt by rebuilding the image",
+            output_tail=outcome["output_tail"],
+        )
+    return part, None
+
+
+def extension_part(
+    ctx: Context,
+    task: str,
+    key: str,
+    what: str,
+    tools: dict[str, Any],
+    extra_env: dict[str, str] | None,
+    found: prebuilt.Usable | str,
+) -> dict[str, Any]:
+    """One part of the extension check: the build-time module loaded and run where it is this
+    image's own and loads, else built here as a task (``prebuilt`` says why it was not used)."""
+    kind = "cpu" if key == "cpu" else "cuda"
+    why = found if isinstance(found, str) else _toolchain_gone(tools, ctx.env, kind)
+    if isinstance(found, prebuilt.Usable) and why is None:
+        part, why = _prebuilt_part(ctx, key, what, found, extra_env)
+        if part is not None:
+            return part
+    part = build_part(ctx, task, key, what, "cxx", EXTENSION_TIMEOUT_S, tools, extra_env)
+    part["prebuilt"] = f"not used: {why}"
+    return part
+
+
+def _prebuilt_summary(parts: dict[str, dict[str, Any]], root: str) -> dict[str, Any]:
+    """The detail's account of the build-time modules: which parts loaded them, what that saved."""
+    loaded = [key for key, part in parts.items() if part.get("how") == PREBUILT_HOW]
+    built = {key: part["prebuilt"] for key, part in parts.items() if "prebuilt" in part}
+    saved = [float(parts[key]["build_s_saved"]) for key in loaded]
+    return {
+        "directory": root,
+        "loaded": loaded,
+        "built_here": built,
+        "build_s_saved": round(sum(saved), 1) if saved else None,
+    }
+
+
 def check_extension(ctx: Context) -> CheckResult:
     flavour = ctx.expect.flavour
     if flavour is None:
@@ -221,17 +304,15 @@ def check_extension(ctx: Context) -> CheckResult:
     if skip:
         return skip
     tools = toolchain(ctx.env)
-    nvcc = shutil.which("nvcc", path=ctx.env.get("PATH", os.defpath))
-    if nvcc is None and os.path.exists("/usr/local/cuda/bin/nvcc"):
-        nvcc = "/usr/local/cuda/bin/nvcc"
+    nvcc = extension.nvcc_path(ctx.env)
+    found = prebuilt.usable(ctx.env, prebuilt.current_key(ctx.torch, ctx.env))
     detail: dict[str, Any] = {
         "toolchain": tools,
         "nvcc": nvcc,
         "timeout_s": EXTENSION_TIMEOUT_S,
         "TORCH_EXTENSIONS_DIR": ctx.env.get("TORCH_EXTENSIONS_DIR"),
-        "build_dir": "a fresh directory under the temporary directory (a cached build would prove nothing)",
+        "TORCH_CUDA_ARCH_LIST": ctx.env.get("TORCH_CUDA_ARCH_LIST"),
     }
-    detail["TORCH_CUDA_ARCH_LIST"] = ctx.env.get("TORCH_CUDA_ARCH_LIST")
     parts: dict[str, dict[str, Any]] = {}
     runs: list[tuple[str, str, str, dict[str, str] | None]] = [
         ("extension_cpu", "cpu", "a C++ extension (load_inline)", None)
@@ -249,7 +330,8 @@ def check_extension(ctx: Context) -> CheckResult:
     else:
         runs.append(("extension_cuda", "cuda:0", "a CUDA extension (load_inline, nvcc)", None))
     # Built once with no GPU visible, as a downstream `docker build` does: TORCH_CUDA_ARCH_LIST must
-    # name the architectures (pytorch issue 137261). Runs with and without a GPU on the machine.
+    # name the architectures (pytorch issue 137261). Runs with and without a GPU on the machine; a
+    # devel image built it so at image build time, and then it is loaded with no GPU visible.
     if no_cuda:
         parts["cuda-no-gpu"] = {"status": "skip", "reason": no_cuda}
     else:
@@ -258,5 +340,9 @@ def check_extension(ctx: Context) -> CheckResult:
             ("extension_cuda_nogpu", "cuda-no-gpu", "a CUDA extension built with no GPU visible", hidden)
         )
     for task, key, what, extra_env in runs:
-        parts[key] = build_part(ctx, task, key, what, "cxx", EXTENSION_TIMEOUT_S, tools, extra_env)
+        module = found["cpu" if key == "cpu" else "cuda"]
+        parts[key] = extension_part(ctx, task, key, what, tools, extra_env, module)
+    detail["prebuilt"] = _prebuilt_summary(parts, prebuilt.directory(ctx.env))
+    if detail["prebuilt"]["built_here"]:
+        detail["build_dir"] = FRESH_BUILD_DIR
     return combine_parts("extension", parts, detail, True)

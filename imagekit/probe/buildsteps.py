@@ -2,19 +2,26 @@
 
 ``build-guard`` fails the build unless the installed torch is the cell's build; ``pins`` prints the
 constraints file every later ``pip install`` in the image obeys; ``freeze`` prints every installed
-distribution, which a front end's build stage holds fixed while it adds its packages. They run in
-the image's own Python (the venv's, or a stack's), so they import nothing the image may lack.
+distribution, which a front end's build stage holds fixed while it adds its packages;
+``build-extensions`` builds the extension check's modules into a devel image (``prebuilt``), so
+verification on a GPU runner only loads them. They run in the image's own Python (the venv's, or a
+stack's), so they import nothing the image may lack.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import tempfile
 from importlib import metadata
 from typing import Any
 
+from . import extension, prebuilt
 from .arguments import ArgumentError, Parser
+from .build import diagnose_build, toolchain
 from .protocol import (
+    BUILD_EXTENSIONS,
     BUILD_GUARD,
     FREEZE,
     GUARD_CUDA_OPTION,
@@ -83,6 +90,49 @@ def freeze() -> int:
     return 0
 
 
+# What each module is, in the one line a failed build prints (the check's own cause names it too).
+EXTENSION_WHAT = {
+    "cpu": "a C++ extension (load_inline)",
+    "cuda": "a CUDA extension built with no GPU visible",
+}
+
+
+def build_extensions(env: dict[str, str]) -> int:
+    """Build the extension check's modules into ``prebuilt.directory``: the CPU one always, the CUDA
+    one where torch is a CUDA build and nvcc exists. 0 with one line on stdout saying what was built;
+    else 1 with one line on stderr naming the missing piece (the check's own cause and fix), so the
+    image build fails the way the check would at verify time.
+
+    No GPU is made visible, whatever the machine: the CUDA module is built for TORCH_CUDA_ARCH_LIST,
+    as a `docker build` builds it, and the manifest's arch list is then what it holds."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    torch: Any = importlib.import_module("torch")  # no torch is a failed build: let it raise
+    cpp_extension: Any = importlib.import_module("torch.utils.cpp_extension")
+    kinds = ["cpu"]
+    no_cuda = ""
+    if not torch.version.cuda:
+        no_cuda = "; no CUDA module: torch is a CPU build"
+    elif extension.nvcc_path(env) is None:
+        no_cuda = "; no CUDA module: no nvcc (PATH, /usr/local/cuda/bin)"
+    else:
+        kinds.append("cuda")
+    root = prebuilt.directory(env)
+    built: dict[str, tuple[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="imagekit-extensions-") as scratch:
+        for kind in kinds:
+            result, library = prebuilt.build_one(cpp_extension, kind, scratch)
+            if library is None:
+                outcome = {"result": result, "rc": 1}
+                cause, fix = diagnose_build(EXTENSION_WHAT[kind], outcome, toolchain(env), "cxx", 0)
+                sys.stderr.write(f"check.py {BUILD_EXTENSIONS}: {cause}; fix: {fix}\n")
+                return 1
+            built[kind] = (library, float(result["build_s"]))
+        prebuilt.install(root, prebuilt.current_key(torch, env), built)
+    done = ", ".join(f"{kind} ({seconds:.1f} s)" for kind, (_, seconds) in built.items())
+    sys.stdout.write(f"check.py {BUILD_EXTENSIONS}: built {done} into {root}{no_cuda}\n")
+    return 0
+
+
 def run_step(argv: list[str]) -> int:
     """``argv`` is ``[step, options...]``; the step's exit status (2 on bad arguments)."""
     step, options = argv[0], argv[1:]
@@ -101,6 +151,9 @@ def run_step(argv: list[str]) -> int:
         if step == FREEZE:
             parser.parse_args(options)
             return freeze()
+        if step == BUILD_EXTENSIONS:
+            parser.parse_args(options)
+            return build_extensions(dict(os.environ))
         raise ArgumentError(f"unknown build step {step!r}")
     except ArgumentError as exc:
         sys.stderr.write(f"check.py {step}: bad arguments: {exc}\n")

@@ -184,7 +184,13 @@ FRONTEND_EXPECT_OPTIONS: dict[str, str] = {
 }
 
 # Internal roles: the probe re-runs itself for work that must be isolated or bounded in time.
-TASK_NAMES: tuple[str, ...] = ("compile", "extension_cpu", "extension_cuda", "extension_cuda_nogpu")
+TASK_NAMES: tuple[str, ...] = (
+    "compile",
+    "extension_cpu",
+    "extension_cuda",
+    "extension_cuda_nogpu",
+    "extension_prebuilt",  # load and run a module built at image build time (--device cpu|cuda:0|cuda-no-gpu)
+)
 WORKER_OPTION = "--collective-worker"
 TASK_OPTION = "--task"
 DEVICE_OPTION = "--device"
@@ -197,7 +203,9 @@ RESULT_FILE_OPTION = "--result-file"
 BUILD_GUARD = "build-guard"  # fails the build unless the installed torch is the cell's build
 PINS = "pins"  # prints the constraints file: torch's family and its CUDA wheels, as installed
 FREEZE = "freeze"  # prints every installed distribution as name==version (a front end's pins)
-BUILD_STEPS: tuple[str, ...] = (BUILD_GUARD, PINS, FREEZE)
+# builds the extension check's modules into the image (devel images), so verification only loads them
+BUILD_EXTENSIONS = "build-extensions"
+BUILD_STEPS: tuple[str, ...] = (BUILD_GUARD, PINS, FREEZE, BUILD_EXTENSIONS)
 GUARD_TORCH_OPTION = "--torch"  # the torch version the cell installs
 GUARD_CUDA_OPTION = "--cuda"  # the CUDA minor torch must be built for (12.1), or "cpu"
 GUARD_EXACT_OPTION = "--exact"  # compare the whole version, local part too (a stack's own build)

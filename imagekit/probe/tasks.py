@@ -14,51 +14,13 @@ import time
 import traceback
 from typing import Any
 
+from . import extension, prebuilt
 from .context import Context
 from .proc import read_result, read_text, self_command, write_result
 
 COMPILE_TIMEOUT_S = 300.0  # torch.compile's first call: tens of seconds (inductor + a C++ build)
 EXTENSION_TIMEOUT_S = 600.0  # load_inline: torch/extension.h alone takes ~30 s to compile
-
-
-EXT_CPP = """
-#include <torch/extension.h>
-torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double alpha) {
-  TORCH_CHECK(a.sizes() == b.sizes(), "shape mismatch");
-  auto ac = a.contiguous().to(torch::kFloat);
-  auto bc = b.contiguous().to(torch::kFloat);
-  auto out = torch::empty_like(ac);
-  const float* pa = ac.data_ptr<float>();
-  const float* pb = bc.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const float s = static_cast<float>(alpha);
-  for (int64_t i = 0; i < ac.numel(); ++i) po[i] = pa[i] + s * pb[i];
-  return out;
-}
-"""
-EXT_CUDA_DECL = "torch::Tensor scaled_add_cuda(torch::Tensor a, torch::Tensor b, double alpha);"
-EXT_CUDA = """
-#include <torch/extension.h>
-#include <cuda_runtime.h>
-__global__ void scaled_add_kernel(const float* a, const float* b, float* out, float alpha, int64_t n) {
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = a[i] + alpha * b[i];
-}
-torch::Tensor scaled_add_cuda(torch::Tensor a, torch::Tensor b, double alpha) {
-  TORCH_CHECK(a.is_cuda() && b.is_cuda() && a.sizes() == b.sizes(), "CUDA tensors of one shape expected");
-  auto ac = a.contiguous().to(torch::kFloat);
-  auto bc = b.contiguous().to(torch::kFloat);
-  auto out = torch::empty_like(ac);
-  const int64_t n = ac.numel();
-  const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  scaled_add_kernel<<<blocks, threads>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(),
-                                        static_cast<float>(alpha), n);
-  cudaError_t err = cudaGetLastError();
-  TORCH_CHECK(err == cudaSuccess, "kernel launch failed: ", cudaGetErrorString(err));
-  return out;
-}
-"""
+PREBUILT_TIMEOUT_S = 120.0  # loading a built module and one call: torch's import and CUDA's start
 
 
 def _files_under(directory: str | None) -> list[str]:
@@ -123,56 +85,61 @@ def task_compile(device: str) -> dict[str, Any]:
 
 
 def task_extension(cuda: bool) -> dict[str, Any]:
-    """A C++ (or CUDA) extension through load_inline, built into a fresh directory, then called."""
+    """The check's C++ (or CUDA) extension through load_inline, built into a fresh directory, then called."""
     torch: Any = importlib.import_module("torch")
     cpp_extension: Any = importlib.import_module("torch.utils.cpp_extension")
     info: dict[str, Any] = {
         "torch": str(torch.__version__),
         "cuda_home": getattr(cpp_extension, "CUDA_HOME", None),
     }
-    if not cpp_extension.is_ninja_available():
-        return {
-            **info,
-            "ok": False,
-            "missing": "ninja",
-            "error": "ninja is not available (load_inline needs it)",
-        }
+    failed = extension.missing_ninja(cpp_extension)
+    if failed is not None:
+        return {**info, **failed}
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.mkdtemp()
     build = os.path.join(root, "cuda" if cuda else "cpu")
     os.makedirs(build, exist_ok=True)
     name = f"imagekit_check_{'cuda' if cuda else 'cpu'}_{os.getpid()}"
     started = time.monotonic()
-    if cuda:
-        module = cpp_extension.load_inline(
-            name=name,
-            cpp_sources=[EXT_CUDA_DECL],
-            cuda_sources=[EXT_CUDA],
-            functions=["scaled_add_cuda"],
-            build_directory=build,
-            verbose=False,
-        )
-    else:
-        module = cpp_extension.load_inline(
-            name=name, cpp_sources=[EXT_CPP], functions=["scaled_add"], build_directory=build, verbose=False
-        )
+    module = extension.build_module(cpp_extension, cuda, name, build)
     build_s = time.monotonic() - started
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(4097, generator=gen)
-    b = torch.randn(4097, generator=gen)
-    if cuda:
-        a, b = a.cuda(), b.cuda()
-        got = module.scaled_add_cuda(a, b, 0.5)
-        torch.cuda.synchronize()
-    else:
-        got = module.scaled_add(a, b, 0.5)
-    ref = a + 0.5 * b
-    max_err = float((got - ref).abs().max().item())
+    ran = extension.exercise(torch, module, cuda)
     built = [os.path.basename(f) for f in _files_under(build) if f.endswith(".so")]
-    ok = bool(torch.allclose(got, ref, rtol=1e-6, atol=1e-6)) and bool(built)
-    result = {**info, "ok": ok, "build_s": round(build_s, 1), "max_abs_error": max_err, "built": built}
-    if not ok:
-        result["error"] = f"the extension's result differs (max abs error {max_err:.3g}) or no .so was built"
+    result = {**info, **ran, "ok": ran["ok"] and bool(built), "build_s": round(build_s, 1), "built": built}
+    if ran["ok"] and not built:
+        result["error"] = "no .so was built"
     return result
+
+
+def task_extension_prebuilt(device: str) -> dict[str, Any]:
+    """Load the module built at image build time (``prebuilt``; the parent checked its manifest) and
+    call it on ``device``; on ``cuda-no-gpu`` (no GPU visible) load it and read torch's arch flags only,
+    which is what the image build did with the same TORCH_CUDA_ARCH_LIST. ``loaded`` says whether
+    the library loaded: a load failure sends the check back to building, a wrong result fails it."""
+    torch: Any = importlib.import_module("torch")
+    kind = "cpu" if device == "cpu" else "cuda"
+    path = prebuilt.module_path(prebuilt.directory(dict(os.environ)), kind)
+    info: dict[str, Any] = {"torch": str(torch.__version__), "module": path, "loaded": False}
+    started = time.monotonic()
+    try:
+        module = extension.load_module(prebuilt.module_name(kind), path)
+    except Exception as exc:
+        return {**info, "ok": False, "error": f"loading {path}: {type(exc).__name__}: {exc}"[-4000:]}
+    info.update(loaded=True, load_s=round(time.monotonic() - started, 2))
+    function = extension.function_name(kind == "cuda")
+    if not callable(getattr(module, function, None)):
+        return {**info, "loaded": False, "ok": False, "error": f"{path} has no {function}()"}
+    if device != "cuda-no-gpu":
+        return {**info, **extension.exercise(torch, module, kind == "cuda")}
+    cpp_extension: Any = importlib.import_module("torch.utils.cpp_extension")
+    flags, failed = extension.arch_flags(cpp_extension)
+    info.update(
+        TORCH_CUDA_ARCH_LIST=os.environ.get("TORCH_CUDA_ARCH_LIST"),
+        CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        visible_gpus=int(torch.cuda.device_count()),
+    )
+    if failed is not None:
+        return {**info, **failed}
+    return {**info, "ok": True, "arch_flags": flags}
 
 
 EXT_KERNEL = """
@@ -220,28 +187,15 @@ def task_extension_no_gpu() -> dict[str, Any]:
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "visible_gpus": int(torch.cuda.device_count()),
     }
-    try:
-        flags = list(cpp_extension._get_cuda_arch_flags())
-    except Exception as exc:
-        return {
-            **info,
-            "ok": False,
-            "missing": None if arch_list else "TORCH_CUDA_ARCH_LIST",
-            "error": f"_get_cuda_arch_flags() with no GPU visible raised {type(exc).__name__}: {exc}",
-        }
+    flags, failed = extension.arch_flags(cpp_extension)
+    if failed is not None or flags is None:
+        return {**info, **(failed or {})}
     info["arch_flags"] = flags
     build = os.path.join(os.environ.get("TORCH_EXTENSIONS_DIR") or tempfile.mkdtemp(), "cuda-nogpu")
     os.makedirs(build, exist_ok=True)
     started = time.monotonic()
     if torch.version.cuda:
-        cpp_extension.load_inline(
-            name=f"imagekit_check_nogpu_{os.getpid()}",
-            cpp_sources=[EXT_CUDA_DECL],
-            cuda_sources=[EXT_CUDA],
-            functions=["scaled_add_cuda"],
-            build_directory=build,
-            verbose=False,
-        )
+        extension.build_module(cpp_extension, True, f"imagekit_check_nogpu_{os.getpid()}", build)
         built = [os.path.basename(f) for f in _files_under(build) if f.endswith(".so")]
         result: dict[str, Any] = {"ok": bool(built), "built": built, "how": "load_inline (built, not run)"}
         if not built:
@@ -263,6 +217,8 @@ def run_task_child(task: str, device: str, result_file: str) -> int:
             result = task_extension(cuda=False)
         elif task == "extension_cuda_nogpu":
             result = task_extension_no_gpu()
+        elif task == "extension_prebuilt":
+            result = task_extension_prebuilt(device)
         else:
             result = task_extension(cuda=True)
     except Exception as exc:

@@ -32,6 +32,10 @@ RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/ima
 # has none; without this torch's _get_cuda_arch_flags fails: pytorch issue 137261).
 ENV TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# The extension check's modules, built now with no GPU (CUDA's for the image's arch list):
+# verification only loads and runs them. A missing compiler, Python.h, ninja or arch list fails
+# the build here, named as the check would name it.
+RUN python3 /opt/imagekit/check.py build-extensions
 LABEL org.opencontainers.image.title="pytorch-2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04" \
       org.opencontainers.image.description="PyTorch 2.1.2 CUDA 12.1.1 Python 3.10 (devel) on nvidia/cuda:12.1.1-devel-ubuntu22.04" \
       org.opencontainers.image.version="2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04" \

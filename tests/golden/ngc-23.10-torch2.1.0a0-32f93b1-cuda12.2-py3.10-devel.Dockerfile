@@ -19,6 +19,10 @@ RUN python3 /opt/imagekit/check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# The extension check's modules, built now with no GPU (CUDA's for the image's arch list):
+# verification only loads and runs them. A missing compiler, Python.h, ninja or arch list fails
+# the build here, named as the check would name it.
+RUN python3 /opt/imagekit/check.py build-extensions
 LABEL org.opencontainers.image.title="pytorch-ngc23.10-2.1.0a0-32f93b1-cuda12.2-cudnn8-devel-ubuntu22.04" \
       org.opencontainers.image.description="PyTorch 2.1.0a0+32f93b1 CUDA 12.2.2 Python 3.10 (devel) on nvcr.io/nvidia/pytorch:23.10-py3" \
       org.opencontainers.image.version="ngc23.10-2.1.0a0-32f93b1-cuda12.2-cudnn8-devel-ubuntu22.04" \

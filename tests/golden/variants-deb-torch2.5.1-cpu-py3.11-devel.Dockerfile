@@ -62,6 +62,10 @@ ENV OMP_NUM_THREADS=1 \
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 # The probe ran the build steps in the build stage; the image carries its own copy.
 COPY imagekit-check.py /opt/imagekit/check.py
+# The extension check's modules, built now with no GPU (CUDA's for the image's arch list):
+# verification only loads and runs them. A missing compiler, Python.h, ninja or arch list fails
+# the build here, named as the check would name it.
+RUN python3 /opt/imagekit/check.py build-extensions
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cpu-devel-debian12" \
       org.opencontainers.image.description="PyTorch 2.5.1 CPU Python 3.11 (devel) on imagekit-local/debian-python:bookworm" \
       org.opencontainers.image.version="2.5.1-cpu-devel-debian12" \

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from imagekit import probe_facts
-from imagekit.probe import build
+from imagekit.probe import build, prebuilt, protocol
 from tests.unit.probe_runs import SCRIPT, by_name, clean_env, run_script
 
 NO_TOOLS = ("g++", "gcc", "cc", "c++", "clang", "clang++", "x86_64-linux-gnu-g++", "x86_64-linux-gnu-gcc")
@@ -44,11 +44,13 @@ def bin_dir(tmp_path: Path, leave_out: tuple[str, ...], keep_only: tuple[str, ..
     return target
 
 
-def run_build_checks(python: str, tmp_path: Path, path: str, *args: str) -> dict[str, Any]:
+def run_build_checks(
+    python: str, tmp_path: Path, path: str, *args: str, extra: dict[str, str] | None = None
+) -> dict[str, Any]:
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
     tmp.mkdir()
-    env = clean_env(PATH=path, HOME=str(home), TMPDIR=str(tmp))
+    env = clean_env(PATH=path, HOME=str(home), TMPDIR=str(tmp), **(extra or {}))
     _, report, stderr = run_script(python, "--expect-cuda", "cpu", *args, env=env)
     assert "Traceback" not in stderr
     assert list(home.iterdir()) == [] and list(tmp.iterdir()) == []  # nothing left behind, even failing
@@ -166,3 +168,100 @@ def test_cuda_extension_without_an_arch_list_and_no_gpu_names_it(torch_python: s
     )
     assert "TORCH_CUDA_ARCH_LIST is unset and no GPU is visible" in cause and "137261" in cause
     assert "ENV TORCH_CUDA_ARCH_LIST" in fix
+
+
+# -- the modules a devel image builds at image build time (check.py build-extensions) ------------
+
+
+def build_step(python: str, tmp_path: Path, path: str, modules: Path) -> subprocess.CompletedProcess[str]:
+    """``check.py build-extensions`` as a Dockerfile runs it, into ``modules``."""
+    env = clean_env(
+        PATH=path, HOME=str(tmp_path), TMPDIR=str(tmp_path), **{prebuilt.DIRECTORY_ENV: str(modules)}
+    )
+    command = [python, str(SCRIPT), protocol.BUILD_EXTENSIONS]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def step_line(done: subprocess.CompletedProcess[str], stream: str) -> str:
+    """The build step's one line (torch's own warnings may precede it on stderr)."""
+    (line,) = [x for x in getattr(done, stream).splitlines() if x.startswith("check.py build-extensions: ")]
+    return line
+
+
+def test_the_check_loads_the_module_the_image_build_made(torch_python: str, tmp_path: Path) -> None:
+    """The build step builds the CPU module (a CPU torch: no CUDA one) into a directory that holds
+    only the library and the manifest; the check, with that directory read-only, loads and runs it
+    and builds nothing. A library that then fails to load sends the check back to building, and the
+    part says why."""
+    modules = tmp_path / "extensions"
+    scratch = tmp_path / "build"
+    scratch.mkdir()
+    done = build_step(torch_python, scratch, "/usr/bin:/bin", modules)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = step_line(done, "stdout")
+    assert line.startswith("check.py build-extensions: built cpu (") and line.endswith(
+        f"s) into {modules}; no CUDA module: torch is a CPU build"
+    )
+    assert sorted(p.name for p in modules.iterdir()) == ["imagekit_check_cpu.so", "manifest.json"]
+    assert list(scratch.iterdir()) == []  # load_inline's build directory (build.ninja, lock) is gone
+    modules.chmod(0o555)  # verification's root is read-only; nothing may be written or locked there
+    only_extension = ("--only", "extension", "--flavour", "devel")
+    checks = run_build_checks_with(torch_python, tmp_path / "loaded", modules, *only_extension)
+    extension = checks["extension"]
+    assert extension["status"] == "pass", extension
+    cpu = extension["detail"]["parts"]["cpu"]
+    assert cpu["how"] == build.PREBUILT_HOW and cpu["max_abs_error"] == 0 and cpu["build_s_saved"] > 0
+    assert cpu["module"] == str(modules / "imagekit_check_cpu.so") and "built" not in cpu
+    summary = extension["detail"]["prebuilt"]
+    assert summary == {
+        "directory": str(modules),
+        "loaded": ["cpu"],
+        "built_here": {},
+        "build_s_saved": cpu["build_s_saved"],
+    }
+    assert "build_dir" not in extension["detail"]
+
+    # a library that does not load, though the manifest names its bytes: built here, and said why
+    modules.chmod(0o755)
+    library = modules / "imagekit_check_cpu.so"
+    library.write_bytes(b"not an ELF file")
+    manifest = json.loads((modules / "manifest.json").read_text())
+    manifest["modules"]["cpu"]["sha256"] = prebuilt.file_sha256(str(library))
+    (modules / "manifest.json").write_text(json.dumps(manifest))
+    checks = run_build_checks_with(torch_python, tmp_path / "rebuilt", modules, *only_extension)
+    extension = checks["extension"]
+    assert extension["status"] == "pass", extension
+    cpu = extension["detail"]["parts"]["cpu"]
+    assert cpu["built"] and cpu["max_abs_error"] == 0 and "how" not in cpu
+    assert cpu["prebuilt"].startswith(f"not used: did not load: loading {library}: ImportError")
+    assert extension["detail"]["prebuilt"]["loaded"] == []
+    assert extension["detail"]["prebuilt"]["built_here"] == {"cpu": cpu["prebuilt"]}
+    assert extension["detail"]["build_dir"] == build.FRESH_BUILD_DIR
+
+
+def run_build_checks_with(python: str, tmp_path: Path, modules: Path, *args: str) -> dict[str, Any]:
+    tmp_path.mkdir()
+    return run_build_checks(
+        python, tmp_path, "/usr/bin:/bin", *args, extra={prebuilt.DIRECTORY_ENV: str(modules)}
+    )
+
+
+@pytest.mark.parametrize(
+    ("leave_out", "cause", "fix"),
+    [
+        (("ninja",), "a C++ extension (load_inline): ninja is missing", "pip install ninja"),
+        (NO_TOOLS, "a C++ extension (load_inline): no C/C++ compiler in the image", "apt-get install -y g++"),
+    ],
+)
+def test_the_build_step_fails_the_image_build_naming_the_missing_piece(
+    torch_python: str, tmp_path: Path, leave_out: tuple[str, ...], cause: str, fix: str
+) -> None:
+    tools = bin_dir(tmp_path, leave_out)
+    modules = tmp_path / "extensions"
+    scratch = tmp_path / "build"
+    scratch.mkdir()
+    done = build_step(torch_python, scratch, str(tools), modules)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    line = step_line(done, "stderr")
+    assert cause in line and fix in line, line
+    assert not modules.exists() and list(scratch.iterdir()) == []

@@ -8,15 +8,18 @@ own venv has no torch: the GPU-machine runs are the integration tests' job."""
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from imagekit import probe_facts
-from tests.unit.probe_runs import SCRIPT
+from imagekit.probe import extension, prebuilt
+from tests.unit.probe_runs import SCRIPT, TORCH_VERSION
 
 FAKE_TORCH = '''
 """A stand-in for `torch` whose CUDA devices are played on the CPU by the real torch."""
@@ -350,18 +353,37 @@ def test_per_element_bound_catches_what_the_norm_missed(torch_python: str, tmp_p
 def test_extension_builds_a_cuda_extension_with_no_gpu_visible(torch_python: str, tmp_path: Path) -> None:
     """A devel image on a machine without a GPU (a `docker build`): the CUDA extension is still built,
     from TORCH_CUDA_ARCH_LIST (what imagekit's devel images set from the wheel's arch list), by the
-    real nvcc here; the part that needs a GPU skips. Needs nvcc (the CUDA toolkit on this host)."""
+    real nvcc here; the part that needs a GPU skips. The image's build-time CUDA module is this
+    image's own by its manifest but does not load: the part builds it here and says why; the CPU
+    module, which the manifest does not name, is built here too. Needs nvcc (the CUDA toolkit here)."""
     nvcc = shutil.which("nvcc") or (
         "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
     )
     if nvcc is None:
         pytest.skip("no nvcc on this host")
     arch_list = probe_facts.wheel_arch_list("cu130")
+    modules = tmp_path / "extensions"
+    library = tmp_path / "built-cuda.so"
+    library.write_bytes(b"not an ELF file")
+    here = prebuilt.BuildKey(
+        source_sha256=extension.source_digest(),
+        torch=TORCH_VERSION + "+cpu",  # the stand-in's: the real wheel's version, CUDA 12.1, no commit
+        torch_cuda="12.1",
+        torch_git=None,
+        python="{}.{}".format(*sys.version_info[:2]),
+        machine=platform.machine(),
+        arch_list=arch_list,
+    )
+    prebuilt.install(str(modules), here, {"cuda": (str(library), 95.0)})
     scenario = {
         "check": "extension",
         "devices": [],  # torch (the stand-in) is a CUDA build, but no GPU is visible
         "expect": {"cuda": "13.0", "flavour": "devel"},
-        "env": {"TORCH_CUDA_ARCH_LIST": arch_list, "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin"},
+        "env": {
+            "TORCH_CUDA_ARCH_LIST": arch_list,
+            "PATH": f"{Path(nvcc).parent}:/usr/bin:/bin",
+            prebuilt.DIRECTORY_ENV: str(modules),
+        },
     }
     out = run_scenario(torch_python, tmp_path, scenario)
     result = out["result"]
@@ -373,6 +395,12 @@ def test_extension_builds_a_cuda_extension_with_no_gpu_visible(torch_python: str
     assert nogpu["TORCH_CUDA_ARCH_LIST"] == arch_list and nogpu["built"] == ["kernel.o"]
     assert "-gencode=arch=compute_120,code=compute_120" in nogpu["arch_flags"]  # the +PTX entry
     assert result["detail"]["TORCH_CUDA_ARCH_LIST"] == arch_list
+    cuda_module = modules / "imagekit_check_cuda.so"
+    assert nogpu["prebuilt"].startswith(f"not used: did not load: loading {cuda_module}: ImportError")
+    assert parts["cpu"]["prebuilt"] == "not used: not built at image build time (the manifest names cuda)"
+    assert (
+        result["detail"]["prebuilt"]["loaded"] == [] and result["detail"]["prebuilt"]["build_s_saved"] is None
+    )
 
 
 L40S = {"name": "NVIDIA L40S", "cap": [8, 9], "sms": 142, "uuid": None}

@@ -77,6 +77,31 @@ def test_the_probe_is_in_place_before_its_build_steps_run() -> None:
     assert checked == len(files) - 2  # all but the two front ends
 
 
+def test_devel_images_build_the_extension_modules_after_what_they_need() -> None:
+    """A devel image's last stage builds the extension check's modules (check.py build-extensions)
+    once the probe, the venv and TORCH_CUDA_ARCH_LIST are in place; runtime images and front ends
+    (FROM a cell's image, which has them) never run it. Read from the golden and committed files."""
+    step = "RUN python3 /opt/imagekit/check.py build-extensions\n"
+    files = [*GOLDEN.glob("*.Dockerfile"), *(REPO / "dockerfiles" / "generated").glob("*/Dockerfile")]
+    devel = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        last = text.split("\nFROM ")[-1]
+        cell = path.parent.name if path.name == "Dockerfile" else path.stem
+        if "-devel" not in cell or cell.endswith(("-jupyter", "-ssh")):
+            assert "build-extensions" not in text, path
+            continue
+        devel += 1
+        assert text.count(step) == 1 and step in last, path
+        assert last.index("COPY imagekit-check.py /opt/imagekit/check.py") < last.index(step), path
+        if "ENV TORCH_CUDA_ARCH_LIST=" in last:
+            assert last.index("ENV TORCH_CUDA_ARCH_LIST=") < last.index(step), path
+        if "/opt/venv" in last:
+            assert last.index("PATH=/opt/venv/bin:$PATH") < last.index(step), path
+        assert last.index(step) < last.index("LABEL "), path  # a label change keeps the built layer
+    assert devel >= 10
+
+
 def test_template_decisions(tmp_path: Path) -> None:
     cases = golden_cases(tmp_path)
     old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
