@@ -1,4 +1,4 @@
-"""The few engine calls a no-change run makes, spoken over the engine's socket without docker-py.
+"""The engine calls a no-change run makes (inspect, tag), over the engine's socket without docker-py.
 
 docker-py with requests and urllib3 costs more to import than a whole no-change run may take
 (``imagekit.unchanged``), and http.client brings the email package and ssl along. These calls are
@@ -35,28 +35,15 @@ class EngineSocket:
         parsed = urllib.parse.urlsplit(self.address)
         if parsed.scheme == "unix" and parsed.path:
             self._family, self._target = socket.AF_UNIX, parsed.path
-        elif parsed.scheme == "tcp" and parsed.hostname and parsed.port:
+        elif (
+            parsed.scheme == "tcp"
+            and parsed.hostname
+            and parsed.port
+            and not os.environ.get("DOCKER_TLS_VERIFY")
+        ):
             self._family, self._target = socket.AF_INET, (parsed.hostname, parsed.port)  # type: ignore[assignment]
         else:
-            raise EngineSocketError(f"DOCKER_HOST {self.address} is not a unix socket or plain TCP")
-
-    @staticmethod
-    def spoken(address: str) -> bool:
-        """Whether this client can speak to ``address`` (TLS settings aside: the caller's)."""
-        try:
-            EngineSocket(address)
-        except EngineSocketError:
-            return False
-        return True
-
-    def get_json(self, path: str) -> Any:
-        status, body = self._call("GET", path)
-        if status != 200:
-            raise EngineSocketError(f"GET {path}: the engine answered {status}")
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise EngineSocketError(f"GET {path}: not JSON ({exc})") from None
+            raise EngineSocketError(f"DOCKER_HOST {self.address} is not a unix socket or plain TCP (no TLS)")
 
     def image(self, reference: str) -> dict[str, Any] | None:
         """``docker image inspect``: None when the engine holds no such image."""

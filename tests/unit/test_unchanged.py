@@ -405,6 +405,10 @@ def test_engine_socket_refuses_what_it_cannot_speak_and_bounds_answers(
     for address in ("ssh://user@host", "tcp://host", "npipe:////./pipe/docker_engine"):
         with pytest.raises(EngineSocketError):
             EngineSocket(address)
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    with pytest.raises(EngineSocketError, match="no TLS"):
+        EngineSocket("tcp://127.0.0.1:2376")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY")
     socket_engine = EngineSocket()
     assert socket_engine.image(IMAGE) is not None
     assert socket_engine.image("nothing:here") is None
