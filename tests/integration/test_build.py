@@ -57,7 +57,8 @@ def containers_now(api: docker.APIClient) -> set[str]:
     return {c["Id"] for c in api.containers(all=True)}
 
 
-def test_build_skip_force_only_labels_tags(project: Project, api: docker.APIClient) -> None:
+def two_bases_one_built_here(project: Project) -> str:
+    """Cells 2.1 and 2.2 on busybox and on a local base built from it; the local base's image."""
     (project.root / "local").mkdir()
     (project.root / "local" / "Dockerfile").write_text(f"FROM {BUSYBOX}\nRUN echo local > /etc/local-base\n")
     local_image = f"{project.repository}-base:dev"
@@ -67,6 +68,11 @@ def test_build_skip_force_only_labels_tags(project: Project, api: docker.APIClie
         base_axis=["busybox", "local"],
         bases={**busybox_base(), **busybox_base("local", local_image, build="local")},
     )
+    return local_image
+
+
+def test_build_skip_force_only_labels_tags(project: Project, api: docker.APIClient) -> None:
+    local_image = two_bases_one_built_here(project)
     planned = json.loads(project.run("plan", "--matrix", "matrix.yaml", "--json").stdout)["cells"]
 
     first = project.build("--jobs", "2")
@@ -305,15 +311,7 @@ def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
     """The second no-change run is answered from the record the first one left (imagekit.unchanged):
     no build and no container, the same images; a new day's dated tags land on the cell's image; a
     touched input, a missing tag or --force goes the full way again."""
-    (project.root / "local").mkdir()
-    (project.root / "local" / "Dockerfile").write_text(f"FROM {BUSYBOX}\nRUN echo local > /etc/local-base\n")
-    local_image = f"{project.repository}-base:dev"
-    write_cells(
-        project,
-        ["2.1", "2.2"],
-        base_axis=["busybox", "local"],
-        bases={**busybox_base(), **busybox_base("local", local_image, build="local")},
-    )
+    two_bases_one_built_here(project)
     record = project.root / ".imagekit" / "unchanged.json"
     assert project.build().returncode == 0
     assert not record.exists()  # it built: nothing to answer from
