@@ -29,7 +29,7 @@ from imagekit.atomic import atomic_write
 from imagekit.cells import LocalBase
 from imagekit.errors import ImagekitError, InputError
 from imagekit.limits import HASH_CACHE_BYTES, MAX_RECORDS
-from imagekit.paths import depends_on, read_regular_file
+from imagekit.paths import FileKey, depends_on, file_key, read_regular_file
 
 if TYPE_CHECKING:
     import tarfile  # imported where a context is packed: `imagekit plan` hashes, it packs nothing
@@ -43,15 +43,6 @@ _SPOOL_LIMIT = 16 << 20
 # "racily clean" entries). It is hashed again next run, and remembered once it has settled.
 _SETTLE_NS = 2_000_000_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-# (path, size, mtime_ns, inode, ctime_ns): a change to the file's bytes changes at least one of
-# them (a rewrite in place moves mtime and ctime; a replacement by rename changes the inode; an
-# mtime set back by hand, `touch -d`, still moves ctime).
-FileKey = tuple[str, int, int, int, int]
-
-
-def _key(path: Path, stat: os.stat_result) -> FileKey:
-    return (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
 
 
 class FileHasher:
@@ -68,7 +59,7 @@ class FileHasher:
         depends_on(path)  # read, or known by its stat: either way an input of this run
         try:
             stat = path.stat()
-            key = _key(path, stat)
+            key = file_key(str(path), stat)
             found = self._cache.get(key)
             if found is not None:
                 return found
@@ -78,7 +69,7 @@ class FileHasher:
                 after = path.stat()
                 now = time.time_ns()
                 if (
-                    _key(path, after) == key
+                    file_key(str(path), after) == key
                     and now - stat.st_mtime_ns > _SETTLE_NS
                     and now - stat.st_ctime_ns > _SETTLE_NS
                 ):

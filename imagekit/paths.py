@@ -26,6 +26,17 @@ from imagekit.limits import FILE_NAME_BYTES, PATH_BYTES
 _BAD_PATH = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EINVAL, errno.EEXIST}
 
 
+# (path, size, mtime_ns, inode, ctime_ns): a change to the file's bytes changes at least one of
+# them (a rewrite in place moves mtime and ctime; a replacement by rename changes the inode; an
+# mtime set back by hand, `touch -d`, still moves ctime). The hash cache (``imagekit.context``) and
+# the no-change record (``imagekit.unchanged``) both key a file by it.
+FileKey = tuple[str, int, int, int, int]
+
+
+def file_key(path: str, found: os.stat_result) -> FileKey:
+    return (path, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
+
+
 # Python's audit events show which files a run opens; a file a run depends on without opening it
 # (a digest from the stat-keyed cache, a size from a listing) is announced with this one, so a
 # recorder of a run's inputs (``imagekit.unchanged``) sees it too.

@@ -54,7 +54,7 @@ from imagekit.clock import timestamp, today
 from imagekit.engine_socket import EngineSocket, EngineSocketError
 from imagekit.errors import ImagekitError
 from imagekit.limits import STATE_BYTES
-from imagekit.paths import INPUT_EVENT, read_regular_file
+from imagekit.paths import INPUT_EVENT, FileKey, file_key, read_regular_file
 from imagekit.state import DEFAULT_STATE_DIR, REPORT_NAME, report_json_text, state_lock
 
 if TYPE_CHECKING:
@@ -84,17 +84,14 @@ ENV_NAMES = frozenset(
 _KERNEL = ("/proc/", "/sys/", "/dev/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
-FileKey = tuple[str, int, int, int, int]
-
 
 def _file_key(path: str) -> FileKey:
     """What a stat says of ``path``; ``(path, -1, 0, 0, 0)`` when there is nothing there, which
     is an answer too (a template directory without a front-end template uses imagekit's)."""
     try:
-        found = os.stat(path)
+        return file_key(path, os.stat(path))
     except OSError:
         return (path, -1, 0, 0, 0)
-    return (path, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
 
 
 def _package_files() -> list[FileKey]:
@@ -439,9 +436,8 @@ def _answer(state_dir: Path, key: str, today: date) -> Answer | None:
     report["started"] = timestamp()
     report["duration_s"] = duration
     for result in report["cells"]:
-        result["tags"] = retags.get(result["id"], result["tags"])
-        if result["id"] in retags:
-            result["built_on"] = today.isoformat()
+        if result["id"] in retags:  # a new day: its dated tags, as a full run names them
+            result["tags"], result["built_on"] = retags[result["id"]], today.isoformat()
     text = report_json_text(report)
     try:
         atomic_write(state_dir / REPORT_NAME, text, inside=state_dir)
