@@ -324,13 +324,14 @@ VerifiedImage = Annotated[
 ImageTag = Annotated[
     str, SafeString(naming.TAG.pattern, "an image tag", "2.1.2-cuda12.1", max_length=naming.MAX_TAG)
 ]
-Registry = Annotated[
-    str, SafeString(r"[a-z0-9.-]+(:[0-9]{1,5})?", "a registry host[:port]", "ghcr.io", extra=port_problem)
-]
+# A registry host: DNS labels (each starts and ends with a letter or digit) joined by single dots,
+# then an optional port; ".", "..", "-x", "a..b" name no host (and ".." in a URL path is a hop).
+_HOST = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*(?::[0-9]{1,5})?"
+Registry = Annotated[str, SafeString(_HOST, "a registry host[:port]", "ghcr.io", extra=port_problem)]
 RepositoryName = Annotated[
     str,
     SafeString(
-        r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*",
+        rf"(?:{_HOST}/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*",
         "a repository",
         "ghcr.io/acme/pytorch",
         max_length=naming.MAX_REFERENCE,
