@@ -103,12 +103,12 @@ def results_from_bake(
     that two cells map to (``bake_target_name`` folds dots into underscores) is refused: its
     digest would be recorded for whichever cell came last."""
     by_name: dict[str, RenderedCell] = {}
-    for item in rendered:
-        name = bake_target_name(item.cell.id)
-        first = by_name.setdefault(name, item)
-        if first is not item and name in targets:
+    for each in rendered:
+        name = bake_target_name(each.cell.id)
+        first = by_name.setdefault(name, each)
+        if first is not each and name in targets:
             raise InputError(
-                f"bake target {name!r} is the name of two cells, {first.cell.id} and {item.cell.id};"
+                f"bake target {name!r} is the name of two cells, {first.cell.id} and {each.cell.id};"
                 " give them ids that differ in more than '.' and '_'"
             )
     results: list[CellResult] = []
