@@ -296,7 +296,8 @@ CellId = Annotated[
 ]
 IMAGE_DIGEST = SafeString(naming.DIGEST.pattern, "a digest", "sha256:<64 hex>", max_length=71)
 ImageDigest = Annotated[str, IMAGE_DIGEST]
-InputDigest = Annotated[str, SafeString(r"[0-9a-f]{64}", "an input digest", "<64 hex>", max_length=64)]
+INPUT_DIGEST = SafeString(r"[0-9a-f]{64}", "an input digest", "<64 hex>", max_length=64)
+InputDigest = Annotated[str, INPUT_DIGEST]
 IMAGE_REFERENCE = SafeString(
     naming.REFERENCE.pattern,
     "an image reference",

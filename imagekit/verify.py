@@ -55,6 +55,7 @@ from imagekit.figures import gemm_figures
 from imagekit.gpus import CheckPass, GpuRequest, runner_devices
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
+from imagekit.safetypes import INPUT_DIGEST
 from imagekit.text import printable
 from imagekit.verification import CheckRecord, Inventory, RunPlatform, Verdict, Verification, derive_verdict
 
@@ -437,7 +438,9 @@ class Harness:
                 frontend = self._check(target, command, False, started, placed, check_pass, "frontend")
                 run = run.joined(frontend, image_secrets(image, self.api))
             verification = self._verification(target, run, started, placed, check_pass)
-            return replace(verification, image_digest=digest)
+            built_from = labels.get(naming.INPUT_DIGEST_LABEL)
+            valid = built_from is not None and INPUT_DIGEST.problem(built_from) is None
+            return replace(verification, image_digest=digest, input_digest=built_from if valid else None)
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:

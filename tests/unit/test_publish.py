@@ -650,3 +650,18 @@ def test_a_group_whose_immutable_tag_names_another_index_is_refused_whole(tmp_pa
     registry.read_back_index = lambda *_: None  # type: ignore[attr-defined]
     published, refused = publisher.run([], groups=[group])
     assert refused == [] and len(published) == 1
+
+
+def test_a_verification_made_for_other_inputs_is_refused_naming_both() -> None:
+    """A verification record names the inputs of the image it ran on (its input-digest label):
+    one made for other inputs than the cell's record never admits the cell; the cell's own (or a
+    record of an earlier release, which names none) does."""
+    from imagekit.publish_policy import refusal_reason
+
+    record = staged_result("checked")
+    assert record.verification is not None and record.input_digest == "f" * 64
+    other = replace(record, verification=replace(record.verification, input_digest="e" * 64))
+    reason = refusal_reason(other, "checked")
+    assert reason is not None and f"made for inputs {'e' * 64}, not the cell's {'f' * 64}" in reason
+    own = replace(record, verification=replace(record.verification, input_digest="f" * 64))
+    assert refusal_reason(own, "checked") is None and refusal_reason(record, "checked") is None
