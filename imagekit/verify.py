@@ -226,6 +226,12 @@ class CheckRun:
         return CheckRun({**self.document, "checks": checks}, None, exit_code, self.log, held)
 
 
+def _built_from(labels: Mapping[str, str]) -> str | None:
+    """The input digest the image's label names, when it is one (what its verification records)."""
+    found = labels.get(naming.INPUT_DIGEST_LABEL)
+    return found if found is not None and INPUT_DIGEST.problem(found) is None else None
+
+
 def frontend_arguments(labels: Mapping[str, str]) -> list[str]:
     """The front-end check's command, from the image's labels."""
     script, frontend = labels[naming.FRONTEND_CHECK_LABEL], labels.get(naming.FRONTEND_LABEL, "")
@@ -438,9 +444,7 @@ class Harness:
                 frontend = self._check(target, command, False, started, placed, check_pass, "frontend")
                 run = run.joined(frontend, image_secrets(image, self.api))
             verification = self._verification(target, run, started, placed, check_pass)
-            built_from = labels.get(naming.INPUT_DIGEST_LABEL)
-            valid = built_from is not None and INPUT_DIGEST.problem(built_from) is None
-            return replace(verification, image_digest=digest, input_digest=built_from if valid else None)
+            return replace(verification, image_digest=digest, input_digest=_built_from(labels))
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:
