@@ -99,8 +99,18 @@ def read_metadata(path: Path) -> dict[str, BakeTarget]:
 def results_from_bake(
     targets: Mapping[str, BakeTarget], rendered: Sequence[RenderedCell], publish: Publish, day: date
 ) -> tuple[list[CellResult], list[str]]:
-    """(a result per cell target found, target names that are no cell of the matrix)."""
-    by_name = {bake_target_name(item.cell.id): item for item in rendered}
+    """(a result per cell target found, target names that are no cell of the matrix). A target
+    that two cells map to (``bake_target_name`` folds dots into underscores) is refused: its
+    digest would be recorded for whichever cell came last."""
+    by_name: dict[str, RenderedCell] = {}
+    for each in rendered:
+        name = bake_target_name(each.cell.id)
+        first = by_name.setdefault(name, each)
+        if first is not each and name in targets:
+            raise InputError(
+                f"bake target {name!r} is the name of two cells, {first.cell.id} and {each.cell.id};"
+                " give them ids that differ in more than '.' and '_'"
+            )
     results: list[CellResult] = []
     for name, target in targets.items():
         item = by_name.get(name)

@@ -2,8 +2,9 @@
 
 A cell or base that appears in several reports keeps its last record, in the order given; the
 run's start is the earliest start and its duration the longest job's; every job's verify runs are
-kept. Two reports that disagree about one cell's staged or verified manifest digest are refused:
-publishing from either would promote an image the other job never built or checked.
+kept. Two reports that disagree about one cell's staged or verified manifest digest are refused,
+and so is one report's staged digest beside another's verification of another image: publishing
+from either would promote an image the other job never built or checked.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ def check_digests(reports: Sequence[BuildReport], names: Sequence[str]) -> None:
                     raise InputError(
                         f"{first[1]} and {name} disagree about the {kind} digest of {result.id}"
                         f" ({first[0]} vs {digest}); merge reports of one run only"
+                    )
+                # One report's staged image and another's verified one must be the same image.
+                other = "verified" if kind == "staged" else "staged"
+                found = seen.get((result.id, other))
+                if found is not None and found[1] != name and found[0] != digest:
+                    raise InputError(
+                        f"{found[1]} and {name} disagree about {result.id}: the {other} digest"
+                        f" {found[0]} vs the {kind} digest {digest}; merge reports of one run only"
                     )
 
 

@@ -10,7 +10,9 @@ Order of work, chosen so that a failure leaves nothing half-done:
    from the engine that holds it to its staging tag (docker moves the layers, once);
 3. prepare every cell before any final tag is written: GET the staged manifest by digest, check it
    names the verified image, and where staging is another repository mount its blobs across. A
-   cell whose staged manifest is gone or is not the verified image is refused here;
+   cell whose staged manifest is gone or is not the verified image is refused here, and so is a
+   cell (or group) one of whose immutable tags already names another digest: an immutable tag is
+   written once, so only the readable tag ever moves, and only to an image that proved itself;
 4. promote each by digest (PUT the same bytes under each immutable tag, the moving readable tag
    last) and add it to the lock only when all its tags are written. No layer moves and the digest
    is identical, so a tag can only ever name an image that passed. A group of platforms: each
@@ -206,6 +208,19 @@ class Publisher:
             )
         return _Ready(staged, manifest, tuple(children), labels)
 
+    def check_unmoved(self, tags: Sequence[str], digest: str) -> None:
+        """Before any tag of a cell (or group) moves: each immutable tag (all but the readable
+        first) is free or already names ``digest``. An immutable tag is written once; one that
+        names another image refuses the whole cell (a rerun of the same image is fine)."""
+        for tag in tags[1:]:
+            found = self.registry.tag_digest(self.options.repository, tag)
+            if found is not None and found != digest:
+                raise RegistryError(
+                    f"immutable tag {naming.reference(self.target, tag)} already names {found}, not"
+                    f" this build's {digest}; an immutable tag never moves (publish the image it names,"
+                    " or change the cell's inputs)"
+                )
+
     def promote(self, ready: _Ready) -> Manifest:
         """Every final tag -> the staged manifest, by digest; the bytes (and digest) never change."""
         repository = self.options.repository
@@ -378,8 +393,7 @@ class Publisher:
         started = time.monotonic()
         members = [ready[m.cell] for m in group.members]
         repository = self.options.repository
-        expected: dict[str, Manifest] = {m.platform: ready[m.cell].manifest for m in group.members}
-        index = image_index([(platforms.get(name), manifest) for name, manifest in expected.items()])
+        index, expected = _index_of(group, ready)
         tags = group.tags
         try:
             for item in members:
@@ -435,7 +449,9 @@ class Publisher:
         for pending in staged:
             cell = pending.candidate.cell
             try:
-                ready[cell] = self.prepare(pending, in_index=cell in in_index)
+                prepared = self.prepare(pending, in_index=cell in in_index)
+                self.check_unmoved(pending.candidate.tags, prepared.manifest.digest)
+                ready[cell] = prepared
             except RegistryError as exc:
                 failed[cell] = f"{exc}; nothing promoted for this cell"
         refused = [Refusal(c.cell, failed[c.cell]) for c in candidates if c.cell in failed]
@@ -448,13 +464,26 @@ class Publisher:
                 on_published(published[-1])
         for group in groups:
             settled, turned = settle(group, failed)
-            for refusal in turned:
+            moved = self._unmoved(settled, ready)
+            for refusal in (*turned, *moved):
                 refused.append(refusal)
                 on_refused(refusal)
-            if settled is not None:
+            if settled is not None and not moved:
                 published.append(self.publish_group(settled, ready))
                 on_published(published[-1])
         return published, refused
+
+    def _unmoved(self, group: Group | None, ready: Mapping[str, _Ready]) -> list[Refusal]:
+        """A group whose immutable tags name another index than the one it would publish: each
+        of its platforms refused (nothing of it promoted); none when the tags are free or its own."""
+        if group is None:
+            return []
+        try:
+            self.check_unmoved(group.tags, _index_of(group, ready)[0].digest)
+        except RegistryError as exc:
+            why = f"{exc}; nothing promoted for this group"
+            return [Refusal(m.cell, f"group {group.tag}, {m.platform}: {why}") for m in group.members]
+        return []
 
     def _staged(self, candidate: Candidate) -> _Staged:
         """The candidate's manifest in the registry: staged by `build --push`, or pushed now."""
@@ -466,6 +495,14 @@ class Publisher:
         where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
         self.say(f"staged {candidate.cell} as {where}")
         return _Staged(candidate, self.staging, digest, time.monotonic() - started)
+
+
+def _index_of(group: Group, ready: Mapping[str, _Ready]) -> tuple[Manifest, dict[str, Manifest]]:
+    """The image index a group publishes (its bytes, hence its digest, fixed by its platforms'
+    manifests) and each platform's manifest."""
+    expected: dict[str, Manifest] = {m.platform: ready[m.cell].manifest for m in group.members}
+    index = image_index([(platforms.get(name), manifest) for name, manifest in expected.items()])
+    return index, expected
 
 
 def _gpus(entry: LockEntry) -> tuple[str, ...]:

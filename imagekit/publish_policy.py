@@ -150,6 +150,12 @@ def refusal_reason(result: CellResult | None, policy: str) -> str | None:
     ran_on = (result.image_id, *result.tags, *((staged.reference,) if staged else ()))
     if verification is not None and verification.image not in ran_on:
         return f"its verification ran on {verification.image}, not the built {result.image_id}; verify again"
+    made_for = verification.input_digest if verification is not None else None
+    if made_for is not None and made_for != result.input_digest:
+        return (
+            f"its verification was made for inputs {made_for}, not the cell's {result.input_digest};"
+            " verify the cell's own image again"
+        )
     level = level_of(result)
     if level is None:
         assert verification is not None

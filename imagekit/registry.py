@@ -150,16 +150,32 @@ class Registry(Transport):
             )
         return Manifest(digest, media_type, body)
 
-    def head_manifest(self, repository: str, reference: str) -> str | None:
-        """The digest ``reference`` names now, or None when the registry has no such manifest."""
-        what = f"HEAD manifest {repository}:{reference}"
+    def _head(self, repository: str, reference: str) -> Answer | None:
+        """HEAD the manifest ``reference`` names: its answer, or None when the registry has none."""
         answer = self._send(
             "HEAD", f"/v2/{repository}/manifests/{reference}", _pull(repository), headers={"Accept": ACCEPT}
         )
         if answer.status == 404:
             return None
-        self._check(answer, what)
-        return self._digest_header(answer, what)
+        self._check(answer, f"HEAD manifest {repository}:{reference}")
+        return answer
+
+    def head_manifest(self, repository: str, reference: str) -> str | None:
+        """The digest ``reference`` names now, or None when the registry has no such manifest."""
+        answer = self._head(repository, reference)
+        return (
+            None if answer is None else self._digest_header(answer, f"HEAD manifest {repository}:{reference}")
+        )
+
+    def tag_digest(self, repository: str, tag: str) -> str | None:
+        """The manifest digest ``tag`` names now, None when no manifest has that tag; where the
+        HEAD answer carries no Docker-Content-Digest, the digest of the bytes GET returns (a
+        missing header must never read as a free tag)."""
+        answer = self._head(repository, tag)
+        if answer is None:
+            return None
+        found = self._digest_header(answer, f"HEAD manifest {repository}:{tag}")
+        return found or self.get_manifest(repository, tag).digest
 
     def put_manifest(self, repository: str, tag: str, manifest: Manifest) -> str:
         """PUT the same bytes under ``tag``; returns the digest the registry stored."""

@@ -296,7 +296,8 @@ CellId = Annotated[
 ]
 IMAGE_DIGEST = SafeString(naming.DIGEST.pattern, "a digest", "sha256:<64 hex>", max_length=71)
 ImageDigest = Annotated[str, IMAGE_DIGEST]
-InputDigest = Annotated[str, SafeString(r"[0-9a-f]{64}", "an input digest", "<64 hex>", max_length=64)]
+INPUT_DIGEST = SafeString(r"[0-9a-f]{64}", "an input digest", "<64 hex>", max_length=64)
+InputDigest = Annotated[str, INPUT_DIGEST]
 IMAGE_REFERENCE = SafeString(
     naming.REFERENCE.pattern,
     "an image reference",
@@ -324,13 +325,14 @@ VerifiedImage = Annotated[
 ImageTag = Annotated[
     str, SafeString(naming.TAG.pattern, "an image tag", "2.1.2-cuda12.1", max_length=naming.MAX_TAG)
 ]
-Registry = Annotated[
-    str, SafeString(r"[a-z0-9.-]+(:[0-9]{1,5})?", "a registry host[:port]", "ghcr.io", extra=port_problem)
-]
+# A registry host: DNS labels (each starts and ends with a letter or digit) joined by single dots,
+# then an optional port; ".", "..", "-x", "a..b" name no host (and ".." in a URL path is a hop).
+_HOST = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*(?::[0-9]{1,5})?"
+Registry = Annotated[str, SafeString(_HOST, "a registry host[:port]", "ghcr.io", extra=port_problem)]
 RepositoryName = Annotated[
     str,
     SafeString(
-        r"(?:[a-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*",
+        rf"(?:{_HOST}/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*",
         "a repository",
         "ghcr.io/acme/pytorch",
         max_length=naming.MAX_REFERENCE,

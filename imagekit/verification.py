@@ -22,6 +22,7 @@ from imagekit.safetypes import (
     Count,
     GpuText,
     ImageDigest,
+    InputDigest,
     Items,
     JsonScalars,
     Number,
@@ -324,6 +325,9 @@ class Verification:
     # None: `--gpus all` on a runner whose GPUs could not be counted, or a record of an earlier release.
     devices: Annotated[tuple[ShortText, ...], Items(MAX_GPUS)] = ()
     gpu_seconds: Seconds | None = None
+    # The inputs the verified image was built from (its imagekit.input-digest label): publish
+    # refuses a cell whose record names other inputs. None: no such label, or an earlier release.
+    input_digest: InputDigest | None = None
 
     @property
     def emulated(self) -> bool:

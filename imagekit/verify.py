@@ -55,6 +55,7 @@ from imagekit.figures import gemm_figures
 from imagekit.gpus import CheckPass, GpuRequest, runner_devices
 from imagekit.limits import MAX_ITEMS, SHORT_CHARS
 from imagekit.probe import protocol
+from imagekit.safetypes import INPUT_DIGEST
 from imagekit.text import printable
 from imagekit.verification import CheckRecord, Inventory, RunPlatform, Verdict, Verification, derive_verdict
 
@@ -223,6 +224,12 @@ class CheckRun:
         exit_code = self.exit_code or other.exit_code
         held = self.held_s + other.held_s
         return CheckRun({**self.document, "checks": checks}, None, exit_code, self.log, held)
+
+
+def _built_from(labels: Mapping[str, str]) -> str | None:
+    """The input digest the image's label names, when it is one (what its verification records)."""
+    found = labels.get(naming.INPUT_DIGEST_LABEL)
+    return found if found is not None and INPUT_DIGEST.problem(found) is None else None
 
 
 def frontend_arguments(labels: Mapping[str, str]) -> list[str]:
@@ -437,7 +444,7 @@ class Harness:
                 frontend = self._check(target, command, False, started, placed, check_pass, "frontend")
                 run = run.joined(frontend, image_secrets(image, self.api))
             verification = self._verification(target, run, started, placed, check_pass)
-            return replace(verification, image_digest=digest)
+            return replace(verification, image_digest=digest, input_digest=_built_from(labels))
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
             if NO_GPU_DRIVER in text:

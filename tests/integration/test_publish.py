@@ -229,6 +229,38 @@ def test_transient_registry_errors_are_retried(
     assert not [t for i in api.images() for t in i.get("RepoTags") or () if t.startswith(staging)]
 
 
+def test_an_immutable_tag_never_moves_to_a_second_build_of_the_same_inputs(
+    project: Project, registry: LocalRegistry
+) -> None:
+    """A cell staged (`build --push`) and published; the same inputs built again (another label,
+    no registry cache: the same input digest, another image digest), staged and published to the
+    same registry: refused (exit 1) naming both digests, every tag and the lock as they were."""
+    (cell,) = make_cells(project, "built", ("2.1",))
+    host = ("--registry", registry.host)
+    staged = project.build("--push", *host)
+    assert staged.returncode == 0, staged.stderr
+    first = project.run("publish", "--matrix", "matrix.yaml", *host)
+    assert first.returncode == 0, first.stderr
+    published = lock_of(project)[cell]
+    tags = {
+        t: digest_of(registry.host, project.repository, t) for t in final_tags(registry, project.repository)
+    }
+    assert set(tags) == set(published["tags"]) and set(tags.values()) == {published["digest"]}  # type: ignore[arg-type]
+
+    again = project.build("--push", "--force", "--no-cache-from", "--label", "org.example.rebuild=2", *host)
+    assert again.returncode == 0, again.stderr
+    record = project.report()[cell]
+    second = record["staged"]["digest"]  # type: ignore[index]
+    assert record["input_digest"] == published["input_digest"] and second != published["digest"]
+    refused = project.run("publish", "--matrix", "matrix.yaml", *host)
+    assert refused.returncode == 1, refused.stderr
+    assert f"already names {published['digest']}, not this build's {second}" in refused.stderr
+    assert "nothing promoted for this cell" in refused.stderr
+    assert {t: digest_of(registry.host, project.repository, t) for t in tags} == tags
+    assert set(final_tags(registry, project.repository)) == set(tags)  # no tag added either
+    assert lock_of(project)[cell] == published
+
+
 def test_k8s_refuses_a_cell_without_a_digest(project: Project, tmp_path: Path) -> None:
     make_cells(project, "built", ("2.1",))
     out = tmp_path / "jobs"

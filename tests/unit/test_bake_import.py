@@ -276,3 +276,24 @@ def test_any_metadata_reads_or_is_one_input_error(
         for name, target in targets.items():
             assert re.fullmatch(r"[A-Za-z0-9_-]+", name) and DIGEST.fullmatch(target.digest)
             assert all(is_reference(n) for n in target.names)
+
+
+def test_a_target_two_cells_map_to_is_refused_naming_both(tmp_path: Path) -> None:
+    """Bake target names fold '.' into '_': a target that is the name of two cells would record
+    its digest for whichever came last; refused, naming both cells. A folded pair whose target
+    is not in the file is no one's concern."""
+    from types import SimpleNamespace
+
+    from imagekit.bake_import import BakeTarget, results_from_bake
+
+    plan = load_plan(MATRIX)
+    real = Renderer(plan).render_all()[0]
+    twin = SimpleNamespace(cell=SimpleNamespace(id=real.cell.id.replace(".", "_")))
+    assert bake_target_name(twin.cell.id) == bake_target_name(real.cell.id) and twin.cell.id != real.cell.id
+    target = BakeTarget(bake_target_name(real.cell.id), DIGEST_A, CONFIG_A, ())
+    for rendered in ([real, twin], [twin, real]):
+        with pytest.raises(InputError) as refused:
+            results_from_bake({target.name: target}, rendered, plan.matrix.publish, today())  # type: ignore[arg-type]
+        assert f"{real.cell.id}" in str(refused.value) and f"{twin.cell.id}" in str(refused.value)
+    results, unknown = results_from_bake({}, [real, twin], plan.matrix.publish, today())  # type: ignore[arg-type]
+    assert results == [] and unknown == []

@@ -316,6 +316,23 @@ def test_a_credential_in_a_flag_is_refused_without_repeating_it(flag: str, value
     assert "s3cret" not in result.stderr + result.stdout
 
 
+NO_REGISTRY_HOST = ("..", ".", "", "-x", "a/b", "https://ghcr.io", "ghcr .io", "a..b", "host-", ".ghcr.io")
+
+
+@pytest.mark.parametrize("command", ["publish", "build"])
+@pytest.mark.parametrize("value", NO_REGISTRY_HOST)
+def test_a_registry_that_is_no_host_is_refused_in_one_line(command: str, value: str, tmp_path: Path) -> None:
+    """The registry host type (every command and the matrix's publish.registry share it) names
+    a host: dot-separated labels that start and end with a letter or digit, an optional port."""
+    args = ("--lock", str(tmp_path / "l.json"), "--dry-run") if command == "publish" else ("--push",)
+    matrix = ("--matrix", str(REPO / "matrix.yaml"), "--state-dir", str(tmp_path))
+    result = run_cli(command, *matrix, *args, f"--registry={value}")
+    assert result.exit_code == 2, (value, result.stdout, result.stderr)
+    assert result.stderr.count("imagekit: error: --registry") == 1, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "l.json").exists()
+
+
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     missing = run_cli("plan", "--matrix", str(tmp_path / "nope.yaml"))
     assert missing.exit_code == 2

@@ -272,6 +272,10 @@ class MemoryRegistry:
     def get_blob(self, repository: str, digest: str) -> bytes:
         return self.blobs[digest]
 
+    def tag_digest(self, repository: str, tag: str) -> str | None:
+        found = self.manifests.get((repository, tag))
+        return None if found is None else found.digest
+
 
 def group_of(registry: MemoryRegistry, arm_arch: str = "arm64") -> tuple[Group, dict[str, Manifest]]:
     members = []

@@ -86,3 +86,36 @@ def test_reports_that_disagree_about_a_digest_are_refused_naming_both(tmp_path: 
         "merge-reports", "--state-dir", str(tmp_path / "out"), str(tmp_path / "b"), str(tmp_path / "d")
     )
     assert result.exit_code == 2 and "disagree about the verified digest" in result.stderr
+
+
+def test_a_staged_digest_and_another_reports_verification_of_another_image_are_refused(
+    tmp_path: Path,
+) -> None:
+    """The build job's report stages one digest; the verify job's report (no staging record of
+    its own) verified another image: refused in either order, naming both reports, nothing
+    written. The same digest on both sides merges."""
+    from tests.unit.report_samples import build_report
+
+    report = build_report()
+    cell = report.cells[0]
+    assert cell.staged is not None
+    checked = verification(cell.id, "checked", (CheckRecord("torch", "pass", True),))
+    other = replace(cell, staged=None, verification=replace(checked, image_digest="sha256:" + "6" * 64))
+    write_report(tmp_path / "built", replace(report, cells=(cell,)))
+    write_report(tmp_path / "verified", replace(report, cells=(other,)))
+    for first, second in (("built", "verified"), ("verified", "built")):
+        out = tmp_path / f"out-{first}"
+        result = run_cli(
+            "merge-reports", "--state-dir", str(out), str(tmp_path / first), str(tmp_path / second)
+        )
+        assert result.exit_code == 2, result.stderr
+        assert f"{tmp_path / first} and {tmp_path / second} disagree about {cell.id}" in result.stderr
+        assert cell.staged.digest in result.stderr and "sha256:" + "6" * 64 in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not (out / "report.json").exists()
+    same = replace(other, verification=replace(checked, image_digest=cell.staged.digest))
+    write_report(tmp_path / "same", replace(report, cells=(same,)))
+    ok = run_cli(
+        "merge-reports", "--state-dir", str(tmp_path / "ok"), str(tmp_path / "built"), str(tmp_path / "same")
+    )
+    assert ok.exit_code == 0, ok.stderr

@@ -257,6 +257,7 @@ class FakeRegistry:
 
         self.calls: list[tuple[str, ...]] = []
         self.missing = missing or set()
+        self.tagged: dict[str, str] = {}  # tag -> the digest it names in the target repository
         body = json.dumps({
             "schemaVersion": 2,
             "config": {"digest": config_digest},
@@ -293,7 +294,12 @@ class FakeRegistry:
 
     def put_manifest(self, repository: str, tag: str, manifest: Any) -> str:
         self.calls.append(("put_manifest", repository, tag))
+        self.tagged[tag] = str(manifest.digest)
         return str(manifest.digest)
+
+    def tag_digest(self, repository: str, tag: str) -> str | None:
+        self.calls.append(("tag_digest", repository, tag))
+        return self.tagged.get(tag)
 
     # what the staged digest's referrers are (attestations attached where it was staged)
     attached: tuple[Any, ...] = ()
@@ -565,3 +571,97 @@ def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path)
     assert [p.entry.cell for p in published] == ["c"]
     assert ("attach", "acme/pytorch", registry.manifest.digest, STAGED_DIGEST) in registry.calls
     assert any("carried 1 referrer" in line for line in said)
+
+
+# -- immutable tags are written once ----------------------------------------------------------------
+
+OTHER = "sha256:" + "7" * 64  # the digest an earlier build of the same inputs was published as
+TAGS = ("2.1.2-cu121-checked", "2.1.2-cu121-20261129-checked", "2.1.2-cu121-ffffffffffff-checked")
+
+
+def _staged_candidate(cell: str, tags: tuple[str, ...] = TAGS) -> Candidate:
+    verified = staged_result("checked")
+    return Candidate(cell, IMAGE, "f" * 64, "checked", tags, verified.verification, verified.staged)
+
+
+@pytest.mark.parametrize("taken", [1, 2])
+def test_an_immutable_tag_naming_another_digest_refuses_its_cell_and_moves_nothing(
+    tmp_path: Path, taken: int
+) -> None:
+    """The same cell built again (same inputs, another image digest): each of its immutable tags
+    already naming the first digest refuses the cell before any of its tags moves, naming both
+    digests; another cell of the run is still promoted; a tag already naming this very digest is
+    an idempotent rerun."""
+    from imagekit.lockfile import read_lock
+    from imagekit.publish import Publisher, PublishOptions
+
+    registry = FakeRegistry(IMAGE)
+    registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
+    other_tags = tuple(t.replace("2.1.2", "2.2.0") for t in TAGS)
+    registry.tagged = {TAGS[0]: OTHER, TAGS[taken]: OTHER, other_tags[1]: STAGED_DIGEST}
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    published, refused = publisher.run([_staged_candidate("c"), _staged_candidate("d", other_tags)])
+    assert [p.entry.cell for p in published] == ["d"] and [r.cell for r in refused] == ["c"]
+    reason = refused[0].reason
+    assert f"reg:5000/acme/pytorch:{TAGS[taken]} already names {OTHER}" in reason, reason
+    assert f"this build's {STAGED_DIGEST}" in reason and "nothing promoted for this cell" in reason
+    puts = [c[2] for c in registry.calls if c[0] == "put_manifest"]
+    assert puts == [other_tags[1], other_tags[2], other_tags[0]]  # none of c's, d's readable last
+    assert registry.tagged[TAGS[0]] == registry.tagged[TAGS[taken]] == OTHER
+    assert set(read_lock(tmp_path / "lock.json").images) == {"d"}
+
+
+def test_a_group_whose_immutable_tag_names_another_index_is_refused_whole(tmp_path: Path) -> None:
+    """A group of platforms: its immutable tags must be free or name the index it would
+    publish; one naming another index refuses every platform and writes no manifest at all."""
+    from imagekit.publish import Publisher, PublishOptions, _index_of, _Ready, _Staged
+    from imagekit.publish_policy import Group
+
+    registry = FakeRegistry(IMAGE)
+    members = (
+        replace(_staged_candidate("amd"), tags=()),
+        replace(_staged_candidate("arm"), tags=(), platform="linux/arm64"),
+    )
+    group = Group("2.1.2-cu121", members, (), ("{readable}-{digest}",), False)
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    publisher.prepare = lambda staged, in_index=False: _Ready(  # type: ignore[method-assign]
+        staged, registry.manifest, (), {}
+    )
+    ready = {
+        m.cell: _Ready(_Staged(m, "acme/staging", STAGED_DIGEST, 0.0), registry.manifest, (), {})
+        for m in members
+    }
+    index = _index_of(group, ready)[0]
+    registry.tagged = {group.tags[1]: OTHER}
+    published, refused = publisher.run([], groups=[group])
+    assert published == [] and sorted(r.cell for r in refused) == ["amd", "arm"]
+    assert all(f"already names {OTHER}, not this build's {index.digest}" in r.reason for r in refused)
+    assert all("nothing promoted for this group" in r.reason for r in refused)
+    assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists()
+
+    registry.tagged = {group.tags[1]: index.digest}  # the same index again: an idempotent rerun
+    registry.read_back_index = lambda *_: None  # type: ignore[attr-defined]
+    published, refused = publisher.run([], groups=[group])
+    assert refused == [] and len(published) == 1
+
+
+def test_a_verification_made_for_other_inputs_is_refused_naming_both() -> None:
+    """A verification record names the inputs of the image it ran on (its input-digest label):
+    one made for other inputs than the cell's record never admits the cell; the cell's own (or a
+    record of an earlier release, which names none) does."""
+    from imagekit.publish_policy import refusal_reason
+
+    record = staged_result("checked")
+    assert record.verification is not None and record.input_digest == "f" * 64
+    other = replace(record, verification=replace(record.verification, input_digest="e" * 64))
+    reason = refusal_reason(other, "checked")
+    assert reason is not None and f"made for inputs {'e' * 64}, not the cell's {'f' * 64}" in reason
+    own = replace(record, verification=replace(record.verification, input_digest="f" * 64))
+    assert refusal_reason(own, "checked") is None and refusal_reason(record, "checked") is None

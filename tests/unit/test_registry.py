@@ -776,3 +776,22 @@ def test_only_a_promotable_manifest_passes_the_check(case: str) -> None:
     _manifest(_index(CHILD), OCI_INDEX).check_promotable("fine")
     with pytest.raises(RegistryError, match="an index inside an index"):
         _manifest(_index(CHILD), OCI_INDEX).check_promotable("child", image_only=True)
+
+
+def test_the_digest_a_tag_names_never_reads_a_missing_header_as_a_free_tag() -> None:
+    """What publish asks before an immutable tag is written: None only for a tag the registry
+    does not have (404); a HEAD answer without Docker-Content-Digest falls back to the digest of
+    the bytes GET returns, so a registry that omits the header cannot make a taken tag look free."""
+    from imagekit.manifest import OCI_MANIFEST
+    from tests.unit.oci_stub import oci_stub
+
+    with oci_stub() as stub:
+        registry = stub.client()
+        digest = stub.replace_manifest("r", "v1", {"schemaVersion": 2, "layers": []}, OCI_MANIFEST)
+        assert registry.tag_digest("r", "v1") == digest
+        assert registry.tag_digest("r", "v2") is None
+        stub.answers[("HEAD", "/v2/r/manifests/v1")] = (200, {"Content-Type": OCI_MANIFEST}, b"")
+        assert registry.tag_digest("r", "v1") == digest
+        stub.answers[("HEAD", "/v2/r/manifests/v1")] = (400, {}, b"")
+        with pytest.raises(RegistryError, match="HEAD manifest r:v1: HTTP 400"):
+            registry.tag_digest("r", "v1")

@@ -295,3 +295,14 @@ def test_ctrl_c_during_the_create_call_still_removes_the_container() -> None:
     with pytest.raises(KeyboardInterrupt):
         verify_all(harness, [Target("t", "img")])
     assert api.containers_made == {}
+
+
+def test_a_verification_records_the_inputs_its_image_names() -> None:
+    """What publish compares with the cell's record: the image's input-digest label, when it is
+    one; an image without it, or with a label that is no input digest, records none."""
+    from imagekit import naming
+    from imagekit.verify import _built_from
+
+    assert _built_from({naming.INPUT_DIGEST_LABEL: "f" * 64}) == "f" * 64
+    assert _built_from({}) is None
+    assert _built_from({naming.INPUT_DIGEST_LABEL: "$(reboot)"}) is None
