@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils.json_stream import json_stream
 
+from imagekit.cutoff import shut_down
 from imagekit.engine_socket import engine_address
 from imagekit.errors import EnvironmentProblem
 from imagekit.naming import reference, split_reference
@@ -352,13 +352,5 @@ class BuildStream:
         self._shutdown()
 
     def _shutdown(self) -> None:
-        response = self._response
-        if response is None:
-            return
-        try:
-            # The socket docker-py itself reaches for in attach (APIClient._get_raw_response_socket).
-            raw: Any = response.raw._fp.fp.raw  # type: ignore[union-attr]
-            sock: socket.socket = getattr(raw, "_sock", raw)
-            sock.shutdown(socket.SHUT_RDWR)
-        except (AttributeError, OSError):
-            response.close()
+        if self._response is not None:
+            shut_down(self._response)

@@ -91,6 +91,10 @@ TAG_PAGES = 1_000
 CHALLENGE_CHARS = 4_096
 # Redirects followed for one GET or HEAD (the registry to its blob storage is one; a CDN two).
 REDIRECTS = 5
+# Images one index (manifest list) may name to be promoted: each is a manifest fetch and its
+# blobs' mounts. imagekit's own indexes name one image per platform (a handful); a multi-arch
+# public image names about 10, twice that with attestation manifests. Thousands are an attack.
+MAX_INDEX_MANIFESTS = 256
 # A blob copied through imagekit whose manifest gives no size: the largest CUDA layers are ~5 GB.
 BLOB_BYTES = 64 << 30
 # $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
