@@ -13,9 +13,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import requests
 
 
 def response_socket(response: Any) -> socket.socket | None:
@@ -54,3 +56,37 @@ def cut_at(response: Any, deadline: float) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+def before(seconds: float, request: Callable[[], requests.Response]) -> requests.Response:
+    """``request`` (up to its status line and headers) if it answers within ``seconds``.
+
+    The per-read timeout bounds each read, not the whole: a server that drips its status line or
+    headers a byte at a time (up to http.client's 100 lines of 64 KiB) would hold an operation for
+    hours. The request runs in a thread of its own and is abandoned at the deadline; it then ends
+    on its own read timeout, and a response that still comes is closed, never used.
+    """
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+    abandoned = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["response"] = request()
+        except BaseException as exc:  # handed to the caller's thread, which raises it
+            outcome["error"] = exc
+        finally:
+            finished.set()
+            if abandoned.is_set() and "response" in outcome:
+                outcome["response"].close()
+
+    threading.Thread(target=run, name="imagekit-request", daemon=True).start()
+    if not finished.wait(max(seconds, 0.0)):
+        abandoned.set()
+        if finished.is_set() and "response" in outcome:  # it came in between: still too late
+            outcome["response"].close()
+        raise requests.Timeout("the status line and headers did not come before the deadline")
+    if "error" in outcome:
+        raise outcome["error"]
+    response: requests.Response = outcome["response"]
+    return response

@@ -105,6 +105,17 @@ REGISTRY_DEADLINE_S = 600.0
 # Copying one blob through imagekit (only where the registry declines a mount): 64 GiB at 3 MB/s.
 BLOB_COPY_DEADLINE_S = 6 * 3600.0
 
+# -- the Docker engine's answers ------------------------------------------------------------------------
+
+# DOCKER_HOST may name any server; like a registry, it is trusted no further than its answers'
+# bounds. An answer to a call that is not a stream (inspect, tag, remove, a listing of some
+# thousands of images) is whole in under a second on a healthy engine; builds, pulls, pushes and
+# logs stream, and are bounded by their own timeouts instead.
+ENGINE_ANSWER_BYTES = 64 << 20
+# One such call, its headers and whole body: twice docker-py's 60 s per-read timeout, so a slow
+# but honest engine is never cut, and an answer dripped a byte at a time ends here.
+ENGINE_CALL_DEADLINE_S = 120.0
+
 # -- attestations and SBOMs ---------------------------------------------------------------------------
 
 # A PEM private or public key: an ECDSA P-256 key is about 250 bytes, an RSA-4096 one 3.3 kB; a

@@ -20,7 +20,6 @@ import hashlib
 import http.client
 import ipaddress
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 
 from imagekit.credentials import PASSWORD_ENV, USER_ENV, Credentials, docker_config_path
-from imagekit.cutoff import cut_at
+from imagekit.cutoff import before, cut_at
 from imagekit.errors import EnvironmentProblem, RegistryError, one_line
 from imagekit.limits import (
     BLOB_COPY_DEADLINE_S,
@@ -395,7 +394,7 @@ class Transport:
             raise requests.Timeout("the operation's deadline passed")
         wait = min(TIMEOUT_S, remaining)
         _rewind(data)
-        return _before(
+        return before(
             remaining,
             lambda: self.session.request(
                 method,
@@ -506,40 +505,6 @@ class Transport:
             f"registry {self.host} sends for a token to {url.scheme}://{url.netloc}, another origin"
             " over plain http; refusing to send the credentials there"
         )
-
-
-def _before(seconds: float, request: Callable[[], requests.Response]) -> requests.Response:
-    """``request`` (up to its status line and headers) if it answers within ``seconds``.
-
-    The per-read timeout bounds each read, not the whole: a server that drips its status line or
-    headers a byte at a time (up to http.client's 100 lines of 64 KiB) would hold an operation for
-    hours. The request runs in a thread of its own and is abandoned at the deadline; it then ends
-    on its own read timeout, and a response that still comes is closed, never used.
-    """
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()
-    abandoned = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome["response"] = request()
-        except BaseException as exc:  # handed to the caller's thread, which raises it
-            outcome["error"] = exc
-        finally:
-            finished.set()
-            if abandoned.is_set() and "response" in outcome:
-                outcome["response"].close()
-
-    threading.Thread(target=run, name="imagekit-registry-request", daemon=True).start()
-    if not finished.wait(max(seconds, 0.0)):
-        abandoned.set()
-        if finished.is_set() and "response" in outcome:  # it came in between: still too late
-            outcome["response"].close()
-        raise requests.Timeout("the status line and headers did not come before the deadline")
-    if "error" in outcome:
-        raise outcome["error"]
-    response: requests.Response = outcome["response"]
-    return response
 
 
 def _rewind(data: Any) -> None:
