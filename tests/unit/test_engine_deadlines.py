@@ -69,7 +69,7 @@ def hostile_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
 def test_the_raw_socket_client_ends_at_its_deadline(
     hostile_engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("imagekit.engine_socket.ENGINE_CALL_DEADLINE_S", 1.0)
+    monkeypatch.setattr("imagekit.engine_socket.ENGINE_CALL_DEADLINE_S", 1.0, raising=False)
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
     started = time.monotonic()
     with pytest.raises(EngineSocketError):
@@ -101,4 +101,4 @@ def test_docker_py_verbs_end_at_the_deadline_with_exit_3(hostile_engine: str, tm
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 3, done.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("imagekit: error:"), done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and took < 30, took
+    assert "Traceback" not in done.stderr and took < 15, took  # the drip lasts 20 s
