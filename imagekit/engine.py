@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,11 +17,14 @@ from typing import IO, Any
 import docker
 import docker.utils
 import requests
+import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils.json_stream import json_stream
 
+from imagekit.cutoff import before, cut_at, shut_down
 from imagekit.engine_socket import engine_address
 from imagekit.errors import EnvironmentProblem
+from imagekit.limits import ENGINE_ANSWER_BYTES, ENGINE_CALL_DEADLINE_S
 from imagekit.naming import reference, split_reference
 
 START_HINT = "start one (`sudo dockerd` or `scripts/engine.sh docker`) or set DOCKER_HOST"
@@ -40,13 +42,47 @@ def unreachable(exc: BaseException) -> EnvironmentProblem:
     return EnvironmentProblem(f"cannot reach the Docker engine at {engine_address()}: {detail}; {START_HINT}")
 
 
+class _Client(docker.APIClient):
+    """docker-py's client with every answer that is not a stream read whole within
+    ``ENGINE_CALL_DEADLINE_S`` and ``ENGINE_ANSWER_BYTES``: DOCKER_HOST may name a server that
+    drips or never ends its answer, where docker-py's per-read timeout alone would wait forever
+    (and read without bound). Streams (build, pull, push, logs) keep their own bounds."""
+
+    def send(self, request: Any, **kwargs: Any) -> requests.Response:
+        if kwargs.get("stream"):
+            return super().send(request, **kwargs)
+        deadline = time.monotonic() + ENGINE_CALL_DEADLINE_S
+        late = requests.ConnectionError(f"no whole answer within {ENGINE_CALL_DEADLINE_S:g}s")
+        send = super().send
+        try:
+            response = before(ENGINE_CALL_DEADLINE_S, lambda: send(request, **{**kwargs, "stream": True}))
+        except requests.Timeout:
+            raise late from None
+        body = bytearray()
+        try:
+            with cut_at(response, deadline):
+                while chunk := response.raw.read(1 << 16, decode_content=True):
+                    body += chunk
+                    if len(body) > ENGINE_ANSWER_BYTES:
+                        raise requests.ConnectionError(f"an answer over {ENGINE_ANSWER_BYTES:,} bytes")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise late if time.monotonic() >= deadline else requests.ConnectionError(str(exc)) from None
+        finally:
+            response.close()
+        if time.monotonic() >= deadline:  # the cut can look like the end of a close-delimited body
+            raise late
+        response._content = bytes(body)  # what requests itself sets when it reads the body
+        response._content_consumed = True  # type: ignore[attr-defined]
+        return response
+
+
 def connect(pool_size: int = 10) -> docker.APIClient:
     """A low-level client for DOCKER_HOST (docker's own env handling), checked with a ping.
 
     Each running build holds one pooled connection, so the pool must outgrow ``--jobs``.
     """
     try:
-        api = docker.APIClient(
+        api = _Client(
             version="auto",
             timeout=CALL_TIMEOUT_S,
             max_pool_size=pool_size,
@@ -352,13 +388,5 @@ class BuildStream:
         self._shutdown()
 
     def _shutdown(self) -> None:
-        response = self._response
-        if response is None:
-            return
-        try:
-            # The socket docker-py itself reaches for in attach (APIClient._get_raw_response_socket).
-            raw: Any = response.raw._fp.fp.raw  # type: ignore[union-attr]
-            sock: socket.socket = getattr(raw, "_sock", raw)
-            sock.shutdown(socket.SHUT_RDWR)
-        except (AttributeError, OSError):
-            response.close()
+        if self._response is not None:
+            shut_down(self._response)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import urllib.parse
 from typing import Any
 
-ANSWER_BYTES = 64 << 20  # an image listing of some thousands of images
-TIMEOUT_S = 30.0
+from imagekit.limits import ENGINE_ANSWER_BYTES as ANSWER_BYTES
+from imagekit.limits import ENGINE_CALL_DEADLINE_S
 
 
 def engine_address() -> str:
@@ -72,12 +73,21 @@ class EngineSocket:
         request = f"{method} {path} HTTP/1.0\r\nHost: docker\r\nContent-Length: 0\r\n\r\n".encode()
         chunks: list[bytes] = []
         size = 0
+        # One deadline over the whole call: a per-read timeout never ends an answer dripped a
+        # byte at a time, so each read waits only for what is left of it.
+        deadline = time.monotonic() + ENGINE_CALL_DEADLINE_S
         try:
             with socket.socket(self._family, socket.SOCK_STREAM) as conn:
-                conn.settimeout(TIMEOUT_S)
+                conn.settimeout(ENGINE_CALL_DEADLINE_S)
                 conn.connect(self._target)
                 conn.sendall(request)
                 while chunk := conn.recv(1 << 16):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise EngineSocketError(
+                            f"{method} {path}: no whole answer within {ENGINE_CALL_DEADLINE_S:g}s"
+                        )
+                    conn.settimeout(left)
                     size += len(chunk)
                     if size > ANSWER_BYTES:
                         raise EngineSocketError(f"{method} {path}: the answer is over {ANSWER_BYTES} bytes")

@@ -91,6 +91,10 @@ TAG_PAGES = 1_000
 CHALLENGE_CHARS = 4_096
 # Redirects followed for one GET or HEAD (the registry to its blob storage is one; a CDN two).
 REDIRECTS = 5
+# Images one index (manifest list) may name to be promoted: each is a manifest fetch and its
+# blobs' mounts. imagekit's own indexes name one image per platform (a handful); a multi-arch
+# public image names about 10, twice that with attestation manifests. Thousands are an attack.
+MAX_INDEX_MANIFESTS = 256
 # A blob copied through imagekit whose manifest gives no size: the largest CUDA layers are ~5 GB.
 BLOB_BYTES = 64 << 30
 # $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
@@ -100,6 +104,17 @@ DOCKER_CONFIG_BYTES = 1 << 20
 REGISTRY_DEADLINE_S = 600.0
 # Copying one blob through imagekit (only where the registry declines a mount): 64 GiB at 3 MB/s.
 BLOB_COPY_DEADLINE_S = 6 * 3600.0
+
+# -- the Docker engine's answers ------------------------------------------------------------------------
+
+# DOCKER_HOST may name any server; like a registry, it is trusted no further than its answers'
+# bounds. An answer to a call that is not a stream (inspect, tag, remove, a listing of some
+# thousands of images) is whole in under a second on a healthy engine; builds, pulls, pushes and
+# logs stream, and are bounded by their own timeouts instead.
+ENGINE_ANSWER_BYTES = 64 << 20
+# One such call, its headers and whole body: twice docker-py's 60 s per-read timeout, so a slow
+# but honest engine is never cut, and an answer dripped a byte at a time ends here.
+ENGINE_CALL_DEADLINE_S = 120.0
 
 # -- attestations and SBOMs ---------------------------------------------------------------------------
 

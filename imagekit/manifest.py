@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from imagekit import platforms
 from imagekit.errors import RegistryError, one_line
+from imagekit.limits import MAX_INDEX_MANIFESTS
 from imagekit.naming import DIGEST
 from imagekit.platforms import Platform
 from imagekit.safetypes import parse_json
@@ -132,6 +133,8 @@ def _index_problem(data: Mapping[str, Any], image_only: bool) -> str | None:
     entries = data.get("manifests")
     if "config" in data or not isinstance(entries, list) or not entries:
         return "an index that names no manifest"
+    if len(entries) > MAX_INDEX_MANIFESTS:  # each would be fetched, its blobs mounted
+        return f"an index of {len(entries):,} manifests, more than the {MAX_INDEX_MANIFESTS:,} promoted"
     return next(
         (problem for i, entry in enumerate(entries) if (problem := _index_entry_problem(i, entry))), None
     )

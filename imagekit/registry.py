@@ -110,8 +110,13 @@ class Registry(Transport):
     # -- the API ----------------------------------------------------------------------------------
 
     def ping(self) -> None:
-        """GET /v2/: reachable and speaking the Distribution API (401 still proves that)."""
-        answer = self._send("GET", "/v2/", "")
+        """GET /v2/: reachable and speaking the Distribution API (401 still proves that). Any
+        refusal here (a redirect off http(s), an odd challenge) is about the registry configured,
+        not about an image: an EnvironmentProblem."""
+        try:
+            answer = self._send("GET", "/v2/", "")
+        except RegistryError as exc:
+            raise EnvironmentProblem(f"{exc.message}; is {self.host} an OCI registry?") from None
         if answer.status not in (200, 401):
             raise EnvironmentProblem(
                 f"registry {self.host} answered HTTP {answer.status} to /v2/; not an OCI registry?"
@@ -127,7 +132,6 @@ class Registry(Transport):
             f"/v2/{repository}/manifests/{reference}",
             _pull(repository),
             limit=MANIFEST_BYTES,
-            strict=True,
             headers={"Accept": ACCEPT},
         )
         self._check(answer, what)
@@ -292,7 +296,6 @@ class Registry(Transport):
             f"/v2/{repository}/referrers/{subject}",
             _pull(repository),
             limit=MANIFEST_BYTES,
-            strict=True,
             headers={"Accept": OCI_INDEX},
         )
         kind = self._header(answer.headers, "Content-Type").split(";")[0].strip()
@@ -337,9 +340,7 @@ class Registry(Transport):
 
     def get_blob(self, repository: str, digest: str, limit: int = CONFIG_BYTES) -> bytes:
         """A small blob (an image config), at most ``limit`` bytes, checked against its digest."""
-        answer = self._send(
-            "GET", f"/v2/{repository}/blobs/{digest}", _pull(repository), limit=limit, strict=True
-        )
+        answer = self._send("GET", f"/v2/{repository}/blobs/{digest}", _pull(repository), limit=limit)
         self._check(answer, f"GET blob {repository}@{digest}")
         if "sha256:" + hashlib.sha256(answer.body).hexdigest() != digest:
             raise RegistryError(f"registry {self.host}: blob {digest} came back with other content")
@@ -393,7 +394,6 @@ class Registry(Transport):
                 f"/v2/{source}/blobs/{digest}",
                 _pull(source),
                 limit=BLOB_BYTES if size is None else size,
-                strict=True,
                 sink=spool,
                 deadline_s=self.copy_deadline_s,
             )
@@ -418,7 +418,7 @@ class Registry(Transport):
         seen = {path}
         what = f"list tags of {repository}"
         for _ in range(TAG_PAGES):
-            answer = self._send("GET", path, _pull(repository), limit=TAGS_PAGE_BYTES, strict=True)
+            answer = self._send("GET", path, _pull(repository), limit=TAGS_PAGE_BYTES)
             if answer.status == 404:
                 return found
             self._check(answer, what)

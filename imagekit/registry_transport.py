@@ -20,7 +20,6 @@ import hashlib
 import http.client
 import ipaddress
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 
 from imagekit.credentials import PASSWORD_ENV, USER_ENV, Credentials, docker_config_path
+from imagekit.cutoff import before, cut_at
 from imagekit.errors import EnvironmentProblem, RegistryError, one_line
 from imagekit.limits import (
     BLOB_COPY_DEADLINE_S,
@@ -193,15 +193,14 @@ class Transport:
         scope: str,
         *,
         limit: int = REGISTRY_ERROR_BYTES,
-        strict: bool = False,
         data: Any = None,
         headers: Mapping[str, str] | None = None,
         sink: Spool | None = None,
         deadline_s: float | None = None,
     ) -> Answer:
         """One operation: a request, retried while transient, answered with auth when challenged,
-        its body read up to ``limit`` bytes (``strict``: more is a RegistryError; else the rest is
-        left unread), all before the operation's deadline.
+        a success's body read whole up to ``limit`` bytes (more is a RegistryError), an error's
+        first ``REGISTRY_ERROR_BYTES`` (the rest left unread), all before the operation's deadline.
 
         ``path`` is below the registry's base, or a full URL on the registry's own origin (an
         upload location the registry handed out); a file given as ``data`` is rewound for every
@@ -218,7 +217,7 @@ class Transport:
         while True:
             try:
                 answer = self._attempt(
-                    method, url, scope, limit, strict, data, dict(headers or {}), sink, deadline, what
+                    method, url, scope, limit, data, dict(headers or {}), sink, deadline, what
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
                 if time.monotonic() >= deadline:
@@ -258,7 +257,6 @@ class Transport:
         url: str,
         scope: str,
         limit: int,
-        strict: bool,
         data: Any,
         headers: dict[str, str],
         sink: Spool | None,
@@ -277,14 +275,16 @@ class Transport:
                     url = self._redirect(method, url, response, what, seen)
                     seen.append(url)
                     continue
-                if status in _TRANSIENT_STATUS:
-                    body = b""  # retried: its body is not read (the connection is dropped)
+                if status in _TRANSIENT_STATUS or method == "HEAD":
+                    # retried: its body is not read (the connection is dropped); a HEAD has none,
+                    # whatever length it gives (the GET's)
+                    body = b""
                 elif not 200 <= status < 300:
                     body = self._read(response, REGISTRY_ERROR_BYTES, False, deadline, what)
-                else:
+                else:  # a success is whole or refused: never its first bytes taken for all of it
                     if sink is not None:
                         sink.reset()
-                    body = self._read(response, limit, strict, deadline, what, sink)
+                    body = self._read(response, limit, True, deadline, what, sink)
                 return Answer(status, response.headers, body, url)
             finally:
                 response.close()  # after a whole read the connection is already back in the pool
@@ -350,22 +350,28 @@ class Transport:
         chunks: list[bytes] = []
         total = 0
         raw = response.raw
+        late = requests.Timeout(f"{what}: the body did not end before the deadline")
         try:
-            while total <= limit:
-                if time.monotonic() >= deadline:
-                    raise requests.Timeout(f"{what}: the body did not end before the deadline")
-                chunk = raw.read1(
-                    min(_BLOB_CHUNK if sink else _CHUNK, limit + 1 - total), decode_content=True
-                )
-                if not chunk:
-                    break
-                total += len(chunk)
-                if sink is not None:
-                    sink.write(chunk)
-                else:
-                    chunks.append(chunk)
+            # One read1 can be many socket reads (a chunk-size line, trailer lines), each within
+            # the socket timeout: the connection is cut at the deadline to end them too.
+            with cut_at(response, deadline):
+                while total <= limit:
+                    if time.monotonic() >= deadline:
+                        raise late
+                    chunk = raw.read1(
+                        min(_BLOB_CHUNK if sink else _CHUNK, limit + 1 - total), decode_content=True
+                    )
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if sink is not None:
+                        sink.write(chunk)
+                    else:
+                        chunks.append(chunk)
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
             raise requests.ConnectionError(f"{what}: {one_line(exc)}") from None
+        if time.monotonic() >= deadline:  # the cut can look like the end of a close-delimited body
+            raise late
         if total > limit:
             if strict:
                 raise too_large()
@@ -388,7 +394,7 @@ class Transport:
             raise requests.Timeout("the operation's deadline passed")
         wait = min(TIMEOUT_S, remaining)
         _rewind(data)
-        return _before(
+        return before(
             remaining,
             lambda: self.session.request(
                 method,
@@ -420,9 +426,9 @@ class Transport:
         if response.status_code != 401 or not own or (token and token.startswith("Basic")):
             return response
         challenge = _challenge(self._header(response.headers, "WWW-Authenticate"))
-        if challenge is None:
+        if challenge is None:  # like a token service's failure: no way in, whatever is asked
             response.close()
-            raise RegistryError(
+            raise EnvironmentProblem(
                 f"registry {self.host}: {method} {urlsplit(url).path}: answered a WWW-Authenticate"
                 " challenge that is over-long or names a parameter twice; not answering it"
             )
@@ -461,6 +467,8 @@ class Transport:
                     f" check the credentials in {docker_config_path()} or {USER_ENV}/{PASSWORD_ENV}"
                 )
             raw = self._read(response, TOKEN_BYTES, True, deadline, f"token from {service}")
+        except RegistryError as exc:  # an over-long answer: the token service is at fault, as above
+            raise EnvironmentProblem(exc.message) from None
         finally:
             response.close()
         try:
@@ -497,40 +505,6 @@ class Transport:
             f"registry {self.host} sends for a token to {url.scheme}://{url.netloc}, another origin"
             " over plain http; refusing to send the credentials there"
         )
-
-
-def _before(seconds: float, request: Callable[[], requests.Response]) -> requests.Response:
-    """``request`` (up to its status line and headers) if it answers within ``seconds``.
-
-    The per-read timeout bounds each read, not the whole: a server that drips its status line or
-    headers a byte at a time (up to http.client's 100 lines of 64 KiB) would hold an operation for
-    hours. The request runs in a thread of its own and is abandoned at the deadline; it then ends
-    on its own read timeout, and a response that still comes is closed, never used.
-    """
-    outcome: dict[str, Any] = {}
-    finished = threading.Event()
-    abandoned = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome["response"] = request()
-        except BaseException as exc:  # handed to the caller's thread, which raises it
-            outcome["error"] = exc
-        finally:
-            finished.set()
-            if abandoned.is_set() and "response" in outcome:
-                outcome["response"].close()
-
-    threading.Thread(target=run, name="imagekit-registry-request", daemon=True).start()
-    if not finished.wait(max(seconds, 0.0)):
-        abandoned.set()
-        if finished.is_set() and "response" in outcome:  # it came in between: still too late
-            outcome["response"].close()
-        raise requests.Timeout("the status line and headers did not come before the deadline")
-    if "error" in outcome:
-        raise outcome["error"]
-    response: requests.Response = outcome["response"]
-    return response
 
 
 def _rewind(data: Any) -> None:
