@@ -119,16 +119,25 @@ _PEM_HINT = (
 )
 
 
+_PUBLIC_HINT = (
+    "give the ECDSA P-256 public key in PEM that belongs to the signing key"
+    " (`openssl ec -in imagekit.key -pubout -out imagekit.pub`)"
+)
+
+
 def _check_curve(key: Any, source: str, kind: str) -> None:
+    """Refuse a key that is not ECDSA P-256, saying what it is and what to give instead: a
+    private key for signing, its public key for verifying."""
     from cryptography.hazmat.primitives.asymmetric import ec
 
     wanted = ec.EllipticCurvePrivateKey if kind == "private" else ec.EllipticCurvePublicKey
     if not isinstance(key, wanted) or not isinstance(key.curve, ec.SECP256R1):
         what = type(key).__name__.lstrip("_").replace("PrivateKey", "").replace("PublicKey", "")
         curve = getattr(getattr(key, "curve", None), "name", "")
+        got = f"an {what or 'unknown'} {curve} {kind} key".replace("  ", " ")
+        hint = _PEM_HINT if kind == "private" else _PUBLIC_HINT
         raise InputError(
-            f"{source}: an {what or 'unknown'} {curve} key".replace("  ", " ").rstrip()
-            + f"; imagekit signs and verifies with ECDSA P-256 (prime256v1) keys only: {_PEM_HINT}"
+            f"{source}: {got}; imagekit signs and verifies with ECDSA P-256 (prime256v1) keys only: {hint}"
         )
 
 

@@ -56,6 +56,7 @@ from imagekit.errors import ImagekitError
 from imagekit.limits import STATE_BYTES
 from imagekit.paths import INPUT_EVENT, FileKey, file_key, read_regular_file
 from imagekit.state import DEFAULT_STATE_DIR, REPORT_NAME, report_json_text, state_lock
+from imagekit.text import counted
 
 if TYPE_CHECKING:
     from imagekit.build import BuildOutcome
@@ -397,7 +398,7 @@ class Answer:
     @property
     def summary(self) -> str:
         return (
-            f"{self.cells} cells: {self.cells} skipped in {self.duration_s:.1f}s (nothing changed"
+            f"{counted(self.cells, 'cell')}: {self.cells} skipped in {self.duration_s:.1f}s (nothing changed"
             f" since the run of {self.since})"
         )
 

@@ -167,6 +167,7 @@ def require_attested(lock: LockLike, key: Path, policy: str, retries: int = 5) -
     from imagekit.attest_index import verify_index
     from imagekit.errors import ImagekitError
     from imagekit.registry import Backoff, open_registry
+    from imagekit.text import counted
 
     need = requirement(policy, None, None)
     assert isinstance(need, Requirement)
@@ -198,4 +199,6 @@ def require_attested(lock: LockLike, key: Path, policy: str, retries: int = 5) -
         say("refused", line)
     if refused:
         total = len(lock.indexes) + len(set(lock.images) - in_index)
-        raise ImagekitError(f"{len(refused)} of {total} digests carry no valid attestation; none handed out")
+        raise ImagekitError(
+            f"{len(refused)} of {counted(total, 'digest')} without a valid attestation; none handed out"
+        )

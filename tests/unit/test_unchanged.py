@@ -186,7 +186,7 @@ def test_a_run_with_nothing_changed_is_answered(recorded: Setup, engine: FakeEng
     assert found is not None
     assert found.cells == 1
     assert found.since == "2026-12-01T02:17:00Z"
-    assert "1 cells: 1 skipped" in found.summary
+    assert "1 cell: 1 skipped" in found.summary
     assert all(call.startswith("GET ") for call in engine.calls)  # looked, changed nothing
     after = json.loads((recorded.state / "report.json").read_text())
     assert after["started"] != before["started"] or after["duration_s"] != before["duration_s"]
