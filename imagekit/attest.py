@@ -28,11 +28,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from imagekit import __version__
+from imagekit.clock import future_problem, parse_time
 from imagekit.errors import ImagekitError, InputError
 from imagekit.limits import KEY_BYTES
 from imagekit.naming import DIGEST
@@ -118,16 +119,25 @@ _PEM_HINT = (
 )
 
 
+_PUBLIC_HINT = (
+    "give the ECDSA P-256 public key in PEM that belongs to the signing key"
+    " (`openssl ec -in imagekit.key -pubout -out imagekit.pub`)"
+)
+
+
 def _check_curve(key: Any, source: str, kind: str) -> None:
+    """Refuse a key that is not ECDSA P-256, saying what it is and what to give instead: a
+    private key for signing, its public key for verifying."""
     from cryptography.hazmat.primitives.asymmetric import ec
 
     wanted = ec.EllipticCurvePrivateKey if kind == "private" else ec.EllipticCurvePublicKey
     if not isinstance(key, wanted) or not isinstance(key.curve, ec.SECP256R1):
         what = type(key).__name__.lstrip("_").replace("PrivateKey", "").replace("PublicKey", "")
         curve = getattr(getattr(key, "curve", None), "name", "")
+        got = f"an {what or 'unknown'} {curve} {kind} key".replace("  ", " ")
+        hint = _PEM_HINT if kind == "private" else _PUBLIC_HINT
         raise InputError(
-            f"{source}: an {what or 'unknown'} {curve} key".replace("  ", " ").rstrip()
-            + f"; imagekit signs and verifies with ECDSA P-256 (prime256v1) keys only: {_PEM_HINT}"
+            f"{source}: {got}; imagekit signs and verifies with ECDSA P-256 (prime256v1) keys only: {hint}"
         )
 
 
@@ -397,16 +407,6 @@ class Requirement:
         return (VALIDATED_PREDICATE,)
 
 
-def _parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
-
-
 def _object(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -478,9 +478,13 @@ def _gpu_problem(gpu: Mapping[str, Any], wanted: str | None) -> str | None:
 
 
 def _age_problem(run: Mapping[str, Any], max_age: timedelta | None, now: datetime) -> str | None:
+    when = parse_time(run.get("verified_at"))
+    # a time not yet come is refused with or without --max-age: it would pass any age for years
+    future = future_problem(when, now) if when is not None else None
+    if future is not None:
+        return f"its verified_at {future}"
     if max_age is None:
         return None
-    when = _parse_time(run.get("verified_at"))
     if when is None:
         return "it does not say when the verification ran"
     if now - when > max_age:

@@ -50,7 +50,7 @@ from imagekit.manifest import OCI_INDEX, Manifest
 from imagekit.naming import DIGEST
 from imagekit.registry import Registry
 from imagekit.safetypes import parse_json
-from imagekit.text import shown
+from imagekit.text import counted, shown
 from imagekit.verification import Verification
 
 # An index imagekit publishes has one entry per platform it knows; one read from a registry is
@@ -318,7 +318,7 @@ def verify_index(
     if own is not None and own.statement is not None:
         found = listed_platforms(own.statement.get("predicate") or {})
         listed = found if isinstance(found, dict) else {}
-        platforms = f"{len(entries)} platforms"
+        platforms = counted(len(entries), "platform")
         kind = short_type(own.predicate_type or "?")
         check.ok.append(f"ok: index {index.digest[:19]}: {kind} {own.manifest[:19]} ({platforms})")
     for name, digest in sorted(entries.items()):

@@ -82,25 +82,33 @@ def job_of(path: Path) -> str:
     return path.name.split(".", 1)[0]
 
 
-def probe_document(text: str) -> dict[str, Any] | None:
-    """The probe's document in a Job's output: the object that opens on a line of its own (the
-    probe prints it indented, after the entrypoint's banner and the libraries' warnings) and
-    holds ``checks``. Lines that open something else are passed over, a bounded number of them."""
-    lines = text.splitlines(keepends=True)
+def probe_documents(text: str) -> list[dict[str, Any]]:
+    """Every probe document in a Job's output: each object that opens on a line of its own (the
+    probe prints it indented, after the entrypoint's banner and the libraries' warnings) and holds
+    ``checks``. Lines that open something else are passed over, a bounded number of them."""
+    found: list[dict[str, Any]] = []
     offset = 0
+    end = 0  # where the last document found ends: a line inside it opens nothing
     attempts = 0
     decoder = json.JSONDecoder()
-    for line in lines:
-        if line.rstrip("\r\n") == "{" and attempts < MAX_ATTEMPTS:
+    for line in text.splitlines(keepends=True):
+        if offset >= end and line.rstrip("\r\n") == "{" and attempts < MAX_ATTEMPTS:
             attempts += 1
             try:
-                value, _ = decoder.raw_decode(text, offset)
+                value, stop = decoder.raw_decode(text, offset)
             except (ValueError, RecursionError):
                 value = None
             if isinstance(value, dict) and isinstance(value.get("checks"), list):
-                return value
+                found.append(value)
+                end = stop
         offset += len(line)
-    return None
+    return found
+
+
+def probe_document(text: str) -> dict[str, Any] | None:
+    """The first probe document in a Job's output (None: none)."""
+    found = probe_documents(text)
+    return found[0] if found else None
 
 
 def _expectations_problem(document: Mapping[str, Any], job: PlannedJob) -> str | None:
@@ -184,7 +192,15 @@ def _verification(document: Mapping[str, Any], job: PlannedJob, cluster: str, pa
 def read_output(path: Path, job: PlannedJob, cluster: str, now: str) -> ClusterValidation:
     """One Job's output as its record; an InputError naming the file for any problem."""
     raw = read_regular_file(path, JOB_OUTPUT_BYTES, OUTPUT_WHAT)
-    document = probe_document(raw.decode("utf-8", errors="replace"))
+    documents = probe_documents(raw.decode("utf-8", errors="replace"))
+    if len(documents) > 1:
+        # one pod prints one document: two are two runs (a retried pod's logs, or files joined),
+        # and taking either would let a passing run hide a failing one
+        raise InputError(
+            f"{path}: {len(documents)} probe documents in it, one run each; a Job's output holds one"
+            f" (`kubectl logs job/{job.job}` of its last pod): give that run's output alone"
+        )
+    document = documents[0] if documents else None
     if document is None:
         raise InputError(
             f"{path}: no probe document in it (the JSON object check.py prints); the pod may not have"

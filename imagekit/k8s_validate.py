@@ -189,9 +189,25 @@ def parse_plan(raw: bytes, source: str) -> Plan:
             raise InputError(
                 f"{source}: {job.job}: host_machine {shown(job.host_machine)} is no machine; {fix}"
             )
+        _check_identity(job, source, fix)
     if len(plan.by_job()) != len(plan.jobs):
         raise InputError(f"{source}: a Job is named twice; {fix}")
     return plan
+
+
+def _check_identity(job: PlannedJob, source: str, fix: str) -> None:
+    """An entry is the Job its name was made for: the name carries the cell, the product and the
+    digest (``job_name``), the image pulls that digest. An edited digest would credit another
+    image with the Job's run."""
+    made_for = job_name(job.cell, job.product, job.digest)
+    if job.job != made_for:
+        raise InputError(
+            f"{source}: {job.job}: the entry names {job.cell} on {job.product} at {job.digest}, but"
+            f" the Job's name carries another digest, cell or product (for this one it is {made_for});"
+            f" {fix}"
+        )
+    if not job.image.endswith(f"@{job.digest}"):
+        raise InputError(f"{source}: {job.job}: its image {job.image} is not its digest {job.digest}; {fix}")
 
 
 # -- the Jobs --------------------------------------------------------------------------------------

@@ -49,6 +49,12 @@ MAX_INT32 = 2**31 - 1
 
 # -- state files: report.json, images.lock.json, bake metadata ---------------------------------------
 
+# How far past this machine's clock a recorded time may lie (a verification's verified_at, a
+# report's start, a lock's publication): NTP keeps machines within a second, a CI runner or a
+# cluster node out of sync for a while is off by a minute or two. Past this, a time has not come
+# yet: a forged or broken record, which would otherwise pass any --max-age for years.
+CLOCK_SKEW_S = 5 * 60
+
 # A verified cell's record is about 50 kB (its checks' details); 128 MiB holds a few thousand.
 STATE_BYTES = 128 << 20
 MAX_RECORDS = 100_000  # cells (or bases, or lock entries) in one state file

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
+from imagekit.text import counted
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -31,7 +33,7 @@ class PlainProgress:
         self._lock = threading.Lock()
 
     def planned(self, names: list[str]) -> None:
-        self._write(f"imagekit: building {len(names)} images")
+        self._write(f"imagekit: building {counted(len(names), 'image')}")
 
     def event(self, name: str, state: str, detail: str = "") -> None:
         self._write(f"imagekit: {name}: {state}{' ' + detail if detail else ''}")

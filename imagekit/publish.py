@@ -54,7 +54,7 @@ from imagekit.registry import Backoff, Registry, open_registry
 from imagekit.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.schema import PublishPolicy, ServedFrontend
 from imagekit.store import BuildReport
-from imagekit.text import shown
+from imagekit.text import counted, shown
 from imagekit.verification import clipped
 
 
@@ -338,7 +338,7 @@ class Publisher:
         statement = attest.statement(self.target, index.digest, *made)
         done = attach.attach_envelopes(self.registry, self.options.repository, index, [statement], key)
         kinds = ", ".join(attest.short_type(a.predicate_type) for a in done)
-        what = f"the index of {len(proofs)} platforms"
+        what = f"the index of {counted(len(proofs), 'platform')}"
         self.say(f"signed and attached to {reference}, {what}: {kinds} (key {key.keyid[:16]})")
 
     def entry(self, ready: _Ready) -> LockEntry:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from imagekit.probe import protocol
 from imagekit.store import STATUSES, BuildReport, CellResult
-from imagekit.text import printable
+from imagekit.text import counted, printable
 from imagekit.verification import GpuFigures, Verification, VerifyRun
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def published_rows(lock: Lock) -> list[tuple[str, ...]]:
 def summary_line(report: BuildReport) -> str:
     counts = report.counts()
     parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
-    line = f"{len(report.cells)} cells: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
+    line = f"{counted(len(report.cells), 'cell')}: {', '.join(parts) or 'none'} in {report.duration_s:.1f}s"
     return line + "".join(f"; {verify_cost(run)}" for run in report.verify_runs[-1:])
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from imagekit import naming
+from imagekit.clock import time_problem
 from imagekit.errors import InputError
 from imagekit.limits import (
     MAX_ITEMS,
@@ -346,6 +347,8 @@ Timestamp = Annotated[
         "an ISO 8601 time",
         "2026-11-30T12:00:00Z",
         max_length=40,
+        # a recorded time (a verdict, a publication, a run's start) has happened: one bound for all
+        extra=time_problem,
     ),
 ]
 GpuText = Annotated[

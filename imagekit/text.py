@@ -89,3 +89,8 @@ def printable(text: str) -> str:
     format character replaced by U+FFFD, so that a value read from a file (a cell id, a target
     name, an error) can neither forge a line nor hide or reorder what follows it."""
     return _NOT_PRINTABLE.sub("\ufffd", " ".join(text.splitlines()))
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 problem``, ``2 problems``, ``0 cells``: every count a person reads, in one place."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

@@ -14,6 +14,13 @@ interrupted) leaves a record, ``STATE_DIR/unchanged.json``:
   is listed by hand, so a reader added later is not forgotten;
 - the sha256 of the report the run wrote, and the pulled bases it found in the engine.
 
+The files that decide the plan are the check's, whatever the record lists: the record names
+which of its inputs the plan read (``ReadRecorder.mark_plan``: derived, not listed by hand: the
+matrix, its template directory, compat data, the wheelhouse listing...), and it must name the
+matrix this very run is given among them; imagekit's own files (its templates, its compat table)
+are in the run's key. A record whose inputs were emptied, or replaced by other files that stat
+the same, names no matrix: no record, the build runs in full.
+
 The next run with the same key, whose inputs all stat the same and whose report is byte for byte
 that one, checks the engine instead of planning: an inspect of each image of the report (still
 there, with its digest label and every tag the report names) and of each pulled base (still the
@@ -56,13 +63,14 @@ from imagekit.errors import ImagekitError
 from imagekit.limits import STATE_BYTES
 from imagekit.paths import INPUT_EVENT, FileKey, file_key, read_regular_file
 from imagekit.state import DEFAULT_STATE_DIR, REPORT_NAME, report_json_text, state_lock
+from imagekit.text import counted
 
 if TYPE_CHECKING:
     from imagekit.build import BuildOutcome
     from imagekit.cells import Plan
 
 RECORD_NAME = "unchanged.json"
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: the files the plan read (``Record.plan``)
 RECORD_BYTES = 32 << 20
 MAX_FILES = 200_000
 # The environment a build reads, directly or through docker-py, pip and the registry client, and
@@ -123,6 +131,22 @@ def argv_key(argv: Sequence[str]) -> str:
     return run_key({"argv": list(argv)})
 
 
+def matrix_of(argv: Sequence[str]) -> str | None:
+    """The matrix ``imagekit build ARGV`` reads (``--matrix``/``-m``, else ``matrix.yaml``, the
+    option's default); None when the arguments do not say it plainly (the command then decides)."""
+    found = "matrix.yaml"
+    for i, arg in enumerate(argv):
+        if arg in ("--matrix", "-m"):
+            if i + 1 >= len(argv):
+                return None
+            found = argv[i + 1]
+        elif arg.startswith("--matrix="):
+            found = arg.removeprefix("--matrix=")
+        elif arg.startswith("-m") and not arg.startswith("--"):
+            return None  # -mFILE or combined short options: typer's reading, not this one's
+    return found or None
+
+
 def answer_command_line(argv: Sequence[str]) -> bool:
     """Answer ``imagekit build ...`` before typer parses it, when the record of the last full run
     was left by these very arguments (in this directory, with this code and environment), and
@@ -135,8 +159,11 @@ def answer_command_line(argv: Sequence[str]) -> bool:
         or any(a.startswith("--state-dir") or a in ("-h", "--help") for a in argv)
     ):
         return False
+    matrix = matrix_of(argv)
+    if matrix is None:
+        return False
     try:
-        found = answer(DEFAULT_STATE_DIR, argv_key(argv), today())
+        found = answer(DEFAULT_STATE_DIR, argv_key(argv), today(), matrix)
     except ImagekitError:
         return False  # the command says it, in its own words
     if found is None:
@@ -157,6 +184,11 @@ class ReadRecorder:
     files: set[str] = field(default_factory=set)
     directories: set[str] = field(default_factory=set)
     started_process: bool = False
+    plan: frozenset[str] = frozenset()  # what was read up to ``mark_plan``: the plan's inputs
+
+    def mark_plan(self) -> None:
+        """What was read so far decided the plan: a record must name every one of them."""
+        self.plan = frozenset(self.files | self.directories)
 
     def __enter__(self) -> ReadRecorder:
         if not _Hook.installed:  # an audit hook stays for the life of the process: one, idle when unused
@@ -259,6 +291,7 @@ class Record:
     inputs: tuple[FileKey, ...]
     bases: tuple[tuple[str, str], ...]  # (name inspected, image id)
     names: Names
+    plan: tuple[str, ...] = ()  # the inputs the plan read: the matrix among them, each in ``inputs``
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -272,6 +305,7 @@ class Record:
             "repository": self.names.repository,
             "patterns": list(self.names.patterns),
             "readable": dict(self.names.readable),
+            "plan": list(self.plan),
         }
 
 
@@ -312,6 +346,7 @@ def _parse(raw: bytes) -> Record | None:
             and isinstance(readable, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in readable.items())
             and _strings(data["keys"])
+            and _strings(data["plan"])
             and isinstance(data["json"], bool)
             and all(isinstance(data[k], str) for k in ("day", "report_sha256", "repository"))
         )
@@ -325,6 +360,7 @@ def _parse(raw: bytes) -> Record | None:
             inputs=inputs,
             bases=tuple((b[0], b[1]) for b in bases),
             names=Names(data["repository"], tuple(data["patterns"]), readable),
+            plan=tuple(data["plan"]),
         )
     except (ValueError, KeyError, TypeError, RecursionError):
         return None
@@ -372,7 +408,10 @@ def record(
     found = _report_digest(state_dir)
     if found is None:
         return "its report cannot be read back"
-    _write(state_dir, Record(keys, as_json, day, found[1], tuple(inputs), outcome.external_bases, names))
+    plan = tuple(sorted(reads.plan))
+    _write(
+        state_dir, Record(keys, as_json, day, found[1], tuple(inputs), outcome.external_bases, names, plan)
+    )
     return None
 
 
@@ -397,27 +436,36 @@ class Answer:
     @property
     def summary(self) -> str:
         return (
-            f"{self.cells} cells: {self.cells} skipped in {self.duration_s:.1f}s (nothing changed"
+            f"{counted(self.cells, 'cell')}: {self.cells} skipped in {self.duration_s:.1f}s (nothing changed"
             f" since the run of {self.since})"
         )
 
 
-def answer(state_dir: Path, key: str, today: date) -> Answer | None:
-    """Redo the recorded run's outcome when nothing it depends on changed; None: run in full."""
+def answer(state_dir: Path, key: str, today: date, matrix: str | Path) -> Answer | None:
+    """Redo the recorded run's outcome when nothing it depends on changed; None: run in full.
+    ``matrix``: the matrix this run is given, which the record must name as read by its plan."""
     if not (state_dir / RECORD_NAME).is_file():
         return None
     with state_lock(state_dir):
-        return _answer(state_dir, key, today)
+        return _answer(state_dir, key, today, matrix)
 
 
-def _answer(state_dir: Path, key: str, today: date) -> Answer | None:
+def names_its_plan(found: Record, matrix: str | Path) -> bool:
+    """Whether the record names the plan's inputs, this matrix among them, each with its stat:
+    what it leaves out would go unchecked, so a record that does not is no record."""
+    listed = {k[0] for k in found.inputs}
+    given = {os.path.abspath(matrix), os.path.realpath(matrix)}
+    return bool(given & set(found.plan)) and set(found.plan) <= listed
+
+
+def _answer(state_dir: Path, key: str, today: date, matrix: str | Path) -> Answer | None:
     clock = time.monotonic()
     try:
         raw = read_regular_file(state_dir / RECORD_NAME, RECORD_BYTES, "the unchanged.json imagekit writes")
     except (OSError, ImagekitError):
         return None
     found = _parse(raw)
-    if found is None or key not in found.keys:
+    if found is None or key not in found.keys or not names_its_plan(found, matrix):
         return None
     if any(_file_key(k[0]) != k for k in found.inputs):
         return None

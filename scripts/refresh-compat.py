@@ -67,6 +67,7 @@ from packaging.markers import Marker
 
 from imagekit import platforms
 from imagekit.compat import Aarch64Wheels, Libraries, TorchRelease
+from imagekit.limits import FILE_NAME_BYTES
 from imagekit.versions import compare, cuda_variant, minor_of, version_key
 from imagekit.wheels import platform_tags
 
@@ -401,8 +402,19 @@ class RecordedSource(Source):
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
+    def _path(self, name: str) -> Path:
+        """The recording ``name``, named after what the listing holds (a release's version): a
+        name no file system holds is refused in one line, not an OSError from the stat."""
+        if len(name.encode()) > FILE_NAME_BYTES:
+            raise RefreshError(
+                f"{self.directory}: the listing names {name[:40]}... ({len(name):,} characters), no"
+                f" recording's name (at most {FILE_NAME_BYTES} bytes): a release version that long is"
+                " no version; record the listing again"
+            )
+        return self.directory / name
+
     def _load(self, name: str) -> Any:
-        path = self.directory / name
+        path = self._path(name)
         if not path.is_file():
             raise RefreshError(f"{path} is not recorded (record it with --save-reports)")
         return read_json(path)
@@ -418,7 +430,7 @@ class RecordedSource(Source):
         return report
 
     def torch_index_files(self, project: str) -> list[str] | None:
-        path = self.directory / f"{project}-index-files.json"
+        path = self._path(f"{project}-index-files.json")
         if not path.is_file():
             return None
         files: list[str] = read_json(path)["files"]
@@ -427,7 +439,7 @@ class RecordedSource(Source):
     def torch_index_report(
         self, key: str, requirement: str, variant: str, python: str
     ) -> dict[str, Any] | None:
-        path = self.directory / f"{key}.json"
+        path = self._path(f"{key}.json")
         if not path.is_file():
             return None
         report: dict[str, Any] = read_json(path)

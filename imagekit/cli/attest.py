@@ -44,15 +44,27 @@ MaxAgeOption = Annotated[
 ]
 
 
+def given(flag: str, value: str | None, fix: str) -> str | None:
+    """``value`` stripped; None when the flag was left out. An empty value is refused, never read
+    as no requirement: ``--gpu "$GPU"`` with GPU unset must not pass every GPU."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise InputError(f"{flag} {value!r}: an empty value requires nothing; {fix}, or leave {flag} out")
+    return value.strip()
+
+
 def requirement(policy: str, gpu: str | None, max_age: str | None) -> object:
     from imagekit.attest import Requirement, parse_age
 
     if policy not in ("validated", "checked"):
         raise InputError(f"--policy {policy!r}: use validated or checked")
+    wanted = given("--gpu", gpu, "name a GPU product (H100, GH200)")
+    age = given("--max-age", max_age, "give a number and a unit (30d, 12h)")
     return Requirement(
         "validated" if policy == "validated" else "checked",
-        gpu.strip() if gpu else None,
-        parse_age(max_age) if max_age else None,
+        wanted,
+        parse_age(age) if age is not None else None,
     )
 
 
@@ -155,6 +167,7 @@ def require_attested(lock: LockLike, key: Path, policy: str, retries: int = 5) -
     from imagekit.attest_index import verify_index
     from imagekit.errors import ImagekitError
     from imagekit.registry import Backoff, open_registry
+    from imagekit.text import counted
 
     need = requirement(policy, None, None)
     assert isinstance(need, Requirement)
@@ -186,4 +199,6 @@ def require_attested(lock: LockLike, key: Path, policy: str, retries: int = 5) -
         say("refused", line)
     if refused:
         total = len(lock.indexes) + len(set(lock.images) - in_index)
-        raise ImagekitError(f"{len(refused)} of {total} digests carry no valid attestation; none handed out")
+        raise ImagekitError(
+            f"{len(refused)} of {counted(total, 'digest')} without a valid attestation; none handed out"
+        )

@@ -159,7 +159,7 @@ def build(
                 "json": as_json,
             }
         )
-        answered = unchanged.answer(state_dir, run_key, day)
+        answered = unchanged.answer(state_dir, run_key, day, matrix)
         if answered is not None:
             answered.show()
             return
@@ -175,6 +175,7 @@ def build(
     mirrors = _checked_mirrors(mirror or [])
     with unchanged.ReadRecorder(unchanged.ignored_dirs(state_dir)) as reads:
         the_plan, cells = select_cells(matrix, only)
+        reads.mark_plan()  # what the plan read: a record must name each (`unchanged.names_its_plan`)
         if push or registry is not None:
             host: str | None = registry_host(registry, the_plan, matrix)
         else:

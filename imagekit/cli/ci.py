@@ -23,6 +23,7 @@ from imagekit.cli.app import (
 from imagekit.clock import today
 from imagekit.errors import InputError
 from imagekit.state import DEFAULT_STATE_DIR
+from imagekit.text import counted
 
 
 @app.command("bake-import")
@@ -62,7 +63,7 @@ def bake_import(
     else:
         for result in results:
             typer.echo(f"{result.id:<50} {result.image_digest}")
-    typer.echo(f"imagekit: {len(results)} cells recorded as built in {path}", err=True)
+    typer.echo(f"imagekit: {counted(len(results), 'cell')} recorded as built in {path}", err=True)
 
 
 @app.command("merge-reports")
@@ -92,4 +93,7 @@ def merge_reports(
         path = store.save(merged)
     if as_json:
         typer.echo(json.dumps(merged.as_json(), indent=2, sort_keys=True))
-    typer.echo(f"imagekit: merged {len(sources)} reports: {summary_line(merged)}; report: {path}", err=True)
+    typer.echo(
+        f"imagekit: merged {counted(len(sources), 'report')}: {summary_line(merged)}; report: {path}",
+        err=True,
+    )

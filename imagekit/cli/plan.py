@@ -23,6 +23,7 @@ from imagekit.cli.app import (
 from imagekit.clock import today
 from imagekit.errors import InputError
 from imagekit.export_format import ExportFormat
+from imagekit.text import counted
 
 
 @app.command()
@@ -73,7 +74,7 @@ def plan(
     from imagekit.rules import REFRESH_COMMAND  # rules (and the compat table's types) load on use
 
     typer.echo(
-        f"\n{len(cells)} cells, {len(refused)} refused; compatibility table of {compat.checked_on}"
+        f"\n{counted(len(cells), 'cell')}, {len(refused)} refused; compatibility table of {compat.checked_on}"
         f" (torch up to {compat.newest_patch()}; {REFRESH_COMMAND} refreshes it)"
     )
     for refusal in the_plan.refused:

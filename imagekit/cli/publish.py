@@ -30,6 +30,7 @@ from imagekit.cli.app import (
 from imagekit.errors import ExitCode, InputError
 from imagekit.limits import MAX_INT32
 from imagekit.state import DEFAULT_STATE_DIR
+from imagekit.text import counted
 
 if TYPE_CHECKING:
     from imagekit.lockfile import LockEntry, LockIndex
@@ -399,7 +400,7 @@ def k8s(
         )
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
-    typer.echo(f"imagekit: {len(files)} manifests in {out}", err=True)
+    typer.echo(f"imagekit: {counted(len(files), 'manifest')} in {out}", err=True)
 
 
 @app.command("k8s-results")
@@ -439,7 +440,7 @@ def k8s_results(
         for problem in [*problems, *refused]:
             say("error", problem)
         if problems or refused:
-            say("error", f"{len(problems) + len(refused)} problems; nothing recorded")
+            say("error", f"{counted(len(problems) + len(refused), 'problem')}; nothing recorded")
             raise typer.Exit(int(ExitCode.INVALID_INPUT))
         path = store.save(report)
     if as_json:
@@ -449,7 +450,8 @@ def k8s_results(
             typer.echo(line)
     failed = sum(1 for i in recorded if i.record.verification.verdict != "validated")
     typer.echo(
-        f"imagekit: recorded {len(recorded)} runs on {name}, {failed} failed; report: {path}", err=True
+        f"imagekit: recorded {counted(len(recorded), 'run')} on {name}, {failed} failed; report: {path}",
+        err=True,
     )
     if failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))

@@ -18,6 +18,7 @@ from securesystemslib.signer import SSlibKey
 
 from imagekit import attest
 from imagekit.errors import InputError
+from imagekit.text import counted
 from imagekit.verification import Verification
 from tests.unit.attest_samples import (
     DIGEST,
@@ -213,3 +214,35 @@ def test_keys_are_untrusted_input_and_never_echoed(tmp_path: Path) -> None:
 )
 def test_a_gpu_requirement_names_whole_words(wanted: str, product: str, names: bool) -> None:
     assert attest.names_product(wanted, product) is names
+
+
+@pytest.mark.parametrize(
+    ("private", "named"),
+    [
+        (rsa.generate_private_key(65537, 2048), "an RSA public key"),
+        (ec.generate_private_key(ec.SECP384R1()), "an EC secp384r1 public key"),
+    ],
+)
+def test_a_wrong_type_public_key_is_named_and_a_public_key_asked_for(
+    tmp_path: Path, private: object, named: str
+) -> None:
+    """`attest verify --key` given an RSA or P-384 public key was told to give a private key."""
+    pem = private.public_key().public_bytes(  # type: ignore[attr-defined]
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (tmp_path / "k.pub").write_bytes(pem)
+    with pytest.raises(InputError) as caught:
+        attest.load_public_key(tmp_path / "k.pub")
+    message = caught.value.message
+    assert f"k.pub: {named};" in message and "public key in PEM" in message
+    assert "private key" not in message and "-pubout" in message
+
+
+def test_counts_are_pluralised_in_one_place() -> None:
+    assert [counted(n, "problem") for n in (0, 1, 2, 1000)] == [
+        "0 problems",
+        "1 problem",
+        "2 problems",
+        "1,000 problems",
+    ]
+    assert counted(1, "cell") == "1 cell" and counted(3, "index", "indexes") == "3 indexes"

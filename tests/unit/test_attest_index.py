@@ -43,7 +43,7 @@ def verification_on(product: str, verdict: str = "validated", cell: str = "c") -
     base = gpu_verification(verdict)
     smi = replace(base.checks[0], actual=json.dumps({"driver": "570.1", "gpus": [{"name": product}]}))
     checks: tuple[CheckRecord, ...] = (smi, *base.checks[1:])
-    return replace(base, target=cell, checks=checks, finished_at=f"2026-12-0{1 + len(product) % 3}T02:00:00Z")
+    return replace(base, target=cell, checks=checks, finished_at=f"2026-11-2{1 + len(product) % 3}T02:00:00Z")
 
 
 @dataclass

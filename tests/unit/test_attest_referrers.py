@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from imagekit import attest
 from imagekit.attach import Attached, attach_envelopes, cosign_tag
 from imagekit.attest import DSSE_MEDIA_TYPE
 from imagekit.errors import MESSAGE_CHARS
-from imagekit.limits import ENVELOPE_BYTES, MANIFEST_BYTES, MAX_REFERRERS
+from imagekit.limits import CLOCK_SKEW_S, ENVELOPE_BYTES, MANIFEST_BYTES, MAX_REFERRERS
 from imagekit.manifest import OCI_INDEX, OCI_MANIFEST, Manifest, referrers_tag
 from tests.conftest import CliResult, run_cli
 from tests.unit.attest_samples import SUBJECT, gpu_verification, private_pem, public_pem_of
@@ -366,3 +367,41 @@ def test_an_envelope_with_a_url_safe_signature_is_read(world: World) -> None:
     envelope["signatures"][0]["sig"] = base64.urlsafe_b64encode(raw).decode()
     world.swap_envelope(json.dumps(envelope).encode())
     assert world.verify().exit_code == 0
+
+
+# -- what the verifier is asked (issue 33) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--gpu", ""), ("--gpu", "  "), ("--max-age", ""), ("--max-age", " ")]
+)
+def test_an_empty_requirement_is_refused_not_read_as_none(world: World, flag: str, value: str) -> None:
+    """`--gpu "$GPU"` with GPU unset must not pass an image verified on any GPU (before: exit 0)."""
+    (line,) = lines_of(world.verify(flag, value), 2)
+    assert f"{flag} {value!r}: an empty value requires nothing" in line
+
+
+def _dated(w: World, delta: timedelta) -> None:
+    """The attestation, signed again with its verification finished ``delta`` from now."""
+    when = (datetime.now(tz=timezone.utc) + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+    about = w.image.digest
+    made = attest.verification_predicate(
+        replace(SUBJECT, digest=about), replace(gpu_verification(), finished_at=when)
+    )
+    assert made is not None
+    w.swap_envelope(attest.sign_statement(attest.statement(f"{w.stub.host}/{REPO}", about, *made), w.key))
+
+
+@pytest.mark.parametrize("more", [(), ("--max-age", "30d")])
+def test_a_verification_dated_in_the_future_is_refused(world: World, more: tuple[str, ...]) -> None:
+    """A verified_at years ahead passed every --max-age (before: exit 0)."""
+    _dated(world, timedelta(days=3650))
+    (line,) = lines_of(world.verify(*more), 1)
+    assert "is in the future" in line and "verified_at" in line
+    assert str(datetime.now(tz=timezone.utc).year + 10) in line  # the time itself is named
+
+
+def test_a_verification_within_the_clock_skew_counts(world: World) -> None:
+    _dated(world, timedelta(seconds=CLOCK_SKEW_S // 2))
+    result = world.verify("--max-age", "1h")
+    assert result.exit_code == 0, result.stderr

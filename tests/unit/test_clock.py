@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+import json
+from dataclasses import replace
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-from imagekit.clock import today
+from imagekit.clock import future_problem, time_problem, today
 from imagekit.errors import InputError
+from imagekit.limits import CLOCK_SKEW_S
+from imagekit.lockfile import Lock, as_document, read_lock
+from imagekit.store import read_report
+from tests.unit.report_samples import build_report, lock_entry
 
 
 @pytest.mark.parametrize(
@@ -34,3 +41,43 @@ def test_a_malformed_source_date_epoch_stops_the_run(epoch: str, monkeypatch: py
         InputError, match=r"^SOURCE_DATE_EPOCH=.* is not a Unix time in seconds .*or unset it$"
     ):
         today()
+
+
+# -- recorded times: none may lie in the future (issue 33) ------------------------------------------
+
+
+def _ahead(seconds: float) -> str:
+    return (datetime.now(tz=timezone.utc) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_future_problem_allows_the_clock_skew_and_names_a_time_past_it() -> None:
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    assert future_problem(now + timedelta(seconds=CLOCK_SKEW_S), now) is None
+    problem = future_problem(now + timedelta(seconds=CLOCK_SKEW_S + 1), now)
+    assert problem is not None and problem.startswith("2026-12-01T00:05:01Z is in the future")
+    assert time_problem("2026-13-01T00:00:00Z") is not None  # the pattern's shape, no real time
+    assert time_problem(_ahead(-86400)) is None
+
+
+@pytest.mark.parametrize("field", ["verified_at", "published_at"])
+def test_a_lock_recording_a_future_time_is_refused(tmp_path: Path, field: str) -> None:
+    """A lock's verification or publication dated years ahead was read as recorded (before)."""
+    document = as_document(Lock({"a": lock_entry("a")}))
+    entry = document["images"]["a"]
+    (entry["verification"] if field == "verified_at" else entry)[field] = _ahead(10 * 365 * 86400)
+    path = tmp_path / "images.lock.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputError) as caught:
+        read_lock(path)
+    assert "is in the future" in caught.value.message and str(path) in caught.value.message
+    assert "\n" not in caught.value.message
+
+
+def test_a_report_started_in_the_future_is_refused(tmp_path: Path) -> None:
+    report = replace(build_report(), started=_ahead(30 * 86400))
+    (tmp_path / "report.json").write_text(json.dumps(report.as_json()))
+    with pytest.raises(InputError, match=r"report\.json: started: .* is in the future"):
+        read_report(tmp_path)
+    report = replace(build_report(), started=_ahead(CLOCK_SKEW_S / 2))  # within the skew: read
+    (tmp_path / "report.json").write_text(json.dumps(report.as_json()))
+    assert read_report(tmp_path).started == report.started

@@ -231,7 +231,7 @@ def test_an_output_that_is_not_its_jobs_is_refused(setup: Setup, bad: str) -> No
     assert done.exit_code == 2, done.stderr
     first, last = done.stderr.splitlines()
     assert first.startswith(f"imagekit: error: {path}: ") and message in first, first
-    assert last == "imagekit: error: 1 problems; nothing recorded"
+    assert last == "imagekit: error: 1 problem; nothing recorded"
     assert setup.report_bytes() == before  # not even the good output was recorded
 
 
@@ -305,3 +305,40 @@ def test_the_arch_list_expectation_is_matched_under_the_probes_own_key() -> None
     assert _expectations_problem(document, job) is None  # type: ignore[arg-type]
     document["expected"]["cuda_archs"] = "8.0"
     assert "cuda-archs" in str(_expectations_problem(document, job))  # type: ignore[arg-type]
+
+
+# -- evidence that proves itself (issue 33) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["validated first", "failed first"])
+def test_a_log_holding_two_probe_documents_is_refused(setup: Setup, order: str) -> None:
+    """Two runs in one file: the first (validated) was taken and the second (failed) ignored."""
+    good = (FIXTURES / "h100-sxm.log").read_text(encoding="utf-8")
+    bad = edited("h100-sxm.log", fail_gemm)
+    text = good + bad if order == "validated first" else bad + good
+    before = setup.report_bytes()
+    done = setup.results(setup.log(H100, text))
+    assert done.exit_code == 2, done.stderr
+    line, last = done.stderr.splitlines()
+    assert "2 probe documents in it" in line and setup.jobs[H100] in line
+    assert last == "imagekit: error: 1 problem; nothing recorded"
+    assert setup.report_bytes() == before  # nothing recorded, never validated
+
+
+def test_a_plan_entry_whose_digest_is_not_its_jobs_is_refused(setup: Setup) -> None:
+    """The Job's name carries the digest it was made for; an entry edited to another digest
+    credited that image with the Job's run (before: recorded as validated on it)."""
+    other = "sha256:" + "cd" * 32
+    data = json.loads(setup.plan.read_text())
+    entry = next(j for j in data["jobs"] if j["product"] == H100)
+    entry["digest"] = other
+    entry["image"] = entry["image"].replace(DIGEST, other)
+    setup.plan.write_text(json.dumps(data))
+    done = setup.results(setup.log(H100))
+    assert done.exit_code == 2, done.stderr
+    (line,) = done.stderr.splitlines()  # the plan is refused whole, before any output is read
+    assert setup.jobs[H100] in line and other in line and "carries another digest" in line
+    entry["digest"] = DIGEST  # the digest put back, the image left pulling another
+    setup.plan.write_text(json.dumps(data))
+    done = setup.results(setup.log(H100))
+    assert done.exit_code == 2 and f"is not its digest {DIGEST}" in done.stderr, done.stderr

@@ -8,6 +8,7 @@ before the refresh (compat-before.yaml). PyTorch's own index was not reachable w
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -386,3 +387,31 @@ def test_a_malformed_compat_file_is_one_line_exit_2(compat: Path, content: str) 
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert compat.read_text() == content
+
+
+@pytest.mark.parametrize("length", [300, 5_000])
+def test_a_listing_with_an_absurdly_long_version_is_one_line_exit_2(
+    compat: Path, tmp_path: Path, length: int
+) -> None:
+    """A release whose version is longer than a file name: "File name too long" was a traceback."""
+    broken = tmp_path / "broken"
+    shutil.copytree(FIXTURES, broken)
+    listing = json.loads((broken / "files-torch.json").read_text())
+    version = "2.13." + "9" * length
+    for machine in ("x86_64", "aarch64"):
+        listing["files"].append(
+            {
+                "filename": f"torch-{version}-cp312-cp312-manylinux_2_28_{machine}.whl",
+                "requires-python": ">=3.10",
+                "upload-time": "2026-11-12T15:23:52.109307Z",
+                "yanked": False,
+            }
+        )
+    (broken / "files-torch.json").write_text(json.dumps(listing))
+    before = compat.read_text()
+    result = run(compat, "--since", "2.9", "--write", reports=broken)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("refresh-compat: ") and "Traceback" not in result.stderr
+    assert len(line) < 400
+    assert compat.read_text() == before

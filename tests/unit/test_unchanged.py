@@ -174,6 +174,7 @@ def recorded(tmp_path: Path) -> Setup:
     write_report(state, report)
     with unchanged.ReadRecorder(unchanged.ignored_dirs(state)) as reads:
         matrix.read_text()
+        reads.mark_plan()  # the matrix decided the plan
         depends_on(inputs / "wheel.whl")  # known by its stat, never opened
     outcome = BuildOutcome(report, interrupted=False, external_bases=(("busybox:latest", BASE_IMAGE),))
     assert unchanged.record(state, KEYS, False, reads, outcome, NAMES, DAY) is None
@@ -182,18 +183,18 @@ def recorded(tmp_path: Path) -> Setup:
 
 def test_a_run_with_nothing_changed_is_answered(recorded: Setup, engine: FakeEngine) -> None:
     before = json.loads((recorded.state / "report.json").read_text())
-    found = unchanged.answer(recorded.state, KEY, DAY)
+    found = unchanged.answer(recorded.state, KEY, DAY, recorded.matrix)
     assert found is not None
     assert found.cells == 1
     assert found.since == "2026-12-01T02:17:00Z"
-    assert "1 cells: 1 skipped" in found.summary
+    assert "1 cell: 1 skipped" in found.summary
     assert all(call.startswith("GET ") for call in engine.calls)  # looked, changed nothing
     after = json.loads((recorded.state / "report.json").read_text())
     assert after["started"] != before["started"] or after["duration_s"] != before["duration_s"]
     assert after["cells"] == before["cells"] and after["bases"] == before["bases"]
     assert read_previous(recorded.state) is not None  # still a report its own reader accepts
     # the record follows the rewritten report: the next run is answered too
-    assert unchanged.answer(recorded.state, KEY, DAY) is not None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is not None
 
 
 def _touch(setup: Setup, engine: FakeEngine) -> None:
@@ -264,20 +265,20 @@ def test_any_change_sends_the_run_down_the_full_path(
 ) -> None:
     report = (recorded.state / "report.json").read_bytes()
     change(recorded, engine)
-    assert unchanged.answer(recorded.state, KEY, DAY) is None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
     assert not any(call.startswith("POST") for call in engine.calls)
     if change is not _edit_report:
         assert (recorded.state / "report.json").read_bytes() == report  # the full run writes it
 
 
 def test_another_command_line_is_not_answered(recorded: Setup, engine: FakeEngine) -> None:
-    assert unchanged.answer(recorded.state, "0" * 64, DAY) is None
+    assert unchanged.answer(recorded.state, "0" * 64, DAY, recorded.matrix) is None
     assert engine.calls == []
 
 
 def test_a_new_day_adds_the_dated_tags_the_full_run_would(recorded: Setup, engine: FakeEngine) -> None:
     tomorrow = date(2026, 12, 2)
-    assert unchanged.answer(recorded.state, KEY, tomorrow) is not None
+    assert unchanged.answer(recorded.state, KEY, tomorrow, recorded.matrix) is not None
     posts = [call for call in engine.calls if call.startswith("POST")]
     assert len(posts) == 1 and "tag=2.13-cpu-20261202" in posts[0] and IMAGE in urllib.parse.unquote(posts[0])
     assert set(cell_tags(tomorrow)) <= set(engine.images["cell"]["RepoTags"])
@@ -287,7 +288,9 @@ def test_a_new_day_adds_the_dated_tags_the_full_run_would(recorded: Setup, engin
     assert report.cells[0].built_on == tomorrow
     assert report.bases[0].tags == ("imagekit-test/local:dev",)  # a local base has no dated tag
     engine.calls.clear()
-    assert unchanged.answer(recorded.state, KEY, tomorrow) is not None  # and the day after, nothing to tag
+    assert (
+        unchanged.answer(recorded.state, KEY, tomorrow, recorded.matrix) is not None
+    )  # and the day after, nothing to tag
     assert not any(call.startswith("POST") for call in engine.calls)
 
 
@@ -305,7 +308,7 @@ def test_an_edited_record_cannot_name_other_tags(recorded: Setup, engine: FakeEn
     answered by the full path; the engine gets no tag call."""
     for edit in ({"readable": {"cell-a": "prod"}}, {"repository": "prod/pytorch"}, {"patterns": ["{date}"]}):
         _write_record(recorded, {**_record(recorded), **edit})
-        assert unchanged.answer(recorded.state, KEY, date(2026, 12, 2)) is None
+        assert unchanged.answer(recorded.state, KEY, date(2026, 12, 2), recorded.matrix) is None
     assert not any(call.startswith("POST") for call in engine.calls)
 
 
@@ -332,7 +335,7 @@ def test_a_malformed_record_is_ignored(recorded: Setup, engine: FakeEngine, data
     if isinstance(data, dict) and "version" not in data:
         data = {**_record(recorded), **data}
     _write_record(recorded, data)
-    assert unchanged.answer(recorded.state, KEY, DAY) is None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
     assert engine.calls == []
 
 
@@ -340,12 +343,12 @@ def test_a_huge_or_odd_record_is_not_read(
     recorded: Setup, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(unchanged, "RECORD_BYTES", 64)
-    assert unchanged.answer(recorded.state, KEY, DAY) is None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
     path = recorded.state / unchanged.RECORD_NAME
     path.unlink()
     os.mkfifo(path)  # never opened for reading: it would block
     monkeypatch.undo()
-    assert unchanged.answer(recorded.state, KEY, DAY) is None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
 
 
 def test_a_full_run_that_built_something_leaves_no_record(tmp_path: Path) -> None:
@@ -423,4 +426,66 @@ def test_an_engine_it_cannot_speak_to_means_the_full_path(
     recorded: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", "ssh://builder@gpu-node")
-    assert unchanged.answer(recorded.state, KEY, DAY) is None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
+
+
+# -- a record that does not name the plan's inputs is no record (issue 33) ---------------------------
+
+
+def _edit_record(setup: Setup, change: Any) -> None:
+    path = setup.state / unchanged.RECORD_NAME
+    data: dict[str, Any] = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _unrelated(setup: Setup) -> list[list[Any]]:
+    """Other files, each with its true stat: a list the check passes, naming no input of the plan."""
+    other = setup.state.parent / "elsewhere"
+    other.mkdir()
+    (other / "a.txt").write_text("a")
+    return [list(unchanged._file_key(str(p))) for p in (other, other / "a.txt")]
+
+
+@pytest.mark.parametrize("how", ["emptied", "replaced", "plan emptied too", "plan replaced too"])
+def test_a_record_not_naming_the_matrix_is_no_record_after_an_edit(
+    recorded: Setup, engine: FakeEngine, how: str
+) -> None:
+    """The matrix edited, the record's inputs emptied or swapped for unrelated files with correct
+    stats: before, "nothing changed"; the matrix the run is given is always part of the check."""
+    unrelated = _unrelated(recorded)
+
+    def change(data: dict[str, Any]) -> None:
+        data["inputs"] = [] if how.startswith("emptied") or how == "plan emptied too" else unrelated
+        if how == "plan emptied too":
+            data["plan"] = []
+        if how == "plan replaced too":
+            data["plan"] = [k[0] for k in unrelated]
+
+    _edit_record(recorded, change)
+    recorded.matrix.write_text("axes: {torch: ['2.13']}\n")  # a real change to the matrix
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
+
+
+def test_a_record_whose_plan_inputs_are_not_checked_is_no_record(recorded: Setup, engine: FakeEngine) -> None:
+    """The plan names the matrix but the inputs leave it out: what the plan read goes unchecked."""
+    _edit_record(
+        recorded, lambda d: d.update(inputs=[k for k in d["inputs"] if k[0] != str(recorded.matrix)])
+    )
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
+
+
+def test_another_matrix_than_the_records_is_no_record(recorded: Setup, engine: FakeEngine) -> None:
+    other = recorded.state.parent / "other.yaml"  # beside neither the project nor the state
+    other.write_text("axes: {}\n")
+    assert unchanged.answer(recorded.state, KEY, DAY, other) is None
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is not None
+
+
+def test_the_command_lines_matrix() -> None:
+    assert unchanged.matrix_of(["build"]) == "matrix.yaml"
+    assert unchanged.matrix_of(["build", "--matrix", "m.yaml", "--only", "x"]) == "m.yaml"
+    assert unchanged.matrix_of(["build", "-m", "m.yaml"]) == "m.yaml"
+    assert unchanged.matrix_of(["build", "--matrix=m.yaml"]) == "m.yaml"
+    assert unchanged.matrix_of(["build", "-mm.yaml"]) is None
+    assert unchanged.matrix_of(["build", "--matrix"]) is None
