@@ -58,6 +58,8 @@ from imagekit.paths import INPUT_EVENT, FileKey, file_key, read_regular_file
 from imagekit.state import DEFAULT_STATE_DIR, REPORT_NAME, report_json_text, state_lock
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from imagekit.build import BuildOutcome
     from imagekit.cells import Plan
 
@@ -116,6 +118,19 @@ def run_key(command: Mapping[str, Any]) -> str:
         "imagekit": _package_files(),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# Fields of a command's options record left out of its key: none. Every option counts, even one
+# a keyed run cannot use (--gpus without --verify): counting one too many costs a full run, one
+# too few lets a record answer a run it does not describe.
+NOT_KEYED: frozenset[str] = frozenset()
+
+
+def options_key(options: DataclassInstance) -> str:
+    """The key of a run from its options record (a frozen dataclass, every field but
+    ``NOT_KEYED``'s): no hand-kept list of names, so an option added later is never forgotten."""
+    fields = dataclasses.fields(options)
+    return run_key({f.name: getattr(options, f.name) for f in fields if f.name not in NOT_KEYED})
 
 
 def argv_key(argv: Sequence[str]) -> str:
