@@ -243,7 +243,7 @@ def ignored_dirs(*paths: Path) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Names:
     """What names a cell's image: the matrix's repository and immutable patterns, each cell's
-    readable tag (``imagekit.naming.immutable_tags`` fills them for a day)."""
+    readable tag (``imagekit.naming.Tagging`` fills them for a day)."""
 
     repository: str
     patterns: tuple[str, ...]
@@ -251,16 +251,12 @@ class Names:
 
     @classmethod
     def of_plan(cls, plan: Plan) -> Names:
-        publish = plan.matrix.publish
-        return cls(
-            naming.repository(publish.registry, publish.repository),
-            tuple(publish.tags.immutable),
-            {cell.id: cell.image_tag for cell in plan.cells},
-        )
+        tagging = naming.Tagging.of(plan.matrix.publish)
+        return cls(tagging.repository, tagging.patterns, {cell.id: cell.image_tag for cell in plan.cells})
 
     def references(self, cell: str, day: date, input_digest: str) -> list[str]:
-        tags = naming.immutable_tags(self.readable[cell], self.patterns, day, input_digest)
-        return [naming.reference(self.repository, t) for t in tags]
+        tagging = naming.Tagging(self.repository, self.patterns)
+        return list(tagging.names(self.readable[cell], day, input_digest).references())
 
 
 @dataclass(frozen=True)
