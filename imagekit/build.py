@@ -51,7 +51,7 @@ from imagekit.engine import (
 )
 from imagekit.engine_socket import engine_address
 from imagekit.errors import EnvironmentProblem, ImagekitError, one_line
-from imagekit.jobs import Job, plan_jobs
+from imagekit.jobs import BaseJob, CellJob, Job, base_jobs, built_from, cell_jobs, pulled_bases
 from imagekit.limits import STATE_BYTES
 from imagekit.paths import read_regular_file
 from imagekit.progress import Progress
@@ -210,16 +210,16 @@ class Builder:
             # A cache that cannot be written costs the next run its re-hash, nothing else.
             with contextlib.suppress(ImagekitError):
                 self.hasher.save(self.state_dir)
+        local_bases = [j for j in jobs if isinstance(j, BaseJob)]
         report = BuildReport(
             matrix=self.plan.source_name,
             started=started,
             duration_s=round(time.monotonic() - clock, 2),
             engine=engine_address(),
             cells=tuple(self._final(c.id, "cell", c.base_image) for c in cells),
-            bases=tuple(self._final(j.name, "base", j.base_reference) for j in jobs if j.kind == "base"),
+            bases=tuple(self._final(j.name, "base", j.base_reference) for j in local_bases),
         ).keeping_verifications(self.previous)
-        external_bases = tuple(sorted({j.base_image for j in jobs if j.base_image}))
-        return BuildOutcome(report, interrupted, external_bases=external_bases)
+        return BuildOutcome(report, interrupted, external_bases=pulled_bases(jobs))
 
     def _final(self, name: str, kind: Literal["cell", "base"], base: str) -> CellResult:
         found = self.results.get(name)
@@ -263,8 +263,10 @@ class Builder:
                 platforms.get(cell.platform),
                 by_id,
             )
+        bases = base_jobs(self.plan, mirrored, self.hasher)  # a loop between bases: refused before rendering
         renderer = Renderer(self.plan, hasher=self.hasher)
-        return plan_jobs(self.plan, mirrored, renderer, resolved, options.today)
+        rendered = [renderer.render(cell, build_from=built_from(cell, resolved)) for cell in mirrored]
+        return [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
 
     def schedule(self, jobs: list[Job]) -> None:
         waiting = {j.name: j for j in jobs}
@@ -320,7 +322,7 @@ class Builder:
 
     def _ready(self, job: Job) -> Literal["wait", "go"] | CellResult:
         if self.state.cancel.is_set():
-            return self._final(job.name, job.kind, job.base_reference)
+            return self._final(job.name, job.report_kind, job.base_reference)
         for parent in job.depends_on:
             result = self.results.get(parent)
             if result is None:
@@ -363,10 +365,8 @@ class Builder:
             try:
                 if self.state.cancel.is_set():
                     write(f"not started: {self.state.cancel_reason}")
-                    return self._final(job.name, job.kind, job.base_reference)
-                if job.base_error:
-                    raise _JobFailed(job.base_error)
-                if job.kind == "base":
+                    return self._final(job.name, job.report_kind, job.base_reference)
+                if isinstance(job, BaseJob):
                     return self._build_base(job, write, done)
                 return self._build_cell(job, write, done)
             except _JobFailed as failure:
@@ -430,10 +430,11 @@ class Builder:
         return image
 
     def _build_cell(
-        self, job: Job, write: Callable[[str], None], done: Callable[..., CellResult]
+        self, job: CellJob, write: Callable[[str], None], done: Callable[..., CellResult]
     ) -> CellResult:
+        if job.base_error:
+            raise _JobFailed(job.base_error)
         rendered = job.rendered
-        assert rendered is not None
         tags = rendered.names(self.plan.matrix.publish, self.options.today).references()
         base_digest = job.external_digest
         cell = rendered.cell
@@ -501,10 +502,9 @@ class Builder:
             raise _JobFailed(failed.message) from None
 
     def _build_base(
-        self, job: Job, write: Callable[[str], None], done: Callable[..., CellResult]
+        self, job: BaseJob, write: Callable[[str], None], done: Callable[..., CellResult]
     ) -> CellResult:
         base = job.local_base
-        assert base is not None and job.context_digest is not None
         tags = (base.image,)
         current = inspect_image(self.api, base.image)
         labels = ((current or {}).get("Config") or {}).get("Labels") or {}

@@ -1,53 +1,83 @@
 """The job graph of a build: local bases first, in the order they derive from each other, then
-the cells; each job names the jobs it waits for."""
+the cells; each job names the jobs it waits for.
+
+A job is one of a closed set of kinds, each its own frozen type (``Job``), matched on its type as
+``imagekit.cells`` matches cells: a ``BaseJob`` builds a local base from its context, a ``CellJob``
+builds a cell from its rendered inputs. Nothing here renders: the builder renders each cell on its
+resolved base (``built_from``) and hands the rendered cells in.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from imagekit.bases import ResolvedBase, local_base_froms
 from imagekit.cells import Cell, LocalBase, Plan, local_base_of
-from imagekit.context import local_base_digest
+from imagekit.context import FileHasher, local_base_digest
 from imagekit.errors import InputError
-from imagekit.render import RenderedCell, Renderer
 from imagekit.store import CellResult, Status
+
+if TYPE_CHECKING:
+    from imagekit.render import RenderedCell
 
 
 @dataclass(frozen=True)
-class Job:
+class JobFields:
+    """What every kind of job has: its name (the report's id), what it waits for, its FROM."""
+
     name: str
-    kind: Literal["cell", "base"]
     depends_on: tuple[str, ...]
     base_reference: str
-    rendered: RenderedCell | None = None
-    local_base: LocalBase | None = None
-    base_error: str | None = None
-    external_digest: str | None = None  # for cells on a pulled base
-    base_image: tuple[str, str] | None = None  # that base's (name inspected, image id)
-    context_digest: str | None = None  # for local bases
+
+    report_kind: ClassVar[Literal["cell", "base"]]  # the kind of its record in the report
 
     def result(self, status: Status, **values: Any) -> CellResult:
         """This job's record in the report."""
         return CellResult(
-            id=self.name, kind=self.kind, status=status, base_image=self.base_reference, **values
+            id=self.name, kind=self.report_kind, status=status, base_image=self.base_reference, **values
         )
+
+
+@dataclass(frozen=True)
+class BaseJob(JobFields):
+    """Build a local base from its context."""
+
+    local_base: LocalBase
+    context_digest: str
+
+    report_kind: ClassVar[Literal["base"]] = "base"
+
+
+@dataclass(frozen=True)
+class CellJob(JobFields):
+    """Build a cell from its rendered inputs, on its base."""
+
+    rendered: RenderedCell
+    base_error: str | None = None  # its pulled base could not be had: the job fails with this
+    external_digest: str | None = None  # for cells on a pulled base
+    base_image: tuple[str, str] | None = None  # that base's (name inspected, image id)
+
+    report_kind: ClassVar[Literal["cell"]] = "cell"
+
+
+Job = BaseJob | CellJob
 
 
 def base_job_name(base: LocalBase) -> str:
     return f"base-{base.id}"
 
 
-def plan_jobs(
-    plan: Plan,
-    cells: tuple[Cell, ...],
-    renderer: Renderer,
-    resolved: Mapping[tuple[str, str], ResolvedBase],  # by (reference, platform)
-    day: date,
-) -> list[Job]:
-    """Bases first in dependency order, then the cells; each job names the jobs it waits for."""
+def built_from(cell: Cell, resolved: Mapping[tuple[str, str], ResolvedBase]) -> str:
+    """What a cell's Dockerfile is rendered FROM: its resolved base (mirrored, pinned), else its own."""
+    resolution = resolved.get((cell.base_image, cell.platform))
+    return cell.base_image if resolution is None else resolution.build_from
+
+
+def base_jobs(plan: Plan, cells: Sequence[Cell], hasher: FileHasher) -> list[BaseJob]:
+    """The local bases ``cells`` derive from, each after the bases it derives from."""
     by_image = {base.image: base for base in plan.local_bases}
     needed: dict[str, LocalBase] = {}
 
@@ -64,43 +94,44 @@ def plan_jobs(
     for cell in cells:
         if (local := local_base_of(cell)) is not None:
             need(local, ())
-
-    jobs: list[Job] = []
-    for base in needed.values():
-        parents = tuple(base_job_name(by_image[p]) for p in local_base_froms(base) if p in by_image)
-        jobs.append(
-            Job(
-                name=base_job_name(base),
-                kind="base",
-                depends_on=parents,
-                base_reference=", ".join(local_base_froms(base)),
-                local_base=base,
-                context_digest=local_base_digest(base, renderer.hasher),
-            )
+    return [
+        BaseJob(
+            name=base_job_name(base),
+            depends_on=tuple(base_job_name(by_image[p]) for p in local_base_froms(base) if p in by_image),
+            base_reference=", ".join(local_base_froms(base)),
+            local_base=base,
+            context_digest=local_base_digest(base, hasher),
         )
-    rendered_cells = []
-    for cell in cells:
-        resolution = resolved.get((cell.base_image, cell.platform))
-        built_from = cell.base_image if resolution is None else resolution.build_from
-        rendered_cells.append((renderer.render(cell, build_from=built_from), resolution))
+        for base in needed.values()
+    ]
+
+
+def cell_jobs(
+    plan: Plan,
+    cells: Sequence[Cell],
+    rendered: Sequence[RenderedCell],  # each of ``cells`` rendered FROM ``built_from`` it
+    resolved: Mapping[tuple[str, str], ResolvedBase],  # by (reference, platform)
+    day: date,
+) -> list[CellJob]:
+    """A job per cell, waiting for its local base or for the cell it is built on."""
+    publish = plan.matrix.publish
     produced = {
-        reference: item.cell.id
-        for item, _ in rendered_cells
-        for reference in item.names(plan.matrix.publish, day).references()
+        reference: item.cell.id for item in rendered for reference in item.names(publish, day).references()
     }
-    for item, resolution in rendered_cells:
-        cell = item.cell
+    jobs: list[CellJob] = []
+    for cell, item in zip(cells, rendered, strict=True):
+        # its base as resolved: looked up by the cell's own base (the rendered one may be pinned)
+        resolution = resolved.get((cell.base_image, cell.platform))
         depends: tuple[str, ...] = ()
-        if (local := local_base_of(cell)) is not None:
+        if (local := local_base_of(item.cell)) is not None:
             depends = (base_job_name(local),)
-        elif cell.base_image in produced:  # a cell built on another cell of this matrix
-            depends = (produced[cell.base_image],)
+        elif item.cell.base_image in produced:  # a cell built on another cell of this matrix
+            depends = (produced[item.cell.base_image],)
         jobs.append(
-            Job(
-                name=cell.id,
-                kind="cell",
+            CellJob(
+                name=item.cell.id,
                 depends_on=depends,
-                base_reference=resolution.reference if resolution else cell.base_image,
+                base_reference=resolution.reference if resolution else item.cell.base_image,
                 rendered=item,
                 base_error=resolution.error if resolution else None,
                 external_digest=resolution.digest if resolution else None,
@@ -108,3 +139,8 @@ def plan_jobs(
             )
         )
     return jobs
+
+
+def pulled_bases(jobs: Iterable[Job]) -> tuple[tuple[str, str], ...]:
+    """The (name inspected, image id) of each pulled base the cells of ``jobs`` are built on."""
+    return tuple(sorted({job.base_image for job in jobs if isinstance(job, CellJob) and job.base_image}))

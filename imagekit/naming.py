@@ -19,10 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from imagekit.errors import InputError
 from imagekit.platforms import Platform
 from imagekit.probe import protocol
+
+if TYPE_CHECKING:
+    from imagekit.schema import Publish
 
 # -- limits of the distribution spec and the engine -------------------------------------------------
 
@@ -263,3 +267,39 @@ class ImageNames:
 
     def references(self) -> tuple[str, ...]:
         return tuple(reference(self.repository, tag) for tag in self.tags)
+
+
+@dataclass(frozen=True)
+class Tagging:
+    """How a matrix names its cells' images (its ``publish``: repository, immutable patterns), and
+    the one place a cell's tags are computed from it: the build tags its images by them
+    (``imagekit.render``), the no-change record dates them again (``imagekit.unchanged``), and
+    publish suffixes them by level (``imagekit.publish_policy``)."""
+
+    repository: str
+    patterns: tuple[str, ...]  # publish.tags.immutable
+
+    @classmethod
+    def of(cls, publish: Publish) -> Tagging:
+        return cls(repository(publish.registry, publish.repository), tuple(publish.tags.immutable))
+
+    @property
+    def dated(self) -> bool:
+        """Whether a pattern holds ``{date}``: whether the day changes the tags at all."""
+        return any("date" in placeholders(pattern) for pattern in self.patterns)
+
+    def tag_day(self, built_on: date | None) -> date | None:
+        """The day to date tags by, for an image built on ``built_on``: that day when a pattern
+        holds ``{date}``, any day when none does; None when one does and the day is not known."""
+        return built_on if self.dated else _ANY_DAY
+
+    def tags(self, readable: str, day: date, input_digest: str) -> tuple[str, ...]:
+        """The tags of the image with readable tag ``readable`` and ``input_digest``, dated ``day``:
+        the readable tag first, then each immutable pattern filled in."""
+        return immutable_tags(readable, self.patterns, day, input_digest)
+
+    def names(self, readable: str, day: date, input_digest: str) -> ImageNames:
+        return ImageNames(self.repository, self.tags(readable, day, input_digest))
+
+
+_ANY_DAY = date(2000, 1, 1)  # for tag patterns without {date}, which no day changes

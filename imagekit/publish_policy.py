@@ -76,7 +76,7 @@ class Group:
     tag: str  # the readable tag the group's cells share (Plan.groups' key)
     members: tuple[Candidate, ...]  # the platforms in the index, in plan order
     missing: tuple[Missing, ...]  # the platforms left out (publish.partial_index)
-    patterns: tuple[str, ...]  # publish.tags.immutable
+    tagging: naming.Tagging  # the matrix's
     partial: bool  # publish.partial_index: a platform that fails in the registry is left out too
 
     @property
@@ -91,10 +91,10 @@ class Group:
     @property
     def tags(self) -> tuple[str, ...]:
         """Readable first, then the immutable ones, suffixed by the index's level."""
-        dated = any("date" in naming.placeholders(p) for p in self.patterns)
         days = [m.built_on for m in self.members if m.built_on is not None]
-        day = max(days) if dated else _ANY_DAY  # the day its last platform was built
-        tags = naming.immutable_tags(self.tag, self.patterns, day, self.input_digest)
+        day = self.tagging.tag_day(max(days, default=None))  # the day its last platform was built
+        assert day is not None  # a member is built on a day (``_candidate``)
+        tags = self.tagging.tags(self.tag, day, self.input_digest)
         return naming.published_tags(tags, self.level, self.tag)
 
     def without(self, cell: str, reason: str) -> Group:
@@ -178,7 +178,6 @@ def _failed_names(verification: Verification) -> str:
     return ", ".join(c.name for c in verification.failed_checks()[:4]) or "no checks ran"
 
 
-_ANY_DAY = date(2000, 1, 1)  # for tag patterns without {date}, which no day changes
 _NO_DAY = (
     "the build report does not say which day the build dated its tags (a report of an earlier"
     " release); run `imagekit build` again, which re-tags it without rebuilding"
@@ -192,12 +191,11 @@ def final_tags(cell: Cell, publish: Publish, result: CellResult, level: Level) -
     typed fields of the report), never copied from the report's tags and never rendered again.
     None when a pattern needs the build day and the report (of an earlier release) has none.
     """
-    patterns = publish.tags.immutable
-    dated = any("date" in naming.placeholders(pattern) for pattern in patterns)
-    day = result.built_on if dated else _ANY_DAY
+    tagging = naming.Tagging.of(publish)
+    day = tagging.tag_day(result.built_on)
     if day is None or result.input_digest is None:
         return None
-    tags = naming.immutable_tags(cell.readable_tag, patterns, day, result.input_digest)
+    tags = tagging.tags(cell.readable_tag, day, result.input_digest)
     return naming.published_tags(tags, level, cell.id)
 
 
@@ -247,7 +245,7 @@ def _group(
         return None, refused
     missing = tuple(Missing(cell.platform, cell.id, refusal.reason) for cell, refusal in turned)
     refused = [replace(r, reason=f"{r.reason}; left out of the group's index") for r in refused]
-    return Group(tag, members, missing, tuple(publish.tags.immutable), publish.partial_index), refused
+    return Group(tag, members, missing, naming.Tagging.of(publish), publish.partial_index), refused
 
 
 def settle(group: Group, failed: Mapping[str, str]) -> tuple[Group | None, list[Refusal]]:

@@ -66,6 +66,8 @@ from imagekit.state import DEFAULT_STATE_DIR, REPORT_NAME, report_json_text, sta
 from imagekit.text import counted
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from imagekit.build import BuildOutcome
     from imagekit.cells import Plan
 
@@ -124,6 +126,19 @@ def run_key(command: Mapping[str, Any]) -> str:
         "imagekit": _package_files(),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# Fields of a command's options record left out of its key: none. Every option counts, even one
+# a keyed run cannot use (--gpus without --verify): counting one too many costs a full run, one
+# too few lets a record answer a run it does not describe.
+NOT_KEYED: frozenset[str] = frozenset()
+
+
+def options_key(options: DataclassInstance) -> str:
+    """The key of a run from its options record (a frozen dataclass, every field but
+    ``NOT_KEYED``'s): no hand-kept list of names, so an option added later is never forgotten."""
+    fields = dataclasses.fields(options)
+    return run_key({f.name: getattr(options, f.name) for f in fields if f.name not in NOT_KEYED})
 
 
 def argv_key(argv: Sequence[str]) -> str:
@@ -260,7 +275,7 @@ def ignored_dirs(*paths: Path) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Names:
     """What names a cell's image: the matrix's repository and immutable patterns, each cell's
-    readable tag (``imagekit.naming.immutable_tags`` fills them for a day)."""
+    readable tag (``imagekit.naming.Tagging`` fills them for a day)."""
 
     repository: str
     patterns: tuple[str, ...]
@@ -268,16 +283,12 @@ class Names:
 
     @classmethod
     def of_plan(cls, plan: Plan) -> Names:
-        publish = plan.matrix.publish
-        return cls(
-            naming.repository(publish.registry, publish.repository),
-            tuple(publish.tags.immutable),
-            {cell.id: cell.image_tag for cell in plan.cells},
-        )
+        tagging = naming.Tagging.of(plan.matrix.publish)
+        return cls(tagging.repository, tagging.patterns, {cell.id: cell.image_tag for cell in plan.cells})
 
     def references(self, cell: str, day: date, input_digest: str) -> list[str]:
-        tags = naming.immutable_tags(self.readable[cell], self.patterns, day, input_digest)
-        return [naming.reference(self.repository, t) for t in tags]
+        tagging = naming.Tagging(self.repository, self.patterns)
+        return list(tagging.names(self.readable[cell], day, input_digest).references())
 
 
 @dataclass(frozen=True)

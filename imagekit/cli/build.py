@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -71,6 +72,36 @@ def _harness(
     return Harness(api, GpuRequest.parse(gpus), limits, logs_dir=logs, pull=pull)
 
 
+@dataclass(frozen=True)
+class BuildCommand:
+    """Every option of ``imagekit build`` as parsed, one field per parameter of ``build`` (which
+    makes it from its own arguments, so an option added there and not here fails every build).
+
+    The key of the no-change record is made of all its fields (``imagekit.unchanged.options_key``):
+    an option added later counts without anyone listing it, and a record left by a run with other
+    options never answers this one.
+    """
+
+    matrix: Path
+    only: list[str] | None
+    jobs: int
+    force: bool
+    timeout: float | None
+    fail_fast: bool
+    pin_base_digests: bool
+    mirror: list[str] | None
+    cache_from: bool
+    push: bool
+    registry: str | None
+    network: str | None
+    label: list[str] | None
+    state_dir: Path
+    as_json: bool
+    then_verify: bool
+    gpus: str
+    verify_timeout: float
+
+
 @app.command()
 @reports_errors
 def build(
@@ -135,6 +166,8 @@ def build(
     Example: imagekit build --matrix matrix.yaml --only '*cu121*' --jobs 2 --verify --gpus all
     Example: imagekit build --matrix matrix.yaml --only "$CELL" --push
     """
+    # first, while the locals are the parameters and nothing else
+    command = BuildCommand(**locals())
     from imagekit import unchanged
 
     day = today()
@@ -142,23 +175,7 @@ def build(
     # full run that changed nothing (`imagekit.unchanged`): the nightly where nothing changed.
     run_key = None
     if not (force or push or then_verify):
-        run_key = unchanged.run_key(
-            {
-                "matrix": str(matrix.absolute()),
-                "only": only,
-                "jobs": jobs,
-                "timeout": timeout,
-                "fail_fast": fail_fast,
-                "pin_base_digests": pin_base_digests,
-                "mirror": mirror,
-                "cache_from": cache_from,
-                "registry": registry,
-                "network": network,
-                "label": label,
-                "state_dir": str(state_dir.absolute()),
-                "json": as_json,
-            }
-        )
+        run_key = unchanged.options_key(command)
         answered = unchanged.answer(state_dir, run_key, day, matrix)
         if answered is not None:
             answered.show()

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from imagekit import attest, platforms
+from imagekit import attest, naming, platforms
 from imagekit.attach import Attached, attach_envelopes, find_attestations
 from imagekit.attest_index import LeftOutPlatform, PlatformProof, index_predicate, verify_index
 from imagekit.manifest import OCI_INDEX, Manifest, image_index, referrers_tag
@@ -126,7 +126,7 @@ def publish_group(
                 date(2026, 12, 1),
             )
         )
-    group = Group(GROUP, tuple(members), (), ("{readable}-{digest}",), False)
+    group = Group(GROUP, tuple(members), (), naming.Tagging(REPO, ("{readable}-{digest}",)), False)
     said: list[str] = []
     options = PublishOptions(stub.host, REPO, tmp_path / "lock.json", signing_key=key if sign else None)
     registry = stub.client()

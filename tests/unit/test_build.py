@@ -15,11 +15,11 @@ from docker.errors import ImageNotFound
 from imagekit import build as building
 from imagekit import context, pipeline
 from imagekit.build import Builder, BuildOptions
-from imagekit.cells import Plan
+from imagekit.cells import LocalBase, Plan
 from imagekit.cli.app import parse_mapping
 from imagekit.context import local_base_digest
 from imagekit.errors import InputError
-from imagekit.jobs import Job
+from imagekit.jobs import BaseJob, Job
 from imagekit.naming import BASE_DIGEST_LABEL, CONTEXT_DIGEST_LABEL, INPUT_DIGEST_LABEL
 from imagekit.progress import PlainProgress
 from imagekit.render import RenderedCell, Renderer
@@ -116,7 +116,8 @@ def test_a_workers_bug_stops_the_other_builds_before_it_propagates(
         return job.result("cancelled", error="stopped")
 
     monkeypatch.setattr(Builder, "_run_job", job)
-    jobs = [Job("slow", "cell", (), "b"), Job("broken", "cell", (), "b")]
+    base = LocalBase("b", "example/b:dev", tmp_path, "Dockerfile", ())
+    jobs: list[Job] = [BaseJob("slow", (), "b", base, "d"), BaseJob("broken", (), "b", base, "d")]
     with pytest.raises(RuntimeError, match="a bug"):
         run.schedule(jobs)
     assert saw_cancel == [True]

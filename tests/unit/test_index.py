@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from imagekit import platforms
+from imagekit import naming, platforms
 from imagekit.cells import Plan
 from imagekit.errors import EnvironmentProblem, InputError, RegistryError
 from imagekit.k8s import JobOptions, render_jobs
@@ -290,7 +290,8 @@ def group_of(registry: MemoryRegistry, arm_arch: str = "arm64") -> tuple[Group, 
             )  # type: ignore[arg-type]
         )
         manifests[name] = manifest
-    return Group("2.11.0-cuda13.0", tuple(members), (), ("{readable}-{digest}",), False), manifests
+    tagging = naming.Tagging("acme/pytorch", ("{readable}-{digest}",))
+    return Group("2.11.0-cuda13.0", tuple(members), (), tagging, False), manifests
 
 
 def publisher(registry: MemoryRegistry, lock: Path) -> Publisher:

@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from imagekit.bases import local_base_froms
+from imagekit.bases import ResolvedBase, local_base_froms
 from imagekit.cells import Cell, LocalBase, Plan
 from imagekit.errors import InputError
-from imagekit.jobs import Job, plan_jobs
+from imagekit.jobs import BaseJob, CellJob, Job, base_jobs, built_from, cell_jobs
+from imagekit.matrix import load_plan
 from imagekit.render import Renderer
+from tests.conftest import REPO
 from tests.unit.projects import TODAY, write_project
 
 # -- the job graph of local bases ---------------------------------------------------------------------------
 
 
+def plan_jobs(plan: Plan, cells: tuple[Cell, ...]) -> list[Job]:
+    """The graph as the builder makes it: the bases, then each cell rendered (on its own base)."""
+    renderer = Renderer(plan)
+    bases = base_jobs(plan, cells, renderer.hasher)
+    return [*bases, *cell_jobs(plan, cells, renderer.render_all(cells), {}, TODAY)]
+
+
 def jobs_of(plan: Plan, tmp_path: Path, cells: tuple[Cell, ...] | None = None) -> dict[str, Job]:
-    jobs = plan_jobs(plan, plan.cells if cells is None else cells, Renderer(plan), {}, TODAY)
+    jobs = plan_jobs(plan, plan.cells if cells is None else cells)
     return {job.name: job for job in jobs}
 
 
@@ -34,21 +45,22 @@ def test_local_bases_come_first_in_dependency_order(tmp_path: Path) -> None:
     jobs = jobs_of(plan, tmp_path)
     names = list(jobs)
     assert names[:3] == ["base-inner", "base-middle", "base-outer"]
-    assert {jobs[n].kind for n in names[:3]} == {"base"}
-    assert {jobs[n].kind for n in names[3:]} == {"cell"}
+    assert all(isinstance(jobs[n], BaseJob) for n in names[:3])
+    assert all(isinstance(jobs[n], CellJob) for n in names[3:])
     assert jobs["base-inner"].depends_on == ()
     assert jobs["base-middle"].depends_on == ("base-inner",)
     assert jobs["base-outer"].depends_on == ("base-middle",)
     assert jobs["base-inner"].base_reference == "busybox:latest"
     assert jobs["base-middle"].base_reference == "example/inner:dev"
-    for job in names[3:]:
-        rendered = jobs[job].rendered
-        assert rendered is not None
-        cell = rendered.cell
-        assert jobs[job].depends_on == (f"base-{cell.base}",)
-        assert jobs[job].base_reference == f"example/{cell.base}:dev"
+    for name in names[3:]:
+        job = jobs[name]
+        assert isinstance(job, CellJob)
+        cell = job.rendered.cell
+        assert job.depends_on == (f"base-{cell.base}",)
+        assert job.base_reference == f"example/{cell.base}:dev"
     # Each base is built once, and the context digests tell the bases apart.
-    assert len({jobs[n].context_digest for n in names[:3]}) == 3
+    digests = {j.context_digest for n in names[:3] if isinstance(j := jobs[n], BaseJob)}
+    assert len(digests) == 3
 
 
 def test_selecting_one_cell_still_builds_the_bases_it_derives_from(tmp_path: Path) -> None:
@@ -131,9 +143,43 @@ def test_a_cell_on_another_cell_of_the_matrix_waits_for_it(tmp_path: Path) -> No
     child = replace(
         cell, id="child", base_image=f"example/it:{cell.readable_tag}", local_base=None, readable_tag="child"
     )
-    jobs = plan_jobs(plan, (cell, child), Renderer(plan), {}, TODAY)
+    jobs = plan_jobs(plan, (cell, child))
     assert [(j.name, j.depends_on) for j in jobs] == [
         ("base-inner", ()),
         (cell.id, ("base-inner",)),
         ("child", (cell.id,)),
     ]
+
+
+def test_the_job_graph_renders_nothing_itself() -> None:
+    """It takes rendered cells as data: importing it brings in no renderer and no Jinja."""
+    code = "import sys, imagekit.jobs; print(sorted({'imagekit.render', 'jinja2'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_each_kind_of_job_has_only_its_own_fields(tmp_path: Path) -> None:
+    plan = write_project(tmp_path, {"inner": CHAIN["inner"]}, ["inner"])
+    base, cell = plan_jobs(plan, plan.cells)
+    assert isinstance(base, BaseJob) and isinstance(cell, CellJob)
+    assert not hasattr(base, "rendered") and not hasattr(cell, "local_base")
+    assert (base.result("built").kind, cell.result("built").kind) == ("base", "cell")
+
+
+def test_a_cell_on_a_pulled_base_carries_its_resolution() -> None:
+    """Rendered FROM the pinned digest, the job still knows the base it resolved, by the cell's own."""
+    plan = load_plan(REPO / "matrix.yaml")
+    cell = plan.cells[1]
+    name = cell.base_image.rpartition(":")[0]
+    pinned = ResolvedBase(
+        cell.base_image, f"{name}@sha256:{'a' * 64}", f"{name}@sha256:{'a' * 64}", None, ("x", "y")
+    )
+    resolved = {(cell.base_image, cell.platform): pinned}
+    rendered = Renderer(plan).render(cell, build_from=built_from(cell, resolved))
+    assert rendered.cell.base_image == pinned.build_from
+    (job,) = cell_jobs(plan, (cell,), (rendered,), resolved, TODAY)
+    assert (job.base_reference, job.external_digest, job.base_image) == (
+        cell.base_image,
+        pinned.digest,
+        ("x", "y"),
+    )

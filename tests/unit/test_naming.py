@@ -151,3 +151,67 @@ def test_a_reference_names_a_port_a_registry_can_listen_on() -> None:
 
 def test_placeholders_are_listed_in_order() -> None:
     assert naming.placeholders("{readable}-{date}") == ("readable", "date")
+
+
+# -- a cell's tags: one owner ---------------------------------------------------------------------------
+
+TAG_DAY = date(2026, 11, 29)
+
+
+def test_a_matrix_tags_its_cells_by_its_repository_and_patterns() -> None:
+    tagging = naming.Tagging("ghcr.io/acme/pytorch", ("{readable}-{date}", "{readable}-{digest}"))
+    names = tagging.names("2.1.2-cpu", TAG_DAY, "sha256:" + "a" * 64)
+    assert names.references() == (
+        "ghcr.io/acme/pytorch:2.1.2-cpu",
+        "ghcr.io/acme/pytorch:2.1.2-cpu-20261129",
+        "ghcr.io/acme/pytorch:2.1.2-cpu-" + "a" * 12,
+    )
+    assert tagging.tag_day(TAG_DAY) == TAG_DAY and tagging.tag_day(None) is None
+    undated = naming.Tagging("r", ("{readable}-{digest}",))  # no day changes its tags
+    assert undated.tag_day(None) == undated.tag_day(TAG_DAY) is not None
+
+
+def test_render_publish_and_the_no_change_record_take_a_cells_tags_from_one_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from imagekit import unchanged
+    from imagekit.matrix import load_plan
+    from imagekit.publish_policy import Candidate, Group, final_tags
+    from imagekit.render import Renderer
+    from imagekit.store import CellResult
+    from tests.conftest import REPO
+
+    plan = load_plan(REPO / "matrix.yaml")
+    publish = plan.matrix.publish
+    rendered = Renderer(plan).render(plan.cells[1])
+    cell, digest = rendered.cell, rendered.input_digest
+    assert cell.image_tag == cell.readable_tag  # the default platform: built and published alike
+    result = CellResult(
+        id=cell.id,
+        kind="cell",
+        status="built",
+        base_image="b",
+        image_id="i",
+        input_digest=digest,
+        built_on=TAG_DAY,
+    )
+    member = Candidate(cell.id, "i", digest, "validated", (), None, built_on=TAG_DAY)
+
+    def every_way() -> list[tuple[str, ...]]:
+        return [
+            rendered.names(publish, TAG_DAY).tags,  # what the build tags
+            tuple(
+                r.rpartition(":")[2]
+                for r in unchanged.Names.of_plan(plan).references(cell.id, TAG_DAY, digest)
+            ),
+            final_tags(cell, publish, result, "validated") or (),  # what publish pushes
+        ]
+
+    owner = naming.Tagging.of(publish).tags(cell.image_tag, TAG_DAY, digest)
+    assert len(owner) == 3 and every_way() == [owner] * 3
+    group = Group(cell.readable_tag, (member,), (), naming.Tagging.of(publish), False)
+    assert group.tags[0] == cell.readable_tag
+    # each asks the owner: what it says, they all say
+    monkeypatch.setattr(naming.Tagging, "tags", lambda *_: ("owned", "owned-too"))
+    assert every_way() == [("owned", "owned-too")] * 3
+    assert group.tags == ("owned", "owned-too")

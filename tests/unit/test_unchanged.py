@@ -4,6 +4,8 @@ and what an edited record can and cannot do."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import socketserver
@@ -22,6 +24,7 @@ import pytest
 
 from imagekit import naming, unchanged
 from imagekit.build import BuildOutcome
+from imagekit.cli.build import BuildCommand, build
 from imagekit.engine_socket import EngineSocket, EngineSocketError
 from imagekit.paths import depends_on
 from imagekit.store import BuildReport, CellResult, read_previous, write_report
@@ -400,6 +403,45 @@ def test_the_key_follows_the_command_and_the_environment(monkeypatch: pytest.Mon
     monkeypatch.delenv("DOCKER_HOST")
     monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
     assert unchanged.run_key({"matrix": "/m.yaml", "only": None}) == key
+
+
+def _build_defaults() -> BuildCommand:
+    """The build command's options as it parses an empty command line."""
+    parameters = inspect.signature(build).parameters
+    return BuildCommand(**{name: p.default for name, p in parameters.items()})
+
+
+def _other(value: Any) -> Any:
+    """Another value of an option's kind (None: an option given)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, Path):
+        return value / "other"
+    if isinstance(value, list):
+        return [*value, "other"]
+    return f"{value}-other"
+
+
+def test_the_build_options_record_is_every_option_of_the_command() -> None:
+    assert {f.name for f in dataclasses.fields(BuildCommand)} == set(inspect.signature(build).parameters)
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(BuildCommand)])
+def test_every_build_option_is_in_the_key(name: str) -> None:
+    command = _build_defaults()
+    changed = dataclasses.replace(command, **{name: _other(getattr(command, name))})
+    assert unchanged.options_key(changed) != unchanged.options_key(command)
+
+
+def test_an_option_added_later_is_in_the_key_unlisted() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Later(BuildCommand):
+        sign: bool = False
+
+    fields = dataclasses.asdict(_build_defaults())
+    assert unchanged.options_key(Later(**fields, sign=True)) != unchanged.options_key(Later(**fields))
 
 
 def test_engine_socket_refuses_what_it_cannot_speak_and_bounds_answers(
