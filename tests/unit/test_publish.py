@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from imagekit import naming
 from imagekit.cells import Cell
 from imagekit.errors import EnvironmentProblem
 from imagekit.matrix import load_plan
@@ -625,7 +626,7 @@ def test_a_group_whose_immutable_tag_names_another_index_is_refused_whole(tmp_pa
         replace(_staged_candidate("amd"), tags=()),
         replace(_staged_candidate("arm"), tags=(), platform="linux/arm64"),
     )
-    group = Group("2.1.2-cu121", members, (), ("{readable}-{digest}",), False)
+    group = Group("2.1.2-cu121", members, (), naming.Tagging("acme/pytorch", ("{readable}-{digest}",)), False)
     options = PublishOptions(
         "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
     )
