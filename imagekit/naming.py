@@ -19,14 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from imagekit.errors import InputError
 from imagekit.platforms import Platform
 from imagekit.probe import protocol
-
-if TYPE_CHECKING:
-    from imagekit.schema import Publish
 
 # -- limits of the distribution spec and the engine -------------------------------------------------
 
@@ -271,17 +267,14 @@ class ImageNames:
 
 @dataclass(frozen=True)
 class Tagging:
-    """How a matrix names its cells' images (its ``publish``: repository, immutable patterns), and
+    """How a matrix names its cells' images (its ``publish``: repository, immutable patterns;
+    ``imagekit.schema.Publish.tagging`` makes it), and
     the one place a cell's tags are computed from it: the build tags its images by them
     (``imagekit.render``), the no-change record dates them again (``imagekit.unchanged``), and
     publish suffixes them by level (``imagekit.publish_policy``)."""
 
     repository: str
     patterns: tuple[str, ...]  # publish.tags.immutable
-
-    @classmethod
-    def of(cls, publish: Publish) -> Tagging:
-        return cls(repository(publish.registry, publish.repository), tuple(publish.tags.immutable))
 
     @property
     def dated(self) -> bool:

@@ -191,7 +191,7 @@ def final_tags(cell: Cell, publish: Publish, result: CellResult, level: Level) -
     typed fields of the report), never copied from the report's tags and never rendered again.
     None when a pattern needs the build day and the report (of an earlier release) has none.
     """
-    tagging = naming.Tagging.of(publish)
+    tagging = publish.tagging
     day = tagging.tag_day(result.built_on)
     if day is None or result.input_digest is None:
         return None
@@ -245,7 +245,7 @@ def _group(
         return None, refused
     missing = tuple(Missing(cell.platform, cell.id, refusal.reason) for cell, refusal in turned)
     refused = [replace(r, reason=f"{r.reason}; left out of the group's index") for r in refused]
-    return Group(tag, members, missing, naming.Tagging.of(publish), publish.partial_index), refused
+    return Group(tag, members, missing, publish.tagging, publish.partial_index), refused
 
 
 def settle(group: Group, failed: Mapping[str, str]) -> tuple[Group | None, list[Refusal]]:

@@ -227,7 +227,7 @@ class RenderedCell:
 
     def names(self, publish: Publish, day: date) -> naming.ImageNames:
         """Where this cell's image goes: the matrix's repository, readable tag then immutable ones."""
-        return naming.Tagging.of(publish).names(self.cell.image_tag, day, self.input_digest)
+        return publish.tagging.names(self.cell.image_tag, day, self.input_digest)
 
     def build_labels(self) -> dict[str, str]:
         """Labels only known at build time; the builder adds them."""

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from imagekit import platforms
+from imagekit import naming, platforms
 from imagekit.errors import InputError
 from imagekit.limits import (
     NAME_CHARS,
@@ -465,6 +465,11 @@ class Publish(StrictModel):
     def staging_repository(self) -> str:
         """The repository (without the registry) that holds staging tags."""
         return self.staging.repository if self.staging is not None else self.repository
+
+    @property
+    def tagging(self) -> naming.Tagging:
+        """How this matrix names its cells' images: the one owner of a cell's tags."""
+        return naming.Tagging(naming.repository(self.registry, self.repository), tuple(self.tags.immutable))
 
 
 class Frontends(StrictModel):

@@ -283,7 +283,7 @@ class Names:
 
     @classmethod
     def of_plan(cls, plan: Plan) -> Names:
-        tagging = naming.Tagging.of(plan.matrix.publish)
+        tagging = plan.matrix.publish.tagging
         return cls(tagging.repository, tagging.patterns, {cell.id: cell.image_tag for cell in plan.cells})
 
     def references(self, cell: str, day: date, input_digest: str) -> list[str]:

@@ -207,9 +207,9 @@ def test_render_publish_and_the_no_change_record_take_a_cells_tags_from_one_plac
             final_tags(cell, publish, result, "validated") or (),  # what publish pushes
         ]
 
-    owner = naming.Tagging.of(publish).tags(cell.image_tag, TAG_DAY, digest)
+    owner = publish.tagging.tags(cell.image_tag, TAG_DAY, digest)
     assert len(owner) == 3 and every_way() == [owner] * 3
-    group = Group(cell.readable_tag, (member,), (), naming.Tagging.of(publish), False)
+    group = Group(cell.readable_tag, (member,), (), publish.tagging, False)
     assert group.tags[0] == cell.readable_tag
     # each asks the owner: what it says, they all say
     monkeypatch.setattr(naming.Tagging, "tags", lambda *_: ("owned", "owned-too"))
