@@ -1,0 +1,97 @@
+"""The stage packages import only downwards, in one order (README, Architecture): a module may import
+its own package and the layers below it, never a sibling of its layer nor one above. Every import
+counts, a function's and a type checker's too: a layer that leaks fails here, not in review.
+Kubernetes manifests are written without docker-py, so a Job writer needs no engine client."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "imagekit"
+LAYERS = (
+    ("probe", "data", "frontends"),  # the in-image package and the files shipped with it
+    ("core",),
+    ("facts", "engine", "registry"),
+    ("plan",),
+    ("render", "report"),
+    ("build", "verify", "export"),
+    ("attest",),
+    ("publish",),
+    ("k8s",),
+    ("cli",),
+)
+RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
+TOP = {"__init__", "__main__", "__version__"}  # the package itself: its version, `python -m imagekit`
+# A name kept for the probe, whose source-tree fallback imports it by this string (imagekit/probe/
+# facts.py): the probe's bytes are in every cell's input digest, so the name moves with its next change.
+KEPT_NAMES = {"probe_facts"}
+
+
+def imported(path: Path) -> set[str]:
+    """Every ``imagekit.…`` module or name ``path`` imports, as a dotted name below imagekit."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.removeprefix("imagekit.") for a in node.names if a.name.startswith("imagekit.")}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module == "imagekit":
+                names |= {a.name for a in node.names}
+            elif node.module.startswith("imagekit."):
+                below = node.module.removeprefix("imagekit.")
+                names |= {below} | {f"{below}.{a.name}" for a in node.names}
+    return names
+
+
+def modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(PACKAGE).with_suffix("").parts): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_is_in_a_stage_package_and_imports_only_downwards() -> None:
+    wrong = []
+    for name, path in modules().items():
+        package = name.split(".")[0]
+        if package in TOP or package in KEPT_NAMES:
+            continue
+        if package not in RANK:
+            wrong.append(f"{name}: not in a package of LAYERS (a flat module, or a new package to place)")
+            continue
+        for target in sorted(imported(path)):
+            other = target.split(".")[0]
+            if other != package and other not in TOP and RANK.get(other, len(LAYERS)) >= RANK[package]:
+                wrong.append(f"{name} imports imagekit.{target} ({other} is not below {package})")
+    assert not wrong, "imports against the layer order: " + "; ".join(wrong)
+
+
+def loaded(path: Path) -> set[str]:
+    """What importing ``path`` imports: its module-level imports (a function's runs when called, a
+    type checker's never)."""
+    found: set[str] = set()
+    todo = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+        elif isinstance(node, ast.Try):
+            todo += [*node.body, *node.orelse, *node.finalbody]
+    return found
+
+
+def test_kubernetes_manifests_are_written_without_docker_py() -> None:
+    """Importing any k8s module, and whatever it imports of imagekit, loads no docker-py."""
+    known = modules()
+    graph = {name: {t for t in imported(path) if t in known} for name, path in known.items()}
+    seen: set[str] = set()
+    todo = [name for name in known if name.startswith("k8s.")]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    for name in sorted(seen):
+        docker = {f for f in loaded(known[name]) if f.split(".")[0] == "docker"}
+        assert not docker, f"imagekit.{name} imports docker-py ({', '.join(sorted(docker))})"
