@@ -101,10 +101,12 @@ install_packages() {
         created_policy=1
     fi
     local rc=0
+    # apt's and dpkg's progress goes to stderr: `engine.sh emulation` answers on stdout with the
+    # machine an arm64 container reports, and its first run (which installs QEMU) must too.
     {
         apt-get update -qq &&
         apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    } || rc=$?
+    } >&2 || rc=$?
     if [[ $created_policy -eq 1 ]]; then
         rm -f /usr/sbin/policy-rc.d
     fi
