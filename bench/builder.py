@@ -42,8 +42,8 @@ from typing import Any
 
 import docker
 
-from imagekit.matrix import load_plan
-from imagekit.render import Renderer
+from imagekit.plan.matrix import load_plan
+from imagekit.render.dockerfile import Renderer
 
 LABEL = "imagekit-bench.run"
 REPO = Path(__file__).resolve().parent.parent
@@ -236,7 +236,7 @@ def no_change(rounds: int, work: Path, wheelhouse: Path | None) -> dict[str, obj
                 record.unlink(missing_ok=True)
                 full.append(imagekit(root))  # plans, renders and asks the engine; leaves the record
                 if not record.exists():
-                    raise NotMeasured("the no-change run left no record (imagekit.unchanged)")
+                    raise NotMeasured("the no-change run left no record (imagekit.build.no_change)")
                 answered.append(imagekit(root))  # the next nightly: answered from the record
             else:
                 cli.append(sum(docker_cli(tar, args, labels) for tar, args, labels in inputs))

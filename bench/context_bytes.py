@@ -34,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from imagekit.context import make_tar
-from imagekit.matrix import load_plan
-from imagekit.render import Renderer
-from imagekit.wheels import closure_bytes
+from imagekit.plan.matrix import load_plan
+from imagekit.render.context import make_tar
+from imagekit.render.dockerfile import Renderer
+from imagekit.render.wheels import closure_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 OFFLINE = REPO / "examples" / "offline" / "wheelhouse"

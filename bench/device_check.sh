@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The in-image probe on a real GPU machine (the device tool's H200), as one prepared run, as it ships:
-# the zipapp imagekit.probe_bundle builds (what every image carries at /opt/imagekit/check.py), run by
+# the zipapp imagekit.render.probe_bundle builds (what every image carries at /opt/imagekit/check.py), run by
 # that machine's own python3 (torch, nvcc and nvidia-smi are installed there), with the expectations
 # read from the machine itself, and --require-gpu so that a GPU that is not visible fails instead of
 # skipping. Commit the JSON as a fixture (tests/fixtures/check/) and its gemm_perf figure to
@@ -31,7 +31,7 @@ build_probe() {
   local python=$1 dest=$2
   mkdir -p "$(dirname "$dest")" || return 1
   if PYTHONPATH=$root "$python" -c 'import sys
-from imagekit.probe_bundle import build_zipapp
+from imagekit.render.probe_bundle import build_zipapp
 sys.stdout.buffer.write(build_zipapp("check"))' > "$dest.tmp"; then
     mv -f "$dest.tmp" "$dest"
   else

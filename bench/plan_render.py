@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from imagekit.drift import expected_files, write_rendered
-from imagekit.matrix import load_plan
-from imagekit.render import Renderer
+from imagekit.plan.matrix import load_plan
+from imagekit.render.dockerfile import Renderer
+from imagekit.render.drift import expected_files, write_rendered
 
 TORCH = ["2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1"]
 CELLS_PER_BASE = len(TORCH) * 2 * 2  # x cuda (11.8, 12.1) x flavour (devel, runtime)

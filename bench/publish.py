@@ -33,7 +33,7 @@ import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from imagekit.registry import Registry
+from imagekit.registry.client import Registry
 from tests.integration.registry_server import LocalRegistry
 
 LABEL = "imagekit-bench.run"

@@ -25,10 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from imagekit.compat import load_compat
-from imagekit.errors import InputError
-from imagekit.matrix import load_plan
-from imagekit.render import Renderer
+from imagekit.core.errors import InputError
+from imagekit.facts.compat import load_compat
+from imagekit.plan.matrix import load_plan
+from imagekit.render.dockerfile import Renderer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_render import matrix_text

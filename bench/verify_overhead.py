@@ -20,9 +20,9 @@ import time
 
 import docker
 
-from imagekit.contract import CHECK_SCRIPT_PATH
-from imagekit.gpus import GpuRequest
-from imagekit.verify import check_arguments
+from imagekit.render.contract import CHECK_SCRIPT_PATH
+from imagekit.verify.gpus import GpuRequest
+from imagekit.verify.invocation import check_arguments
 
 DOCKER = "/usr/bin/docker"
 DEFAULT_IMAGE = "imagekit-demo/pytorch:2.13.0-cpu-runtime-debian12"

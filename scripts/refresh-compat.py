@@ -65,11 +65,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 from packaging.markers import Marker
 
-from imagekit import platforms
-from imagekit.compat import Aarch64Wheels, Libraries, TorchRelease
-from imagekit.limits import FILE_NAME_BYTES
-from imagekit.versions import compare, cuda_variant, minor_of, version_key
-from imagekit.wheels import platform_tags
+from imagekit.core import platforms
+from imagekit.core.limits import FILE_NAME_BYTES
+from imagekit.core.versions import compare, cuda_variant, minor_of, version_key
+from imagekit.facts.compat import Aarch64Wheels, Libraries, TorchRelease
+from imagekit.render.wheels import platform_tags
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_COMPAT = REPO / "imagekit" / "data" / "compat.yaml"
@@ -1250,7 +1250,7 @@ def load_table(path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def validate(releases: dict[str, dict[str, Any]]) -> None:
-    """Every release as imagekit reads it (``imagekit.compat.TorchRelease``): a refresh that would
+    """Every release as imagekit reads it (``imagekit.facts.compat.TorchRelease``): a refresh that would
     write what imagekit refuses ends here, with nothing written. A key the record does not know (one
     this tool keeps without refreshing it) is left to whoever added it."""
     for minor, entry in releases.items():

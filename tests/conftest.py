@@ -88,25 +88,25 @@ SLOW_TESTS = {
     # their own under a 1 GiB address-space limit: 26 interpreters importing imagekit, ~14 s of CPU
     # (the fast tier keeps the in-process check that a user template gets Jinja's sandbox,
     # test_imagekits_own_templates_render_without_the_sandbox)
-    "tests/unit/test_render.py::test_a_user_template_cannot_reach_python",
+    "tests/unit/render/test_dockerfile.py::test_a_user_template_cannot_reach_python",
     # `imagekit plan` on an example: pip resolves it against the example's own wheelhouse once its
     # setup.sh has filled it (offline: the real torch CPU wheel and its closure, ~10 s of CPU;
     # cuda-wheels: 2.6 GB of torch and nvidia-* wheels, ~7 s)
     "tests/unit/test_shipped_matrices.py::test_shipped_matrix_plans[examples/offline/matrix.yaml]",
     "tests/unit/test_shipped_matrices.py::test_shipped_matrix_plans[examples/cuda-wheels/matrix.yaml]",
     # renders the variants matrix twice: 16 pip runs, ~10 s of CPU
-    "tests/unit/test_render.py::test_render_is_deterministic",
+    "tests/unit/render/test_dockerfile.py::test_render_is_deterministic",
     # renders the variants matrix to reach one cell's digest: 8 pip runs, ~4 s of CPU
-    "tests/unit/test_registry.py::test_a_build_asks_the_registry_about_a_cells_staging_tag_once",
+    "tests/unit/registry/test_client.py::test_a_build_asks_the_registry_about_a_cells_staging_tag_once",
     # resolves every cell of a two-torch matrix against a wheelhouse of built wheels: ~4 s of CPU
-    "tests/unit/test_render.py::test_each_cell_ships_only_the_wheels_it_installs",
+    "tests/unit/render/test_dockerfile.py::test_each_cell_ships_only_the_wheels_it_installs",
     # renders the variants matrix twice (a changed wheelhouse invalidates the cache): ~3 s of CPU
-    "tests/unit/test_render.py::test_input_digest_covers_every_input",
+    "tests/unit/render/test_dockerfile.py::test_input_digest_covers_every_input",
     # checkov (installed by scripts/test.sh in a venv of its own: the fast tier installs nothing)
     # scans the shipped matrix's manifests three times, ~10 s of CPU each
-    "tests/unit/test_k8s_policy.py::test_the_policy_scanner_finds_only_what_the_readme_explains",
+    "tests/unit/k8s/test_policy.py::test_the_policy_scanner_finds_only_what_the_readme_explains",
     # and the validate-on Jobs of the shipped matrix once, ~10 s of CPU
-    "tests/unit/test_k8s_policy.py::test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner",
+    "tests/unit/k8s/test_policy.py::test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner",
 }
 
 

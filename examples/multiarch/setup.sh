@@ -9,7 +9,7 @@
 #
 # Each machine's wheels are downloaded once into a cache that reruns reuse without asking the
 # index again (${IMAGEKIT_CACHE_DIR:-~/.cache/imagekit}/multiarch-wheels/<machine>), by
-# `python -m imagekit.wheels download`, which judges environment markers for the target machine
+# `python -m imagekit.render.wheels download`, which judges environment markers for the target machine
 # (pip's own --platform does not); ./wheelhouse holds hard links to both machines' cached files
 # (copies where the cache is on another file system), and each cell's closure is resolved for its
 # own machine. About 3 GB per machine. On a host that is not arm64, registers QEMU emulation
@@ -60,7 +60,7 @@ for machine in "${machines[@]}"; do
     fi
     log "downloading ${requirements[*]} for $machine into $cache"
     t0=$SECONDS
-    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m imagekit.wheels download \
+    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m imagekit.render.wheels download \
         --machine "$machine" --python-version "$PYTHON_VERSION" --glibc "$GLIBC" --dest "$cache" \
         "${requirements[@]}" -- --retries 2 --timeout 60
     printf '%s' "$want" > "$stamp"

@@ -52,9 +52,9 @@ if [[ $WITH_ARM64 == 1 ]]; then
     # The arm64 base: a foreign debootstrap needs the kernel to run aarch64 binaries (QEMU).
     [[ $(uname -m) == aarch64 ]] || "$repo/scripts/engine.sh" emulation
     "$repo/scripts/base-images.sh" debian-python-arm64
-    # pip on this host judges environment markers for aarch64 (imagekit.wheels download): a plain
+    # pip on this host judges environment markers for aarch64 (imagekit.render.wheels download): a plain
     # `pip download --platform ..._aarch64` would add torch's CUDA wheels, gated to x86_64.
-    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m imagekit.wheels download \
+    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m imagekit.render.wheels download \
         --machine aarch64 --python-version 3.11 --glibc 2.36 --dest "$WHEELHOUSE" \
         "torch==${ARM64_TORCH_VERSION}" numpy -- --retries 1 --timeout 60
 fi

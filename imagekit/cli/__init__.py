@@ -9,7 +9,7 @@ share. The stages are imported inside the commands that use them: `imagekit veri
 Exit codes everywhere: 0 success; 1 a cell failed (or drift); 2 invalid input or usage;
 3 the environment (Docker engine or registry unreachable, no GPU runtime).
 
-``main`` first asks ``imagekit.unchanged`` whether this very command line is a build that the
+``main`` first asks ``imagekit.build.no_change`` whether this very command line is a build that the
 record of the last full run answers (a nightly where nothing changed); only otherwise does it
 import typer and the commands (``imagekit.cli.commands``).
 """
@@ -32,7 +32,7 @@ def _never_fail_to_print() -> None:
 def main() -> None:
     _never_fail_to_print()
     if sys.argv[1:2] == ["build"]:  # the only command a record answers: others import nothing more
-        from imagekit.unchanged import answer_command_line
+        from imagekit.build.no_change import answer_command_line
 
         if answer_command_line(sys.argv[1:]):
             return

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from imagekit.errors import ExitCode, ImagekitError, InputError
-from imagekit.limits import MAX_TIMEOUT_S, VALUE_CHARS
-from imagekit.paths import length_problem
-from imagekit.text import printable, redact, shown
+from imagekit.core.errors import ExitCode, ImagekitError, InputError
+from imagekit.core.limits import MAX_TIMEOUT_S, VALUE_CHARS
+from imagekit.core.paths import length_problem
+from imagekit.core.text import printable, redact, shown
 
 if TYPE_CHECKING:
-    from imagekit.cells import Cell, Plan
+    from imagekit.plan.cells import Cell, Plan
 
 # click's UsageError (typer vendors click in newer releases): found through a class typer exports.
 _USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -260,7 +260,7 @@ def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 def load_plan(matrix: Path) -> Plan:
     """Read, validate and plan ``matrix``; its warnings go to stderr."""
-    from imagekit.matrix import load_plan as load
+    from imagekit.plan.matrix import load_plan as load
 
     plan = load(matrix)
     for warning in plan.warnings:
@@ -294,7 +294,7 @@ def registry_host(value: str | None, plan: Plan, matrix: Path) -> str:
     """--registry (validated like the matrix's) or the matrix's publish.registry; exit 2 if none."""
     from pydantic import TypeAdapter, ValidationError
 
-    from imagekit.safetypes import Registry
+    from imagekit.core.safetypes import Registry
 
     if value is None:
         if not plan.matrix.publish.registry:

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from imagekit.cli.app import OneLineUsageErrors, app, path_option, reports_errors, say
-from imagekit.errors import ExitCode, InputError
+from imagekit.core.errors import ExitCode, InputError
 
 if TYPE_CHECKING:
-    from imagekit.lockfile import Lock as LockLike
+    from imagekit.report.lockfile import Lock as LockLike
 
 attest_app = typer.Typer(
     name="attest",
@@ -55,7 +55,7 @@ def given(flag: str, value: str | None, fix: str) -> str | None:
 
 
 def requirement(policy: str, gpu: str | None, max_age: str | None) -> object:
-    from imagekit.attest import Requirement, parse_age
+    from imagekit.attest.statements import Requirement, parse_age
 
     if policy not in ("validated", "checked"):
         raise InputError(f"--policy {policy!r}: use validated or checked")
@@ -70,8 +70,8 @@ def requirement(policy: str, gpu: str | None, max_age: str | None) -> object:
 
 def split_digest_reference(ref: str) -> tuple[str, str, str]:
     """``registry/repository@sha256:...`` -> (registry, repository path, digest); exit 2 else."""
-    from imagekit import naming
-    from imagekit.text import shown
+    from imagekit.core import naming
+    from imagekit.core.text import shown
 
     name, digest = naming.split_reference(ref)
     if (
@@ -112,11 +112,11 @@ def verify_attestation(
     """
     from datetime import datetime, timezone
 
-    from imagekit.attach import find_attestations
-    from imagekit.attest import Requirement, accepted, load_public_key, short_type
-    from imagekit.attest_index import verify_index
-    from imagekit.manifest import INDEX_TYPES
-    from imagekit.registry import Backoff, open_registry
+    from imagekit.attest.attach import find_attestations
+    from imagekit.attest.index import verify_index
+    from imagekit.attest.statements import Requirement, accepted, load_public_key, short_type
+    from imagekit.registry.client import Backoff, open_registry
+    from imagekit.registry.manifest import INDEX_TYPES
 
     host, path, digest = split_digest_reference(reference)
     need = requirement(policy, gpu, max_age)
@@ -162,12 +162,12 @@ def require_attested(lock: LockLike, key: Path, policy: str, retries: int = 5) -
     checked by its own digest."""
     from datetime import datetime, timezone
 
-    from imagekit.attach import find_attestations
-    from imagekit.attest import Requirement, accepted, load_public_key
-    from imagekit.attest_index import verify_index
-    from imagekit.errors import ImagekitError
-    from imagekit.registry import Backoff, open_registry
-    from imagekit.text import counted
+    from imagekit.attest.attach import find_attestations
+    from imagekit.attest.index import verify_index
+    from imagekit.attest.statements import Requirement, accepted, load_public_key
+    from imagekit.core.errors import ImagekitError
+    from imagekit.core.text import counted
+    from imagekit.registry.client import Backoff, open_registry
 
     need = requirement(policy, None, None)
     assert isinstance(need, Requirement)

@@ -31,18 +31,18 @@ from imagekit.cli.app import (
     say,
     select_cells,
 )
-from imagekit.clock import today
-from imagekit.errors import ExitCode, InputError
-from imagekit.limits import MAX_TIMEOUT_S
-from imagekit.naming import LABEL_PREFIX
-from imagekit.state import DEFAULT_STATE_DIR
-from imagekit.text import printable
+from imagekit.core.clock import today
+from imagekit.core.errors import ExitCode, InputError
+from imagekit.core.limits import MAX_TIMEOUT_S
+from imagekit.core.naming import LABEL_PREFIX
+from imagekit.core.text import printable
+from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
     import docker
 
-    from imagekit.verification import Verification
-    from imagekit.verify import Harness
+    from imagekit.report.verification import Verification
+    from imagekit.verify.harness import Harness
 
 
 def _echo_verification(result: Verification) -> None:
@@ -65,8 +65,8 @@ def _echo_note(note: str | None) -> None:
 def _harness(
     api: docker.APIClient, gpus: str, timeout: float, memory: str, logs: Path | None, pull: bool = False
 ) -> Harness:
-    from imagekit.gpus import GpuRequest
-    from imagekit.verify import Harness, Limits
+    from imagekit.verify.gpus import GpuRequest
+    from imagekit.verify.harness import Harness, Limits
 
     limits = Limits(timeout_s=timeout, memory=memory)
     return Harness(api, GpuRequest.parse(gpus), limits, logs_dir=logs, pull=pull)
@@ -77,7 +77,7 @@ class BuildCommand:
     """Every option of ``imagekit build`` as parsed, one field per parameter of ``build`` (which
     makes it from its own arguments, so an option added there and not here fails every build).
 
-    The key of the no-change record is made of all its fields (``imagekit.unchanged.options_key``):
+    The key of the no-change record is made of all its fields (``imagekit.build.no_change.options_key``):
     an option added later counts without anyone listing it, and a record left by a run with other
     options never answers this one.
     """
@@ -168,11 +168,11 @@ def build(
     """
     # first, while the locals are the parameters and nothing else
     command = BuildCommand(**locals())
-    from imagekit import unchanged
+    from imagekit.build import no_change as unchanged
 
     day = today()
     # Only a run that may build, push and verify nothing is answered from the record of the last
-    # full run that changed nothing (`imagekit.unchanged`): the nightly where nothing changed.
+    # full run that changed nothing (`imagekit.build.no_change`): the nightly where nothing changed.
     run_key = None
     if not (force or push or then_verify):
         run_key = unchanged.options_key(command)
@@ -181,12 +181,12 @@ def build(
             answered.show()
             return
 
-    from imagekit.build import Builder, BuildOptions
-    from imagekit.engine import connect
-    from imagekit.pipeline import build_and_verify
-    from imagekit.progress import make_progress
-    from imagekit.report_text import summary_line
-    from imagekit.store import open_store
+    from imagekit.build.builder import Builder, BuildOptions
+    from imagekit.build.progress import make_progress
+    from imagekit.cli.pipeline import build_and_verify
+    from imagekit.engine.client import connect
+    from imagekit.report.store import open_store
+    from imagekit.report.text import summary_line
 
     extra_labels = _checked_labels(label or [])
     mirrors = _checked_mirrors(mirror or [])
@@ -245,8 +245,8 @@ def build(
 
 
 def _checked_labels(pairs: list[str]) -> tuple[tuple[str, str], ...]:
-    from imagekit.safetypes import LABEL_KEY, LABEL_VALUE
-    from imagekit.text import shown
+    from imagekit.core.safetypes import LABEL_KEY, LABEL_VALUE
+    from imagekit.core.text import shown
 
     extra_labels = parse_mapping(pairs, "--label")
     for key, value in extra_labels:
@@ -262,8 +262,8 @@ def _checked_labels(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _checked_mirrors(pairs: list[str]) -> tuple[tuple[str, str], ...]:
-    from imagekit.schema import IMAGE_PREFIX
-    from imagekit.text import shown
+    from imagekit.core.text import shown
+    from imagekit.plan.schema import IMAGE_PREFIX
 
     mirrors = parse_mapping(pairs, "--mirror")
     for pair in mirrors:
@@ -301,9 +301,9 @@ def report(
     from rich.table import Table
     from rich.text import Text
 
-    from imagekit import report_text
-    from imagekit.lockfile import read_lock
-    from imagekit.store import check_output_path, read_report
+    from imagekit.report import text as report_text
+    from imagekit.report.lockfile import read_lock
+    from imagekit.report.store import check_output_path, read_report
 
     if html is not None:
         for kept in {DEFAULT_LOCK, lock}:  # the default lock, and the one --lock names
@@ -311,8 +311,8 @@ def report(
     the_report = read_report(state_dir)
     published = read_lock(lock)  # an absent lock: nothing published yet
     if html is not None:
-        from imagekit.atomic import atomic_write
-        from imagekit.html_report import render_html
+        from imagekit.core.atomic import atomic_write
+        from imagekit.report.html import render_html
 
         atomic_write(html, render_html(the_report, published))
         typer.echo(f"imagekit: HTML report: {html}", err=True)
@@ -396,15 +396,15 @@ def verify(
     Example: imagekit verify --matrix matrix.yaml --only "$CELL" --pull --gpus all
     Example: imagekit verify 2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04 --gpus none
     """
-    from imagekit.clock import timestamp
-    from imagekit.engine import connect
-    from imagekit.gpus import GpuRequest
-    from imagekit.junit import write_junit
-    from imagekit.report_text import verify_cost
-    from imagekit.store import check_output_path, open_store
-    from imagekit.verification import VerifyRun
-    from imagekit.verify import Target
-    from imagekit.verify_schedule import schedule, verify_all, verify_cells
+    from imagekit.core.clock import timestamp
+    from imagekit.engine.client import connect
+    from imagekit.report.junit import write_junit
+    from imagekit.report.store import check_output_path, open_store
+    from imagekit.report.text import verify_cost
+    from imagekit.report.verification import VerifyRun
+    from imagekit.verify.gpus import GpuRequest
+    from imagekit.verify.harness import Target
+    from imagekit.verify.schedule import schedule, verify_all, verify_cells
 
     GpuRequest.parse(gpus)  # a bad --gpus is bad input (exit 2), whether an engine answers or not
     if junit is not None:  # refused now, not after an hour of checks

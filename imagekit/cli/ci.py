@@ -20,10 +20,10 @@ from imagekit.cli.app import (
     reports_errors,
     say,
 )
-from imagekit.clock import today
-from imagekit.errors import InputError
-from imagekit.state import DEFAULT_STATE_DIR
-from imagekit.text import counted
+from imagekit.core.clock import today
+from imagekit.core.errors import InputError
+from imagekit.core.text import counted
+from imagekit.report.state import DEFAULT_STATE_DIR
 
 
 @app.command("bake-import")
@@ -44,9 +44,9 @@ def bake_import(
 
     Example: imagekit bake-import --metadata-file bake-metadata.json && imagekit report
     """
-    from imagekit import bake_import as importer
-    from imagekit.render import Renderer
-    from imagekit.store import open_store
+    from imagekit.export import bake_import as importer
+    from imagekit.render.dockerfile import Renderer
+    from imagekit.report.store import open_store
 
     the_plan = load_plan(matrix)
     targets = importer.read_metadata(metadata_file)
@@ -84,9 +84,9 @@ def merge_reports(
 
     Example: imagekit merge-reports --state-dir .imagekit cells/*
     """
-    from imagekit.merge_reports import merge_reports as merge
-    from imagekit.report_text import summary_line
-    from imagekit.store import open_store, read_report
+    from imagekit.report.merge import merge_reports as merge
+    from imagekit.report.store import open_store, read_report
+    from imagekit.report.text import summary_line
 
     merged = merge([read_report(source) for source in sources], [str(source) for source in sources])
     with open_store(state_dir) as store:

@@ -1,7 +1,7 @@
 """The typer app with every command registered, and the process around one run of it.
 
 ``imagekit.cli.main`` imports this only when a command line is not answered before parsing
-(``imagekit.unchanged``): typer and the options' pydantic adapters are most of a start-up.
+(``imagekit.build.no_change``): typer and the options' pydantic adapters are most of a start-up.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from imagekit import platforms
 from imagekit.cli.app import (
     DEFAULT_MATRIX,
     JsonOption,
@@ -20,10 +19,11 @@ from imagekit.cli.app import (
     reports_errors,
     select_cells,
 )
-from imagekit.clock import today
-from imagekit.errors import InputError
-from imagekit.export_format import ExportFormat
-from imagekit.text import counted
+from imagekit.core import platforms
+from imagekit.core.clock import today
+from imagekit.core.errors import InputError
+from imagekit.core.text import counted
+from imagekit.export.formats import ExportFormat
 
 
 @app.command()
@@ -45,8 +45,8 @@ def plan(
     Example: imagekit plan --matrix matrix.yaml --json | jq '.cells[].id'
     Example: imagekit plan --matrix matrix.yaml --coverage
     """
-    from imagekit.drift import dockerfile_path, output_dir
-    from imagekit.render import Renderer
+    from imagekit.render.dockerfile import Renderer
+    from imagekit.render.drift import dockerfile_path, output_dir
 
     the_plan = load_plan(matrix)
     out = output_dir(the_plan, None)
@@ -71,7 +71,7 @@ def plan(
         typer.echo(json.dumps(document, indent=2, sort_keys=True))
         return
     _echo_table(cells)
-    from imagekit.rules import REFRESH_COMMAND  # rules (and the compat table's types) load on use
+    from imagekit.plan.rules import REFRESH_COMMAND  # rules (and the compat table's types) load on use
 
     typer.echo(
         f"\n{counted(len(cells), 'cell')}, {len(refused)} refused; compatibility table of {compat.checked_on}"
@@ -134,8 +134,8 @@ def render(
     Example: imagekit render --matrix matrix.yaml --cst cst/   # then: container-structure-test test
     --image IMAGE --config cst/<cell-id>.yaml
     """
-    from imagekit.drift import check_drift, expected_files, output_dir, raise_on_drift, write_rendered
-    from imagekit.render import Renderer
+    from imagekit.render.dockerfile import Renderer
+    from imagekit.render.drift import check_drift, expected_files, output_dir, raise_on_drift, write_rendered
 
     if cst is not None and check:
         raise InputError("--cst writes files; run it without --check")
@@ -160,7 +160,7 @@ def render(
             typer.echo(f"{len(expected)} Dockerfiles in {target} are up to date")
         return
     if cst is not None:
-        from imagekit.cst import write_cst
+        from imagekit.export.cst import write_cst
 
         written = write_cst(the_plan.cells, cst)
         if not as_json:
@@ -175,7 +175,7 @@ def render(
 @app.command()
 def schema() -> None:
     """Print the matrix file's JSON Schema (for editors and validators)."""
-    from imagekit.schema import json_schema
+    from imagekit.plan.schema import json_schema
 
     typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
@@ -208,8 +208,8 @@ def matrix_export(
     && docker buildx bake -f bake.json --load --metadata-file bake-metadata.json
     && imagekit bake-import --metadata-file bake-metadata.json && imagekit verify && imagekit publish
     """
-    from imagekit import export
-    from imagekit.render import Renderer
+    from imagekit.export import targets as export
+    from imagekit.render.dockerfile import Renderer
 
     the_plan, cells = select_cells(matrix, only)
     if output_format is ExportFormat.GITHUB:
@@ -227,7 +227,7 @@ def matrix_export(
 
 
 def _fleet(the_plan: Any) -> list[dict[str, Any]]:
-    from imagekit.coverage import fleet_coverage
+    from imagekit.plan.coverage import fleet_coverage
 
     return [
         {

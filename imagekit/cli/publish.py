@@ -27,15 +27,15 @@ from imagekit.cli.app import (
     say,
     select_cells,
 )
-from imagekit.errors import ExitCode, InputError
-from imagekit.limits import MAX_INT32
-from imagekit.state import DEFAULT_STATE_DIR
-from imagekit.text import counted
+from imagekit.core.errors import ExitCode, InputError
+from imagekit.core.limits import MAX_INT32
+from imagekit.core.text import counted
+from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
-    from imagekit.lockfile import LockEntry, LockIndex
-    from imagekit.publish import PublishRun
-    from imagekit.schema import Publish
+    from imagekit.plan.schema import Publish
+    from imagekit.publish.promote import PublishRun
+    from imagekit.report.lockfile import LockEntry, LockIndex
 
 RequireAttestationOption = Annotated[
     Path | None,
@@ -88,12 +88,12 @@ def publish(
 
     Example: imagekit publish --matrix matrix.yaml --registry ghcr.io --dry-run
     """
-    from imagekit import naming
-    from imagekit.lockfile import read_lock
-    from imagekit.publish import Published, PublishedIndex, PublishOptions, publish_cells
-    from imagekit.publish_policy import Refusal
-    from imagekit.registry import Backoff
-    from imagekit.store import check_output_path, open_store, read_report
+    from imagekit.core import naming
+    from imagekit.publish.policy import Refusal
+    from imagekit.publish.promote import Published, PublishedIndex, PublishOptions, publish_cells
+    from imagekit.registry.client import Backoff
+    from imagekit.report.lockfile import read_lock
+    from imagekit.report.store import check_output_path, open_store, read_report
 
     # The lock is written after each promoted cell: one it cannot replace, or could not read back
     # to merge, is refused now, before the first tag moves.
@@ -102,7 +102,7 @@ def publish(
     the_plan, cells = select_cells(matrix, only)
     settings = the_plan.matrix.publish
     host = registry_host(registry, the_plan, matrix)
-    from imagekit.attest import KEY_ENV, load_signing_key
+    from imagekit.attest.statements import KEY_ENV, load_signing_key
 
     key = load_signing_key(signing_key)  # before anything moves: a bad key is exit 2 now
     if key is None and settings.signing == "required":
@@ -215,8 +215,8 @@ def images(
 
     Example: eval "$(imagekit images --format env)"; docker pull "$IMAGEKIT_IMAGE_..."
     """
-    from imagekit.cells import select_ids
-    from imagekit.lockfile import read_lock, render_lock
+    from imagekit.plan.cells import select_ids
+    from imagekit.report.lockfile import read_lock, render_lock
 
     if not lock.exists():
         raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
@@ -350,9 +350,9 @@ def k8s(
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
     """
-    from imagekit import k8s as kube
-    from imagekit.cells import frontend_of
-    from imagekit.lockfile import entries_for, read_lock
+    from imagekit.k8s import manifests as kube
+    from imagekit.plan.cells import frontend_of
+    from imagekit.report.lockfile import entries_for, read_lock
 
     the_plan, cells = select_cells(matrix, only)
     matrix_platforms = {c.id: c.platform for c in cells}
@@ -384,7 +384,7 @@ def k8s(
 
         require_attested(published, require_attestation, attestation_policy)
     if validate_on:
-        from imagekit.k8s_validate import parse_products, render_validation
+        from imagekit.k8s.validate_on import parse_products, render_validation
 
         rendered = render_validation(published, options, parse_products(validate_on))
         files = rendered.files
@@ -430,8 +430,8 @@ def k8s_results(
 
     Example: imagekit k8s-results --cluster prod-east --plan validate/validate-on.plan logs/*.log
     """
-    from imagekit import k8s_results as results
-    from imagekit.store import open_store
+    from imagekit.k8s import results
+    from imagekit.report.store import open_store
 
     name = results.cluster_name(cluster)
     recorded, problems = results.read_outputs(results.read_plan(plan), outputs, name)
@@ -472,7 +472,7 @@ def _command_argv(command: str | None) -> tuple[str, ...]:
 
 def _policy_key(policies: Sequence[str] | None, key: Path | None) -> Path | None:
     """The public key of --policy; None without --policy."""
-    from imagekit.admission import POLICIES
+    from imagekit.k8s.admission import POLICIES
 
     for policy in policies or ():
         if policy not in POLICIES:
@@ -493,15 +493,15 @@ def _admission_policies(
 ) -> dict[str, str]:
     """The admission policy files (file name -> YAML) admitting the published repositories'
     attested digests: a Kyverno ClusterPolicy, a policy-controller ClusterImagePolicy."""
-    from imagekit import naming
-    from imagekit.admission import (
+    from imagekit.attest.statements import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
+    from imagekit.core import naming
+    from imagekit.k8s.admission import (
         KYVERNO_POLICY_FILE,
         SIGSTORE_POLICY_FILE,
         kyverno_policy,
         render_policy,
         sigstore_policy,
     )
-    from imagekit.attest import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
 
     pem = load_public_key(key).pem()
     repositories = sorted({e.repository for e in entries.values()}) or [

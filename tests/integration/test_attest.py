@@ -266,9 +266,9 @@ def test_tampered_and_misdirected_attestations_are_refused(
     project: Project, registry: LocalRegistry, tmp_path: Path
 ) -> None:
     """A digest whose only attestations are a tampered one and one about another digest."""
-    from imagekit import attest
-    from imagekit.attach import attach_statements
-    from imagekit.registry import Registry
+    from imagekit.attest import statements as attest
+    from imagekit.attest.attach import attach_statements
+    from imagekit.registry.client import Registry
 
     private, public, _ = keypair(tmp_path, "signer")
     key = attest.load_signing_key(private, {})
@@ -277,7 +277,7 @@ def test_tampered_and_misdirected_attestations_are_refused(
     repository = f"{project.repository}-tamper"
     config = b'{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}'
     config_digest = client.put_blob(repository, config)
-    from imagekit.manifest import OCI_MANIFEST, Manifest
+    from imagekit.registry.manifest import OCI_MANIFEST, Manifest
 
     body = json.dumps(
         {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": [],
@@ -302,7 +302,7 @@ def test_tampered_and_misdirected_attestations_are_refused(
     statement["predicate"]["verdict"] = "validated"
     envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     tampered = json.dumps(envelope).encode()
-    from imagekit.manifest import EMPTY_BLOB, artifact_manifest
+    from imagekit.registry.manifest import EMPTY_BLOB, artifact_manifest
 
     client.put_blob(repository, EMPTY_BLOB)
     blob = client.put_blob(repository, tampered)

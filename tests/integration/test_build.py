@@ -295,7 +295,7 @@ def test_engine_dying_mid_run_fails_the_rest(project: Project, api: docker.APICl
 
 
 def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> None:
-    from imagekit.state import state_lock
+    from imagekit.report.state import state_lock
 
     write_cells(project)
     with state_lock(project.root / ".imagekit"):
@@ -308,7 +308,7 @@ def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> No
 def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
     project: Project, api: docker.APIClient
 ) -> None:
-    """The second no-change run is answered from the record the first one left (imagekit.unchanged):
+    """The second no-change run is answered from the record the first one left (imagekit.build.no_change):
     no build and no container, the same images; a new day's dated tags land on the cell's image; a
     touched input, a missing tag or --force goes the full way again."""
     two_bases_one_built_here(project)
@@ -340,7 +340,7 @@ def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
     imported = {
         line.split("|")[-1].strip() for line in imports.stderr.splitlines() if line.startswith("import time")
     }
-    assert "imagekit.unchanged" in imported
+    assert "imagekit.build.no_change" in imported
     assert imported.isdisjoint({"typer", "pydantic", "jinja2", "docker", "requests", "yaml"})
 
     # A new day: the answer puts that day's dated tag on each cell's image, as a full run would.

@@ -18,7 +18,7 @@ import docker
 import pytest
 
 from imagekit.probe import build, prebuilt
-from imagekit.verification import json_or_text
+from imagekit.report.verification import json_or_text
 from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 

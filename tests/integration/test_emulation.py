@@ -11,7 +11,7 @@ import docker
 import junitparser
 import pytest
 
-from imagekit import platforms
+from imagekit.core import platforms
 from imagekit.probe import protocol
 from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT
@@ -32,7 +32,7 @@ def test_the_probe_in_an_arm64_image_runs_emulated_and_is_never_validated(
 ) -> None:
     host = platforms.of_machine(str(api.info()["Architecture"]))
     if host == ARM64:
-        pytest.skip("this engine is arm64: the image runs natively (tests/unit/test_emulation.py)")
+        pytest.skip("this engine is arm64: the image runs natively (tests/unit/facts/test_emulation.py)")
     assert api.inspect_image(debian_python_arm64)["Architecture"] == ARM64.arch
     junit = tmp_path / "verify.xml"
     done = imagekit(

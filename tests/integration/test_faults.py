@@ -25,8 +25,8 @@ import docker
 import pytest
 from docker.errors import ImageNotFound
 
-from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
-from imagekit.state import state_lock
+from imagekit.core.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
+from imagekit.report.state import state_lock
 from tests.integration.conftest import (
     BUSYBOX,
     CHECK_TEMPLATE,

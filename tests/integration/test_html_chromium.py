@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.html_report import COLOURS, render_html
+from imagekit.report.html import COLOURS, render_html
 from tests.unit.report_samples import HOSTILE, sample_report
 
 pytestmark = pytest.mark.integration

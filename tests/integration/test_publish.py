@@ -18,7 +18,7 @@ import pytest
 import requests
 import yaml
 
-from imagekit.manifest import ACCEPT
+from imagekit.registry.manifest import ACCEPT
 from tests.integration.conftest import Project, write_cells
 from tests.integration.registry_server import FlakyProxy, LocalRegistry, free_port
 

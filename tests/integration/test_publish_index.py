@@ -14,7 +14,7 @@ import pytest
 import requests
 import yaml
 
-from imagekit.manifest import ACCEPT, OCI_INDEX
+from imagekit.registry.manifest import ACCEPT, OCI_INDEX
 from tests.integration.conftest import NO_RUN_TEMPLATE as TEMPLATE
 from tests.integration.conftest import RUN_ID, Project
 from tests.integration.registry_server import LocalRegistry

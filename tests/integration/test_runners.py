@@ -25,7 +25,7 @@ import pytest
 import requests
 import yaml
 
-from imagekit.manifest import ACCEPT
+from imagekit.registry.manifest import ACCEPT
 from tests.integration.conftest import BUSYBOX, CHECK_TEMPLATE, RUN_ID, Project, write_cells
 from tests.integration.private_engine import PrivateEngine, private_engine
 from tests.integration.registry_server import FlakyProxy, LocalRegistry

@@ -17,8 +17,8 @@ import docker
 import junitparser
 import pytest
 
-from imagekit.contract import CHECK_SCRIPT_PATH, packaged_check_script
-from imagekit.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
+from imagekit.core.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
+from imagekit.render.contract import CHECK_SCRIPT_PATH, packaged_check_script
 from tests.conftest import imagekit
 from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL
 from tests.integration.fake_gpu_engine import fake_gpu_engine

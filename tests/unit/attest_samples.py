@@ -9,8 +9,8 @@ from google.protobuf import json_format
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 
-from imagekit import attest
-from imagekit.verification import CheckRecord, Inventory, Package, Verification
+from imagekit.attest import statements as attest
+from imagekit.report.verification import CheckRecord, Inventory, Package, Verification
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from imagekit.manifest import OCI_MANIFEST, Manifest
-from imagekit.registry import Backoff, Registry
+from imagekit.registry.client import Backoff, Registry
+from imagekit.registry.manifest import OCI_MANIFEST, Manifest
 
 Answer = tuple[int, dict[str, str], bytes]
 

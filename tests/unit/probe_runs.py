@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from imagekit.probe_bundle import zipapp_path
+from imagekit.render.probe_bundle import zipapp_path
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = zipapp_path("check")  # the zipapp every image carries, built from imagekit/probe

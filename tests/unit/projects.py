@@ -8,8 +8,8 @@ import zipfile
 from datetime import date
 from pathlib import Path
 
-from imagekit.cells import Plan
-from imagekit.matrix import load_plan
+from imagekit.plan.cells import Plan
+from imagekit.plan.matrix import load_plan
 
 TODAY = date(2024, 5, 17)
 

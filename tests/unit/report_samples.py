@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagekit.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy
-from imagekit.store import BuildReport, CellResult, Staged
-from imagekit.verification import CheckRecord, Verification
+from imagekit.report.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy
+from imagekit.report.store import BuildReport, CellResult, Staged
+from imagekit.report.verification import CheckRecord, Verification
 
 HOSTILE = '<script>alert("x")</script> & <img src=http://evil.example/x.png>'
 

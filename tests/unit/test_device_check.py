@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from imagekit.probe import protocol
-from imagekit.probe_bundle import build_zipapp
+from imagekit.render.probe_bundle import build_zipapp
 from tests.unit.probe_runs import REPO, by_name, clean_env
 
 DEVICE_CHECK = REPO / "bench" / "device_check.sh"

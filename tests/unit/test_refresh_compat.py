@@ -78,7 +78,7 @@ def test_the_refresh_prints_a_diff_and_leaves_the_file_alone(compat: Path) -> No
     assert "kept: 2.9: variants cu126, cu128, cu130" in result.stderr
     assert "kept: 2.15: variants unknown, only PyPI's cu132 listed" in result.stderr
     assert "kept: 2.15: aarch64 variants unknown, only PyPI's cu132 listed" in result.stderr
-    # one line per release, before `checked`, in the order imagekit.compat's records declare
+    # one line per release, before `checked`, in the order imagekit.facts.compat's records declare
     assert "+      aarch64: {pypi: cu130, variants: [cu130], checked: false}\n+      checked: false\n" in diff
 
 

@@ -1,0 +1,650 @@
+"""Stage 3: build the selected cells (and the local bases they derive from) on a Docker engine.
+
+The order of work: resolve every base reference (``imagekit.build.bases``: mirror, pull when missing,
+record its digest, optionally pin it), render every cell, then run the job graph
+(``imagekit.build.jobs``) on a bounded thread pool. A job starts when what it derives from has
+finished; a failure fails only its dependents unless ``fail_fast``. Images are built untagged and
+tagged only after the engine reports the finished image, so an interrupted, timed-out or failed
+build never carries a cell's tag.
+
+With ``push``, each cell built or found unchanged is then staged in the registry under
+``staging-<input digest, 12 hex>`` (never a final tag), and the pushed manifest digest goes into
+the report: verify and publish can then work from the registry alone, on other machines. A cell
+whose staging tag already names its image is not pushed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import docker
+import requests
+from docker.errors import APIError, DockerException
+
+from imagekit.build.bases import ResolvedBase, apply_mirrors, holds_platform, recorded_digests, resolve_base
+from imagekit.build.jobs import BaseJob, CellJob, Job, base_jobs, built_from, cell_jobs, pulled_bases
+from imagekit.build.progress import Progress
+from imagekit.build.registry_use import BuildRegistry, StagingFailed
+from imagekit.core import naming, platforms
+from imagekit.core.atomic import open_new
+from imagekit.core.clock import timestamp
+from imagekit.core.errors import EnvironmentProblem, ImagekitError, one_line
+from imagekit.core.limits import STATE_BYTES
+from imagekit.core.paths import read_regular_file
+from imagekit.engine.client import (
+    BuildAborted,
+    BuildRequest,
+    BuildStream,
+    EngineFailure,
+    alive,
+    inspect_image,
+    is_engine_failure,
+)
+from imagekit.engine.raw_socket import engine_address
+from imagekit.plan.cells import Cell, FrontendCell, Plan, local_base_of
+from imagekit.registry.client import Backoff
+from imagekit.render.context import FileHasher, local_base_context
+from imagekit.render.dockerfile import RenderedCell, Renderer
+from imagekit.report.store import BuildReport, CellResult, ReportStore, Status
+from imagekit.report.verification import Verification
+
+TAIL_LINES = 20
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours a step's stderr
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Every build setting, resolved once from the command line and the matrix."""
+
+    today: date
+    jobs: int = 1
+    force: bool = False
+    timeout_s: float | None = None
+    fail_fast: bool = False
+    pin_base_digests: bool = False
+    mirrors: tuple[tuple[str, str], ...] = ()  # prefix -> replacement; the command line's first
+    cache_from: bool = True
+    network_mode: str | None = None
+    extra_labels: tuple[tuple[str, str], ...] = ()
+    push: bool = False  # stage every cell built or unchanged in the registry
+    registry: str | None = None  # host[:port] for staging and cache sources (--registry or the matrix's)
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    report: BuildReport
+    interrupted: bool
+    verifications: tuple[Verification, ...] = ()
+    external_bases: tuple[tuple[str, str], ...] = ()  # (name, image id) of each pulled base
+
+    @property
+    def failed(self) -> bool:
+        return self.report.failed or any(v.verdict == "failed" for v in self.verifications)
+
+
+_RUNNING_IN = re.compile(r"---> Running in ([0-9a-f]{12,64})\s*$", re.MULTILINE)
+
+
+def sweep_crashed_steps(api: docker.APIClient, previous: BuildReport | None, logs: Path) -> list[str]:
+    """Remove the build-step containers that an engine crash left in the previous run.
+
+    The classic builder removes a step's container itself (forcerm), unless the engine dies under
+    it; then the container is still there when the engine comes back. It carries none of
+    imagekit's labels (they land on the image at the end), but the cell's log names it
+    (``---> Running in <id>``) and the report says which cells the engine failed under.
+    """
+    if previous is None:
+        return []
+    removed: list[str] = []
+    for result in (*previous.bases, *previous.cells):
+        if result.status != "failed" or "stopped answering" not in (result.error or ""):
+            continue
+        try:  # a regular file, and not past the report's own size limit: never a FIFO to block on
+            raw = read_regular_file(logs / f"{result.id}.log", STATE_BYTES, "the build log")
+        except (OSError, ImagekitError):
+            continue
+        text = raw.decode("utf-8", errors="replace")
+        for container in _RUNNING_IN.findall(text):
+            try:
+                if api.inspect_container(container)["State"].get("Running"):
+                    continue  # not a crash's leftover: something is using it
+                api.remove_container(container, force=True)
+            except (APIError, requests.RequestException):
+                continue  # gone already (the usual case), or refused: nothing of ours to do
+            removed.append(container)
+    return removed
+
+
+@dataclass
+class _RunState:
+    """Shared between the scheduler and the workers; guarded by ``lock``."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""
+    engine_error: str | None = None
+    active: set[BuildStream] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop(self, reason: str, engine_error: str | None = None) -> None:
+        with self.lock:
+            if not self.cancel.is_set():
+                self.cancel_reason = reason
+                if engine_error:
+                    self.engine_error = engine_error
+            self.cancel.set()
+            streams = list(self.active)
+        for stream in streams:
+            stream.abort(reason)
+
+
+class _JobFailed(Exception):
+    def __init__(self, message: str, tail: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tail = tail
+
+
+class Builder:
+    def __init__(
+        self,
+        api: docker.APIClient,
+        plan: Plan,
+        options: BuildOptions,
+        progress: Progress,
+        store: ReportStore,
+    ) -> None:
+        self.api = api
+        self.plan = plan
+        self.options = options
+        self.progress = progress
+        self.previous = store.previous  # read once, by the store
+        self.state = _RunState()
+        self.results: dict[str, CellResult] = {}
+        self.logs = store.logs
+        self.state_dir = store.state_dir
+        # Digests of context files the last run hashed, by stat: a no-change run reads no file.
+        self.hasher = FileHasher.from_state(store.state_dir)
+        self._by_input_digest: dict[str, list[dict[str, Any]]] | None = None
+        self._index_lock = threading.Lock()
+        self.remote: BuildRegistry | None = None
+        if options.registry and (options.push or options.cache_from):
+            self.remote = BuildRegistry(
+                api, options.registry, plan.matrix.publish, options.backoff, self.previous
+            )
+
+    # -- the whole run
+
+    def run(self, cells: tuple[Cell, ...]) -> BuildOutcome:
+        cells = self.plan.with_parents(cells)  # a front end is built FROM its cell: that one first
+        started = timestamp()
+        clock = time.monotonic()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        interrupted = False
+        jobs: list[Job] = []
+        try:
+            for container in sweep_crashed_steps(self.api, self.previous, self.logs):
+                self.progress.event("engine", "removed", f"build step container {container} a crash left")
+            jobs = self.prepare(cells)
+            self.progress.planned([j.name for j in jobs])
+            self.schedule(jobs)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.state.stop("interrupted (Ctrl-C)")
+            self.progress.event("build", "interrupted", "running builds stopped")
+        finally:
+            if self.remote is not None:
+                self.remote.close()
+            # A cache that cannot be written costs the next run its re-hash, nothing else.
+            with contextlib.suppress(ImagekitError):
+                self.hasher.save(self.state_dir)
+        local_bases = [j for j in jobs if isinstance(j, BaseJob)]
+        report = BuildReport(
+            matrix=self.plan.source_name,
+            started=started,
+            duration_s=round(time.monotonic() - clock, 2),
+            engine=engine_address(),
+            cells=tuple(self._final(c.id, "cell", c.base_image) for c in cells),
+            bases=tuple(self._final(j.name, "base", j.base_reference) for j in local_bases),
+        ).keeping_verifications(self.previous)
+        return BuildOutcome(report, interrupted, external_bases=pulled_bases(jobs))
+
+    def _final(self, name: str, kind: Literal["cell", "base"], base: str) -> CellResult:
+        found = self.results.get(name)
+        if found is not None:
+            return found
+        reason = self.state.engine_error or self.state.cancel_reason or "not started"
+        status: Status = "failed" if self.state.engine_error else "cancelled"
+        return CellResult(id=name, kind=kind, status=status, base_image=base, error=reason)
+
+    def prepare(self, cells: tuple[Cell, ...]) -> list[Job]:
+        options = self.options
+        mirrors = options.mirrors + tuple(self.plan.matrix.mirrors.items())
+        mirrored = tuple(
+            c
+            if local_base_of(c) is not None
+            else dataclasses.replace(c, base_image=apply_mirrors(c.base_image, mirrors))
+            for c in cells
+        )
+        recorded = recorded_digests(self.previous) if options.pin_base_digests else {}
+        local_images = {local.image for c in self.plan.cells if (local := local_base_of(c)) is not None}
+        produced_prefix = naming.reference(self.plan.repository, "")
+        resolved: dict[tuple[str, str], ResolvedBase] = {}
+        # one base pulled for two platforms: each cell builds FROM its platform's image id
+        by_id = {c.platform for c in self.plan.cells} != {platforms.DEFAULT}
+        for cell in mirrored:
+            ref = cell.base_image
+            if (
+                local_base_of(cell) is not None
+                or (ref, cell.platform) in resolved
+                or ref in local_images
+                or ref.startswith(produced_prefix)  # built by this run
+            ):
+                continue
+            self.progress.event(ref, "resolving base")
+            resolved[ref, cell.platform] = resolve_base(
+                self.api,
+                ref,
+                options.pin_base_digests,
+                recorded,
+                functools.partial(self.progress.event, ref),
+                platforms.get(cell.platform),
+                by_id,
+            )
+        bases = base_jobs(self.plan, mirrored, self.hasher)  # a loop between bases: refused before rendering
+        renderer = Renderer(self.plan, hasher=self.hasher)
+        rendered = [renderer.render(cell, build_from=built_from(cell, resolved)) for cell in mirrored]
+        return [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
+
+    def schedule(self, jobs: list[Job]) -> None:
+        waiting = {j.name: j for j in jobs}
+        running: dict[Future[CellResult], Job] = {}
+        with ThreadPoolExecutor(
+            max_workers=max(1, self.options.jobs), thread_name_prefix="imagekit-build"
+        ) as pool:
+            try:
+                while waiting or running:
+                    for job in list(waiting.values()):
+                        verdict = self._ready(job)
+                        if verdict == "wait":
+                            continue
+                        del waiting[job.name]
+                        if isinstance(verdict, CellResult):
+                            self._record(verdict)
+                        else:
+                            running[pool.submit(self._run_job, job)] = job
+                    if not running:
+                        if waiting:  # nothing can start: a dependency never finishes (a bug)
+                            raise RuntimeError(f"unschedulable jobs: {', '.join(waiting)}")
+                        break
+                    done, _ = wait(running, timeout=0.25, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        running.pop(future)
+                        self._record(future.result())
+            except KeyboardInterrupt:
+                self.state.stop("interrupted (Ctrl-C)")
+                for future in list(running):
+                    future.cancel()
+                self._wait_quietly(running)
+                raise
+            except Exception as exc:
+                # A bug (a worker's unexpected exception): stop the other builds before it
+                # propagates, so nothing more starts or gets tagged while the pool winds down.
+                self.state.stop(f"stopped: imagekit failed ({type(exc).__name__}: {one_line(exc)})")
+                for future in list(running):
+                    future.cancel()
+                raise
+
+    def _wait_quietly(self, running: dict[Future[CellResult], Job]) -> None:
+        """Let the workers see the cancellation and finish; a second Ctrl-C is ignored here so
+        no worker is abandoned with a half-tagged image."""
+        while running:
+            try:
+                done, _ = wait(running, timeout=0.25)
+            except KeyboardInterrupt:
+                continue
+            for future in done:
+                running.pop(future)
+                if not future.cancelled():
+                    self._record(future.result())
+
+    def _ready(self, job: Job) -> Literal["wait", "go"] | CellResult:
+        if self.state.cancel.is_set():
+            return self._final(job.name, job.report_kind, job.base_reference)
+        for parent in job.depends_on:
+            result = self.results.get(parent)
+            if result is None:
+                return "wait"
+            if result.status in ("failed", "cancelled"):
+                status: Status = "cancelled" if result.status == "cancelled" else "failed"
+                return job.result(status, error=f"{parent} {result.status}; not built")
+        return "go"
+
+    def _record(self, result: CellResult) -> None:
+        self.results[result.id] = result
+        detail = result.error or (result.tags[0] if result.tags else "")
+        self.progress.event(result.id, result.status, detail)
+        if result.status == "failed" and self.options.fail_fast and not self.state.cancel.is_set():
+            self.state.stop(f"cancelled by --fail-fast after {result.id} failed")
+
+    # -- one job
+
+    def _run_job(self, job: Job) -> CellResult:
+        clock = time.monotonic()
+        log_path = self.logs / f"{job.name}.log"
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        try:
+            log = open_new(log_path, self.logs)
+        except ImagekitError as exc:
+            return job.result("failed", error=f"cannot write the build log: {exc.message}")
+        with log:
+
+            def write(line: str) -> None:
+                log.write(line if line.endswith("\n") else line + "\n")
+                log.flush()
+                tail.append(line.rstrip("\n"))
+                self.progress.output(job.name, line)
+
+            def done(status: Status, **values: Any) -> CellResult:
+                return job.result(
+                    status, duration_s=round(time.monotonic() - clock, 2), log=str(log_path), **values
+                )
+
+            try:
+                if self.state.cancel.is_set():
+                    write(f"not started: {self.state.cancel_reason}")
+                    return self._final(job.name, job.report_kind, job.base_reference)
+                if isinstance(job, BaseJob):
+                    return self._build_base(job, write, done)
+                return self._build_cell(job, write, done)
+            except _JobFailed as failure:
+                write(f"FAILED: {failure.message}")
+                return done("failed", error=failure.message, error_tail=failure.tail or tuple(tail))
+            except ImagekitError as exc:  # an unreadable context file, an unwritable log, ...
+                if isinstance(exc, EnvironmentProblem):
+                    self.state.stop(exc.message, engine_error=exc.message)
+                write(f"FAILED: {exc.message}")
+                return done("failed", error=exc.message, error_tail=tuple(tail))
+            except BuildAborted as aborted:
+                reason = self.state.engine_error or str(aborted)
+                write(f"STOPPED: {reason}")
+                status: Status = (
+                    "cancelled" if self.state.cancel.is_set() and not self.state.engine_error else "failed"
+                )
+                return done(status, error=reason, error_tail=tuple(tail))
+            except (EngineFailure, DockerException, requests.RequestException, OSError) as exc:
+                message = one_line(exc)
+                if is_engine_failure(exc) and not alive(self.api):
+                    message = f"the Docker engine at {engine_address()} stopped answering: {message}"
+                    self.state.stop(message, engine_error=message)
+                write(f"FAILED: {message}")
+                return done("failed", error=message, error_tail=tuple(tail))
+
+    def _existing(self, rendered: RenderedCell, tags: tuple[str, ...]) -> Mapping[str, Any] | None:
+        """The image this cell already built from ``rendered``'s inputs (its image-list summary).
+
+        One listing of the engine's labelled images serves every cell of the run: a no-change
+        rebuild then costs one engine query, not one (plus an inspect) per cell. The listing is
+        narrowed by ``cell_image``: labels alone do not say which image is the cell's.
+        """
+        with self._index_lock:
+            if self._by_input_digest is None:
+                index: dict[str, list[dict[str, Any]]] = {}
+                for image in self.api.images(filters={"label": naming.INPUT_DIGEST_LABEL}):
+                    digest = (image.get("Labels") or {}).get(naming.INPUT_DIGEST_LABEL)
+                    if digest:
+                        index.setdefault(digest, []).append(image)
+                self._by_input_digest = index
+            candidates = self._by_input_digest.get(rendered.input_digest, [])
+        recorded = next(
+            (r.image_id for r in (self.previous.cells if self.previous else ()) if r.id == rendered.cell.id),
+            None,
+        )
+        return cell_image(candidates, rendered.input_digest, tags, recorded)
+
+    def _reusable(
+        self, image: Mapping[str, Any] | None, write: Callable[[str], None]
+    ) -> Mapping[str, Any] | None:
+        """``image`` (built from this cell's inputs) when it also carries every ``--label`` asked
+        for: the labels are not an input of the digest, and a skip must not hand out an image
+        without them. Otherwise None, and the cell is built (every step but the labels cached)."""
+        if image is None:
+            return None
+        labels: Mapping[str, str] = image.get("Labels") or {}
+        missing = [f"{key}={value}" for key, value in self.options.extra_labels if labels.get(key) != value]
+        if missing:
+            write(f"image {image['Id']} has this input digest but not --label {', '.join(missing)}; building")
+            return None
+        return image
+
+    def _build_cell(
+        self, job: CellJob, write: Callable[[str], None], done: Callable[..., CellResult]
+    ) -> CellResult:
+        if job.base_error:
+            raise _JobFailed(job.base_error)
+        rendered = job.rendered
+        tags = rendered.names(self.plan.matrix.publish, self.options.today).references()
+        base_digest = job.external_digest
+        cell = rendered.cell
+        # built on this engine (a local base, or a front end's parent cell): its image id
+        local = local_base_of(cell)
+        built_here = local.image if local else cell.base_image if isinstance(cell, FrontendCell) else None
+        if built_here is not None:
+            image = inspect_image(self.api, built_here)
+            base_digest = str(image["Id"]) if image else None
+        cache_registry = self.remote if self.options.cache_from else None  # --no-cache-from: none
+        existing = None if self.options.force else self._reusable(self._existing(rendered, tags), write)
+        if existing is None and not self.options.force and cache_registry:
+            existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
+        if existing is not None:
+            write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
+            present = set(existing.get("RepoTags") or ())
+            self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
+            # The base the existing image was built from, not the one the engine holds now.
+            built_from = (existing.get("Labels") or {}).get(naming.BASE_DIGEST_LABEL)
+            return self._stage(
+                _skipped(
+                    done,
+                    existing,
+                    tags,
+                    rendered.input_digest,
+                    base_digest=built_from or base_digest,
+                    built_on=self.options.today,  # the day of the dated tags just put on it
+                ),
+                write,
+            )
+        if rendered.wheel_note:
+            write(f"context: {rendered.wheel_note}")
+        labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
+        if base_digest:
+            labels[naming.BASE_DIGEST_LABEL] = base_digest
+        request = BuildRequest(
+            dockerfile="Dockerfile",
+            labels=tuple(labels.items()),
+            build_args=rendered.build_args,
+            cache_from=cache_registry.cache_source(rendered, write) if cache_registry else (),
+            network_mode=self.options.network_mode,
+            platform=rendered.cell.platform,
+        )
+        built = self._build_and_tag(
+            job,
+            request,
+            rendered.context_tar,
+            tags,
+            write,
+            done,
+            input_digest=rendered.input_digest,
+            base_digest=base_digest,
+            built_on=self.options.today,
+        )
+        return self._stage(built, write)
+
+    def _stage(self, result: CellResult, write: Callable[[str], None]) -> CellResult:
+        """With --push: the cell's image staged in the registry (its digest recorded)."""
+        if not self.options.push:
+            return result
+        assert self.remote is not None, "push needs a registry (the CLI asks for one)"
+        try:
+            return self.remote.stage(result, write)
+        except StagingFailed as failed:
+            raise _JobFailed(failed.message) from None
+
+    def _build_base(
+        self, job: BaseJob, write: Callable[[str], None], done: Callable[..., CellResult]
+    ) -> CellResult:
+        base = job.local_base
+        tags = (base.image,)
+        current = inspect_image(self.api, base.image)
+        labels = ((current or {}).get("Config") or {}).get("Labels") or {}
+        if (
+            not self.options.force
+            and current is not None
+            and labels.get(naming.CONTEXT_DIGEST_LABEL) == job.context_digest
+        ):
+            write(f"skipped: {base.image} already has context digest {job.context_digest}")
+            return _skipped(done, current, tags, job.context_digest)
+        request = BuildRequest(
+            dockerfile=base.dockerfile,
+            labels=((naming.CONTEXT_DIGEST_LABEL, job.context_digest), *self.options.extra_labels),
+            build_args=base.args,
+            cache_from=(),
+            network_mode=self.options.network_mode,
+            platform=base.platform,
+        )
+        return self._build_and_tag(
+            job, request, lambda: local_base_context(base), tags, write, done, input_digest=job.context_digest
+        )
+
+    def _build_and_tag(
+        self,
+        job: Job,
+        request: BuildRequest,
+        context: Callable[[], IO[bytes]],
+        tags: tuple[str, ...],
+        write: Callable[[str], None],
+        done: Callable[..., CellResult],
+        **fields: Any,
+    ) -> CellResult:
+        """Build untagged, then tag: an image carries its tags only once the engine finished it."""
+        self.progress.event(job.name, "building")
+        with context() as tar:
+            image_id = self._stream(job, request, tar, write)
+        platform = platforms.get(request.platform) if request.platform else None
+        if platform is not None and not holds_platform(inspect_image(self.api, image_id) or {}, platform):
+            # the classic builder's cache does not key on the platform: a step with no
+            # per-platform parent (FROM scratch, COPY) is answered from another platform's build
+            write(f"the cache gave another platform's image; building again for {platform.name} without it")
+            with context() as tar:
+                image_id = self._stream(job, dataclasses.replace(request, nocache=True), tar, write)
+            if not holds_platform(inspect_image(self.api, image_id) or {}, platform):
+                raise _JobFailed(f"the engine built no {platform.name} image (is emulation registered?)")
+        self._tag(image_id, tags, write)
+        image = inspect_image(self.api, image_id)
+        return done(
+            "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
+        )
+
+    def _stream(
+        self, job: Job, request: BuildRequest, context: IO[bytes], write: Callable[[str], None]
+    ) -> str:
+        """Run one build to its image id; raises _JobFailed with the step's error."""
+        stream = BuildStream(self.api, request, context)
+        with self.state.lock:
+            if self.state.cancel.is_set():
+                raise BuildAborted(self.state.cancel_reason)
+            self.state.active.add(stream)
+        timer = None
+        if self.options.timeout_s:
+            timer = threading.Timer(
+                self.options.timeout_s, stream.abort, (f"timed out after {self.options.timeout_s:g}s",)
+            )
+            timer.daemon = True
+            timer.start()
+        image_id: str | None = None
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        try:
+            for line in stream.lines():
+                if "stream" in line:
+                    text = _ANSI.sub("", str(line["stream"]))
+                    for part in text.splitlines():
+                        write(part)
+                        tail.append(part)
+                if "error" in line:
+                    message = " ".join(str(line["error"]).split())
+                    write(f"ERROR: {message}")
+                    raise _JobFailed(message, tuple(tail))
+                aux = line.get("aux")
+                if isinstance(aux, dict) and aux.get("ID"):
+                    image_id = str(aux["ID"])
+        except BuildAborted as aborted:
+            if timer is not None and str(aborted).startswith("timed out"):
+                raise _JobFailed(str(aborted), tuple(tail)) from None
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            with self.state.lock:
+                self.state.active.discard(stream)
+        if image_id is None:
+            raise _JobFailed("the engine ended the build without an image id", tuple(tail))
+        return image_id
+
+    def _tag(self, image_id: str, tags: tuple[str, ...], write: Callable[[str], None]) -> None:
+        for reference in tags:
+            repository, tag = naming.split_reference(reference)
+            self.api.tag(image_id, repository, tag, force=True)
+            write(f"tagged {reference}")
+
+
+def cell_image(
+    listing: Sequence[Mapping[str, Any]], input_digest: str, tags: Sequence[str], recorded: str | None
+) -> Mapping[str, Any] | None:
+    """Which of ``listing`` (image-list summaries) is the image a cell built from ``input_digest``.
+
+    Its input-digest label is necessary but not enough: every image built FROM a cell inherits
+    the cell's labels (a front end's build stage, any user's ``FROM`` image), and one of those is
+    often the newest. What a derived image cannot inherit decides: the image id the previous report
+    recorded for the cell, else one of the cell's own tags (``tags``: full references) still on it.
+    None when no image qualifies: the cell is built again (from the layer cache, to the same id).
+    """
+    mine = [
+        image
+        for image in listing
+        if (image.get("Labels") or {}).get(naming.INPUT_DIGEST_LABEL) == input_digest
+    ]
+    for image in mine:
+        if recorded is not None and image.get("Id") == recorded:
+            return image
+    own = set(tags)
+    tagged = [image for image in mine if own.intersection(image.get("RepoTags") or ())]
+    return max(tagged, key=lambda image: int(image.get("Created") or 0), default=None)
+
+
+def _skipped(
+    done: Callable[..., CellResult],
+    image: Mapping[str, Any],
+    tags: tuple[str, ...],
+    input_digest: str,
+    **values: Any,
+) -> CellResult:
+    """The record of a job whose image is already in the engine (``image``: inspect or list)."""
+    return done(
+        "skipped",
+        image_id=str(image["Id"]),
+        tags=tags,
+        size=image.get("Size"),
+        input_digest=input_digest,
+        **values,
+    )

@@ -1,0 +1,185 @@
+"""What a build asks of the registry: an image staged elsewhere, a layer cache, and staging.
+
+Used by ``imagekit.build.builder`` when a registry is given with ``--push`` or ``--cache-from``; one
+registry session, shared by the build threads under one lock. The two lookups only save work:
+when the registry is down they say so once and the cells are built without them. Staging is the
+cell's result (verify and publish on other runners work from it), so its failure fails the cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import docker
+import requests
+from docker.errors import APIError
+
+from imagekit.core import naming
+from imagekit.core.errors import EnvironmentProblem, RegistryError, one_line
+from imagekit.engine.client import PushFailed, inspect_image, pull, push_as
+from imagekit.plan.schema import Publish
+from imagekit.registry.client import Backoff, open_registry
+from imagekit.registry.credentials import docker_auth_config
+from imagekit.render.dockerfile import RenderedCell
+from imagekit.report.store import BuildReport, CellResult, Staged
+
+Write = Callable[[str], None]
+
+
+class StagingFailed(Exception):
+    """The cell was built, but its image could not be staged in the registry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BuildRegistry:
+    def __init__(
+        self,
+        api: docker.APIClient,
+        host: str,
+        publish: Publish,
+        backoff: Backoff,
+        previous: BuildReport | None,
+    ) -> None:
+        self.api = api
+        self.host = host
+        self.publish = publish
+        self.backoff = backoff
+        self.previous = previous  # the report before this run: where it staged each cell
+        self.registry = open_registry(host, backoff)
+        self._lock = threading.Lock()
+        self._down: str | None = None  # the lookups stop asking once it is down
+        # (repository, tag) -> digest for the lookups: reuse and cache source ask about the same
+        # staging tag; staging itself asks afresh, after the build
+        self._resolved: dict[tuple[str, str], str | None] = {}
+        self.staging_name = naming.repository(host, publish.staging_repository)
+        self.final_name = naming.repository(host, publish.repository)
+
+    def close(self) -> None:
+        self.registry.close()
+
+    def stage(self, result: CellResult, write: Write) -> CellResult:
+        """Put the cell's image under its staging tag and record the manifest digest.
+
+        A staging tag that already names this image (same config digest: the same image) is
+        left as it is: an unchanged cell is never pushed twice.
+        """
+        if result.image_id is None or result.input_digest is None:
+            return result
+        repository = self.publish.staging_repository
+        tag = naming.staging_tag(result.input_digest)
+        where = naming.reference(self.staging_name, tag)
+        try:
+            with self._lock:
+                digest = self.registry.head_manifest(repository, tag)
+                staged_image = digest and self.registry.get_manifest(repository, digest).config_digest
+                if staged_image != result.image_id:
+                    digest = None  # the tag names another image (a rebuild): push this one over it
+            if digest is not None:
+                write(f"staged: {where} already is this image ({digest}); not pushed again")
+            else:
+                digest = push_as(
+                    self.api,
+                    result.image_id,
+                    self.staging_name,
+                    tag,
+                    self.backoff.delays(),
+                    docker_auth_config(self.host),
+                    say=lambda message: write(f"push: {message}"),
+                )
+                write(f"staged: pushed {where} as {digest}")
+        except (PushFailed, RegistryError) as exc:
+            raise StagingFailed(
+                f"built as {result.image_id}, but staging it at {where} failed: {exc}"
+            ) from None
+        return dataclasses.replace(result, staged=Staged(self.host, repository, tag, digest))
+
+    def staged_elsewhere(self, rendered: RenderedCell, write: Write) -> dict[str, Any] | None:
+        """The image another runner staged from this very input digest, pulled by digest.
+
+        An empty runner then builds nothing for an unchanged cell: the staging tag of its input
+        digest names an image built from the same inputs (its label says so, checked here), which
+        is what a build would produce. Returns its image-list summary, or None.
+        """
+        tag = naming.staging_tag(rendered.input_digest)
+        digest = self._resolve(self.publish.staging_repository, tag, write)
+        if digest is None:
+            return None
+        reference = naming.by_digest(self.staging_name, digest)
+        try:
+            pull(self.api, reference, auth_config=docker_auth_config(self.host))
+        except (APIError, requests.RequestException, OSError) as exc:
+            write(f"reuse: {reference} not available ({one_line(exc)}); building")
+            return None
+        image = inspect_image(self.api, reference)
+        labels: Mapping[str, str] = ((image or {}).get("Config") or {}).get("Labels") or {}
+        if image is None or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
+            write(f"reuse: {reference} was not built from this cell's inputs; building")
+            return None
+        write(f"reuse: pulled {reference}, staged from this input digest: nothing to build")
+        return {
+            "Id": image["Id"],
+            "RepoTags": image.get("RepoTags"),
+            "Labels": labels,
+            "Size": image.get("Size"),
+        }
+
+    def cache_source(self, rendered: RenderedCell, write: Write) -> tuple[str, ...]:
+        """The cell's last staged or published image, pulled by digest, so a fresh runner with an
+        empty engine reuses its layers (torch) instead of building them again.
+
+        Tried in order: the staging tag of this very input digest (``--force`` rebuilds an
+        unchanged cell), the image the previous report staged for this cell, the last published
+        readable tag. Only with a registry: locally the engine's own layer cache already serves,
+        and the classic builder consults *only* the cache-from images once any is given. The
+        classic builder matches steps on the image's history, so a multi-stage build (the
+        wheelhouse stage) reuses only its last stage's steps.
+        """
+        sources: list[tuple[str, str, str]] = [  # (repository, tag or digest, engine name)
+            (self.publish.staging_repository, naming.staging_tag(rendered.input_digest), self.staging_name)
+        ]
+        old = next(
+            (r for r in (self.previous.cells if self.previous else ()) if r.id == rendered.cell.id), None
+        )
+        if old is not None and old.staged is not None and old.staged.registry == self.host:
+            sources.append((old.staged.repository, old.staged.digest, old.staged.name))
+        sources.append((self.publish.repository, rendered.cell.image_tag, self.final_name))
+        for repository, ref, name in sources:
+            digest = self._resolve(repository, ref, write)
+            if digest is None:
+                continue
+            reference = naming.by_digest(name, digest)
+            if inspect_image(self.api, reference) is None:
+                try:
+                    pull(self.api, reference, auth_config=docker_auth_config(self.host))
+                except (APIError, requests.RequestException, OSError) as exc:
+                    write(f"cache: {reference} not available ({one_line(exc)}); trying the next source")
+                    continue
+                write(f"cache: pulled {reference}")
+            return (reference,)
+        write("cache: no staged or published image of this cell; building without one")
+        return ()
+
+    def _resolve(self, repository: str, ref: str, write: Write) -> str | None:
+        """The manifest digest ``repository:ref`` names now; None when absent or unreachable."""
+        if naming.DIGEST.fullmatch(ref):
+            return ref
+        with self._lock:
+            if self._down is not None:
+                return None
+            if (repository, ref) in self._resolved:
+                return self._resolved[repository, ref]
+            try:
+                digest = self.registry.head_manifest(repository, ref)
+            except (EnvironmentProblem, RegistryError) as exc:
+                message = exc.message if isinstance(exc, EnvironmentProblem) else str(exc)
+                self._down = message
+                write(f"cache: {message}; building without a cache source")
+                return None
+            self._resolved[repository, ref] = digest
+            return digest

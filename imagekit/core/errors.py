@@ -1,0 +1,71 @@
+"""The errors imagekit reports to a person: one line each, with a distinct exit code.
+
+What a line may hold (no control character, no login) is ``imagekit.core.text``'s.
+
+Every stage raises one of these; the CLI prints ``imagekit: error: <message>`` and exits
+with ``exit_code``. Anything else escaping is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from imagekit.core.text import printable, redact
+
+MESSAGE_CHARS = 2_000
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CELL_FAILED = 1  # a cell failed (build, verify) or `render --check` found drift
+    INVALID_INPUT = 2  # malformed matrix, impossible request, bad usage
+    ENVIRONMENT = 3  # Docker engine or registry unreachable, no GPU runtime
+
+
+class ImagekitError(Exception):
+    exit_code: ExitCode = ExitCode.CELL_FAILED
+
+    def __init__(self, message: str) -> None:
+        # One line, always: a newline in a message would let input forge extra output lines. And a
+        # bounded one: the middle of an over-long line (a value repeated from a file) is left out,
+        # keeping the place at its start and the fix at its end.
+        # And never a credential: a URL's or a registry's user:password is masked in every message,
+        # whatever value put it there (a flag, a matrix key, an engine's or a registry's answer).
+        line = redact(printable(message))
+        if len(line) > MESSAGE_CHARS:
+            line = f"{line[: MESSAGE_CHARS // 2]} ... {line[-MESSAGE_CHARS // 2 :]}"
+        super().__init__(line)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InputError(ImagekitError):
+    """The matrix, a template or the command line is wrong; the message names where and the fix."""
+
+    exit_code = ExitCode.INVALID_INPUT
+
+
+class EnvironmentProblem(ImagekitError):
+    """Something outside imagekit is missing or down (Docker engine, registry, GPU runtime)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception as one bounded line: the engine's own explanation where it gives one."""
+    explanation = getattr(exc, "explanation", None)  # docker's APIError: without the request URL
+    text = " ".join(str(explanation or exc).split())
+    return (text[: limit - 3] + "...") if len(text) > limit else text or type(exc).__name__
+
+
+class DriftError(ImagekitError):
+    """Committed generated files differ from what would be rendered now."""
+
+    exit_code = ExitCode.CELL_FAILED
+
+
+class RegistryError(ImagekitError):
+    """The registry refused one request (4xx other than auth retries; not transient) or answered
+    what cannot be used. One line, like every ImagekitError; exit 1 where it is not handled."""

@@ -1,0 +1,138 @@
+"""Every bound imagekit puts on its input, in one place, each with the reason for its value.
+
+Files and flags come from people and from other tools (CI artifacts, bake, an edited report);
+none is trusted to be small. Each bound is checked before the work it protects: a file's size
+before it is read, YAML nesting while it is composed, a matrix's size from its axis lengths before
+a single combination is made. The distribution spec's own limits on names (a tag's 128
+characters, a reference's 255) live with the names, in ``imagekit.core.naming``.
+"""
+
+from __future__ import annotations
+
+# -- the matrix file ---------------------------------------------------------------------------------
+
+MATRIX_BYTES = 1_000_000  # a real matrix is a few kilobytes
+YAML_NODES = 200_000  # values after alias expansion; a real matrix holds a few hundred
+YAML_DEPTH = 64  # nesting; a matrix nests four levels deep
+TEMPLATE_BYTES = 1_000_000  # one Jinja template; imagekit's own templates total under 5 kB
+
+# -- the plan ----------------------------------------------------------------------------------------
+
+# Combinations a matrix may ask for (the product of its axis lengths plus its include entries):
+# the plan-and-render benchmark's size, which plans and renders in under 2 s. Each cell is an
+# image of several GB; more than this is a typo or an attack, and is refused before expanding.
+MAX_COMBINATIONS = 10_000
+# include/exclude entries are each compared with every combination: combinations x entries.
+MAX_EXPANSION_STEPS = 1_000_000
+# Warnings of one kind printed before the rest are counted in one line.
+WARNINGS_SHOWN = 5
+
+# -- strings ----------------------------------------------------------------------------------------
+
+VERSION_CHARS = 64  # "2.1.0a0+32f93b1" is 15
+VERSION_COMPONENT_DIGITS = 9  # keeps int() far from Python's 4,300-digit conversion limit
+VALUE_CHARS = 4_096  # an ENV value or a build argument
+PACKAGE_CHARS = 256  # a pip requirement or a Debian package with its version
+URL_CHARS = 2_048  # what browsers and most servers accept
+NAME_CHARS = 255  # host names (253), repository paths and patterns of them
+PATH_CHARS = 1_024  # a path the matrix names, relative to the matrix file
+FILE_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)
+PATH_BYTES = 4_096  # a whole path (PATH_MAX on Linux)
+PORT_MAX = 65_535
+
+# -- flags -------------------------------------------------------------------------------------------
+
+# A week: past it a timeout is a typo, and 1e308 would overflow the socket timeouts it reaches.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+# The Kubernetes Job API's int32 fields (backoffLimit; activeDeadlineSeconds is bounded alike).
+MAX_INT32 = 2**31 - 1
+
+# -- state files: report.json, images.lock.json, bake metadata ---------------------------------------
+
+# How far past this machine's clock a recorded time may lie (a verification's verified_at, a
+# report's start, a lock's publication): NTP keeps machines within a second, a CI runner or a
+# cluster node out of sync for a while is off by a minute or two. Past this, a time has not come
+# yet: a forged or broken record, which would otherwise pass any --max-age for years.
+CLOCK_SKEW_S = 5 * 60
+
+# A verified cell's record is about 50 kB (its checks' details); 128 MiB holds a few thousand.
+STATE_BYTES = 128 << 20
+MAX_RECORDS = 100_000  # cells (or bases, or lock entries) in one state file
+TEXT_CHARS = 65_536  # one free-text value: an error, a log line, a check's detail
+SHORT_CHARS = 1_024  # a name, a timestamp, a path, a metric's key
+MAX_ITEMS = 1_000  # a record's checks, tags, log lines or metrics
+MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
+# One Job's output as `kubectl logs` prints it: the probe's document is a few hundred kilobytes
+# (its inventory lists every package), after the entrypoint's banner and the libraries' warnings.
+JOB_OUTPUT_BYTES = 16 << 20
+
+# -- caches imagekit keeps for itself -----------------------------------------------------------------
+
+# A cached wheel closure: a list of wheel paths (a CUDA torch closure names about 25 wheels).
+CLOSURE_CACHE_BYTES = 1_000_000
+# The state directory's file-hash cache: one entry (path, stat, sha256) is ~200 bytes; MAX_RECORDS
+# of them fit.
+HASH_CACHE_BYTES = 32 << 20
+
+# -- registry answers ---------------------------------------------------------------------------------
+
+# A registry is a server on the network, trusted no more than a file: every body read from it has
+# a bound, checked while it is read (never after), and every operation a deadline, so that an
+# endless or drip-fed answer ends in one line, not in a MemoryError, a hang or a full disk.
+
+# The OCI distribution spec asks registries to accept manifests of at least 4 MiB; a larger one
+# would not be portable to every registry, and imagekit's own are a few kilobytes.
+MANIFEST_BYTES = 4 << 20
+# An image config (labels, env, history): a CUDA image's is about 20 kB.
+CONFIG_BYTES = 8 << 20
+# A token service's JSON answer: a JWT with a few scopes is a few kilobytes.
+TOKEN_BYTES = 1 << 20
+# An error body: 200 characters of it reach the error line; the rest is not read.
+REGISTRY_ERROR_BYTES = 64 << 10
+# One page of the tag list: 100,000 tags of 128 characters (a registry may ignore ``n``).
+TAGS_PAGE_BYTES = 16 << 20
+# Pages of tags followed (``Link: <...>; rel="next"``): 1,000 pages of 1,000 tags.
+TAG_PAGES = 1_000
+# A WWW-Authenticate challenge: a realm URL, a service and a scope take a few hundred characters.
+CHALLENGE_CHARS = 4_096
+# Redirects followed for one GET or HEAD (the registry to its blob storage is one; a CDN two).
+REDIRECTS = 5
+# Images one index (manifest list) may name to be promoted: each is a manifest fetch and its
+# blobs' mounts. imagekit's own indexes name one image per platform (a handful); a multi-arch
+# public image names about 10, twice that with attestation manifests. Thousands are an attack.
+MAX_INDEX_MANIFESTS = 256
+# A blob copied through imagekit whose manifest gives no size: the largest CUDA layers are ~5 GB.
+BLOB_BYTES = 64 << 30
+# $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
+DOCKER_CONFIG_BYTES = 1 << 20
+# One registry operation (a manifest, a tag, a token: small answers), retries included: five
+# attempts of 30 s reads and their 7.5 s of backoff fit four times over.
+REGISTRY_DEADLINE_S = 600.0
+# Copying one blob through imagekit (only where the registry declines a mount): 64 GiB at 3 MB/s.
+BLOB_COPY_DEADLINE_S = 6 * 3600.0
+
+# -- the Docker engine's answers ------------------------------------------------------------------------
+
+# DOCKER_HOST may name any server; like a registry, it is trusted no further than its answers'
+# bounds. An answer to a call that is not a stream (inspect, tag, remove, a listing of some
+# thousands of images) is whole in under a second on a healthy engine; builds, pulls, pushes and
+# logs stream, and are bounded by their own timeouts instead.
+ENGINE_ANSWER_BYTES = 64 << 20
+# One such call, its headers and whole body: twice docker-py's 60 s per-read timeout, so a slow
+# but honest engine is never cut, and an answer dripped a byte at a time ends here.
+ENGINE_CALL_DEADLINE_S = 120.0
+
+# -- attestations and SBOMs ---------------------------------------------------------------------------
+
+# A PEM private or public key: an ECDSA P-256 key is about 250 bytes, an RSA-4096 one 3.3 kB; a
+# file far past that is no key (and must not be read whole from a FIFO or /dev/zero).
+KEY_BYTES = 64 << 10
+# One DSSE envelope read back from a registry: a verification predicate is a few kilobytes, an
+# SBOM of a CUDA image (about 500 Debian and 200 Python packages) a few hundred, base64 included.
+ENVELOPE_BYTES = 16 << 20
+# Referrers of one image that are looked at (attestations, SBOMs, signatures from several runs):
+# a nightly that attaches two a day reaches this in over a year; more is refused, not truncated.
+MAX_REFERRERS = 1_000
+# Packages an image's inventory may list (Python distributions, Debian packages): a CUDA devel
+# image holds about 500 Debian packages and a torch environment 150 distributions.
+INVENTORY_ITEMS = 20_000

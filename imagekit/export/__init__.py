@@ -1,0 +1,1 @@
+"""Other build systems: CI targets, bake import, the matrix formats, container-structure-test."""

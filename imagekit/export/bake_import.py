@@ -1,0 +1,158 @@
+"""Feed ``docker buildx bake --metadata-file`` back into ``.imagekit/report.json``.
+
+Bake writes one object per target (``containerimage.digest``, ``containerimage.config.digest``,
+``image.name``...) plus ``buildx.*`` keys of its own (build warnings). Each cell target becomes a
+``built`` record carrying the manifest digest and, as its image id, the config digest (what the
+engine shows for an image bake ``--load``-ed, and what ``verify`` starts), so verify and publish
+work from the same report as after ``imagekit build``. The record's tags are the matrix's final
+tags (what ``publish`` promotes to), not bake's staging tag. Cells already in the report and not
+in the file are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from imagekit.core.clock import timestamp
+from imagekit.core.errors import InputError
+from imagekit.core.limits import MAX_RECORDS, STATE_BYTES
+from imagekit.core.paths import read_regular_file
+from imagekit.core.safetypes import (
+    BAKE_TARGET,
+    FREE_SHORT,
+    IMAGE_DIGEST,
+    IMAGE_REFERENCE,
+    FreeText,
+    SafeString,
+    parse_json_object,
+)
+from imagekit.core.text import shown
+from imagekit.export.targets import bake_target_name
+from imagekit.plan.schema import Publish
+from imagekit.render.dockerfile import RenderedCell
+from imagekit.report.store import BuildReport, CellResult
+
+ENGINE = "docker buildx bake"
+
+
+@dataclass(frozen=True)
+class BakeTarget:
+    name: str
+    digest: str  # containerimage.digest: the manifest (or index) digest
+    config_digest: str | None  # containerimage.config.digest: the image id the engine shows
+    names: tuple[str, ...]  # image.name, split at commas
+
+
+_FIX = "pass the file `docker buildx bake --metadata-file` wrote"
+
+
+def _checked(check: SafeString | FreeText, value: object, where: str) -> str:
+    """``value`` when it is a string ``check`` accepts; else an InputError naming ``where``."""
+    problem = check.problem(value) if isinstance(value, str) else f"{repr(value)[:80]} is not a string"
+    if problem is not None:
+        raise InputError(f"{where}: {problem}; {_FIX}")
+    assert isinstance(value, str)
+    return value
+
+
+def read_metadata(path: Path) -> dict[str, BakeTarget]:
+    """Bake's metadata file, every value imagekit uses checked by its type: target names (they are
+    printed) and digests (they become image ids and references) included."""
+    try:
+        raw = read_regular_file(path, STATE_BYTES, "the file `docker buildx bake --metadata-file` wrote")
+    except FileNotFoundError:
+        raise InputError(f"no bake metadata file at {path}; pass bake's --metadata-file") from None
+    data = parse_json_object(
+        raw, str(path), "bake metadata file", "pass the file bake's --metadata-file wrote"
+    )
+    if len(data) > MAX_RECORDS:
+        raise InputError(f"{path}: {len(data):,} targets; imagekit reads at most {MAX_RECORDS:,}")
+    targets: dict[str, BakeTarget] = {}
+    for name, entry in data.items():
+        if name.startswith("buildx.") or not isinstance(entry, Mapping):
+            continue  # bake's own keys, e.g. buildx.build.warnings
+        where = f"{path}: target {shown(name)}"
+        _checked(BAKE_TARGET, name, f"{path}: {shown(name)}")
+        digest = _checked(IMAGE_DIGEST, entry.get("containerimage.digest"), f"{where}: containerimage.digest")
+        config = entry.get("containerimage.config.digest")
+        config_digest = (
+            None
+            if config is None
+            else _checked(IMAGE_DIGEST, config, f"{where}: containerimage.config.digest")
+        )
+        raw_names = entry.get("image.name")
+        names = () if raw_names is None else tuple(
+            _checked(IMAGE_REFERENCE, n, f"{where}: image.name")
+            for n in _checked(FREE_SHORT, raw_names, f"{where}: image.name").split(",")
+            if n
+        )  # fmt: skip
+        targets[name] = BakeTarget(name, digest, config_digest, names)
+    if not targets:
+        raise InputError(f"{path}: no target with a containerimage.digest (was it written by bake?)")
+    return targets
+
+
+def results_from_bake(
+    targets: Mapping[str, BakeTarget], rendered: Sequence[RenderedCell], publish: Publish, day: date
+) -> tuple[list[CellResult], list[str]]:
+    """(a result per cell target found, target names that are no cell of the matrix). A target
+    that two cells map to (``bake_target_name`` folds dots into underscores) is refused: its
+    digest would be recorded for whichever cell came last."""
+    by_name: dict[str, RenderedCell] = {}
+    for each in rendered:
+        name = bake_target_name(each.cell.id)
+        first = by_name.setdefault(name, each)
+        if first is not each and name in targets:
+            raise InputError(
+                f"bake target {name!r} is the name of two cells, {first.cell.id} and {each.cell.id};"
+                " give them ids that differ in more than '.' and '_'"
+            )
+    results: list[CellResult] = []
+    for name, target in targets.items():
+        item = by_name.get(name)
+        if item is None:
+            continue
+        results.append(
+            CellResult(
+                id=item.cell.id,
+                kind="cell",
+                status="built",
+                base_image=item.cell.base_image,
+                image_id=target.config_digest,
+                # The matrix's final tags, which publish promotes to; the image itself carries only
+                # bake's staging tag (target.names) until it is verified and published.
+                tags=item.names(publish, day).references(),
+                input_digest=item.input_digest,
+                image_digest=target.digest,
+                built_on=day,
+            )
+        )
+    unknown = sorted(name for name in targets if name not in by_name and not name.startswith("base-"))
+    return results, unknown
+
+
+def merge(previous: BuildReport | None, results: Sequence[CellResult], matrix: str) -> BuildReport:
+    """The previous report with ``results`` replacing the cells of the same id (order kept)."""
+    fresh = {r.id: r for r in results}
+    if previous is None:
+        return BuildReport(
+            matrix=matrix,
+            started=timestamp(),
+            duration_s=0.0,
+            engine=ENGINE,
+            cells=tuple(results),
+            bases=(),
+        )
+    kept = tuple(fresh.pop(r.id) if r.id in fresh else r for r in previous.cells)
+    return replace(previous, cells=kept + tuple(r for r in results if r.id in fresh))
+
+
+def as_json(results: Sequence[CellResult], unknown: Sequence[str]) -> dict[str, Any]:
+    return {
+        "imported": [{"id": r.id, "image_digest": r.image_digest, "tags": list(r.tags)} for r in results],
+        "unknown_targets": list(unknown),
+    }

@@ -1,0 +1,597 @@
+"""Kubernetes Job manifests that run each published image on a cluster's GPU nodes.
+
+The image is named by digest from ``images.lock.json`` (never by a moving tag, so a Job runs
+exactly what was verified; a cell published as a platform of an image index is named by the
+index's digest, which resolves on each node to the verified image of its platform, and a cell
+whose image serves one platform is held to nodes of that architecture), and the default
+arguments run the image's own check script behind the image's entrypoint, as verification did: a
+node pool is validated by the same checks as the build machine. Options come from the command line
+(the matrix schema has no Kubernetes section). The admission policy written next to them is
+``imagekit.k8s.admission``'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from imagekit.core import naming, platforms
+from imagekit.core.errors import InputError
+from imagekit.core.text import shown
+from imagekit.core.versions import cuda_variant, version_key
+from imagekit.facts.compat import load_compat
+from imagekit.facts.probe_facts import wheel_arch_list
+from imagekit.plan.coverage import architectures
+from imagekit.render.contract import CHECK_SCRIPT_PATH, FRONTEND
+from imagekit.report.lockfile import Lock, LockEntry, LockIndex
+from imagekit.verify.gpus import GpuRequest
+from imagekit.verify.invocation import check_arguments
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
+# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`).
+_GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]{1,3}gb(\.me)?)")
+GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU operator's docs) carry
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Pod Security Standards, level 'restricted', for every workload written here. The user is the
+# front-end images' (FRONTEND.uid, numeric so the kubelet can prove it is not root); a plain image
+# has no such user in /etc/passwd, which nothing the check script runs needs (HOME is /tmp, as
+# in verification). The root filesystem is read-only: /tmp and /dev/shm are emptyDirs, a front
+# end's home is its workspace claim.
+RUN_AS = FRONTEND.uid
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    # claims writable by that user where the storage honours fsGroup; OnRootMismatch: a large
+    # workspace is not walked again at every start once its root is right
+    "fsGroup": RUN_AS,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+TMP_SIZE = "8Gi"  # torch.compile and extension builds write and load their output here
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    value: str | None
+    effect: str
+
+    @classmethod
+    def parse(cls, text: str) -> Toleration:
+        """``key=value:Effect`` (Equal), ``key:Effect`` (Exists), or ``gpu``: the usual GPU
+        node taint, ``nvidia.com/gpu`` with any value, NoSchedule."""
+        if text == "gpu":
+            return cls(GPU_TAINT, None, "NoSchedule")
+        head, sep, effect = text.rpartition(":")
+        key, eq, value = head.partition("=")
+        if not sep or effect not in _EFFECTS or not _LABEL_KEY.fullmatch(key):
+            raise InputError(
+                f"--toleration {shown(text)}: use gpu, key=value:Effect or key:Effect,"
+                f" Effect one of {', '.join(_EFFECTS)}"
+            )
+        if eq and not (value and _LABEL_VALUE.fullmatch(value)):
+            raise InputError(f"--toleration {shown(text)}: its value is not a valid label value")
+        return cls(key, value if eq else None, effect)
+
+    def as_json(self) -> dict[str, str]:
+        if self.value is None:
+            return {"key": self.key, "operator": "Exists", "effect": self.effect}
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    mount: str
+
+    @classmethod
+    def parse(cls, text: str) -> Claim:
+        """``NAME[:/mount/path]``; data and checkpoints outlive the disposable container there."""
+        name, _, mount = text.partition(":")
+        mount = mount or "/data"
+        if not _DNS_LABEL.fullmatch(name) or len(name) > 253:
+            raise InputError(f"--pvc {shown(text)}: its name is not a claim name (lower-case, digits, '-')")
+        if not re.fullmatch(r"/[A-Za-z0-9._/-]*", mount) or "/../" in f"{mount}/":
+            raise InputError(f"--pvc {shown(text)}: its mount path (after ':') is not absolute")
+        return cls(name, mount)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    gpus: int = 1
+    gpu_resource: str = GPU_RESOURCE  # or a MIG slice, nvidia.com/mig-1g.10gb
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    runtime_class: str | None = None
+    claims: tuple[Claim, ...] = ()
+    command: tuple[str, ...] = ()  # the container's args (behind the entrypoint); empty: the check script
+    cpu: str | None = None
+    memory: str | None = None
+    shm: str | None = None  # /dev/shm's size limit; None: shm_default(gpus), capped by memory
+    backoff_limit: int = 0  # a failed check is a finding, not a flake to retry
+    deadline_s: int = 3600
+    ttl_s: int | None = 86400
+    namespace: str | None = None
+    gpu_affinity: bool = True  # node affinity on GPU feature discovery's labels, from the cell
+    secret: str | None = None  # front ends: the Secret with the token / authorized keys
+    workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
+    workspace_size: str = "50Gi"
+
+
+def parse_node_selector(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value) or len(value) > 63:
+            raise InputError(f"--node-selector {shown(pair)}: use key=value with Kubernetes label syntax")
+        out.append((key, value))
+    return tuple(out)
+
+
+def check_quantity(option: str, value: str | None) -> str | None:
+    if value is not None and not _QUANTITY.fullmatch(value):
+        raise InputError(f"{option} {shown(value)}: not a Kubernetes quantity (like 8, 500m, 16Gi)")
+    return value
+
+
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+_UNITS["Ti"] = 2**40
+SHM_PER_GPU_GI = 8  # DataLoader workers pass batches through /dev/shm: one GPU's worth each
+SHM_MIN_GI = 2  # NCCL's intra-node transport alone needs more than Docker's 64 MiB
+
+
+def quantity_bytes(value: str) -> float:
+    """A checked quantity (``check_quantity``) in bytes (``500m`` is half a byte)."""
+    match = _QUANTITY.fullmatch(value)
+    assert match is not None
+    number = float(value[: match.start(2)] if match.group(2) else value)
+    unit = match.group(2) or ""
+    return number / 1000 if unit == "m" else number * _UNITS[unit]
+
+
+def shm_default(gpus: int) -> str:
+    """/dev/shm for ``gpus`` GPUs: 8Gi each, at least 2Gi. A memory-backed emptyDir reserves
+    nothing; what is written there counts against the container's memory limit."""
+    return f"{max(SHM_MIN_GI, SHM_PER_GPU_GI * gpus)}Gi"
+
+
+def shm_size(options: JobOptions) -> str:
+    """``--shm`` as checked, or the default for ``--gpus``; never above ``--memory`` (pages in
+    /dev/shm are the container's memory: a larger limit would only move where it is killed)."""
+    if options.shm is not None:
+        check_quantity("--shm", options.shm)
+        if quantity_bytes(options.shm) < 2**20:
+            raise InputError(f"--shm {shown(options.shm)}: below 1Mi; give a size like 16Gi")
+        if options.memory and quantity_bytes(options.shm) > quantity_bytes(options.memory):
+            raise InputError(
+                f"--shm {shown(options.shm)}: larger than --memory {options.memory}; /dev/shm is"
+                " memory the container's limit counts: raise --memory or lower --shm"
+            )
+        return options.shm
+    default = shm_default(options.gpus)
+    if options.memory and quantity_bytes(default) > quantity_bytes(options.memory):
+        return options.memory
+    return default
+
+
+def check_gpu_resource(options: JobOptions) -> None:
+    resource = options.gpu_resource
+    if not _GPU_RESOURCE.fullmatch(resource):
+        raise InputError(
+            f"--gpu-resource {shown(resource)}: use nvidia.com/gpu, nvidia.com/gpu.shared or a MIG"
+            " slice of the mixed strategy such as nvidia.com/mig-1g.10gb"
+        )
+    if "/mig-" in resource and options.gpus != 1:
+        raise InputError(
+            f"--gpu-resource {resource}: a MIG slice takes --gpus 1 (a CUDA process uses one MIG"
+            f" device), not {options.gpus}"
+        )
+
+
+# -- where a cell's image can run: node affinity from the cell ------------------------------------
+
+# GPU feature discovery's node labels (NVIDIA GPU operator); kubernetes.io/arch is the kubelet's.
+ARCH_LABEL = "kubernetes.io/arch"
+COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
+COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
+DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
+
+
+def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": [str(v) for v in values]}
+
+
+def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | None:
+    """Node affinity from the cell: its platform; with GPUs, the compute capabilities its torch
+    has kernels for (the arch table, by the cell's CUDA variant) and a driver at or above the
+    CUDA minor's minor-version-compatibility floor (the compat data; by driver major, the
+    granularity of the label). None with ``--no-gpu-affinity`` (no feature discovery)."""
+    if not options.gpu_affinity:
+        return None
+    common = [_requirement(ARCH_LABEL, "In", platforms.get(entry.platform).arch)]
+    capabilities: list[list[dict[str, Any]]] = [[]]
+    cuda = entry.expect.get("cuda")
+    if options.gpus and cuda and cuda != "cpu":
+        release = load_compat().cuda_release(cuda)
+        if release is not None:
+            floor = version_key(release.driver_minor_floor)[0]
+            common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
+        machine = platforms.get(entry.platform).machine
+        listed = wheel_arch_list(cuda_variant(cuda), entry.expect.get("torch"), machine)
+        arch = architectures(listed) if listed is not None else None
+        if arch is not None:
+            cubins, ptx = arch
+            whole = [major for major, minor in cubins if minor == 0]
+            capabilities = [[_requirement(COMPUTE_MAJOR, "In", *whole)]] if whole else []
+            for major, minor in cubins:  # a major whose first cubin is past X.0: X.Y and later
+                if minor:
+                    capabilities.append(
+                        [
+                            _requirement(COMPUTE_MAJOR, "In", major),
+                            _requirement(COMPUTE_MINOR, "Gt", minor - 1),
+                        ]
+                    )
+            if ptx is not None:  # the driver compiles the PTX for every later major
+                capabilities.append([_requirement(COMPUTE_MAJOR, "Gt", max(ptx[0], *(m for m, _ in cubins)))])
+    terms = [{"matchExpressions": [*common, *extra]} for extra in capabilities]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def dns_name(prefix: str, cell: str) -> str:
+    """A DNS label (<= 63) from the cell id; a hash keeps truncated names distinct."""
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{cell}".lower()).strip("-")
+    if len(base) <= 63:
+        return base
+    suffix = hashlib.sha256(cell.encode()).hexdigest()[:8]
+    return f"{base[: 63 - 9].rstrip('-')}-{suffix}"
+
+
+def job_name(cell: str) -> str:
+    return dns_name("imagekit-check", cell)
+
+
+def check_command(entry: LockEntry, gpus: int) -> list[str]:
+    labels = {naming.label(k): v for k, v in entry.expect.items()}
+    request = GpuRequest(str(gpus), gpus)
+    return ["python3", entry.check_script or CHECK_SCRIPT_PATH, *check_arguments(labels, request)]
+
+
+def object_metadata(name: str, entry: LockEntry, options: JobOptions, component: str) -> dict[str, Any]:
+    if not naming.DIGEST.fullmatch(entry.digest):
+        raise InputError(f"{entry.cell}: the lock file names no digest; run `imagekit publish` first")
+    labels = {"app.kubernetes.io/name": "imagekit", "app.kubernetes.io/component": component, "job": name}
+    annotations = {
+        naming.annotation("cell"): entry.cell,
+        naming.annotation("input-digest"): entry.input_digest,
+        naming.annotation("verified"): entry.level,
+    }
+    metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
+    if options.namespace:
+        metadata["namespace"] = options.namespace
+    return metadata
+
+
+def image_of(entry: LockEntry, index: LockIndex | None) -> str:
+    """What a workload pulls: the index the cell's image is a platform of, else the image."""
+    return index.reference if index is not None else entry.reference
+
+
+def node_selector(entry: LockEntry, index: LockIndex | None, options: JobOptions) -> dict[str, str]:
+    """``--node-selector``, and ``kubernetes.io/arch`` where what the workload pulls serves one
+    platform (an image alone, or an index left with one): on a mixed cluster an image on a node
+    of another architecture dies with "exec format error". A selector that asks for another
+    architecture is refused (the pod would never be scheduled)."""
+    selector = dict(options.node_selector)
+    served = list(index.platforms) if index is not None else [entry.platform]
+    if len(served) != 1:
+        return selector
+    arch = platforms.get(served[0]).arch
+    if selector.setdefault(ARCH_LABEL, arch) != arch:
+        raise InputError(
+            f"--node-selector {ARCH_LABEL}={selector[ARCH_LABEL]}: {entry.cell}'s image serves"
+            f" {served[0]} only; select {ARCH_LABEL}={arch} or leave it out"
+        )
+    return selector
+
+
+def workload_container(name: str, entry: LockEntry, options: JobOptions, image: str) -> dict[str, Any]:
+    """The image by digest, the resources asked for (GPUs: request == limit), and Pod Security's
+    'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
+    limits: dict[str, str | int] = {}
+    requests: dict[str, str | int] = {}
+    if options.gpus:
+        limits[options.gpu_resource] = options.gpus  # extended resources: request == limit
+        requests[options.gpu_resource] = options.gpus
+    if options.cpu:
+        limits["cpu"] = requests["cpu"] = options.cpu
+    if options.memory:
+        limits["memory"] = requests["memory"] = options.memory
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "resources": {"limits": limits, "requests": requests},
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def workload_pod(
+    container: dict[str, Any],
+    options: JobOptions,
+    volumes: list[dict[str, Any]],
+    entry: LockEntry,
+    index: LockIndex | None,
+) -> dict[str, Any]:
+    """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+        *volumes,
+    ]
+    for number, claim in enumerate(options.claims):
+        volume = f"data-{number}"
+        container["volumeMounts"].append({"name": volume, "mountPath": claim.mount})
+        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.name}})
+    pod: dict[str, Any] = {
+        # no workload here talks to the Kubernetes API: no service account token in the pod
+        "automountServiceAccountToken": False,
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if options.runtime_class:
+        pod["runtimeClassName"] = options.runtime_class
+    selector = node_selector(entry, index, options)
+    if selector:
+        pod["nodeSelector"] = selector
+    affinity = node_affinity(entry, options)
+    if affinity is not None:
+        pod["affinity"] = affinity
+    if options.tolerations:
+        pod["tolerations"] = [t.as_json() for t in options.tolerations]
+    return pod
+
+
+def job_manifest(entry: LockEntry, options: JobOptions, index: LockIndex | None = None) -> dict[str, Any]:
+    """The Job that runs ``entry``'s checks; ``index``: the published index it is a platform of."""
+    name = job_name(entry.cell)
+    metadata = object_metadata(name, entry, options, "gpu-check")
+    container = workload_container("check", entry, options, image_of(entry, index))
+    container["env"].append({"name": "HOME", "value": "/tmp"})  # as verification ran it
+    # `args`, never `command`: `command` would replace the image's ENTRYPOINT (NGC's sets up CUDA
+    # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
+    container["args"] = list(options.command) or check_command(entry, options.gpus)
+    pod = {"restartPolicy": "Never", **workload_pod(container, options, [], entry, index)}
+    spec: dict[str, Any] = {
+        "backoffLimit": options.backoff_limit,
+        "activeDeadlineSeconds": options.deadline_s,
+        "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod},
+    }
+    if options.ttl_s is not None:
+        spec["ttlSecondsAfterFinished"] = options.ttl_s
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+# -- front ends: a Deployment, its Service and its workspace --------------------------------------
+
+# Where a front end reads its secret (the image's entrypoint takes these variables), and the key
+# of the Kubernetes Secret that holds it: `kubectl create secret generic NAME --from-file=KEY=...`.
+SECRET_DIR = "/run/secrets/imagekit"
+FRONTEND_SECRETS = {
+    "jupyter": ("JUPYTER_TOKEN_FILE", "token"),
+    "ssh": ("SSH_AUTHORIZED_KEYS_FILE", "authorized_keys"),
+}
+SERVICE_PORTS = {"jupyter": 8888, "ssh": 22}  # what a client connects to; the container's is higher
+# The entrypoint's state directory (IMAGEKIT_STATE_DIR): sshd's host keys on the workspace claim,
+# so a restarted pod keeps its identity (clients never see "host identification has changed");
+# Jupyter's runtime files, which hold its token, stay off the claim, on the pod's /tmp.
+STATE_DIRS = {"jupyter": "/tmp/imagekit-frontend", "ssh": f"{FRONTEND.workspace}/.imagekit-frontend"}
+# Run by an init container (the image, its user, the same restrictions) before the server: the
+# claim is the whole home, so its directories are made here; a claim its user cannot write (storage
+# that ignores fsGroup, such as many NFS provisioners) stops the pod with the reason, in its log.
+WORKSPACE_INIT = f"""set -eu
+cd {FRONTEND.workspace}
+if ! (: > .imagekit-writable) 2>/dev/null; then
+  echo "imagekit: the workspace claim at {FRONTEND.workspace} is not writable by uid $(id -u)." \\
+    "Its storage ignores fsGroup: make the volume's root owned by uid {RUN_AS}" \\
+    "(chown {RUN_AS}:{RUN_AS} on the NFS export, or the provisioner's uid/gid options)" >&2
+  exit 1
+fi
+rm -f .imagekit-writable
+mkdir -p {" ".join(FRONTEND.workspace_dirs)}
+"""
+
+
+def frontend_manifests(
+    entry: LockEntry, options: JobOptions, index: LockIndex | None = None
+) -> list[dict[str, Any]]:
+    """A front-end cell as a long-running service: Deployment (one replica, by digest, Pod Security
+    'restricted', the secret from a Secret reference, never inline), a ClusterIP Service and,
+    unless a claim is named, a PersistentVolumeClaim that holds the whole workspace (the home)."""
+    frontend = entry.frontend
+    assert frontend in FRONTEND_SECRETS
+    name = dns_name(f"imagekit-{frontend}", entry.cell)
+    metadata = object_metadata(name, entry, options, frontend)
+    claim = options.workspace_claim or f"{name}-workspace"
+    secret = options.secret or f"{name}-secret"
+    variable, key = FRONTEND_SECRETS[frontend]
+    port = FRONTEND.port(frontend)
+    container = workload_container(frontend, entry, options, image_of(entry, index))
+    container["env"].append({"name": variable, "value": f"{SECRET_DIR}/{key}"})
+    container["env"].append({"name": "IMAGEKIT_STATE_DIR", "value": STATE_DIRS[frontend]})
+    container["ports"] = [{"name": frontend, "containerPort": port}]
+    # The claim is the whole workspace, which is the user's home and Jupyter's root directory:
+    # notebooks, code/ data/ checkpoints/, ~/.cache (model downloads), ~/.local, shell history and
+    # sshd's host keys all outlive the pod.
+    workspace_mount = {"name": "workspace", "mountPath": FRONTEND.workspace}
+    container["volumeMounts"] += [
+        {"name": "secret", "mountPath": SECRET_DIR, "readOnly": True},
+        workspace_mount,
+    ]
+    probe = {"exec": {"command": ["python3", f"{FRONTEND.files_dir}/healthcheck.py"]}, "timeoutSeconds": 10}
+    container["readinessProbe"] = {**probe, "initialDelaySeconds": 10, "periodSeconds": 15}
+    container["livenessProbe"] = {**probe, "initialDelaySeconds": 60, "periodSeconds": 30}
+    volumes = [
+        {"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o440}},
+        {"name": "workspace", "persistentVolumeClaim": {"claimName": claim}},
+    ]
+    pod = workload_pod(container, options, volumes, entry, index)
+    pod["initContainers"] = [
+        {
+            "name": "workspace",
+            "image": container["image"],
+            "imagePullPolicy": "IfNotPresent",
+            "args": ["sh", "-c", WORKSPACE_INIT],  # behind the image's entrypoint, as the server
+            "resources": {  # what the server asks for, but no GPU
+                kind: {r: v for r, v in amounts.items() if r in ("cpu", "memory")}
+                for kind, amounts in container["resources"].items()
+            },
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [workspace_mount],
+        }
+    ]
+    selector = {"app.kubernetes.io/name": "imagekit", "job": name}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},  # one writer of the workspace at a time
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**metadata, "name": name},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": frontend, "port": SERVICE_PORTS[frontend], "targetPort": frontend}],
+        },
+    }
+    manifests = [deployment, service]
+    if options.workspace_claim is None:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {**metadata, "name": claim},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": options.workspace_size}},
+                },
+            }
+        )
+    return manifests
+
+
+def _overlap(one: str, other: str) -> bool:
+    """Whether two mount paths are the same directory or one holds the other."""
+    return one == other or one.startswith(other.rstrip("/") + "/") or other.startswith(one.rstrip("/") + "/")
+
+
+def check_mounts(options: JobOptions, frontend: bool) -> None:
+    """Refuse a --pvc mount path that would hide or be hidden by another mount: /dev/shm, a front
+    end's Secret and workspace directories, another claim (Kubernetes would start the pod, and
+    one of the two would silently not be what the workload reads)."""
+    taken = [("/dev/shm", "the shared-memory volume"), ("/tmp", "the pod's /tmp")]
+    if frontend:
+        taken.append((SECRET_DIR, "the front end's Secret"))
+        taken.append((FRONTEND.workspace, "the workspace claim"))
+    for claim in options.claims:
+        mount = posixpath.normpath(claim.mount)
+        for path, what in taken:
+            if _overlap(mount, path):
+                raise InputError(
+                    f"--pvc {claim.name}:{claim.mount}: collides with {what} at {path}; mount it elsewhere"
+                )
+        taken.append((mount, f"the claim {claim.name}"))
+
+
+class ManifestDumper(yaml.SafeDumper):
+    """Every value written out in full: no YAML anchors and aliases where one dict is shared
+    (the restricted securityContext, an affinity term), which readers of manifests rarely expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, str | None]) -> dict[str, str]:
+    """File name -> YAML, for every image entry (a Job, or a front end's workloads), each by its
+    index's digest where it has one; raises before anything is written. ``frontends``: which
+    front end each cell serves, from the matrix (the lock file is an editable record, never the
+    word on what a cell is)."""
+    for flag, value in (
+        ("--runtime-class", options.runtime_class),
+        ("--namespace", options.namespace),
+        ("--secret", options.secret),
+        ("--workspace-claim", options.workspace_claim),
+    ):
+        if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
+            raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
+    check_quantity("--workspace-size", options.workspace_size)
+    check_gpu_resource(options)
+    shm_size(options)
+    out: dict[str, str] = {}
+    made_by: dict[str, str] = {}
+    entries = published.images
+    for cell in sorted(entries):
+        frontend = frontends.get(cell)
+        if frontend != entries[cell].frontend:
+            raise InputError(
+                f"{cell}: the lock file says front end {entries[cell].frontend or 'none'}, the matrix"
+                f" {frontend or 'none'}; run `imagekit publish` again"
+            )
+        check_mounts(options, frontend is not None)
+        entry = entries[cell]
+        index = published.index_of(cell)
+        if frontend:
+            manifests = frontend_manifests(entry, options, index)
+            name = manifests[0]["metadata"]["name"]
+            text = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
+        else:
+            manifest = job_manifest(entry, options, index)
+            name = manifest["metadata"]["name"]
+            text = yaml.dump(manifest, Dumper=ManifestDumper, sort_keys=False)
+        if name in made_by:  # one object would silently replace the other in the cluster
+            raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
+        made_by[name] = cell
+        out[f"{name}.yaml"] = text
+    return out
+
+
+def write_jobs(files: Mapping[str, str], out: Path) -> list[Path]:
+    from imagekit.core.atomic import atomic_write_all
+
+    paths = {out / name: text for name, text in files.items()}
+    atomic_write_all(paths, out)
+    return list(paths)

@@ -1,0 +1,545 @@
+"""The schema of ``matrix.yaml``: pydantic models, their JSON Schema, and one-line errors.
+
+Every string that can reach a Dockerfile, an image tag, a label or a shell command is checked
+here, once, by a type that says what it is (``TorchVersion``, ``Requirement``, ``SafeText``...).
+The renderer can then trust its input; a hostile value never gets as far as a template.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from imagekit.core import naming, platforms
+from imagekit.core.errors import InputError
+from imagekit.core.limits import (
+    NAME_CHARS,
+    PACKAGE_CHARS,
+    PATH_CHARS,
+    VALUE_CHARS,
+    VERSION_CHARS,
+    VERSION_COMPONENT_DIGITS,
+)
+from imagekit.core.paths import check_length
+from imagekit.core.safetypes import (
+    SECRET_WORDS,
+    Registry,
+    SafeString,
+    Url,
+    UrlPattern,
+    describe_error,
+    host_port_problem,
+    more_problems,
+    port_problem,
+)
+from imagekit.core.text import shown
+from imagekit.core.yamlsource import SourceDocument, format_path
+
+
+def relative_path_is_inside(path: str) -> bool:
+    """True when a relative path stays inside its root (no absolute path, no ``..``)."""
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts
+
+
+# -- safe strings -------------------------------------------------------------------------
+# The checks themselves (and the types the state files share) are ``imagekit.core.safetypes``'.
+
+_V = VERSION_COMPONENT_DIGITS
+
+
+def _version(pattern: str) -> str:
+    """A version pattern whose numeric components are bounded: ``N`` stands for 1 to 9 digits."""
+    return pattern.replace("N", f"[0-9]{{1,{_V}}}")
+
+
+TorchVersion = Annotated[
+    str,
+    SafeString(
+        _version(r"N\.N(\.N)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?"),
+        "a torch version",
+        "2.1.2",
+        numeric_ok=True,
+        max_length=VERSION_CHARS,
+    ),
+]
+CudaVersion = Annotated[
+    str,
+    SafeString(
+        _version(r"cpu|N\.N(\.N)?"),
+        "a CUDA version or 'cpu'",
+        "12.1",
+        numeric_ok=True,
+        max_length=VERSION_CHARS,
+    ),
+]
+CudaFullVersion = Annotated[
+    str,
+    SafeString(
+        _version(r"N\.N\.N"), "a full CUDA version", "12.1.1", numeric_ok=True, max_length=VERSION_CHARS
+    ),
+]
+PythonVersion = Annotated[
+    str, SafeString(r"3\.[0-9]{1,3}", "a Python minor version", "3.10", numeric_ok=True, max_length=8)
+]
+PackageVersion = Annotated[
+    str,
+    SafeString(
+        _version(r"none|N(\.N)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?"),
+        "a version or 'none'",
+        "0.16.2",
+        numeric_ok=True,
+        max_length=VERSION_CHARS,
+    ),
+]
+Name = Annotated[
+    str, SafeString(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda", max_length=63)
+]
+OsName = Annotated[
+    str, SafeString(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04", max_length=32)
+]
+# An image reference that may hold {placeholders}; the rendered reference is checked again.
+ImagePattern = Annotated[
+    str,
+    SafeString(r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"),
+]
+IMAGE_PREFIX = SafeString(
+    r"[a-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
+    "an image name prefix",
+    "nvidia/cuda",
+    extra=host_port_problem,
+)
+ImagePrefix = Annotated[str, IMAGE_PREFIX]
+TagPattern = Annotated[str, SafeString(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")]
+Repository = Annotated[str, SafeString(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")]
+Host = Annotated[
+    str, SafeString(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", "a host name", "pypi.example.org", extra=port_problem)
+]
+
+
+def _inside(value: str) -> str:
+    if not relative_path_is_inside(value):
+        raise PydanticCustomError(
+            "path_escapes",
+            "{detail}",
+            {"detail": f"{shown(value)} must stay inside the matrix directory (no absolute path, no '..')"},
+        )
+    try:
+        check_length(Path(value), repr(value))
+    except InputError as exc:
+        raise PydanticCustomError("path_too_long", "{detail}", {"detail": exc.message}) from None
+    return value
+
+
+RelativePath = Annotated[
+    str,
+    SafeString(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse", max_length=PATH_CHARS),
+    AfterValidator(_inside),
+]
+Requirement = Annotated[
+    str,
+    SafeString(
+        r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+,?)*",
+        "a pip requirement",
+        "numpy<2",
+        max_length=PACKAGE_CHARS,
+    ),
+]
+AptPackage = Annotated[
+    str,
+    SafeString(
+        r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git", max_length=PACKAGE_CHARS
+    ),
+]
+
+
+def _no_secret_names(code: str, kind: str, why: str) -> Callable[[str], str]:
+    """A validator refusing names that look like a secret (``SECRET_WORDS``): ``why`` says where
+    the value would end up and what to do instead."""
+
+    def check(name: str) -> str:
+        if any(word in name.upper() for word in SECRET_WORDS):
+            raise PydanticCustomError(
+                code,
+                "{detail}",
+                {"detail": f"{kind} {name!r} looks like a secret; {why}"},
+            )
+        return name
+
+    return check
+
+
+_not_a_secret_build_arg = _no_secret_names(
+    "secret_build_arg",
+    "build argument",
+    "the classic builder keeps every build argument in the image history (`docker history`), so it"
+    " would ship with the image. Give pip a credentialed mirror through the engine host instead"
+    " (README: 'Private mirrors')",
+)
+_not_a_secret_variable = _no_secret_names(
+    "secret_env",
+    "environment variable",
+    "ENV is baked into every layer and every published image (`docker inspect` shows it). Give it at"
+    " run time instead: a Kubernetes Secret or `docker run --env-file`",
+)
+
+
+EnvName = Annotated[
+    str,
+    SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST", max_length=NAME_CHARS),
+]
+# ENV values and build arguments never pass through a shell, so ';' (TORCH_CUDA_ARCH_LIST) is fine.
+BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret_build_arg)]
+ImageEnvName = Annotated[EnvName, AfterValidator(_not_a_secret_variable)]
+SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0", max_length=VALUE_CHARS)]
+
+Flavour = Literal["devel", "runtime"]
+# What a person reaches the image through: none (today's image), JupyterLab, or an SSH server.
+ServedFrontend = Literal["jupyter", "ssh"]  # a front end a cell actually serves
+PlatformName = platforms.PlatformName  # linux/amd64, linux/arm64
+Frontend = Literal["none", ServedFrontend]
+PublishPolicy = Literal["gpu-validated", "checked", "built"]
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    for index, value in enumerate(values):
+        if value in seen:
+            raise PydanticCustomError(
+                "duplicate_value",
+                "{detail}",
+                {"detail": f"value {shown(str(value))} at index {index} is listed twice"},
+            )
+        seen.add(value)
+    return values
+
+
+def _non_empty_unique(values: list[Any]) -> list[Any]:
+    if not values:
+        raise PydanticCustomError(
+            "empty_axis", "{detail}", {"detail": "is empty; list at least one value or remove it"}
+        )
+    return _unique(values)
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class StrictModel(BaseModel):
+    """Frozen, no unknown keys; an unknown key is reported with the nearest valid one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = sorted(cls.model_fields)
+            for key in data:
+                if key in cls.model_fields:
+                    continue
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(known)}"
+                raise PydanticCustomError(
+                    "unknown_key", "{detail}", {"detail": f"unknown key; {hint}", "key": str(key)}
+                )
+        return data
+
+
+class CellSpec(StrictModel):
+    """The keys of one matrix cell: the axes, plus per-cell settings (``include`` adds these)."""
+
+    torch: TorchVersion | None = Field(None, description="torch release: 2.1.2, or 2.1 for its latest patch")
+    cuda: CudaVersion | None = Field(None, description="CUDA minor (12.1), or cpu")
+    base: Name | None = Field(None, description="a key of `bases`")
+    flavour: Flavour | None = Field(None, description="devel (with nvcc) or runtime")
+    frontend: Frontend | None = Field(
+        None, description="none, or a jupyter / ssh image built FROM the cell's image"
+    )
+    platform: PlatformName | None = Field(
+        None, description="linux/amd64 (the default) or linux/arm64 (Grace: GH200, GB200)"
+    )
+    python: PythonVersion | None = Field(None, description="Python minor installed where the base lacks one")
+    torchvision: PackageVersion | None = Field(
+        None, description="override the paired version; 'none' skips it"
+    )
+    torchaudio: PackageVersion | None = Field(
+        None, description="override the paired version; 'none' skips it"
+    )
+    cuda_full: CudaFullVersion | None = Field(
+        None, description="nvidia/cuda tag version for a CUDA minor imagekit does not know"
+    )
+    pip_packages: list[Requirement] | None = Field(
+        None, description="extra pip requirements, installed with torch pinned"
+    )
+    apt_packages: list[AptPackage] | None = Field(None, description="extra OS packages")
+    env: dict[ImageEnvName, SafeText] | None = Field(
+        None, description="environment variables set in the image (never a secret: see README)"
+    )
+    build_args: dict[BuildArgName, SafeText] | None = Field(
+        None, description="docker build arguments (declared as ARG)"
+    )
+    allow_unknown: bool | None = Field(
+        None, description="admit versions newer than imagekit's compatibility table"
+    )
+
+    def set_keys(self) -> dict[str, Any]:
+        """The keys this entry actually sets (``include``/``exclude`` semantics need that)."""
+        return {key: getattr(self, key) for key in self.model_fields_set if getattr(self, key) is not None}
+
+
+AXIS_KEYS: tuple[str, ...] = ("torch", "cuda", "base", "flavour", "python", "frontend", "platform")
+
+
+def _axis(description: str) -> Any:
+    return Field(None, description=description, json_schema_extra={"minItems": 1, "uniqueItems": True})
+
+
+class Axes(StrictModel):
+    """The values crossed into cells. Each axis is optional; ``torch`` and ``base`` usually exist."""
+
+    torch: list[TorchVersion] | None = _axis("torch releases")
+    cuda: list[CudaVersion] | None = _axis("CUDA minors (or cpu)")
+    base: list[Name] | None = _axis("keys of `bases`")
+    flavour: list[Flavour] | None = _axis("devel and/or runtime")
+    python: list[PythonVersion] | None = _axis("Python minors")
+    frontend: list[Frontend] | None = _axis("none, jupyter and/or ssh")
+    platform: list[PlatformName] | None = _axis(
+        "linux/amd64 and/or linux/arm64; the platforms of one cell publish one image index"
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _check_axis(cls, value: list[Any] | None) -> list[Any] | None:
+        return None if value is None else _non_empty_unique(value)
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        return {key: getattr(self, key) for key in AXIS_KEYS if getattr(self, key) is not None}
+
+
+class LocalBuild(StrictModel):
+    """A base built from a Dockerfile context next to the matrix (air-gapped sites, tests)."""
+
+    context: RelativePath = Field(description="directory, relative to the matrix file")
+    dockerfile: RelativePath = Field("Dockerfile", description="relative to the context")
+    args: dict[BuildArgName, SafeText] = Field(default_factory=dict)
+
+
+class BaseSpec(StrictModel):
+    """A base image: a pattern crossed with the axes, a fixed stack (NGC), or a local build."""
+
+    image: ImagePattern | None = Field(
+        None,
+        description="image reference; may use {cuda}, {cuda_full}, {cudnn}, {cudnn_tag},"
+        " {flavour}, {os}, {python}, {arch} (amd64, arm64: a locally built or imported base holds"
+        " one platform per tag)",
+    )
+    stack: Name | None = Field(None, description="a fixed stack from imagekit's data (ngc-pytorch-23.10)")
+    os: OsName | None = Field(None, description="the base's OS, e.g. ubuntu22.04 (from the stack if set)")
+    python: PythonVersion | None = Field(None, description="the Python the base brings, if any")
+    cuda: bool | None = Field(
+        None, description="whether the base carries CUDA (default: image uses {cuda...})"
+    )
+    build: LocalBuild | None = None
+    flavours: list[Flavour] | None = Field(None, description="flavours this base serves")
+    tag: TagPattern | None = Field(None, description="readable tag pattern for this base's cells")
+
+    @model_validator(mode="after")
+    def _image_or_stack(self) -> BaseSpec:
+        if self.image is None and self.stack is None:
+            raise PydanticCustomError(
+                "missing_image", "{detail}", {"detail": "set `image` (or `stack` for a fixed stack)"}
+            )
+        if self.stack is None and self.os is None:
+            raise PydanticCustomError(
+                "missing_os", "{detail}", {"detail": "set `os` (e.g. ubuntu22.04, debian12)"}
+            )
+        return self
+
+
+class PipSources(StrictModel):
+    torch_index_url: UrlPattern | None = Field(
+        "https://download.pytorch.org/whl/{variant}",
+        description="index for torch/torchvision/torchaudio; {variant} becomes cu121, cpu, ...",
+    )
+    index_url: Url | None = Field(None, description="index for everything else (default: PyPI)")
+    extra_index_urls: list[Url] = Field(default_factory=list)
+    find_links: list[RelativePath] = Field(
+        default_factory=list,
+        description="wheelhouse directories relative to the matrix file, copied into the build",
+    )
+    no_index: bool = Field(False, description="install only from find_links (air-gapped)")
+    trusted_hosts: list[Host] = Field(default_factory=list)
+
+    @field_validator("extra_index_urls", "find_links", "trusted_hosts")
+    @classmethod
+    def _unique_list(cls, value: list[str]) -> list[str]:
+        return _unique(value)
+
+    @field_validator("torch_index_url")
+    @classmethod
+    def _only_variant(cls, value: str | None) -> str | None:
+        if value is not None and set(re.findall(r"\{([^{}]*)\}", value)) - {"variant"}:
+            raise PydanticCustomError(
+                "bad_placeholder",
+                "{detail}",
+                {"detail": f"{shown(value)} may use only the {{variant}} placeholder"},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _no_index_needs_a_wheelhouse(self) -> PipSources:
+        if self.no_index and not self.find_links:
+            raise PydanticCustomError(
+                "no_wheelhouse",
+                "{detail}",
+                {"detail": "no_index: true installs only from find_links; list a wheelhouse directory"},
+            )
+        return self
+
+
+class AptSources(StrictModel):
+    mirror: Url | None = Field(None, description="replaces the OS's archive URLs during the build")
+
+
+class Sources(StrictModel):
+    pip: PipSources = PipSources()
+    apt: AptSources = AptSources()
+
+
+class TagScheme(StrictModel):
+    readable: TagPattern = Field(
+        "{torch}-{stack}-{flavour}-{os}",
+        description="moving tag that says what is inside: {torch} {cuda} {cudnn} {stack} {flavour}"
+        " {os} {python} {base}",
+    )
+    immutable: list[TagPattern] = Field(
+        default_factory=lambda: ["{readable}-{date}", "{readable}-{digest}"],
+        description="tags that never move: {date} (UTC, YYYYMMDD), {digest} (input digest, 12 hex)",
+    )
+
+
+class Staging(StrictModel):
+    """Where `imagekit build --push` stages images before they are verified and promoted."""
+
+    repository: Repository = Field(
+        description="repository in the same registry for staging tags (staging-<input digest, 12 hex>)"
+    )
+
+
+class Publish(StrictModel):
+    registry: Registry | None = Field(None, description="registry host[:port]; none = local names")
+    repository: Repository = "imagekit/pytorch"
+    staging: Staging | None = Field(
+        None, description="where build --push stages images (default: `repository` itself)"
+    )
+    policy: PublishPolicy = "gpu-validated"
+    signing: Literal["optional", "required"] = Field(
+        "optional",
+        description="required: publish refuses to run without a signing key (--signing-key or"
+        " IMAGEKIT_SIGNING_KEY), so every published digest carries signed attestations",
+    )
+    tags: TagScheme = TagScheme()
+    partial_index: bool = Field(
+        False,
+        description="publish a cell's image index from its validated platforms when another of its"
+        " platforms is not validated (the lock and report list the missing ones); default: only"
+        " when every platform is validated",
+    )
+
+    @property
+    def staging_repository(self) -> str:
+        """The repository (without the registry) that holds staging tags."""
+        return self.staging.repository if self.staging is not None else self.repository
+
+    @property
+    def tagging(self) -> naming.Tagging:
+        """How this matrix names its cells' images: the one owner of a cell's tags."""
+        return naming.Tagging(naming.repository(self.registry, self.repository), tuple(self.tags.immutable))
+
+
+class Frontends(StrictModel):
+    """What the front-end images install (exact versions: an image says what it holds)."""
+
+    jupyterlab: PackageVersion = Field("4.6.6", description="JupyterLab, in the cell's environment")
+    dumb_init: PackageVersion = Field("1.2.5.post1", description="the init that runs as PID 1")
+
+
+class Matrix(StrictModel):
+    """A build matrix: axes crossed into cells, GitHub-Actions-style include/exclude."""
+
+    version: int = Field(1, ge=1, le=1, description="schema version (1)")
+    axes: Axes
+    include: list[CellSpec] = Field(default_factory=list, description="add or extend combinations")
+    exclude: list[CellSpec] = Field(default_factory=list, description="remove matching combinations")
+    defaults: CellSpec = Field(default_factory=CellSpec, description="settings of every cell")
+    bases: dict[Name, BaseSpec]
+    sources: Sources = Sources()
+    publish: Publish = Publish()
+    frontends: Frontends = Frontends()
+    mirrors: dict[ImagePrefix, ImagePrefix] = Field(
+        default_factory=dict,
+        description="base image prefix -> replacement used when pulling and building, for"
+        " air-gapped sites and deleted upstream tags (nvidia/cuda -> 127.0.0.1:5000/mirror/nvidia-cuda)",
+    )
+    allow_unknown: bool = Field(False, description="admit versions newer than the compatibility table")
+    output: RelativePath = Field(
+        "dockerfiles/generated", description="where `render` writes, relative to the matrix file"
+    )
+    templates: RelativePath | None = Field(
+        None, description="template directory relative to the matrix file (default: imagekit's)"
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_is_a_number(cls, value: Any) -> Any:
+        # `true` would pass as 1 (a bool is an int in Python): the version is a number, written so.
+        if isinstance(value, bool):
+            raise PydanticCustomError("bad_version", "{detail}", {"detail": "must be 1, not a boolean"})
+        return value
+
+    @field_validator("bases")
+    @classmethod
+    def _some_bases(cls, value: dict[str, BaseSpec]) -> dict[str, BaseSpec]:
+        if not value:
+            raise PydanticCustomError("empty_bases", "{detail}", {"detail": "define at least one base"})
+        return value
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Matrix.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "imagekit matrix"
+    return schema
+
+
+def _error_line(doc: SourceDocument, error: Mapping[str, Any]) -> str:
+    loc, message = describe_error(error)
+    if error["type"] == "unknown_key":
+        loc = (*loc, str((error.get("ctx") or {})["key"]))
+    elif loc == ("version",) and error["type"] not in ("bad_version", "missing"):
+        message = "must be 1 (the only schema version)"
+    return f"{doc.where(loc)}: {format_path(loc)}: {message}"
+
+
+def validate_matrix(doc: SourceDocument) -> Matrix:
+    """Validate a parsed document; the first problem becomes one InputError line."""
+    try:
+        return Matrix.model_validate(doc.value)
+    except ValidationError as exc:
+        errors = exc.errors()
+        raise InputError(_error_line(doc, errors[0]) + more_problems(len(errors))) from None

@@ -1,0 +1,580 @@
+"""Stage 5: publish the cells that pass the matrix's policy, promoted by manifest digest.
+
+Order of work, chosen so that a failure leaves nothing half-done:
+
+1. decide, from the build report alone, which cells (and groups of platforms) may be published
+   (``imagekit.publish.policy``: policy, freshness, the verified image is the built one, the
+   verified digest is the staged one) before anything moves;
+2. check the registry answers. A cell that ``build --push`` staged already has its manifest in the
+   registry: nothing to push, and no Docker engine is needed. Any other admitted image is pushed
+   from the engine that holds it to its staging tag (docker moves the layers, once);
+3. prepare every cell before any final tag is written: GET the staged manifest by digest, check it
+   names the verified image, and where staging is another repository mount its blobs across. A
+   cell whose staged manifest is gone or is not the verified image is refused here, and so is a
+   cell (or group) one of whose immutable tags already names another digest: an immutable tag is
+   written once, so only the readable tag ever moves, and only to an image that proved itself;
+4. promote each by digest (PUT the same bytes under each immutable tag, the moving readable tag
+   last) and add it to the lock only when all its tags are written. No layer moves and the digest
+   is identical, so a tag can only ever name an image that passed. A group of platforms: each
+   image by digest (no tag of its own), one OCI image index of them PUT by digest and read back,
+   then its tags, readable last; then each platform's attestations and the index's own (signed
+   with ``--signing-key``, ``imagekit.attest.index``), then the lock (its entries and the index,
+   in one write).
+
+A registry that stays down stops the run with exit 3; before step 4 nothing final was written, and
+a cell in the lock is always a cell whose every tag names its verified digest.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast, get_args
+
+import docker
+
+from imagekit.attest.attach import Attached
+from imagekit.attest.statements import SigningKey
+from imagekit.core import naming, platforms
+from imagekit.core.clock import timestamp
+from imagekit.core.errors import EnvironmentProblem, RegistryError
+from imagekit.core.limits import TEXT_CHARS
+from imagekit.core.platforms import Platform
+from imagekit.core.safetypes import EXPECTATION, SCRIPT_PATH
+from imagekit.core.text import counted, shown
+from imagekit.engine.client import PushFailed, connect, inspect_image, push_as
+from imagekit.plan.cells import Cell, Plan
+from imagekit.plan.schema import PublishPolicy, ServedFrontend
+from imagekit.publish.policy import Candidate, Group, Refusal, select, settle
+from imagekit.registry.client import Backoff, Registry, open_registry
+from imagekit.registry.credentials import docker_auth_config
+from imagekit.registry.manifest import Manifest, image_index
+from imagekit.report.lockfile import IndexPlatform, LeftOut, LockEntry, LockIndex, merge_lock
+from imagekit.report.provenance import provenance, verified_by
+from imagekit.report.store import BuildReport
+from imagekit.report.verification import clipped
+
+
+@dataclass(frozen=True)
+class Published:
+    entry: LockEntry
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class PublishedIndex:
+    """A group published as one image index, with each of its platforms' entries."""
+
+    index: LockIndex
+    entries: tuple[LockEntry, ...]
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    registry: str
+    repository: str  # without the registry
+    lock_path: Path
+    staging_repository: str = ""  # without the registry; "" = repository
+    dry_run: bool = False
+    backoff: Backoff = field(default_factory=Backoff)
+    # Signs and attaches a verification attestation and an SBOM to each promoted digest; None:
+    # nothing is signed (and publish says so). Its repr names the key id only.
+    signing_key: SigningKey | None = None
+
+
+def registry_side(candidate: Candidate, registry: str) -> bool:
+    """Whether the candidate's manifest is already in ``registry`` (staged by ``build --push``)."""
+    return candidate.staged is not None and candidate.staged.registry == registry
+
+
+# -- pushing and promoting ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A candidate with its manifest in the registry: where (repository, digest), how long it took."""
+
+    candidate: Candidate
+    source: str  # repository (without the registry) that holds the staged manifest
+    digest: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Ready:
+    staged: _Staged
+    manifest: Manifest
+    children: tuple[Manifest, ...]  # an index's manifests, PUT by digest before the index
+    labels: Mapping[str, str]
+
+
+class Publisher:
+    def __init__(
+        self,
+        api: docker.APIClient | None,
+        registry: Registry,
+        options: PublishOptions,
+        policy: PublishPolicy,
+        say: Callable[[str], None],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api = api  # None: every candidate is staged, no engine is needed
+        self.registry = registry
+        self.options = options
+        self.policy = policy
+        self.say = say
+        self.sleep = sleep
+        self.target = naming.repository(options.registry, options.repository)
+        self.staging = options.staging_repository or options.repository
+
+    def _engine(self) -> docker.APIClient:
+        if self.api is None:
+            raise EnvironmentProblem("publishing an image that was not staged needs the Docker engine")
+        return self.api
+
+    def present(self, candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Refusal]]:
+        """Split off the unstaged cells whose image the engine no longer has (pruned since the build)."""
+        here: list[Candidate] = []
+        gone: list[Refusal] = []
+        for candidate in candidates:
+            if (
+                not registry_side(candidate, self.options.registry)
+                and inspect_image(self._engine(), candidate.image_id) is None
+            ):
+                gone.append(Refusal(candidate.cell, f"image {candidate.image_id} is gone; build again"))
+            else:
+                here.append(candidate)
+        return here, gone
+
+    def stage(self, candidate: Candidate) -> str:
+        """Push the image under its staging tag; returns the manifest digest docker reports."""
+        name = naming.repository(self.options.registry, self.staging)
+        tag = naming.staging_tag(candidate.input_digest)
+        try:
+            return push_as(
+                self._engine(),
+                candidate.image_id,
+                name,
+                tag,
+                self.options.backoff.delays(),
+                docker_auth_config(self.options.registry),
+                say=lambda m: self.say(f"push {candidate.cell}: {m}"),
+                sleep=self.sleep,
+            )
+        except PushFailed as failed:
+            where = naming.reference(name, tag)
+            raise EnvironmentProblem(f"pushing {candidate.cell} to {where} failed: {failed}") from None
+
+    def prepare(self, staged: _Staged, in_index: bool = False) -> _Ready:
+        """Everything short of a final tag: the manifest by digest, its image, its blobs in place.
+        ``in_index``: a platform of a group's index, which must be a single image."""
+        candidate = staged.candidate
+        where = naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)
+        manifest = self.registry.get_manifest(staged.source, staged.digest)
+        # before any blob or tag moves: what is promoted is checked
+        manifest.check_promotable(where, image_only=in_index)
+        children: list[Manifest] = []
+        images = [manifest]
+        for child in manifest.children:
+            images.append(self.registry.get_manifest(staged.source, child))
+            images[-1].check_promotable(f"{where} (its manifest {child})", image_only=True)
+            children.append(images[-1])
+        configs = [c for c in (m.config_digest for m in images) if c]
+        if candidate.image_id not in configs and configs:
+            raise RegistryError(f"{where} holds image {configs[0]}, not the verified {candidate.image_id}")
+        if staged.source != self.options.repository:
+            for image in images:
+                sizes = image.blob_sizes  # a blob copied (where a mount is declined) reads no more
+                for blob in image.blobs:
+                    target = self.options.repository
+                    self.registry.mount_blob(target, blob, staged.source, size=sizes.get(blob))
+        labels: Mapping[str, str] = {}
+        if candidate.image_id in configs:
+            config = json.loads(self.registry.get_blob(staged.source, candidate.image_id))
+            config = config if isinstance(config, dict) else {}
+            _check_platform(where, config, platforms.get(candidate.platform))
+            found = (config.get("config") or {}).get("Labels")
+            labels = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+        built_from = labels.get(naming.INPUT_DIGEST_LABEL)
+        if built_from != candidate.input_digest:
+            raise RegistryError(
+                f"the image staged as {staged.digest} was built from inputs {(built_from or 'unknown')[:12]}"
+                f" (its {naming.INPUT_DIGEST_LABEL} label), the report says {candidate.input_digest[:12]};"
+                " build and verify again"
+            )
+        return _Ready(staged, manifest, tuple(children), labels)
+
+    def check_unmoved(self, tags: Sequence[str], digest: str) -> None:
+        """Before any tag of a cell (or group) moves: each immutable tag (all but the readable
+        first) is free or already names ``digest``. An immutable tag is written once; one that
+        names another image refuses the whole cell (a rerun of the same image is fine)."""
+        for tag in tags[1:]:
+            found = self.registry.tag_digest(self.options.repository, tag)
+            if found is not None and found != digest:
+                raise RegistryError(
+                    f"immutable tag {naming.reference(self.target, tag)} already names {found}, not"
+                    f" this build's {digest}; an immutable tag never moves (publish the image it names,"
+                    " or change the cell's inputs)"
+                )
+
+    def promote(self, ready: _Ready) -> Manifest:
+        """Every final tag -> the staged manifest, by digest; the bytes (and digest) never change."""
+        repository = self.options.repository
+        for child in ready.children:
+            self.registry.put_manifest(repository, child.digest, child)
+        tags = ready.staged.candidate.tags
+        # Immutable tags first, the moving readable tag last: it moves only once the rest exist.
+        for tag in (*tags[1:], tags[0]):
+            self.registry.put_manifest(repository, tag, ready.manifest)
+        return ready.manifest
+
+    def carry_referrers(self, ready: _Ready) -> int:
+        """Promotion by digest into another repository takes the staged digest's referrers along
+        (attestations attached where it was staged): each artifact manifest, its blobs mounted
+        across, and the target's referrers tag. Returns how many were carried."""
+        source, target = ready.staged.source, self.options.repository
+        digest = ready.manifest.digest
+        if source == target:
+            return 0
+        found = self.registry.referrers(source, digest)
+        for referrer in found:
+            artifact = self.registry.get_manifest(source, referrer.digest)
+            sizes = artifact.blob_sizes
+            for blob in artifact.blobs:
+                self.registry.mount_blob(target, blob, source, size=sizes.get(blob))
+            self.registry.attach(target, artifact, digest)
+        if found:
+            self.say(f"carried {len(found)} referrer(s) of {digest[:19]} from {source} to {target}")
+        return len(found)
+
+    def attach(self, ready: _Ready, entry: LockEntry) -> tuple[Attached, ...]:
+        """Sign and attach the verification attestation and the SBOM of the promoted digest;
+        what was attached (nothing without a signing key)."""
+        from imagekit.attest import attach
+        from imagekit.attest import statements as attest
+
+        key = self.options.signing_key
+        candidate = ready.staged.candidate
+        if key is None:
+            return ()
+        verification = candidate.verification
+        made = None
+        provenance = entry.provenance
+        if verification is not None:
+            subject = attest.Subject(
+                entry.repository,
+                entry.digest,
+                entry.cell,
+                entry.input_digest,
+                entry.image_id,
+                candidate.base_image,
+                candidate.base_digest,
+                provenance.gpus if provenance else (),
+                provenance.driver if provenance else None,
+                provenance.cuda_driver if provenance else None,
+                entry.platform,
+            )
+            made = attest.verification_predicate(subject, verification)
+        statements: list[dict[str, Any]] = []
+        if made is not None:
+            statements.append(attest.statement(entry.repository, entry.digest, *made))
+        inventory = verification.inventory if verification is not None else None
+        if inventory is not None:
+            from imagekit.attest.sbom import build_sbom
+
+            bom = build_sbom(
+                entry.repository,
+                entry.digest,
+                inventory,
+                candidate.base_image,
+                candidate.base_digest,
+                entry.cell,
+            )
+            statements.append(attest.statement(entry.repository, entry.digest, attest.SBOM_PREDICATE, bom))
+        attached = attach.attach_envelopes(
+            self.registry, self.options.repository, ready.manifest, statements, key
+        )
+        missing = []
+        if made is None:
+            missing.append("no verification attestation (never verified)")
+        if inventory is None:
+            missing.append("no SBOM (its verification has no inventory: verify it again)")
+        kinds = ", ".join(attest.short_type(a.predicate_type) for a in attached) or "nothing"
+        self.say(
+            f"signed and attached to {entry.reference}: {kinds}"
+            + (f"; {'; '.join(missing)}" if missing else "")
+            + f" (key {key.keyid[:16]})"
+        )
+        return attached
+
+    def attach_index(
+        self,
+        group: Group,
+        index: Manifest,
+        entries: Sequence[LockEntry],
+        attached: Sequence[tuple[Attached, ...]],
+    ) -> None:
+        """Sign and attach the index's own verification attestation (``imagekit.attest.index``),
+        once each platform's is attached: the digest a pod pulls carries the proof too."""
+        key = self.options.signing_key
+        if key is None:
+            return
+        from imagekit.attest import attach
+        from imagekit.attest import statements as attest
+        from imagekit.attest.index import LeftOutPlatform, PlatformProof, index_predicate
+
+        proofs = [
+            PlatformProof(e.platform, e.cell, e.digest, m.verification, _gpus(e), tuple(a))
+            for m, e, a in zip(group.members, entries, attached, strict=True)
+        ]
+        missing = [LeftOutPlatform(x.platform, x.cell, clipped(x.reason, TEXT_CHARS)) for x in group.missing]
+        made = index_predicate(group.tag, group.input_digest, proofs, missing)
+        reference = naming.by_digest(self.target, index.digest)
+        if made is None:
+            self.say(f"no index attestation for {reference}: a platform was never verified")
+            return
+        statement = attest.statement(self.target, index.digest, *made)
+        done = attach.attach_envelopes(self.registry, self.options.repository, index, [statement], key)
+        kinds = ", ".join(attest.short_type(a.predicate_type) for a in done)
+        what = f"the index of {counted(len(proofs), 'platform')}"
+        self.say(f"signed and attached to {reference}, {what}: {kinds} (key {key.keyid[:16]})")
+
+    def entry(self, ready: _Ready) -> LockEntry:
+        candidate = ready.staged.candidate
+        digest = ready.manifest.digest
+        staged = candidate.staged.digest if candidate.staged is not None else ready.staged.digest
+        labels = ready.labels
+        # The image's labels say what it promises; only values the lock's reader accepts are kept
+        # (they become a Job's command): an odd label is left out, never written.
+        expect = {k: v for k, v in naming.expectations(labels).items() if EXPECTATION.problem(v) is None}
+        script = labels.get(naming.CHECK_SCRIPT_LABEL)
+        served = labels.get(naming.FRONTEND_LABEL)
+        frontend = cast(ServedFrontend, served) if served in get_args(ServedFrontend) else None
+        return LockEntry(
+            cell=candidate.cell,
+            registry=self.options.registry,
+            repository=self.target,
+            digest=digest,
+            tags=candidate.tags,
+            image_id=candidate.image_id,
+            input_digest=candidate.input_digest,
+            policy=self.policy,
+            level=candidate.level,
+            published_at=timestamp(),
+            verification=verified_by(candidate.verification),
+            expect=expect,
+            check_script=script if script and SCRIPT_PATH.problem(script) is None else None,
+            frontend=frontend,
+            provenance=provenance(candidate.verification, staged, digest),
+            platform=candidate.platform,
+        )
+
+    def publish_one(self, ready: _Ready) -> Published:
+        """A group of one: its image under its final tags, then its lock entry."""
+        started = time.monotonic()
+        try:
+            self.promote(ready)
+            entry = self.entry(ready)
+            self.carry_referrers(ready)
+            self.attach(ready, entry)
+        except RegistryError as exc:
+            raise EnvironmentProblem(str(exc)) from None
+        # After each cell, so the lock names every tag that exists even if a later cell fails.
+        merge_lock(self.options.lock_path, {entry.cell: entry})
+        return Published(entry, ready.staged.seconds + time.monotonic() - started)
+
+    def publish_group(self, group: Group, ready: Mapping[str, _Ready]) -> PublishedIndex:
+        """A group of platforms: each image by digest in the target repository (no tag of its
+        own), then one index of them, read back and checked by digest before any tag names it;
+        the immutable tags, then the readable one, then the lock. An index that does not read
+        back as written moves no tag."""
+        started = time.monotonic()
+        members = [ready[m.cell] for m in group.members]
+        repository = self.options.repository
+        index, expected = _index_of(group, ready)
+        tags = group.tags
+        try:
+            for item in members:
+                self.registry.put_manifest(repository, item.manifest.digest, item.manifest)
+            self.registry.put_manifest(repository, index.digest, index)
+            self.registry.read_back_index(repository, index.digest, index, expected)
+            for tag in (*tags[1:], tags[0]):  # the moving readable tag last, as for one image
+                self.registry.put_manifest(repository, tag, index)
+            self.registry.read_back_index(repository, tags[0], index, expected)
+            entries = tuple(self.entry(item) for item in members)
+            attached = []
+            for item, entry in zip(members, entries, strict=True):
+                self.carry_referrers(item)
+                attached.append(self.attach(item, entry))
+            # After the index read back and each platform's proof is in place, the index's own.
+            self.attach_index(group, index, entries, attached)
+        except RegistryError as exc:
+            raise EnvironmentProblem(str(exc)) from None
+        record = LockIndex(
+            group=group.tag,
+            registry=self.options.registry,
+            repository=self.target,
+            digest=index.digest,
+            tags=tags,
+            input_digest=group.input_digest,
+            policy=self.policy,
+            level=group.level,
+            published_at=timestamp(),
+            platforms={e.platform: IndexPlatform(e.cell, e.digest, e.level) for e in entries},
+            missing={x.platform: LeftOut(x.cell, clipped(x.reason, TEXT_CHARS)) for x in group.missing},
+        )
+        merge_lock(self.options.lock_path, {e.cell: e for e in entries}, {group.tag: record})
+        seconds = max(item.staged.seconds for item in members)
+        return PublishedIndex(record, entries, seconds + time.monotonic() - started)
+
+    def run(
+        self,
+        candidates: Sequence[Candidate],
+        on_published: Callable[[Published | PublishedIndex], None] = lambda _: None,
+        on_refused: Callable[[Refusal], None] = lambda _: None,
+        groups: Sequence[Group] = (),
+    ) -> tuple[list[Published | PublishedIndex], list[Refusal]]:
+        """Stage and prepare every image (``candidates`` alone, each group's platforms), then
+        publish: each single image, then each group whose platforms are ready (all of them, or
+        with ``partial`` those that are)."""
+        self.registry.ping()
+        members = [m for g in groups for m in g.members]
+        here, gone = self.present([*candidates, *members])
+        failed = {r.cell: r.reason for r in gone}
+        staged = [self._staged(c) for c in here]
+        in_index = {m.cell for m in members}
+        ready: dict[str, _Ready] = {}
+        for pending in staged:
+            cell = pending.candidate.cell
+            try:
+                prepared = self.prepare(pending, in_index=cell in in_index)
+                self.check_unmoved(pending.candidate.tags, prepared.manifest.digest)
+                ready[cell] = prepared
+            except RegistryError as exc:
+                failed[cell] = f"{exc}; nothing promoted for this cell"
+        refused = [Refusal(c.cell, failed[c.cell]) for c in candidates if c.cell in failed]
+        for refusal in refused:
+            on_refused(refusal)
+        published: list[Published | PublishedIndex] = []
+        for candidate in candidates:
+            if candidate.cell in ready:
+                published.append(self.publish_one(ready[candidate.cell]))
+                on_published(published[-1])
+        for group in groups:
+            settled, turned = settle(group, failed)
+            moved = self._unmoved(settled, ready)
+            for refusal in (*turned, *moved):
+                refused.append(refusal)
+                on_refused(refusal)
+            if settled is not None and not moved:
+                published.append(self.publish_group(settled, ready))
+                on_published(published[-1])
+        return published, refused
+
+    def _unmoved(self, group: Group | None, ready: Mapping[str, _Ready]) -> list[Refusal]:
+        """A group whose immutable tags name another index than the one it would publish: each
+        of its platforms refused (nothing of it promoted); none when the tags are free or its own."""
+        if group is None:
+            return []
+        try:
+            self.check_unmoved(group.tags, _index_of(group, ready)[0].digest)
+        except RegistryError as exc:
+            why = f"{exc}; nothing promoted for this group"
+            return [Refusal(m.cell, f"group {group.tag}, {m.platform}: {why}") for m in group.members]
+        return []
+
+    def _staged(self, candidate: Candidate) -> _Staged:
+        """The candidate's manifest in the registry: staged by `build --push`, or pushed now."""
+        if registry_side(candidate, self.options.registry):
+            assert candidate.staged is not None
+            return _Staged(candidate, candidate.staged.repository, candidate.staged.digest, 0.0)
+        started = time.monotonic()
+        digest = self.stage(candidate)
+        where = naming.by_digest(naming.repository(self.options.registry, self.staging), digest)
+        self.say(f"staged {candidate.cell} as {where}")
+        return _Staged(candidate, self.staging, digest, time.monotonic() - started)
+
+
+def _index_of(group: Group, ready: Mapping[str, _Ready]) -> tuple[Manifest, dict[str, Manifest]]:
+    """The image index a group publishes (its bytes, hence its digest, fixed by its platforms'
+    manifests) and each platform's manifest."""
+    expected: dict[str, Manifest] = {m.platform: ready[m.cell].manifest for m in group.members}
+    index = image_index([(platforms.get(name), manifest) for name, manifest in expected.items()])
+    return index, expected
+
+
+def _gpus(entry: LockEntry) -> tuple[str, ...]:
+    """The GPU products a published image's verification saw (its provenance's word)."""
+    return entry.provenance.gpus if entry.provenance is not None else ()
+
+
+def _check_platform(where: str, config: Mapping[str, Any], platform: Platform) -> None:
+    """The image config's platform (required by the OCI image spec) must be the cell's: an index
+    entry, a Kubernetes node selector and the lock say so on its word."""
+    found = (config.get("os"), config.get("architecture"))
+    if found != (platform.os, platform.arch):
+        said = "/".join(str(x) for x in found) if all(isinstance(x, str) for x in found) else "no platform"
+        raise RegistryError(f"{where} is an image for {shown(said)}, not the cell's {platform.name}")
+
+
+def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
+    return open_registry(host, backoff, say)
+
+
+@dataclass(frozen=True)
+class PublishRun:
+    """What one ``imagekit publish`` did (or, dry, would do)."""
+
+    singles: tuple[Candidate, ...]  # published (or, dry, to publish) as an image alone
+    groups: tuple[Group, ...]  # published (or, dry, to publish) as an image index
+    published: tuple[Published, ...]
+    indexes: tuple[PublishedIndex, ...]
+    refused: tuple[Refusal, ...]
+
+
+def publish_cells(
+    plan: Plan,
+    cells: Sequence[Cell],
+    report: BuildReport,
+    options: PublishOptions,
+    say: Callable[[str], None],
+    on_retry: Callable[[str], None],
+    on_refused: Callable[[Refusal], None],
+    on_published: Callable[[Published | PublishedIndex], None],
+) -> PublishRun:
+    """Decide from the report, then (unless dry) push, stage and promote what was admitted.
+
+    ``say`` hears progress, ``on_retry`` each retried registry request, ``on_refused`` and
+    ``on_published`` each cell's (or group's) outcome as it is known.
+    """
+    selection = select(plan, cells, report)
+    for refusal in selection.refused:
+        on_refused(refusal)
+    if options.dry_run or not selection.candidates:
+        return PublishRun(selection.singles, selection.groups, (), (), selection.refused)
+    client = connect_registry(options.registry, options.backoff, on_retry)
+    try:
+        # The engine only when some image was not staged by `build --push`: with every cell
+        # staged, publishing runs where there is no Docker at all.
+        engine_needed = not all(registry_side(c, options.registry) for c in selection.candidates)
+        publisher = Publisher(
+            connect() if engine_needed else None, client, options, plan.matrix.publish.policy, say
+        )
+        done, unready = publisher.run(selection.singles, on_published, on_refused, selection.groups)
+    finally:
+        client.close()
+    published = tuple(d for d in done if isinstance(d, Published))
+    indexes = tuple(d for d in done if isinstance(d, PublishedIndex))
+    cells_done = {p.entry.cell for p in published}
+    groups_done = {i.index.group for i in indexes}
+    return PublishRun(
+        tuple(c for c in selection.singles if c.cell in cells_done),
+        tuple(g for g in selection.groups if g.tag in groups_done),
+        published,
+        indexes,
+        (*selection.refused, *unready),
+    )

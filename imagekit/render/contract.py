@@ -1,0 +1,67 @@
+"""Where things live inside every imagekit image: the check script, the pip constraints, the venv.
+
+Kept apart from the renderer so that the stages that only read images (verify, report,
+publish) do not import Jinja and the matrix schema. Names and labels are ``imagekit.core.naming``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECK_SCRIPT_CONTEXT = "imagekit-check.py"  # its name in a build context
+CHECK_SCRIPT_PATH = "/opt/imagekit/check.py"  # its path in every image
+CONSTRAINTS_FILE = "/etc/imagekit/constraints.txt"  # pins torch for every later pip install
+VENV = "/opt/venv"  # where torch lives in images whose base brings no PyTorch of its own
+
+
+def packaged_check_script() -> Path:
+    """The probe's zipapp (imagekit/probe, bundled by imagekit.render.probe_bundle): what lands at
+    CHECK_SCRIPT_PATH."""
+    from imagekit.render.probe_bundle import zipapp_path
+
+    return zipapp_path("check")
+
+
+# -- front ends (jupyter, ssh): what their images hold and where ---------------------------------
+
+
+@dataclass(frozen=True)
+class FrontendLayout:
+    """Where every front-end image keeps what: its templates and checks read these."""
+
+    user: str = "dev"  # non-root: the server and the login user
+    uid: int = 1000  # numeric USER, so Kubernetes can enforce runAsNonRoot
+    workspace: str = "/workspace"  # home and working directory; code, data and checkpoints below
+    workspace_dirs: tuple[str, ...] = ("code", "data", "checkpoints")
+    state_dir: str = "/var/lib/imagekit-frontend"  # host keys and tokens at run time; empty in the image
+    files_context: str = "frontend"  # the front-end files in a build context
+    files_dir: str = "/opt/imagekit/frontend"  # and in the image
+    check_context: str = "frontend-check.py"
+    check_path: str = "/opt/imagekit/frontend_check.py"
+
+    def port(self, frontend: str) -> int:
+        """Where the server listens; sshd runs as the user, so no port below 1024."""
+        return {"jupyter": 8888, "ssh": 2222}[frontend]
+
+
+FRONTEND = FrontendLayout()
+FRONTEND_FILES = (
+    Path(__file__).parent.parent / "frontends"
+)  # entrypoint, sshd_config, healthcheck, shell hooks
+
+
+def packaged_frontend_check() -> Path:
+    """The probe's zipapp with the front-end check as its entry: what lands at FRONTEND.check_path."""
+    from imagekit.render.probe_bundle import zipapp_path
+
+    return zipapp_path("frontend")
+
+
+def frontend_files() -> tuple[tuple[str, Path], ...]:
+    """(name in the context, file) for the front-end files every front-end image carries."""
+    return tuple(
+        (f"{FRONTEND.files_context}/{path.name}", path)
+        for path in sorted(FRONTEND_FILES.iterdir())
+        if path.is_file() and not path.name.startswith(".") and path.suffix != ".pyc"
+    )

@@ -1,0 +1,159 @@
+"""The GPUs a verification asks for: ``--gpus`` as docker takes it, the runner's devices it covers,
+and what one check container of a cell is given (one pinned GPU, or all of them) and runs there.
+
+GPU minutes are what a nightly pays for on an 8-GPU runner, so ``verify --jobs N`` shares the
+runner's devices out one per cell (``imagekit.verify.schedule`` decides the order); this module
+only says which devices there are and how a container asks for one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from imagekit.core.errors import InputError
+from imagekit.core.limits import MAX_GPUS
+from imagekit.core.text import shown
+from imagekit.probe import protocol
+
+if TYPE_CHECKING:  # docker-py is imported by the commands that talk to an engine
+    from docker.types import DeviceRequest
+
+# Checks that use every GPU the container sees: a cell pinned to one GPU runs without the
+# collectives (they need two), then these on all of them. Kept here, not in the probe's protocol:
+# the probe's bytes are in every cell's input digest, and the scheduling is the host's alone.
+COLLECTIVE_CHECKS: tuple[str, ...] = (protocol.NCCL, protocol.NCCL_BANDWIDTH)
+ALL_GPU_CHECKS: tuple[str, ...] = (protocol.GEMM_GPU, *COLLECTIVE_CHECKS)
+# nvidia-smi answers in well under a second; one that hangs (a wedged driver) must not hold the run.
+NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """``--gpus`` as docker takes it: ``all``, a count, ``device=0,1``, or ``none``."""
+
+    text: str
+    count: int  # -1 all, 0 none, N
+    device_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> GpuRequest:
+        value = text.strip()
+        if value in ("all", "-1"):
+            return cls(value, -1)
+        if value in ("none", "0", ""):
+            return cls("none", 0)
+        # ASCII digits, a few of them: str.isdigit() admits '١٢' and int() fails past 4,300 digits
+        if re.fullmatch(r"[0-9]{1,4}", value):
+            return cls(value, int(value))
+        if value.startswith("device=") and len(value) <= 256:
+            ids = tuple(part for part in value.removeprefix("device=").split(",") if part)
+            if ids and all(re.fullmatch(r"[A-Za-z0-9-]+", part) for part in ids):
+                return cls(value, len(ids), ids)
+        raise InputError(
+            f"--gpus {shown(text)}: use all, none, a count (2) or device=0,1 (as docker takes it)"
+        )
+
+    @classmethod
+    def pinned(cls, device: str) -> GpuRequest:
+        """Exactly one device, by its index (or UUID) as nvidia-smi names it."""
+        return cls(f"device={device}", 1, (device,))
+
+    @property
+    def requested(self) -> bool:
+        return self.count != 0
+
+    def device_requests(self) -> list[DeviceRequest]:
+        from docker.types import DeviceRequest
+
+        if not self.requested:
+            return []
+        if self.device_ids:
+            return [DeviceRequest(device_ids=list(self.device_ids), capabilities=[["gpu"]])]
+        return [DeviceRequest(count=self.count, capabilities=[["gpu"]])]
+
+    def held(self, runner: tuple[str, ...] | None) -> int | None:
+        """How many GPUs a container with this request holds (None: ``all`` on a runner whose
+        devices are unknown)."""
+        if self.count >= 0:
+            return self.count
+        return None if runner is None else len(runner)
+
+
+def _local_engine(environ: Mapping[str, str]) -> bool:
+    """Whether the engine runs on this host: only then are this host's GPUs the containers'."""
+    host = environ.get("DOCKER_HOST", "")
+    return not host or host.startswith("unix://")
+
+
+def _nvidia_smi_indexes(run: Callable[..., subprocess.CompletedProcess[str]]) -> tuple[str, ...] | None:
+    try:
+        done = run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = tuple(line.strip() for line in done.stdout.splitlines() if line.strip())
+    if done.returncode != 0 or not found or not all(re.fullmatch(r"[0-9]{1,3}", i) for i in found):
+        return None
+    return found[:MAX_GPUS]
+
+
+def runner_devices(
+    request: GpuRequest,
+    environ: Mapping[str, str] | None = None,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+) -> tuple[str, ...] | None:
+    """The devices ``request`` covers on this runner, as docker's device requests name them: the
+    ids given, ``0..N-1`` for a count (docker's NVIDIA driver takes the first N), and for ``all``
+    the host's nvidia-smi indexes when the engine is local; None when they cannot be known."""
+    if not request.requested:
+        return ()
+    if request.device_ids:
+        return request.device_ids
+    if request.count > 0:
+        return tuple(str(i) for i in range(request.count))
+    if not _local_engine(os.environ if environ is None else environ):
+        return None
+    return _nvidia_smi_indexes(run)
+
+
+@dataclass(frozen=True)
+class CheckPass:
+    """One check container of a cell's verification: the GPUs it is given and the checks it runs.
+
+    A plain run is one pass with the whole request. ``verify --jobs`` on several GPUs runs each
+    cell first on one GPU without the collectives (``one_gpu``), then, once the others are done,
+    the checks that use every GPU on all of them (``all_gpus``).
+    """
+
+    gpus: GpuRequest
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    frontend: bool = True  # a front-end image's own checks run in this pass
+    kind: str = "verify"  # names the pass's log file
+
+    @classmethod
+    def one_gpu(cls, device: str) -> CheckPass:
+        return cls(GpuRequest.pinned(device), skip=COLLECTIVE_CHECKS)
+
+    @classmethod
+    def all_gpus(cls, request: GpuRequest) -> CheckPass:
+        return cls(request, only=ALL_GPU_CHECKS, frontend=False, kind="all-gpus")
+
+    def arguments(self) -> list[str]:
+        """The probe's check selection for this pass."""
+        args: list[str] = []
+        if self.only:
+            args += [protocol.ONLY_OPTION, ",".join(self.only)]
+        if self.skip:
+            args += [protocol.SKIP_OPTION, ",".join(self.skip)]
+        return args

@@ -1,0 +1,213 @@
+"""`imagekit matrix --format github|json|bake`: what other engines are handed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagekit.export.targets import GITHUB_MAX_JOBS, bake_target_name, github_matrix
+from imagekit.plan.matrix import load_plan
+from imagekit.render.dockerfile import Renderer
+from tests.conftest import CUDA_BASE, REPO, CliResult, run_cli
+
+BAKE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def test_github_format_is_one_line_of_every_cell() -> None:
+    result = run_cli("matrix", "--matrix", str(REPO / "matrix.yaml"), "--format", "github")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("\n") == 1  # one line, as $GITHUB_OUTPUT needs
+    document = json.loads(result.stdout)
+    plan = load_plan(REPO / "matrix.yaml")
+    assert [e["id"] for e in document["include"]] == [c.id for c in plan.cells]
+    first = document["include"][0]
+    assert set(first) == {"id", "torch", "cuda", "python", "flavour", "base", "os", "platform", "arch"}
+    assert (first["platform"], first["arch"]) == (plan.cells[0].platform, "amd64")
+    assert all(isinstance(v, str) for e in document["include"] for v in e.values())
+
+
+def test_github_format_only_filters_and_refuses_an_empty_selection() -> None:
+    result = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "github", "--only", "*runtime")
+    ids = [e["id"] for e in json.loads(result.stdout)["include"]]
+    assert ids and all(i.endswith("runtime") for i in ids)
+    none = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "github", "--only", "nothing*")
+    assert none.exit_code == 2
+    assert "matches no cell" in none.stderr
+
+
+def test_github_matrix_refuses_more_jobs_than_github_runs() -> None:
+    cell = load_plan(REPO / "matrix.yaml").cells[0]
+    cells = [replace(cell, id=f"c{i}") for i in range(GITHUB_MAX_JOBS + 1)]
+    with pytest.raises(Exception, match="at most 256 jobs"):
+        github_matrix(cells)
+    assert len(github_matrix(cells[:GITHUB_MAX_JOBS])["include"]) == GITHUB_MAX_JOBS
+
+
+def test_json_format_carries_tags_digests_and_build_labels() -> None:
+    result = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = {r.cell.id: r for r in Renderer(plan).render_all()}
+    assert len(document["cells"]) == len(plan.cells)
+    for entry in document["cells"]:
+        item = rendered[entry["id"]]
+        assert entry["input_digest"] == item.input_digest
+        assert entry["build_labels"] == item.build_labels()
+        assert entry["tags"][0].endswith(":" + item.cell.image_tag)
+        assert entry["tags"][0].startswith(document["repository"] + ":")
+
+
+def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> None:
+    context_dir = tmp_path / "bake"
+    result = run_cli(
+        "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(context_dir)
+    )
+    assert result.exit_code == 0, result.stderr
+    bake = json.loads(result.stdout)
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = {bake_target_name(r.cell.id): r for r in Renderer(plan).render_all()}
+    assert bake["group"]["default"]["targets"] == [bake_target_name(c.id) for c in plan.cells]
+    assert set(bake["target"]) == set(rendered)
+    for name, target in bake["target"].items():
+        assert BAKE_NAME.match(name)
+        item = rendered[name]
+        context = Path(target["context"])
+        assert context == context_dir / item.cell.id
+        assert (context / target["dockerfile"]).read_text() == item.dockerfile
+        for file_name, source in item.context_files:
+            assert (context / file_name).read_bytes() == source.read_bytes()
+        assert target["labels"] == item.build_labels()
+        # only a staging tag: `bake --push` must never write the final (moving) tags
+        final = json.loads(
+            run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "json", "--only", item.cell.id).stdout
+        )["cells"][0]["tags"]
+        repository = final[0].rsplit(":", 1)[0]
+        assert target["tags"] == [f"{repository}:staging-{item.input_digest[:12]}"]
+        assert not set(target["tags"]) & set(final)
+        assert target["args"] == dict(item.build_args)
+
+
+def _export_bake(tmp_path: Path, cell_id: str) -> CliResult:
+    args = ("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(tmp_path / "bake"))
+    return run_cli(*args, "--only", cell_id)
+
+
+def test_bake_replaces_a_stale_context(tmp_path: Path) -> None:
+    cell = load_plan(REPO / "matrix.yaml").cells[0]
+    assert _export_bake(tmp_path, cell.id).exit_code == 0
+    stale = tmp_path / "bake" / cell.id / "left-over.txt"
+    stale.write_text("old")
+    result = _export_bake(tmp_path, cell.id)
+    assert result.exit_code == 0, result.stderr
+    assert not stale.exists()
+    assert (stale.parent / "Dockerfile").is_file()
+    # imagekit's own check script is copied, not linked: editing the context edits nothing else
+    assert (stale.parent / "imagekit-check.py").stat().st_nlink == 1
+
+
+@pytest.mark.parametrize("kind", ["a directory of someone's files", "a FIFO as its Dockerfile"])
+def test_bake_never_removes_a_directory_it_did_not_write(kind: str, tmp_path: Path) -> None:
+    cell = load_plan(REPO / "matrix.yaml").cells[0]
+    theirs = tmp_path / "bake" / cell.id
+    if kind.startswith("a directory"):
+        (theirs / "Dockerfile").mkdir(parents=True)
+        (theirs / "Dockerfile" / "notes.txt").write_text("mine")
+    else:
+        theirs.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(theirs / "Dockerfile")  # reading it would block; it must not be opened
+    before = sorted(str(p.relative_to(tmp_path)) for p in theirs.rglob("*"))
+    result = _export_bake(tmp_path, cell.id)
+    assert result.exit_code == 2, result.stderr
+    assert "is not a bake context imagekit wrote" in result.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in theirs.rglob("*")) == before
+
+
+def test_bake_builds_a_local_base_first_through_a_target_context(
+    tmp_path: Path, write_matrix: Callable[[str], Path]
+) -> None:
+    (tmp_path / "bases" / "deb").mkdir(parents=True)
+    (tmp_path / "bases" / "deb" / "Dockerfile").write_text("FROM debian:bookworm\n")
+    matrix = write_matrix(
+        """
+        version: 1
+        axes: {torch: ["2.5.1"], cuda: [cpu], base: [deb]}
+        bases:
+          deb:
+            image: "imagekit-local/deb:1"
+            build: {context: bases/deb}
+            os: debian12
+            python: "3.11"
+        """
+    )
+    result = run_cli("matrix", "-m", str(matrix), "-f", "bake", "--context-dir", str(tmp_path / "ctx"))
+    assert result.exit_code == 0, result.stderr
+    bake = json.loads(result.stdout)
+    base = bake["target"]["base-deb"]
+    assert base["tags"] == ["imagekit-local/deb:1"]
+    assert Path(base["context"]) == tmp_path / "bases" / "deb"
+    (cell_target,) = (t for n, t in bake["target"].items() if n != "base-deb")
+    assert cell_target["contexts"] == {"imagekit-local/deb:1": "target:base-deb"}
+    assert "base-deb" not in bake["group"]["default"]["targets"]
+
+
+def test_unknown_format_is_a_usage_error() -> None:
+    result = run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "hcl")
+    assert result.exit_code == 2
+
+
+def test_cuda_base_fixture_renders(write_matrix: Callable[[str], Path]) -> None:
+    matrix = write_matrix('version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE)
+    github = json.loads(run_cli("matrix", "-m", str(matrix), "-f", "github").stdout)
+    assert github == {
+        "include": [
+            {
+                "id": "cuda-torch2.1.2-cuda12.1-py3.10-devel",
+                "torch": "2.1.2",
+                "cuda": "12.1",
+                "python": "3.10",
+                "flavour": "devel",
+                "base": "cuda",
+                "os": "ubuntu22.04",
+                "platform": "linux/amd64",
+                "arch": "amd64",
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize("name", ["../escaped.txt", "/etc/escaped.txt", "wheelhouse/../../escaped.txt", ""])
+def test_a_context_path_that_leaves_the_cells_directory_is_refused(name: str, tmp_path: Path) -> None:
+    from imagekit.core.errors import InputError
+    from imagekit.export.targets import materialise_context
+
+    plan = load_plan(REPO / "matrix.yaml")
+    source = tmp_path / "payload"
+    source.write_text("x")
+    rendered = replace(Renderer(plan).render_all()[0], context_files=((name, source),))
+    root = tmp_path / "bake"
+    with pytest.raises(InputError, match=r"context path .* leaves its directory"):
+        materialise_context(rendered, root / "cell", root)
+    assert not (tmp_path / "escaped.txt").exists() and not (root / "escaped.txt").exists()
+
+
+def test_two_cells_that_would_be_one_bake_target_are_refused_naming_both(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Bake target names turn dots into underscores: one target would silently build the other."""
+    from imagekit.core.errors import InputError
+    from imagekit.export.targets import bake_file
+
+    matrix = write_matrix('version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE)
+    plan = load_plan(matrix)
+    (item,) = Renderer(plan).render_all()
+    twin = replace(item, cell=replace(item.cell, id=item.cell.id.replace("py3.10", "py3_10")))
+    both = f"{re.escape(item.cell.id)} and {re.escape(twin.cell.id)} map to one"
+    with pytest.raises(InputError, match=both):
+        bake_file(plan, [item, twin], tmp_path / "contexts")

@@ -1,0 +1,1 @@
+"""Tests of the front ends' files (imagekit/frontends)."""

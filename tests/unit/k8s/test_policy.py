@@ -1,0 +1,180 @@
+"""The manifests `imagekit k8s` writes for the shipped matrices, checked by Kubernetes' schema
+(kubernetes-validate, strict) and by an independent policy scanner (checkov's Kubernetes checks).
+
+checkov is not a dev extra: resolved beside the project's dev dependencies it pins packaging to
+23.x (which holds pytest back) and brings some 60 packages (boto3, aiohttp, ...). It runs from its
+own virtual environment (``scripts/test.sh`` makes it under ~/.cache/imagekit/checkov-venv), found
+through IMAGEKIT_CHECKOV (the executable), else ``checkov`` on PATH, else /tmp/checkov-venv.
+Without it the scanner test fails saying so: it never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from imagekit.k8s.manifests import Claim, JobOptions, Toleration, render_jobs, write_jobs
+from imagekit.k8s.validate_on import PLAN_NAME, parse_products, render_validation
+from imagekit.plan.cells import frontend_of
+from imagekit.plan.matrix import load_plan
+from imagekit.report.lockfile import Lock, LockEntry
+from tests.conftest import REPO
+from tests.unit.report_samples import lock_entry
+
+MATRICES = ("matrix.yaml", "examples/offline/matrix.yaml")  # Jobs; the offline one has front ends
+
+# checkov findings that do not apply, each with the reason; README.md's Kubernetes section lists
+# the same ids (a test below keeps the two in step).
+ACCEPTED = {
+    "CKV_K8S_40": "high UID: the front-end images' user is uid 1000 (their home, sshd's login user)"
+    " and Jobs run as the same uid so that files on a shared claim stay the user's; a user namespace"
+    " (hostUsers: false) is what maps it away from host uids, where the cluster supports it",
+    "CKV2_K8S_6": "NetworkPolicy: which traffic a namespace allows is the cluster's policy (ingress"
+    " controllers, DNS, dataset and model mirrors); a front end is reached through a ClusterIP"
+    " Service and kubectl port-forward",
+}
+# ... and those that go away with --cpu and --memory, which are the user's to size (a GPU node's
+# CPUs and memory are shared by its GPUs; a guessed memory limit would kill a job the node could run)
+UNSIZED = {
+    "CKV_K8S_10": "CPU requests: --cpu",
+    "CKV_K8S_11": "CPU limits: --cpu",
+    "CKV_K8S_12": "memory requests: --memory",
+    "CKV_K8S_13": "memory limits: --memory",
+}
+# and the default namespace, which --namespace (or `kubectl apply -n`) replaces
+NAMESPACED = {"CKV_K8S_21": "the default namespace: --namespace"}
+
+
+def _manifests(options: JobOptions) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for matrix in MATRICES:
+        plan = load_plan(REPO / matrix)
+        repository = f"{plan.matrix.publish.registry}/{plan.matrix.publish.repository}"
+        entries: dict[str, LockEntry] = {
+            c.id: replace(
+                lock_entry(c.id, frontend=frontend_of(c)), repository=repository, platform=c.platform
+            )
+            for c in plan.cells
+        }
+        files.update(render_jobs(Lock(entries), options, {c.id: frontend_of(c) for c in plan.cells}))
+    return files
+
+
+OPTIONS = {
+    "defaults": JobOptions(namespace="ml"),
+    "a node pool": JobOptions(
+        gpus=8,
+        namespace="ml",
+        runtime_class="nvidia",
+        tolerations=(Toleration.parse("gpu"),),
+        claims=(Claim.parse("ckpt:/checkpoints"),),
+        cpu="32",
+        memory="512Gi",
+    ),
+    "a MIG slice": JobOptions(gpus=1, gpu_resource="nvidia.com/mig-1g.10gb"),
+}
+
+
+def _kinds(files: dict[str, str]) -> set[str]:
+    return {m["kind"] for text in files.values() for m in yaml.safe_load_all(text)}
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_the_shipped_matrices_manifests_are_strictly_valid(options: JobOptions) -> None:
+    files = _manifests(options)
+    assert {"Job", "Deployment", "Service", "PersistentVolumeClaim"} <= _kinds(files)
+    for text in files.values():
+        for manifest in yaml.safe_load_all(text):
+            kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+
+
+def checkov() -> str:
+    found = (
+        os.environ.get("IMAGEKIT_CHECKOV")
+        or shutil.which("checkov")
+        or next((p for p in ("/tmp/checkov-venv/bin/checkov",) if Path(p).is_file()), None)
+    )
+    if not found:
+        pytest.fail(
+            "checkov is not installed: python3 -m venv /tmp/checkov-venv &&"
+            " /tmp/checkov-venv/bin/pip install checkov (or set IMAGEKIT_CHECKOV to its executable)"
+        )
+    return found
+
+
+def _findings(directory: Path) -> list[dict[str, Any]]:
+    env = {**os.environ, "BC_SKIP_MAPPING": "TRUE"}  # no call home for its guideline links
+    done = subprocess.run(  # a fixed argument list
+        [
+            checkov(),
+            "-d",
+            str(directory),
+            "--framework",
+            "kubernetes",
+            "-o",
+            "json",
+            "--quiet",
+            "--skip-download",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    reports = json.loads(done.stdout)
+    failed: list[dict[str, Any]] = []
+    for report in reports if isinstance(reports, list) else [reports]:
+        failed += report.get("results", {}).get("failed_checks", [])
+    return failed
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_the_policy_scanner_finds_only_what_the_readme_explains(options: JobOptions, tmp_path: Path) -> None:
+    write_jobs(_manifests(options), tmp_path)
+    accepted = {
+        **ACCEPTED,
+        **(UNSIZED if options.cpu is None or options.memory is None else {}),
+        **(NAMESPACED if options.namespace is None else {}),
+    }
+    found = {f"{f['check_id']} {f['resource']}" for f in _findings(tmp_path) if f["check_id"] not in accepted}
+    assert not found, "\n".join(sorted(found))
+
+
+def _validate_on(options: JobOptions) -> dict[str, str]:
+    """The validate-on Jobs for the shipped matrix on an x86 and a Grace product (the plan left out)."""
+    plan = load_plan(REPO / "matrix.yaml")
+    repository = f"{plan.matrix.publish.registry}/{plan.matrix.publish.repository}"
+    entries = {
+        c.id: replace(lock_entry(c.id), repository=repository, platform=c.platform) for c in plan.cells
+    }
+    products = parse_products(["NVIDIA-H100-80GB-HBM3", "NVIDIA-GH200-480GB"])
+    files = render_validation(Lock(entries), options, products).files
+    return {name: text for name, text in files.items() if name != PLAN_NAME}
+
+
+def test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_path: Path) -> None:
+    options = JobOptions(namespace="ml", cpu="8", memory="64Gi", tolerations=(Toleration.parse("gpu"),))
+    files = _validate_on(options)
+    assert _kinds(files) == {"Job"}
+    for text in files.values():
+        kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
+    write_jobs(files, tmp_path)
+    found = {f"{f['check_id']} {f['resource']}" for f in _findings(tmp_path) if f["check_id"] not in ACCEPTED}
+    assert not found, "\n".join(sorted(found))
+
+
+def test_the_readme_lists_every_accepted_finding() -> None:
+    readme = (REPO / "README.md").read_text()
+    listed = {**ACCEPTED, **UNSIZED, **NAMESPACED}
+    assert all(check in readme for check in listed), [c for c in listed if c not in readme]

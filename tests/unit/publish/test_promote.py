@@ -1,0 +1,669 @@
+"""Publishing decisions without an engine: levels and policies, published tags, push errors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from imagekit.core import naming
+from imagekit.core.errors import EnvironmentProblem
+from imagekit.plan.cells import Cell
+from imagekit.plan.matrix import load_plan
+from imagekit.plan.schema import Publish
+from imagekit.publish.policy import ADMITS, Candidate, Selection, final_tags, level_of
+from imagekit.report.store import CellResult
+from imagekit.report.verification import CheckRecord, Verification
+from tests.conftest import CUDA_BASE
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def result(verdict: str | None, status: str = "built") -> CellResult:
+    verification = None
+    if verdict is not None:
+        checks = (CheckRecord("torch_import", "pass" if verdict != "failed" else "fail", True),)
+        verification = Verification("c", "sha256:img", "none", verdict, False, False, checks, 1.0)  # type: ignore[arg-type]
+    return CellResult(
+        id="c",
+        kind="cell",
+        status=status,  # type: ignore[arg-type]
+        image_id="sha256:img",
+        tags=(
+            "acme/pytorch:2.1.2-cu121",
+            "acme/pytorch:2.1.2-cu121-20261129",
+            "acme/pytorch:2.1.2-cu121-abc",
+        ),
+        size=1,
+        input_digest="f" * 64,
+        base_image="b",
+        base_digest=None,
+        duration_s=1.0,
+        log=None,
+        error=None,
+        verification=verification,
+    )
+
+
+def test_levels_and_policies() -> None:
+    assert level_of(result("validated")) == "validated"
+    assert level_of(result("checked")) == "checked"
+    assert level_of(result(None)) == "built"
+    assert level_of(result("failed")) is None  # never published, whatever the policy
+    assert level_of(result(None, status="failed")) is None
+    assert ADMITS["gpu-validated"] == {"validated"}
+    assert "checked" in ADMITS["checked"] and "built" not in ADMITS["checked"]
+
+
+def _cell(write_matrix: Callable[[str], Path]) -> tuple[Cell, Publish]:
+    path = write_matrix(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE + "publish:\n  repository: acme/pytorch\n"
+        '  tags: {readable: "{torch}-{stack}", immutable: ["{readable}-{date}", "{readable}-{digest}"]}\n'
+    )
+    plan = load_plan(path)
+    return plan.cells[0], plan.matrix.publish
+
+
+def test_tags_say_how_far_an_image_was_verified(write_matrix: Callable[[str], Path]) -> None:
+    cell, publish = _cell(write_matrix)
+    built = replace(result("checked"), built_on=date(2026, 11, 29))
+    short = built.input_digest[:12]  # type: ignore[index]
+    assert final_tags(cell, publish, built, "validated") == (
+        "2.1.2-cuda12.1-cudnn8",
+        "2.1.2-cuda12.1-cudnn8-20261129",
+        f"2.1.2-cuda12.1-cudnn8-{short}",
+    )
+    assert final_tags(cell, publish, built, "checked") == (
+        "2.1.2-cuda12.1-cudnn8-checked",
+        "2.1.2-cuda12.1-cudnn8-20261129-checked",
+        f"2.1.2-cuda12.1-cudnn8-{short}-checked",
+    )
+    assert all(t.endswith("-unverified") for t in final_tags(cell, publish, built, "built") or ())
+
+
+def test_published_tags_come_from_the_matrix_not_the_report(write_matrix: Callable[[str], Path]) -> None:
+    """The report gives the build's identity (input digest, day) and nothing else: a tag it lists
+    is never published, and a report without the day (an earlier release's) names no tags."""
+    cell, publish = _cell(write_matrix)
+    tampered = replace(
+        result("validated"),
+        built_on=date(2024, 1, 1),
+        tags=("acme/pytorch:latest", "acme/pytorch:2.1.2-cuda12.1-cudnn8-20240101", "evil/repo:owned"),
+    )
+    tags = final_tags(cell, publish, tampered, "validated")
+    short = tampered.input_digest[:12]  # type: ignore[index]
+    assert tags == (
+        "2.1.2-cuda12.1-cudnn8",
+        "2.1.2-cuda12.1-cudnn8-20240101",
+        f"2.1.2-cuda12.1-cudnn8-{short}",
+    )
+    assert final_tags(cell, publish, replace(tampered, built_on=None), "validated") is None
+
+
+def test_transient_push_errors_match_whole_words() -> None:
+    from imagekit.engine.client import transient_push_error
+
+    for text in (
+        "received unexpected HTTP status: 503 Service Unavailable",
+        "toomanyrequests: too many requests",
+        "Patch https://r/v2/x/blobs/uploads/1: EOF",
+        "dial tcp 1.2.3.4:443: connect: connection refused",
+        "net/http: TLS handshake timeout",
+    ):
+        assert transient_push_error(text), text
+    for text in (
+        "manifest invalid: sha256:5000abc blob unknown",
+        "denied: requested access to the resource is denied",
+        "blob upload invalid: size 5001 exceeds the limit",
+        "name unknown: repository thereof",
+    ):
+        assert not transient_push_error(text), text
+
+
+def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from imagekit.publish import promote as publishing
+    from imagekit.report import store
+    from tests.conftest import REPO, run_cli
+
+    closed: list[bool] = []
+
+    class FakeRegistry:
+        def close(self) -> None:
+            closed.append(True)
+
+    class FakePublisher:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def run(self, *args: Any) -> Any:
+            raise EnvironmentProblem("registry down")
+
+    candidate = Candidate("c", "sha256:img", "f" * 64, "validated", ("t",), None)
+    monkeypatch.setattr(store, "read_previous", lambda _: object())
+    monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
+    monkeypatch.setattr(publishing, "connect_registry", lambda *_: FakeRegistry())
+    monkeypatch.setattr(publishing, "Publisher", FakePublisher)
+    monkeypatch.setattr(publishing, "connect", lambda **_: object())
+    result = run_cli(
+        "publish", "-m", str(REPO / "matrix.yaml"), "--registry", "127.0.0.1:5000",
+        "--state-dir", str(tmp_path), "--lock", str(tmp_path / "lock.json"),
+    )  # fmt: skip
+    assert result.exit_code == 3, result.stderr
+    assert closed == [True]
+
+
+# -- staged cells: engine-free promotion, the digest chain, provenance ---------------------------------
+
+STAGED_DIGEST = "sha256:" + "5" * 64
+IMAGE = "sha256:" + "c" * 64
+
+
+def staged_result(verdict: str | None, verified_digest: str | None = STAGED_DIGEST) -> CellResult:
+    from dataclasses import replace
+
+    from imagekit.report.store import Staged
+
+    staged = Staged("reg:5000", "acme/staging", "staging-ffffffffffff", STAGED_DIGEST)
+    base = result(verdict)
+    verification = base.verification
+    if verification is not None:
+        verification = replace(verification, image=staged.reference, image_digest=verified_digest)
+    return replace(base, staged=staged, verification=verification)
+
+
+def test_a_verified_digest_other_than_the_staged_one_is_refused() -> None:
+    from imagekit.publish.policy import refusal_reason
+
+    assert refusal_reason(staged_result("checked"), "checked") is None
+    wrong = refusal_reason(staged_result("checked", "sha256:" + "6" * 64), "checked")
+    assert wrong is not None and "is not its staged digest" in wrong and "verify --pull" in wrong
+    unknown = refusal_reason(staged_result("checked", None), "checked")
+    assert unknown is not None and "(unknown)" in unknown
+    failed = refusal_reason(staged_result("failed"), "checked")
+    assert failed is not None and "failed verification" in failed
+
+
+def check(name: str, status: str, actual: object = None, detail: object = None) -> CheckRecord:
+    import json
+
+    def text(value: object) -> str | None:
+        return None if value is None else value if isinstance(value, str) else json.dumps(value)
+
+    return CheckRecord(name, status, True, actual=text(actual), detail=text(detail))
+
+
+def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> None:
+    from dataclasses import replace
+
+    from imagekit.report.provenance import NO_GPU_NOTE, provenance
+
+    verification = Verification(
+        "c", "img", "all", "validated", True, True,
+        (
+            check("nvidia_smi", "pass", {"driver": "560.35.03", "gpus": [{"name": "NVIDIA H200"}] * 2},
+                  {"header": {"driver": "560.35.03", "cuda": "12.6"}}),
+            check("driver", "pass", "560.35.03", {"cuda": "12.1", "host_cuda": "12.6"}),
+            check("gemm_gpu", "pass"),
+            check("nccl", "skip"),
+        ),
+        1.0, image_digest=STAGED_DIGEST,
+    )  # fmt: skip
+    found = provenance(verification, STAGED_DIGEST, STAGED_DIGEST)
+    assert found.gpus == ("NVIDIA H200", "NVIDIA H200") and found.driver == "560.35.03"
+    assert found.cuda_driver == "12.6" and found.note is None
+    assert (found.checks_passed, found.checks_total) == (3, 4) and found.digest_chain.equal
+    # Without a GPU nothing is made up: the fields are null and the note says why.
+    blind = replace(
+        verification, gpu_visible=False, verdict="checked",
+        checks=(check("nvidia_smi", "skip"), check("driver", "skip"), check("torch", "pass")),
+    )  # fmt: skip
+    found = provenance(blind, STAGED_DIGEST, STAGED_DIGEST)
+    assert (found.gpus, found.driver, found.cuda_driver, found.note) == ((), None, None, NO_GPU_NOTE)
+    # Pushed by publish from the engine, verified by image id: the chain says so.
+    assert not provenance(replace(blind, image_digest=None), STAGED_DIGEST, STAGED_DIGEST).digest_chain.equal
+    assert provenance(None, STAGED_DIGEST, STAGED_DIGEST).checks_total == 0
+
+
+def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
+    """Any status but pass and skip is a failure (an edited report may say "error")."""
+    from imagekit.report.provenance import verified_by
+
+    verification = Verification(
+        "c", "img", "none", "checked", False, False,
+        (check("torch", "pass"), check("nccl", "skip"), check("gemm_cpu", "fail"),
+         check("inventory", "error")),
+        1.0,
+    )  # fmt: skip
+    summary = verified_by(verification)
+    assert summary is not None
+    checks = summary.checks
+    assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
+    assert checks.failed_names == ("gemm_cpu", "inventory")
+
+
+class FakeRegistry:
+    """The registry calls promotion makes, recorded in order; no Docker anywhere."""
+
+    def __init__(self, config_digest: str, missing: set[str] | None = None) -> None:
+        import hashlib
+        import json
+
+        from imagekit.registry.manifest import DOCKER_MANIFEST, Manifest
+
+        self.calls: list[tuple[str, ...]] = []
+        self.missing = missing or set()
+        self.tagged: dict[str, str] = {}  # tag -> the digest it names in the target repository
+        body = json.dumps({
+            "schemaVersion": 2,
+            "config": {"digest": config_digest},
+            "layers": [{"digest": "sha256:" + "1" * 64}, {"digest": "sha256:" + "2" * 64}],
+        }).encode()  # fmt: skip
+        self.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body)
+        labels = {
+            "imagekit.python": "3.11",
+            "imagekit.check-script": "/opt/imagekit/check.py",
+            "imagekit.input-digest": "f" * 64,  # what the report's records say it was built from
+        }
+        self.config = json.dumps(
+            {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
+        ).encode()
+
+    def ping(self) -> None:
+        self.calls.append(("ping",))
+
+    def get_manifest(self, repository: str, reference: str) -> Any:
+        from imagekit.core.errors import RegistryError
+
+        self.calls.append(("get_manifest", repository, reference))
+        if reference in self.missing:
+            raise RegistryError(f"registry reg:5000: GET manifest {repository}:{reference}: HTTP 404")
+        return self.manifest
+
+    def get_blob(self, repository: str, digest: str) -> bytes:
+        self.calls.append(("get_blob", repository, digest))
+        return self.config
+
+    def mount_blob(self, repository: str, digest: str, source: str, size: int | None = None) -> str:
+        self.calls.append(("mount_blob", repository, digest, source))
+        return "mounted"
+
+    def put_manifest(self, repository: str, tag: str, manifest: Any) -> str:
+        self.calls.append(("put_manifest", repository, tag))
+        self.tagged[tag] = str(manifest.digest)
+        return str(manifest.digest)
+
+    def tag_digest(self, repository: str, tag: str) -> str | None:
+        self.calls.append(("tag_digest", repository, tag))
+        return self.tagged.get(tag)
+
+    # what the staged digest's referrers are (attestations attached where it was staged)
+    attached: tuple[Any, ...] = ()
+
+    def referrers(self, repository: str, subject: str) -> list[Any]:
+        return list(self.attached) if repository == "acme/staging" else []
+
+    def attach(self, repository: str, artifact: Any, subject: str) -> bool:
+        self.calls.append(("attach", repository, artifact.digest, subject))
+        return False
+
+
+def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.report.lockfile import read_lock
+
+    registry = FakeRegistry(IMAGE)
+    staged = staged_result("checked").staged
+    tags = ("2.1.2-cu121-checked", "2.1.2-cu121-20261129-checked", "2.1.2-cu121-abc-checked")
+    fine = Candidate("c", IMAGE, "f" * 64, "checked", tags, staged_result("checked").verification, staged)
+    gone = replace(fine, cell="gone", staged=replace(staged, digest="sha256:" + "9" * 64))  # type: ignore[type-var]
+    registry.missing.add("sha256:" + "9" * 64)
+    registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)  # as the registry stored it
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    said: list[str] = []
+    publisher = Publisher(None, registry, options, "checked", said.append)  # type: ignore[arg-type]
+    published, refused = publisher.run([fine, gone])
+    assert [p.entry.cell for p in published] == ["c"] and [r.cell for r in refused] == ["gone"]
+    assert "HTTP 404" in refused[0].reason and "nothing promoted" in refused[0].reason
+    calls = registry.calls
+    mounts = [c for c in calls if c[0] == "mount_blob"]
+    assert {c[2] for c in mounts} == {IMAGE, "sha256:" + "1" * 64, "sha256:" + "2" * 64}
+    assert all(c[1:] == ("acme/pytorch", c[2], "acme/staging") for c in mounts)
+    puts = [c[2] for c in calls if c[0] == "put_manifest"]
+    assert puts == [tags[1], tags[2], tags[0]]  # immutable first, the moving readable tag last
+    assert calls.index(("put_manifest", "acme/pytorch", tags[1])) > max(calls.index(m) for m in mounts)
+    entry = read_lock(tmp_path / "lock.json").images["c"]
+    assert entry.digest == STAGED_DIGEST and entry.expect == {"python": "3.11"}
+    assert entry.check_script == "/opt/imagekit/check.py"
+    assert entry.provenance is not None and entry.provenance.digest_chain.equal
+    assert said == []  # nothing pushed, nothing staged by this run
+
+
+def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_promoted(
+    tmp_path: Path,
+) -> None:
+    """The report's input digest is the build's word; the image's own label in the registry must
+    agree before any tag moves (an edited report, or a staging tag moved since)."""
+    import json
+
+    from imagekit.publish.promote import Publisher, PublishOptions
+
+    registry = FakeRegistry(IMAGE)
+    labels = {"imagekit.input-digest": "e" * 64}
+    registry.config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
+    ).encode()
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
+    assert published == [] and [r.cell for r in refused] == ["c"]
+    assert "built from inputs eeeeeeeeeeee" in refused[0].reason and "says ffffffffffff" in refused[0].reason
+    assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists()
+
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_IMAGE = "application/vnd.oci.image.manifest.v1+json"
+CHILD = {"mediaType": OCI_IMAGE, "digest": "sha256:" + "a" * 64, "size": 10}
+NESTED = {**CHILD, "digest": "sha256:" + "b" * 64, "mediaType": OCI_INDEX}
+UNVERIFIABLE = {
+    "a single image naming no config": ({"schemaVersion": 2, "layers": []}, OCI_IMAGE),
+    "an empty index": ({"schemaVersion": 2, "manifests": []}, OCI_INDEX),
+    "an index of an index": ({"schemaVersion": 2, "manifests": [NESTED]}, OCI_INDEX),
+    "an index whose child turns out to be an index": ({"schemaVersion": 2, "manifests": [CHILD]}, OCI_INDEX),
+    "a mediaType that is not a string": ({"mediaType": {"x": 1}, "config": {"digest": IMAGE}}, OCI_IMAGE),
+}
+
+
+@pytest.mark.parametrize("case", list(UNVERIFIABLE))
+def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path: Path) -> None:
+    """What is promoted is what was verified: a staged manifest with no image id to compare (no
+    config, an empty index, an index of indexes, a non-string mediaType) is refused for its cell
+    before any blob is mounted or any tag is written."""
+    import hashlib
+    import json
+
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.registry.manifest import Manifest
+
+    document, media_type = UNVERIFIABLE[case]
+    registry = FakeRegistry(IMAGE)
+    body = json.dumps(document).encode()
+    registry.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), media_type, body)
+    if case == "an index whose child turns out to be an index":
+        child = json.dumps({"schemaVersion": 2, "manifests": [CHILD]}).encode()
+        fetched = [registry.manifest, Manifest(str(CHILD["digest"]), OCI_INDEX, child)]
+        registry.get_manifest = lambda *args: (
+            registry.calls.append(("get_manifest", *args)),
+            fetched.pop(0),
+        )[1]  # type: ignore[method-assign]
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t1", "t2"), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    published, refused = publisher.run([candidate])
+    assert published == [] and [r.cell for r in refused] == ["c"]
+    assert "reg:5000/acme/staging@sha256:" in refused[0].reason and "nothing promoted" in refused[0].reason
+    assert [c for c in registry.calls if c[0] in ("put_manifest", "mount_blob")] == []
+    assert not (tmp_path / "lock.json").exists()
+
+
+def test_publish_connects_to_no_engine_when_every_cell_is_staged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from imagekit.publish import promote as publishing
+    from imagekit.publish.promote import PublishOptions
+
+    def no_engine(**_: Any) -> Any:
+        raise AssertionError("publish connected to a Docker engine")
+
+    registry = FakeRegistry(IMAGE)
+    staged = staged_result("checked")
+    candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t",), staged.verification, staged.staged)
+    monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
+    monkeypatch.setattr(publishing, "connect_registry", lambda *_: registry)
+    monkeypatch.setattr(publishing, "connect", no_engine)
+    registry.close = lambda: None  # type: ignore[attr-defined]
+    options = PublishOptions("reg:5000", "acme/staging", tmp_path / "lock.json")
+    plan = SimpleNamespace(matrix=SimpleNamespace(publish=SimpleNamespace(policy="checked")))
+    run = publishing.publish_cells(plan, [], None, options, print, print, print, lambda _: None)  # type: ignore[arg-type]
+    assert [p.entry.cell for p in run.published] == ["c"]
+    assert not [c for c in registry.calls if c[0] == "mount_blob"]  # staging is the final repository
+
+
+def test_publish_renders_nothing_and_needs_no_wheelhouse(tmp_path: Path) -> None:
+    """The build decided each cell's identity (input digest, build day): publish reads it from the
+    report and never renders again, so a publish runner needs neither templates nor a wheelhouse."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from imagekit.report.store import write_report
+    from tests.conftest import REPO
+
+    project = tmp_path / "checkout"
+    shutil.copytree(
+        REPO / "examples" / "offline", project, ignore=shutil.ignore_patterns("wheelhouse", ".imagekit")
+    )
+    cells = load_plan(project / "matrix.yaml").cells
+    checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
+
+    def validated(cell: Cell) -> CellResult:
+        verified = Verification(cell.id, IMAGE, "all", "validated", True, True, checks, 1.0)
+        record = replace(result(None), id=cell.id, image_id=IMAGE, verification=verified)
+        return replace(record, built_on=date(2026, 12, 1))
+
+    from imagekit.report.store import BuildReport
+
+    report = BuildReport("m", "2026-12-01T00:00:00Z", 1.0, "e", tuple(map(validated, cells)), ())
+    write_report(project / ".imagekit", report)
+    script = (
+        "import json, sys\nfrom imagekit.cli import main\ncode = 0\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    code = exit.code\n"
+        "loaded = [m for m in sys.modules if m in ('imagekit.render.dockerfile', 'imagekit.render.wheels', "
+        "'imagekit.render.recipe')"
+        " or m.split('.')[0] == 'jinja2']\n"
+        "print(json.dumps({'code': code, 'loaded': loaded}))\n"
+    )
+    argv = ["publish", "--matrix", "matrix.yaml", "--registry", "127.0.0.1:5000", "--dry-run", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome == {"code": 0, "loaded": []}, done.stderr
+    published = json.loads("\n".join(done.stdout.strip().splitlines()[:-1]))["published"]
+    assert [entry["cell"] for entry in published] == [cell.id for cell in cells]
+    assert all(entry["tags"][1].endswith("-20261201") for entry in published), published
+
+
+def _lock_target(kind: str, directory: Path) -> Path:
+    """A --lock path that publish could not replace, or could not read back to merge."""
+    lock = directory / "lock.json"
+    if kind == "a directory":
+        lock.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(lock)
+    elif kind == "a symbolic link":
+        lock.symlink_to(directory / "elsewhere")
+    elif kind == "a newer version":
+        lock.write_text('{"version": 99, "images": {}}')
+    elif kind == "not JSON":
+        lock.write_text("{")
+    else:
+        return directory / "state" / {"the report": "report.json", "the state lock": "lock"}[kind]
+    return lock
+
+
+LOCK_TARGETS = ("a directory", "a FIFO", "a symbolic link", "a newer version", "not JSON", "the report")
+LOCK_TARGETS += ("the state lock",)
+
+
+@pytest.mark.parametrize("kind", LOCK_TARGETS)
+def test_a_lock_target_publish_could_not_write_or_read_back_is_refused_first(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagekit.publish import promote as publishing
+    from tests.conftest import REPO, run_cli
+
+    (tmp_path / "state").mkdir()
+    lock = _lock_target(kind, tmp_path)
+    monkeypatch.setattr(publishing, "select", lambda *_: pytest.fail("publish got past the lock check"))
+    result = run_cli(
+        "publish", "-m", str(REPO / "matrix.yaml"), "--registry", "127.0.0.1:5000",
+        "--state-dir", str(tmp_path / "state"), "--lock", str(lock),
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    assert str(lock) in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_report_html_never_replaces_the_published_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("images.lock.json").write_text("{}")
+    result = run_cli("report", "--state-dir", str(tmp_path / "state"), "--html", "images.lock.json")
+    assert result.exit_code == 2 and "the lock file `imagekit publish` writes" in result.stderr
+    assert Path("images.lock.json").read_text() == "{}"
+
+
+def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path) -> None:
+    """What is attached to the staged digest (an attestation) is attached to the promoted one:
+    the artifact's blobs mounted across and the artifact listed for the same subject."""
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.registry.manifest import Referrer
+
+    registry = FakeRegistry(IMAGE)
+    registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)
+    registry.attached = (Referrer("sha256:" + "a" * 64, "application/vnd.dsse.envelope.v1+json"),)
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t-checked",), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    said: list[str] = []
+    published, _ = Publisher(None, registry, options, "checked", said.append).run([candidate])  # type: ignore[arg-type]
+    assert [p.entry.cell for p in published] == ["c"]
+    assert ("attach", "acme/pytorch", registry.manifest.digest, STAGED_DIGEST) in registry.calls
+    assert any("carried 1 referrer" in line for line in said)
+
+
+# -- immutable tags are written once ----------------------------------------------------------------
+
+OTHER = "sha256:" + "7" * 64  # the digest an earlier build of the same inputs was published as
+TAGS = ("2.1.2-cu121-checked", "2.1.2-cu121-20261129-checked", "2.1.2-cu121-ffffffffffff-checked")
+
+
+def _staged_candidate(cell: str, tags: tuple[str, ...] = TAGS) -> Candidate:
+    verified = staged_result("checked")
+    return Candidate(cell, IMAGE, "f" * 64, "checked", tags, verified.verification, verified.staged)
+
+
+@pytest.mark.parametrize("taken", [1, 2])
+def test_an_immutable_tag_naming_another_digest_refuses_its_cell_and_moves_nothing(
+    tmp_path: Path, taken: int
+) -> None:
+    """The same cell built again (same inputs, another image digest): each of its immutable tags
+    already naming the first digest refuses the cell before any of its tags moves, naming both
+    digests; another cell of the run is still promoted; a tag already naming this very digest is
+    an idempotent rerun."""
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.report.lockfile import read_lock
+
+    registry = FakeRegistry(IMAGE)
+    registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
+    other_tags = tuple(t.replace("2.1.2", "2.2.0") for t in TAGS)
+    registry.tagged = {TAGS[0]: OTHER, TAGS[taken]: OTHER, other_tags[1]: STAGED_DIGEST}
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    published, refused = publisher.run([_staged_candidate("c"), _staged_candidate("d", other_tags)])
+    assert [p.entry.cell for p in published] == ["d"] and [r.cell for r in refused] == ["c"]
+    reason = refused[0].reason
+    assert f"reg:5000/acme/pytorch:{TAGS[taken]} already names {OTHER}" in reason, reason
+    assert f"this build's {STAGED_DIGEST}" in reason and "nothing promoted for this cell" in reason
+    puts = [c[2] for c in registry.calls if c[0] == "put_manifest"]
+    assert puts == [other_tags[1], other_tags[2], other_tags[0]]  # none of c's, d's readable last
+    assert registry.tagged[TAGS[0]] == registry.tagged[TAGS[taken]] == OTHER
+    assert set(read_lock(tmp_path / "lock.json").images) == {"d"}
+
+
+def test_a_group_whose_immutable_tag_names_another_index_is_refused_whole(tmp_path: Path) -> None:
+    """A group of platforms: its immutable tags must be free or name the index it would
+    publish; one naming another index refuses every platform and writes no manifest at all."""
+    from imagekit.publish.policy import Group
+    from imagekit.publish.promote import Publisher, PublishOptions, _index_of, _Ready, _Staged
+
+    registry = FakeRegistry(IMAGE)
+    members = (
+        replace(_staged_candidate("amd"), tags=()),
+        replace(_staged_candidate("arm"), tags=(), platform="linux/arm64"),
+    )
+    group = Group("2.1.2-cu121", members, (), naming.Tagging("acme/pytorch", ("{readable}-{digest}",)), False)
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    publisher.prepare = lambda staged, in_index=False: _Ready(  # type: ignore[method-assign]
+        staged, registry.manifest, (), {}
+    )
+    ready = {
+        m.cell: _Ready(_Staged(m, "acme/staging", STAGED_DIGEST, 0.0), registry.manifest, (), {})
+        for m in members
+    }
+    index = _index_of(group, ready)[0]
+    registry.tagged = {group.tags[1]: OTHER}
+    published, refused = publisher.run([], groups=[group])
+    assert published == [] and sorted(r.cell for r in refused) == ["amd", "arm"]
+    assert all(f"already names {OTHER}, not this build's {index.digest}" in r.reason for r in refused)
+    assert all("nothing promoted for this group" in r.reason for r in refused)
+    assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists()
+
+    registry.tagged = {group.tags[1]: index.digest}  # the same index again: an idempotent rerun
+    registry.read_back_index = lambda *_: None  # type: ignore[attr-defined]
+    published, refused = publisher.run([], groups=[group])
+    assert refused == [] and len(published) == 1
+
+
+def test_a_verification_made_for_other_inputs_is_refused_naming_both() -> None:
+    """A verification record names the inputs of the image it ran on (its input-digest label):
+    one made for other inputs than the cell's record never admits the cell; the cell's own (or a
+    record of an earlier release, which names none) does."""
+    from imagekit.publish.policy import refusal_reason
+
+    record = staged_result("checked")
+    assert record.verification is not None and record.input_digest == "f" * 64
+    other = replace(record, verification=replace(record.verification, input_digest="e" * 64))
+    reason = refusal_reason(other, "checked")
+    assert reason is not None and f"made for inputs {'e' * 64}, not the cell's {'f' * 64}" in reason
+    own = replace(record, verification=replace(record.verification, input_digest="f" * 64))
+    assert refusal_reason(own, "checked") is None and refusal_reason(record, "checked") is None

