@@ -66,67 +66,30 @@ def _cap_examples(item: pytest.Item) -> None:
         test._hypothesis_internal_use_settings = settings(own, max_examples=DEV_MAX_EXAMPLES)
 
 
-# Test tiers. "fast" (`bash scripts/test.sh fast`) is everything neither `integration` nor `slow`;
-# the whole suite runs both. Tiers are decided here, once, by what a test needs, never by a mark in
-# its module: a path, a fixture, or a named test with the reason it is slow.
-INTEGRATION_DIR = Path(__file__).parent / "integration"  # as pytest spells paths: absolute, links kept
-SLOW_FIXTURES = {
-    # A venv under /tmp with the real torch CPU wheel (tests/unit/conftest.py): its
-    # first use creates the venv and pip-installs torch (~30 s); the tests on it start torch in a
-    # process of their own, run torch.compile (inductor writes and compiles C++), build C++
-    # extensions with load_inline, train a step, or play fake-GPU scenarios on the real CPU wheel
-    # (2-60 s each).
-    "torch_python",
-}
-# Named tests (a node id; a parametrized test's name covers all its cases), each with what it costs
-# (CPU seconds on the 2-CPU test machine). Most are pip: imagekit resolves a cell's wheels with
-# `pip install --dry-run` in a process of its own and does not cache a requirement set the
-# wheelhouse cannot satisfy, so the variants matrix of test_render.py costs 8 pip runs (~0.5 s
-# each) every time it is rendered.
-SLOW_TESTS = {
-    # 13 template payloads, each refused by `imagekit plan` and `imagekit render` in processes of
-    # their own under a 1 GiB address-space limit: 26 interpreters importing imagekit, ~14 s of CPU
-    # (the fast tier keeps the in-process check that a user template gets Jinja's sandbox,
-    # test_imagekits_own_templates_render_without_the_sandbox)
-    "tests/unit/render/test_dockerfile.py::test_a_user_template_cannot_reach_python",
-    # `imagekit plan` on an example: pip resolves it against the example's own wheelhouse once its
-    # setup.sh has filled it (offline: the real torch CPU wheel and its closure, ~10 s of CPU;
-    # cuda-wheels: 2.6 GB of torch and nvidia-* wheels, ~7 s)
-    "tests/unit/test_shipped_matrices.py::test_shipped_matrix_plans[examples/offline/matrix.yaml]",
-    "tests/unit/test_shipped_matrices.py::test_shipped_matrix_plans[examples/cuda-wheels/matrix.yaml]",
-    # renders the variants matrix twice: 16 pip runs, ~10 s of CPU
-    "tests/unit/render/test_dockerfile.py::test_render_is_deterministic",
-    # renders the variants matrix to reach one cell's digest: 8 pip runs, ~4 s of CPU
-    "tests/unit/registry/test_client.py::test_a_build_asks_the_registry_about_a_cells_staging_tag_once",
-    # resolves every cell of a two-torch matrix against a wheelhouse of built wheels: ~4 s of CPU
-    "tests/unit/render/test_dockerfile.py::test_each_cell_ships_only_the_wheels_it_installs",
-    # renders the variants matrix twice (a changed wheelhouse invalidates the cache): ~3 s of CPU
-    "tests/unit/render/test_dockerfile.py::test_input_digest_covers_every_input",
-    # checkov (installed by scripts/test.sh in a venv of its own: the fast tier installs nothing)
-    # scans the shipped matrix's manifests three times, ~10 s of CPU each
-    "tests/unit/k8s/test_policy.py::test_the_policy_scanner_finds_only_what_the_readme_explains",
-    # and the validate-on Jobs of the shipped matrix once, ~10 s of CPU
-    "tests/unit/k8s/test_policy.py::test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner",
-}
-
-
-# An integration test too long for CI's budget beside the rest (its reason in its module): its own
-# tier, `multiarch`, which scripts/test.sh runs only with IMAGEKIT_MULTIARCH=1.
-MULTIARCH_TESTS = INTEGRATION_DIR / "test_multiarch.py"
+# Test tiers are folders, decided here once, never by a mark in a module:
+#   tests/unit/                    fast (`bash scripts/test.sh fast`): no engine, no network, no long process
+#   tests/slow/                    slow: the real torch CPU wheel, pip, checkov, real deadlines; each
+#                                  module says what makes it slow and names its fast sibling
+#   tests/integration/             integration: the real engine and registry
+#   tests/integration/multiarch/   multiarch: linux/arm64 under QEMU (the emulated Debian base, ~8 min;
+#                                  examples/multiarch end to end, ~30 min): beyond CI's budget beside the
+#                                  rest, so scripts/test.sh runs it only with IMAGEKIT_MULTIARCH=1
+# The whole suite runs every tier but multiarch.
+TESTS_DIR = Path(__file__).parent  # as pytest spells paths: absolute, links kept
+TIERS = (  # deepest first: a test takes the marks of every tier folder it is in
+    (TESTS_DIR / "integration" / "multiarch", ("integration", "multiarch")),
+    (TESTS_DIR / "integration", ("integration",)),
+    (TESTS_DIR / "slow", ("slow",)),
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.is_relative_to(INTEGRATION_DIR):
-            item.add_marker(pytest.mark.integration)
-        if item.path == MULTIARCH_TESTS:
-            item.add_marker(pytest.mark.multiarch)
-        elif (
-            any(name in SLOW_FIXTURES for name in getattr(item, "fixturenames", ()))
-            or item.nodeid.split("[")[0] in SLOW_TESTS
-            or item.nodeid in SLOW_TESTS
-        ):
-            item.add_marker(pytest.mark.slow)
+        for folder, marks in TIERS:
+            if item.path.is_relative_to(folder):
+                for mark in marks:
+                    item.add_marker(getattr(pytest.mark, mark))
+                break
         if HYPOTHESIS_PROFILE != "ci":
             _cap_examples(item)
 

@@ -27,8 +27,6 @@ from securesystemslib.signer import SSlibKey
 from tests.integration.conftest import NO_RUN_TEMPLATE, Project, write_cells
 from tests.integration.registry_server import LocalRegistry
 
-pytestmark = pytest.mark.integration
-
 VALIDATED = "https://github.com/imagekit/attestations/gpu-validated/v1"
 CHECKED = "https://github.com/imagekit/attestations/checked-without-gpu/v1"
 SBOM = "https://cyclonedx.org/bom"

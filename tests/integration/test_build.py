@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import docker
-import pytest
 from docker.errors import ImageNotFound
 
 from tests.integration.conftest import (
@@ -22,8 +21,6 @@ from tests.integration.conftest import (
     write_cells,
 )
 from tests.integration.registry_server import LocalRegistry
-
-pytestmark = pytest.mark.integration
 
 
 def tags_of(api: docker.APIClient, image_id: str) -> set[str]:

@@ -13,9 +13,6 @@ import pytest
 
 from tests.integration.conftest import TEMPLATE, Project, busybox_base, write_cells
 
-pytestmark = pytest.mark.integration
-
-
 # The test template plus what imagekit's own Dockerfiles promise and a CST config checks: the
 # venv and pip constraint environment, the constraints file and the in-image check script.
 CST_TEMPLATE = TEMPLATE.replace(

@@ -23,7 +23,6 @@ from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 from tests.integration.fake_gpu_engine import fake_gpu_engine
 
-pytestmark = pytest.mark.integration
 EXAMPLE = REPO_ROOT / "examples" / "cuda-wheels"
 
 

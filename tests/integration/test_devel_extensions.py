@@ -22,7 +22,6 @@ from imagekit.report.verification import json_or_text
 from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
 
-pytestmark = pytest.mark.integration
 OFFLINE = REPO_ROOT / "examples" / "offline"
 CELL = "debian-local-torch2.13.0-cpu-py3.11-devel"
 

@@ -39,8 +39,6 @@ from tests.integration.conftest import (
 )
 from tests.integration.private_engine import private_engine
 
-pytestmark = pytest.mark.integration
-
 CELL = "busybox-torch{}-cpu-py3.11-devel"
 C21, C22, C23 = CELL.format("2.1.2"), CELL.format("2.2.2"), CELL.format("2.3.1")
 

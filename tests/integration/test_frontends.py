@@ -13,14 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import docker
-import pytest
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
 from tests.conftest import imagekit
 from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL
-
-pytestmark = pytest.mark.integration
 
 JUPYTER, SSH = f"{DEMO_CELL}-jupyter", f"{DEMO_CELL}-ssh"
 # What each server logs once it accepts connections (sshd -e; Jupyter Server's start banner).

@@ -13,8 +13,6 @@ import pytest
 from imagekit.report.html import COLOURS, render_html
 from tests.unit.report_samples import HOSTILE, sample_report
 
-pytestmark = pytest.mark.integration
-
 FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",

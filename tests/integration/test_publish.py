@@ -22,8 +22,6 @@ from imagekit.registry.manifest import ACCEPT
 from tests.integration.conftest import Project, write_cells
 from tests.integration.registry_server import FlakyProxy, LocalRegistry, free_port
 
-pytestmark = pytest.mark.integration
-
 SECRET = "s3cr3t-never-printed"
 
 

@@ -19,8 +19,6 @@ from tests.integration.conftest import NO_RUN_TEMPLATE as TEMPLATE
 from tests.integration.conftest import RUN_ID, Project
 from tests.integration.registry_server import LocalRegistry
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def registry() -> Iterator[LocalRegistry]:

@@ -30,8 +30,6 @@ from tests.integration.conftest import BUSYBOX, CHECK_TEMPLATE, RUN_ID, Project,
 from tests.integration.private_engine import PrivateEngine, private_engine
 from tests.integration.registry_server import FlakyProxy, LocalRegistry
 
-pytestmark = pytest.mark.integration
-
 NOWHERE = "unix:///nonexistent/docker.sock"
 CELL = "busybox-torch{}-cpu-py3.11-devel"
 GOOD = (CELL.format("2.1.2"), CELL.format("2.2.2"))

@@ -23,8 +23,6 @@ from tests.conftest import imagekit
 from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL
 from tests.integration.fake_gpu_engine import fake_gpu_engine
 
-pytestmark = pytest.mark.integration
-
 
 def leftovers(api: docker.APIClient) -> list[str]:
     return [c["Id"] for c in api.containers(all=True, filters={"label": VERIFY_LABEL})]

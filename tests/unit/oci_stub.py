@@ -30,6 +30,9 @@ class OciStub:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: with Nagle on, each keep-alive answer
+            # waits ~40 ms for the client's delayed ACK (a second per test, all told).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -7,7 +7,9 @@ before the refresh (compat-before.yaml). PyTorch's own index was not reachable w
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import shutil
 import subprocess
@@ -37,11 +39,26 @@ def load_tool() -> ModuleType:
 tool = load_tool()
 
 
+def arguments(compat: Path, args: tuple[str, ...], reports: Path) -> list[str]:
+    return ["--from-reports", str(reports), "--compat", str(compat), "--today", TODAY, *args]
+
+
 def run(compat: Path, *args: str, reports: Path = FIXTURES) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, str(SCRIPT), "--from-reports", str(reports), "--compat", str(compat)]
-    return subprocess.run(
-        [*command, "--today", TODAY, *args], capture_output=True, text=True, check=False, timeout=120
-    )
+    """The tool's main() in this process (a process each costs ~1 s of imports, ~40 times over);
+    test_the_script_runs_as_a_program runs it as the program a user starts."""
+    argv = arguments(compat, args, reports)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = tool.main(argv)
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def run_program(compat: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(SCRIPT), *arguments(compat, args, FIXTURES)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
 
 
 @pytest.fixture
@@ -54,6 +71,18 @@ def compat(tmp_path: Path) -> Path:
 def torch_section(path: Path) -> dict[str, Any]:
     section: dict[str, Any] = yaml.safe_load(path.read_text())["torch"]
     return section
+
+
+def test_the_script_runs_as_a_program(compat: Path) -> None:
+    """What a user starts: the same answer, streams and exit status as main() in this process."""
+    program = run_program(compat, "--since", "2.9", "--check")
+    assert program.returncode == 1, program.stderr  # the recorded table is stale
+    in_process = run(compat, "--since", "2.9", "--check")
+    assert (program.returncode, program.stdout, program.stderr) == (
+        in_process.returncode,
+        in_process.stdout,
+        in_process.stderr,
+    )
 
 
 def test_the_refresh_prints_a_diff_and_leaves_the_file_alone(compat: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.export.targets import GITHUB_MAX_JOBS, bake_target_name, github_matrix
+from imagekit.export.targets import GITHUB_MAX_JOBS, github_matrix
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer
 from tests.conftest import CUDA_BASE, REPO, CliResult, run_cli
@@ -62,36 +62,6 @@ def test_json_format_carries_tags_digests_and_build_labels() -> None:
         assert entry["build_labels"] == item.build_labels()
         assert entry["tags"][0].endswith(":" + item.cell.image_tag)
         assert entry["tags"][0].startswith(document["repository"] + ":")
-
-
-def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> None:
-    context_dir = tmp_path / "bake"
-    result = run_cli(
-        "matrix", "-m", str(REPO / "matrix.yaml"), "-f", "bake", "--context-dir", str(context_dir)
-    )
-    assert result.exit_code == 0, result.stderr
-    bake = json.loads(result.stdout)
-    plan = load_plan(REPO / "matrix.yaml")
-    rendered = {bake_target_name(r.cell.id): r for r in Renderer(plan).render_all()}
-    assert bake["group"]["default"]["targets"] == [bake_target_name(c.id) for c in plan.cells]
-    assert set(bake["target"]) == set(rendered)
-    for name, target in bake["target"].items():
-        assert BAKE_NAME.match(name)
-        item = rendered[name]
-        context = Path(target["context"])
-        assert context == context_dir / item.cell.id
-        assert (context / target["dockerfile"]).read_text() == item.dockerfile
-        for file_name, source in item.context_files:
-            assert (context / file_name).read_bytes() == source.read_bytes()
-        assert target["labels"] == item.build_labels()
-        # only a staging tag: `bake --push` must never write the final (moving) tags
-        final = json.loads(
-            run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "json", "--only", item.cell.id).stdout
-        )["cells"][0]["tags"]
-        repository = final[0].rsplit(":", 1)[0]
-        assert target["tags"] == [f"{repository}:staging-{item.input_digest[:12]}"]
-        assert not set(target["tags"]) & set(final)
-        assert target["args"] == dict(item.build_args)
 
 
 def _export_bake(tmp_path: Path, cell_id: str) -> CliResult:

@@ -12,7 +12,7 @@ import pytest
 
 from imagekit.probe import arguments, context, protocol
 from imagekit.probe.arch import arch_flags, check_cuda_archs, compare_archs
-from tests.unit.probe_runs import by_name, clean_env, run_script
+from tests.unit.probe_runs import clean_env
 
 X86_211 = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"  # no compute_*: no PTX
 ARM_211 = "sm_80 sm_90 sm_100 sm_110 sm_120"  # sm_110: Jetson Thor
@@ -107,15 +107,6 @@ def test_the_expectation_comes_as_an_option_or_from_the_environment() -> None:
     assert expect.cuda_archs == "8.0;9.0+PTX"
     expect, _ = arguments.parse_args([], {protocol.EXPECT_ENV["cuda-archs"]: "8.0"})
     assert expect.cuda_archs == "8.0"
-
-
-def test_the_real_cpu_wheel_skips(torch_python: str) -> None:
-    code, report, _ = run_script(
-        torch_python, "--only", protocol.CUDA_ARCHS, protocol.EXPECT_OPTIONS["cuda-archs"], "8.0;9.0"
-    )
-    check = by_name(report)[protocol.CUDA_ARCHS]
-    assert code == 0 and check["status"] == "skip" and "CPU build" in check["reason"]
-    assert report["expected"]["cuda_archs"] == "8.0;9.0"
 
 
 def test_a_lock_keeps_the_arch_list_label() -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -274,18 +273,6 @@ def test_hostile_json_is_one_input_error(tmp_path: Path, text: str) -> None:
     (tmp_path / REPORT_NAME).write_text(text)
     with pytest.raises(InputError, match=rf"^{tmp_path / REPORT_NAME}: "):
         read_report(tmp_path)
-
-
-def test_a_million_cells_are_refused_within_seconds(tmp_path: Path) -> None:
-    cell = '{"id":"c","kind":"cell","status":"built","base_image":"b"}'
-    head = (
-        '{"version":1,"matrix":"m","started":"2024-05-17T10:00:00Z","duration_s":1,"engine":"e","bases":[],'
-    )
-    (tmp_path / REPORT_NAME).write_text(head + '"cells":[' + ",".join([cell] * 1_000_000) + "]}")
-    started = time.monotonic()
-    with pytest.raises(InputError, match=r"cells: 1,000,000 records; a report holds at most 100,000"):
-        read_report(tmp_path)
-    assert time.monotonic() - started < 10
 
 
 def test_no_view_of_a_report_shows_a_login(tmp_path: Path) -> None:

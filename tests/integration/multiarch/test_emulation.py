@@ -16,7 +16,6 @@ from imagekit.probe import protocol
 from tests.conftest import imagekit
 from tests.integration.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.integration
 ARM64 = platforms.get("linux/arm64")
 
 

@@ -24,7 +24,6 @@ import pytest
 from tests.conftest import imagekit
 from tests.integration.conftest import REGISTRY, REPO_ROOT, RUN_ID, TEST_LABEL
 
-pytestmark = pytest.mark.integration
 EXAMPLE = REPO_ROOT / "examples" / "multiarch"
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFESTS = f"{INDEX}, application/vnd.docker.distribution.manifest.v2+json"
