@@ -1,11 +1,16 @@
-"""Commands that build and verify images and show the result: build, verify, report."""
+"""Commands that build and verify images and show the result: build, verify, report.
+
+``build --verify`` runs the stages together (``build_and_verify``): build, then verify what was
+built or found unchanged, in one report. It lives here, above both stages: the builder knows
+nothing of verification, the harness nothing of builds.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -39,8 +44,13 @@ from imagekit.core.text import printable
 from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     import docker
 
+    from imagekit.build.builder import Builder, BuildOutcome
+    from imagekit.plan.cells import Cell
+    from imagekit.report.store import ReportStore
     from imagekit.report.verification import Verification
     from imagekit.verify.harness import Harness
 
@@ -70,6 +80,27 @@ def _harness(
 
     limits = Limits(timeout_s=timeout, memory=memory)
     return Harness(api, GpuRequest.parse(gpus), limits, logs_dir=logs, pull=pull)
+
+
+def build_and_verify(
+    builder: Builder,
+    cells: Sequence[Cell],
+    store: ReportStore,
+    harness: Harness | None = None,
+    on_verified: Callable[[Verification], None] = lambda _: None,
+) -> BuildOutcome:
+    """Build ``cells`` and record the report; with a harness, then verify what was built or found
+    unchanged, each verdict landing in the same report as it comes."""
+    # Imported here, not at the top: `imagekit --help` and every other command load this module.
+    from imagekit.verify.schedule import verify_cells
+
+    outcome = builder.run(tuple(cells))
+    store.save(outcome.report)
+    if harness is None or outcome.interrupted:
+        return outcome
+    ready = {r.id for r in outcome.report.cells if r.status in ("built", "skipped")}
+    verifications = verify_cells(harness, [c for c in cells if c.id in ready], store, on_verified)
+    return replace(outcome, verifications=tuple(verifications))
 
 
 @dataclass(frozen=True)
@@ -183,7 +214,6 @@ def build(
 
     from imagekit.build.builder import Builder, BuildOptions
     from imagekit.build.progress import make_progress
-    from imagekit.cli.pipeline import build_and_verify
     from imagekit.engine.client import connect
     from imagekit.report.store import open_store
     from imagekit.report.text import summary_line

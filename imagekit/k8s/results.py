@@ -30,7 +30,6 @@ from imagekit.core.safetypes import validate_json
 from imagekit.core.text import printable, redact, shown
 from imagekit.k8s.validate_on import PlannedJob, label_form, parse_plan, product_base
 from imagekit.probe import protocol
-from imagekit.report.figures import gemm_figures
 from imagekit.report.store import BuildReport
 from imagekit.report.verification import (
     CheckRecord,
@@ -40,6 +39,7 @@ from imagekit.report.verification import (
     RunPlatform,
     Verification,
     clipped,
+    gemm_figures,
     json_or_text,
 )
 from imagekit.verify.gpus import GpuRequest

@@ -52,8 +52,15 @@ from imagekit.publish.policy import Candidate, Group, Refusal, select, settle
 from imagekit.registry.client import Backoff, Registry, open_registry
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.registry.manifest import Manifest, image_index
-from imagekit.report.lockfile import IndexPlatform, LeftOut, LockEntry, LockIndex, merge_lock
-from imagekit.report.provenance import provenance, verified_by
+from imagekit.report.lockfile import (
+    IndexPlatform,
+    LeftOut,
+    LockEntry,
+    LockIndex,
+    merge_lock,
+    provenance,
+    verified_by,
+)
 from imagekit.report.store import BuildReport
 from imagekit.report.verification import clipped
 

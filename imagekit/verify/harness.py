@@ -62,8 +62,7 @@ from imagekit.facts.emulation import Placement, engine_machine, gpu_refusal, pla
 from imagekit.probe import protocol
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.render.contract import packaged_check_script
-from imagekit.report.figures import gemm_figures
-from imagekit.report.verification import Inventory, RunPlatform, Verification
+from imagekit.report.verification import Inventory, RunPlatform, Verification, gemm_figures
 from imagekit.verify.gpus import CheckPass, GpuRequest, runner_devices
 from imagekit.verify.invocation import check_invocation, verdict_of
 

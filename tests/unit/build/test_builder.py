@@ -16,7 +16,6 @@ from imagekit.build import builder as building
 from imagekit.build.builder import Builder, BuildOptions
 from imagekit.build.jobs import BaseJob, Job
 from imagekit.build.progress import PlainProgress
-from imagekit.cli import pipeline
 from imagekit.cli.app import parse_mapping
 from imagekit.core.errors import InputError
 from imagekit.core.naming import BASE_DIGEST_LABEL, CONTEXT_DIGEST_LABEL, INPUT_DIGEST_LABEL
@@ -33,6 +32,7 @@ from imagekit.report.store import (
     write_report,
 )
 from imagekit.report.verification import GPU_CHECKS, CheckRecord, Verification
+from imagekit.verify import schedule
 from tests.unit.projects import TODAY, write_project
 
 PROJECT = {"deb": "FROM busybox:latest\nRUN echo deb\n"}
@@ -238,7 +238,7 @@ def test_build_verify_exits_1_when_a_verification_failed(
         checks = passed if verdicts[0] == "validated" else ()
         return [Verification(cell.id, NEW, "all", verdicts[0], True, True, checks, 1.0)]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pipeline, "verify_cells", verify_cells)
+    monkeypatch.setattr(schedule, "verify_cells", verify_cells)
     matrix = str(plan.root / "matrix.yaml")
     for verdict, code in (("failed", 1), ("validated", 0)):
         verdicts[:] = [verdict]

@@ -24,13 +24,12 @@ from imagekit.probe.arguments import Expect
 from imagekit.probe.context import Context
 from imagekit.probe.results import CheckResult
 from imagekit.render.probe_bundle import zipapp_path
-from imagekit.report.figures import gemm_figures
 from imagekit.report.html import render_html
 from imagekit.report.junit import junit_xml
 from imagekit.report.state import REPORT_NAME
 from imagekit.report.store import read_report
 from imagekit.report.text import rows
-from imagekit.report.verification import CheckRecord, RunPlatform, Verification, derive_verdict
+from imagekit.report.verification import CheckRecord, RunPlatform, Verification, derive_verdict, gemm_figures
 from imagekit.verify.gpus import GpuRequest
 from imagekit.verify.harness import Harness, Target
 from imagekit.verify.invocation import verdict_of

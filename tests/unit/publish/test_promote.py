@@ -189,64 +189,6 @@ def test_a_verified_digest_other_than_the_staged_one_is_refused() -> None:
     assert failed is not None and "failed verification" in failed
 
 
-def check(name: str, status: str, actual: object = None, detail: object = None) -> CheckRecord:
-    import json
-
-    def text(value: object) -> str | None:
-        return None if value is None else value if isinstance(value, str) else json.dumps(value)
-
-    return CheckRecord(name, status, True, actual=text(actual), detail=text(detail))
-
-
-def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> None:
-    from dataclasses import replace
-
-    from imagekit.report.provenance import NO_GPU_NOTE, provenance
-
-    verification = Verification(
-        "c", "img", "all", "validated", True, True,
-        (
-            check("nvidia_smi", "pass", {"driver": "560.35.03", "gpus": [{"name": "NVIDIA H200"}] * 2},
-                  {"header": {"driver": "560.35.03", "cuda": "12.6"}}),
-            check("driver", "pass", "560.35.03", {"cuda": "12.1", "host_cuda": "12.6"}),
-            check("gemm_gpu", "pass"),
-            check("nccl", "skip"),
-        ),
-        1.0, image_digest=STAGED_DIGEST,
-    )  # fmt: skip
-    found = provenance(verification, STAGED_DIGEST, STAGED_DIGEST)
-    assert found.gpus == ("NVIDIA H200", "NVIDIA H200") and found.driver == "560.35.03"
-    assert found.cuda_driver == "12.6" and found.note is None
-    assert (found.checks_passed, found.checks_total) == (3, 4) and found.digest_chain.equal
-    # Without a GPU nothing is made up: the fields are null and the note says why.
-    blind = replace(
-        verification, gpu_visible=False, verdict="checked",
-        checks=(check("nvidia_smi", "skip"), check("driver", "skip"), check("torch", "pass")),
-    )  # fmt: skip
-    found = provenance(blind, STAGED_DIGEST, STAGED_DIGEST)
-    assert (found.gpus, found.driver, found.cuda_driver, found.note) == ((), None, None, NO_GPU_NOTE)
-    # Pushed by publish from the engine, verified by image id: the chain says so.
-    assert not provenance(replace(blind, image_digest=None), STAGED_DIGEST, STAGED_DIGEST).digest_chain.equal
-    assert provenance(None, STAGED_DIGEST, STAGED_DIGEST).checks_total == 0
-
-
-def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
-    """Any status but pass and skip is a failure (an edited report may say "error")."""
-    from imagekit.report.provenance import verified_by
-
-    verification = Verification(
-        "c", "img", "none", "checked", False, False,
-        (check("torch", "pass"), check("nccl", "skip"), check("gemm_cpu", "fail"),
-         check("inventory", "error")),
-        1.0,
-    )  # fmt: skip
-    summary = verified_by(verification)
-    assert summary is not None
-    checks = summary.checks
-    assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
-    assert checks.failed_names == ("gemm_cpu", "inventory")
-
-
 class FakeRegistry:
     """The registry calls promotion makes, recorded in order; no Docker anywhere."""
 

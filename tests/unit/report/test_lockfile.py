@@ -1,4 +1,5 @@
-"""images.lock.json: merged per cell, round-tripped, rendered for other tools."""
+"""images.lock.json: merged per cell, round-tripped, rendered for other tools; an entry's
+verification summary and provenance, read from a verification record."""
 
 from __future__ import annotations
 
@@ -18,7 +19,17 @@ from hypothesis import strategies as st
 
 from imagekit.core.errors import InputError
 from imagekit.k8s.manifests import JobOptions, job_manifest
-from imagekit.report.lockfile import Lock, as_document, merge_lock, read_lock, render_lock
+from imagekit.report.lockfile import (
+    NO_GPU_NOTE,
+    Lock,
+    as_document,
+    merge_lock,
+    provenance,
+    read_lock,
+    render_lock,
+    verified_by,
+)
+from imagekit.report.verification import CheckRecord, Verification
 from tests.conftest import run_cli
 from tests.unit.report_samples import LOCK_DIGEST
 from tests.unit.report_samples import lock_entry as entry
@@ -242,3 +253,53 @@ def test_any_json_document_reads_or_is_one_input_error(
         read_lock(path)
     except InputError as exc:
         assert exc.message.startswith(f"{path}: ")
+
+
+def check(name: str, status: str, actual: object = None, detail: object = None) -> CheckRecord:
+    def text(value: object) -> str | None:
+        return None if value is None else value if isinstance(value, str) else json.dumps(value)
+
+    return CheckRecord(name, status, True, actual=text(actual), detail=text(detail))
+
+
+def test_provenance_reads_the_gpu_driver_and_cuda_driver_from_the_checks() -> None:
+    verification = Verification(
+        "c", "img", "all", "validated", True, True,
+        (
+            check("nvidia_smi", "pass", {"driver": "560.35.03", "gpus": [{"name": "NVIDIA H200"}] * 2},
+                  {"header": {"driver": "560.35.03", "cuda": "12.6"}}),
+            check("driver", "pass", "560.35.03", {"cuda": "12.1", "host_cuda": "12.6"}),
+            check("gemm_gpu", "pass"),
+            check("nccl", "skip"),
+        ),
+        1.0, image_digest=LOCK_DIGEST,
+    )  # fmt: skip
+    found = provenance(verification, LOCK_DIGEST, LOCK_DIGEST)
+    assert found.gpus == ("NVIDIA H200", "NVIDIA H200") and found.driver == "560.35.03"
+    assert found.cuda_driver == "12.6" and found.note is None
+    assert (found.checks_passed, found.checks_total) == (3, 4) and found.digest_chain.equal
+    # Without a GPU nothing is made up: the fields are null and the note says why.
+    blind = replace(
+        verification, gpu_visible=False, verdict="checked",
+        checks=(check("nvidia_smi", "skip"), check("driver", "skip"), check("torch", "pass")),
+    )  # fmt: skip
+    found = provenance(blind, LOCK_DIGEST, LOCK_DIGEST)
+    assert (found.gpus, found.driver, found.cuda_driver, found.note) == ((), None, None, NO_GPU_NOTE)
+    # Pushed by publish from the engine, verified by image id: the chain says so.
+    assert not provenance(replace(blind, image_digest=None), LOCK_DIGEST, LOCK_DIGEST).digest_chain.equal
+    assert provenance(None, LOCK_DIGEST, LOCK_DIGEST).checks_total == 0
+
+
+def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
+    """Any status but pass and skip is a failure (an edited report may say "error")."""
+    verification = Verification(
+        "c", "img", "none", "checked", False, False,
+        (check("torch", "pass"), check("nccl", "skip"), check("gemm_cpu", "fail"),
+         check("inventory", "error")),
+        1.0,
+    )  # fmt: skip
+    summary = verified_by(verification)
+    assert summary is not None
+    checks = summary.checks
+    assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
+    assert checks.failed_names == ("gemm_cpu", "inventory")

@@ -1,14 +1,14 @@
-"""The figures a check reported (the timed GEMM, per GPU telemetry) as typed report records."""
+"""The verification record's figures: what a check reported (the timed GEMM, per GPU telemetry) as
+typed report records."""
 
 from __future__ import annotations
 
 import json
 
 from imagekit.core.limits import SHORT_CHARS
-from imagekit.report.figures import gemm_figures
 from imagekit.report.html import _gpus
 from imagekit.report.text import throttle_note
-from imagekit.report.verification import CheckRecord, GpuFigures, Span
+from imagekit.report.verification import CheckRecord, GpuFigures, Span, gemm_figures
 from imagekit.verify.gpus import GpuRequest
 from imagekit.verify.invocation import verdict_of
 
