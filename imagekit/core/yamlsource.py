@@ -6,8 +6,9 @@ Why not ``yaml.safe_load``:
 - numbers stay as written: ``cuda: [11.8, 12.10]`` must not become floats (``12.10 == 12.1``),
   and ``torch: 2.10`` must not turn into 2.1, so unquoted numbers are kept as their text and
   the schema converts the few fields that really are numbers;
-- an alias bomb (a few lines that expand to billions of nodes) must fail fast: expansion is
-  counted while the plain Python value is built;
+- an alias bomb (a few lines that expand to billions of nodes) must fail fast: the expanded
+  size is counted on the node graph first, each node once (aliases share their node), so the
+  bomb is refused before a single value is built, in time linear in the document's text;
 - deep nesting must fail at a bound, not in Python's recursion limit: the composer (recursive)
   counts its depth, before the value is built;
 - only a regular file is read, never past its size limit (a FIFO or /dev/zero as --matrix);
@@ -108,6 +109,39 @@ class _Builder:
 
     def fail(self, node: yaml.Node, message: str) -> InputError:
         return InputError(f"{self.name}:{_position(node.start_mark)}: {message}")
+
+    def check_size(self, node: yaml.Node) -> int:
+        """Refuse a document that expands to more than MAX_NODES values (an alias bomb) before
+        building it: each node's expanded size is counted once, as build() would count it; the
+        count."""
+        sizes: dict[int, int] = {}
+        open_nodes: set[int] = set()
+
+        def size(node: yaml.Node) -> int:
+            key = id(node)
+            if key in sizes:
+                return sizes[key]
+            if key in open_nodes or len(open_nodes) > MAX_DEPTH:
+                return 1  # a recursive alias: build() names it at its depth bound
+            open_nodes.add(key)
+            total = 1
+            if isinstance(node, yaml.SequenceNode):
+                total += sum(size(item) for item in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    if key_node.tag != _MERGE:
+                        total += size(value_node)
+                    elif isinstance(value_node, yaml.MappingNode):
+                        total += size(value_node) - 1  # a merged mapping's own node is not a value
+                    elif isinstance(value_node, yaml.SequenceNode):
+                        total += sum(size(source) - 1 for source in value_node.value)
+            open_nodes.discard(key)
+            if total > MAX_NODES:
+                self._too_big(node)
+            sizes[key] = total
+            return total
+
+        return size(node)
 
     def build(self, node: yaml.Node, path: PathKey, depth: int) -> Any:
         self.nodes += 1
@@ -252,6 +286,7 @@ def parse_yaml(text: str, name: str) -> SourceDocument:
         return SourceDocument(name=name, value=None)
     builder = _Builder(name)
     try:
+        builder.check_size(node)
         value = builder.build(node, (), 0)
     except RecursionError:
         raise InputError(f"{name}: nesting too deep to read") from None

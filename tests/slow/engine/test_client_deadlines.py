@@ -60,7 +60,7 @@ def hostile_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
         address = f"tcp://127.0.0.1:{server.server_address[1]}"  # type: ignore[index]
     server.daemon_threads = True  # type: ignore[attr-defined]
     server.kind = kind  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield address
     server.shutdown()
     server.server_close()

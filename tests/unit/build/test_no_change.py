@@ -117,7 +117,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngi
     }
     path = tmp_path / "engine.sock"
     server = _Server(str(path), _handler(fake))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
     yield fake

@@ -3,7 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from imagekit.core import yamlsource
 from imagekit.core.errors import InputError
 from imagekit.core.yamlsource import MAX_BYTES, MAX_DEPTH, MAX_NODES, Position, parse_yaml, read_yaml_file
 
@@ -59,6 +61,35 @@ def test_alias_bomb_fails_fast() -> None:
         lines.append(f"a{level}: &a{level} [{refs}]")
     with pytest.raises(InputError, match=f"more than {MAX_NODES} values"):
         parse_yaml("\n".join(lines) + "\n", "bomb.yaml")
+
+
+def test_an_alias_bomb_is_refused_before_any_value_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted on the node graph, each node once: nine levels of nine aliases cost nine nodes."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, 30):  # 9**30 values once expanded
+        lines.append(f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 9)}]")
+    built: list[object] = []
+    monkeypatch.setattr(yamlsource._Builder, "build", lambda *args: built.append(args))
+    # named at a5 (line 6), the first alias to expand past the bound: 9**6 values
+    with pytest.raises(InputError, match=r"^bomb.yaml:6:5: the document expands to more than"):
+        parse_yaml("\n".join(lines) + "\n", "bomb.yaml")
+    assert built == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\nb: [1, 2, {c: 3}]\n",
+        "base: &b {x: 1, y: [1, 2]}\none: {<<: *b, z: 3}\ntwo: {<<: [*b, {w: 4}], x: 5}\n",
+        "l: &l [1, 2, 3]\nm: [*l, *l, {k: *l}]\n",
+    ],
+)
+def test_the_size_counted_first_is_the_size_built(text: str) -> None:
+    builder = yamlsource._Builder("m.yaml")
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    counted = builder.check_size(node)
+    builder.build(node, (), 0)
+    assert counted == builder.nodes
 
 
 def test_recursive_alias_is_bounded() -> None:
