@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer.testing
 from hypothesis import settings
 from typer.testing import CliRunner
 
@@ -108,6 +110,11 @@ class CliResult:
     exit_code: int
     stdout: str
     stderr: str
+
+
+# typer builds the click command tree from every command's signature on each invoke (~0.1 s, most of
+# an in-process run); a test session builds it once. The product builds it once per process anyway.
+typer.testing._get_command = functools.cache(typer.testing._get_command)  # type: ignore[attr-defined]
 
 
 def run_cli(*args: str) -> CliResult:
