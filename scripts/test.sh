@@ -3,8 +3,8 @@
 #
 # Installs what it needs (Debian packages, a venv with imagekit and its dev tools), starts the
 # Docker engine and a registry on 127.0.0.1 when they are not running, then runs: ruff, mypy
-# --strict on imagekit/, the Dockerfile drift check, and pytest (every tier: fast, slow and
-# integration; Hypothesis's `ci` profile).
+# --strict on imagekit/, the Dockerfile drift check, and pytest (every tier: fast and slow on a
+# worker per CPU, then integration serially; Hypothesis's `ci` profile).
 #
 # `bash scripts/test.sh fast` is the inner loop: no apt, no engine, no network once .venv exists
 # (its first run makes it). ruff, mypy, and the fast tier (neither `integration` nor `slow`, see
@@ -104,15 +104,31 @@ log "mypy --strict imagekit/"
 mypy imagekit
 log "drift check: committed Dockerfiles equal what matrix.yaml renders"
 imagekit render --matrix matrix.yaml --check
-log "pytest"
 # Integration tests fail (never skip) when the engine they were promised is not there.
 export IMAGEKIT_REQUIRE_DOCKER=1 TESTCONTAINERS_RYUK_DISABLED=true
-# Every tier, serially (the integration tests share one engine and registry); only the multiarch
-# tier is left out unless asked for, so pytest's exit 5 (no tests) cannot come from here.
 export IMAGEKIT_HYPOTHESIS_PROFILE="${IMAGEKIT_HYPOTHESIS_PROFILE:-ci}"
-# examples/multiarch end to end is its own tier (tests/conftest.py): ~30 minutes here, beyond CI's
-# budget beside the rest; IMAGEKIT_MULTIARCH=1 runs it too.
-if [[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]]; then
-    exec pytest -p no:cacheprovider --durations=25 "$@"
-fi
-exec pytest -p no:cacheprovider --durations=25 -m 'not multiarch' "$@"
+# Two runs, tiers chosen by mark (tests/conftest.py marks each tier's folder), so paths and -k given
+# here narrow both: the fast and slow tiers on a worker per CPU (they share nothing), then the
+# integration tier serially (its tests share one engine and registry). The multiarch tier
+# (tests/integration/multiarch: linux/arm64 under QEMU, ~40 minutes here, beyond CI's budget beside
+# the rest) only with IMAGEKIT_MULTIARCH=1.
+integration='integration and not multiarch'
+[[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] && integration=integration
+# The offline demo's base and wheelhouse: the slow tier runs the probe on its torch CPU wheel, and
+# the integration tier builds the demo (idempotent; without the arm64 base, the multiarch tier's).
+log "examples/offline/setup.sh (WITH_ARM64=0)"
+WITH_ARM64=0 bash examples/offline/setup.sh >&2
+workers=$(nproc)
+log "pytest: the fast and slow tiers"
+first=0
+pytest -p no:cacheprovider --durations=15 -m 'not integration' -n "$((workers < 8 ? workers : 8))" "$@" \
+    || first=$?
+log "pytest: the integration tier"
+second=0
+pytest -p no:cacheprovider --durations=25 -m "$integration" "$@" || second=$?
+# pytest's 5 is "no test collected": arguments naming tests of one run only leave the other empty,
+# which fails nothing; both empty is still 5.
+if [[ $first -eq 5 && $second -eq 5 ]]; then exit 5; fi
+[[ $first -eq 5 ]] && first=0
+[[ $second -eq 5 ]] && second=0
+exit $((first != 0 ? first : second))

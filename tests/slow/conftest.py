@@ -1,10 +1,12 @@
-"""Fixtures the unit tests share (helpers that are no fixtures live in plain modules beside it)."""
+"""The slow tier's fixture: the real torch CPU wheel in a venv of its own, made once for all workers."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,13 @@ from tests.unit.probe_runs import TORCH_VENV, TORCH_VERSION, WHEEL_DIRS, torch_w
 def torch_python() -> str:
     """A venv under /tmp with the real torch CPU wheel (created once, reused across sessions)."""
     python = TORCH_VENV / "bin" / "python"
+    # Each pytest worker asks: one makes the venv while the others wait on the lock.
+    with TORCH_VENV.with_name(TORCH_VENV.name + ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _torch_venv(python)
+
+
+def _torch_venv(python: Path) -> str:
     probe = [str(python), "-c", f"import torch; assert torch.__version__.startswith({TORCH_VERSION!r})"]
     if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return str(python)
