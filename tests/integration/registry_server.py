@@ -13,10 +13,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import requests
+
+from tests.quiet_http import QuietHandler, serve
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 
@@ -117,15 +119,7 @@ class FlakyProxy:
         self.seen: list[tuple[str, str, int]] = []
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in two writes: with Nagle on, each keep-alive answer
-            # waits ~40 ms for the client's delayed ACK (a second per test, all told).
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _body(self) -> bytes:
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                     data = b""
@@ -181,7 +175,7 @@ class FlakyProxy:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        serve(self.server)
 
     def fail(self, rule: Rule, times: int | None = None) -> None:
         with self.lock:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.manifest import OCI_MANIFEST, Manifest
+from tests.quiet_http import QuietHandler, serve
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -28,15 +28,7 @@ class OciStub:
         self.answers: dict[tuple[str, str], Answer] = {}  # (method, path) -> a scripted answer
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in two writes: with Nagle on, each keep-alive answer
-            # waits ~40 ms for the client's delayed ACK (a second per test, all told).
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def reply(self, answer: Answer) -> None:
                 code, headers, body = answer
                 self.send_response(code)
@@ -59,7 +51,7 @@ class OciStub:
 
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        serve(self.server)
 
     def answer(self, method: str, path: str, query: str, body: bytes, headers: Any) -> Answer:
         if path == "/v2/":

@@ -12,7 +12,6 @@ import socket
 import socketserver
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.engine.raw_socket import EngineSocket, EngineSocketError
+from tests.quiet_http import serve
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nApi-Version: 1.43\r\n"
 
@@ -60,7 +60,7 @@ def hostile_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
         address = f"tcp://127.0.0.1:{server.server_address[1]}"  # type: ignore[index]
     server.daemon_threads = True  # type: ignore[attr-defined]
     server.kind = kind  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    serve(server)
     yield address
     server.shutdown()
     server.server_close()

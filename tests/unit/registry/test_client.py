@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from imagekit.core.errors import EnvironmentProblem, ImagekitError, RegistryErro
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.credentials import Credentials, find_credentials
 from imagekit.registry.transport import is_local
+from tests.quiet_http import QuietHandler, serve
 
 
 def test_local_registries_speak_http() -> None:
@@ -52,15 +53,7 @@ class Stub:
         self.requests: list[tuple[str, str, str | None]] = []
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in two writes: with Nagle on, each keep-alive answer
-            # waits ~40 ms for the client's delayed ACK (a second per test, all told).
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def reply(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
                 self.send_response(code)
                 for key, value in (headers or {}).items():
@@ -133,7 +126,7 @@ class Stub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        serve(self.server)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -265,15 +258,7 @@ class Scripted:
         self.written = 0
         scripted = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in two writes: with Nagle on, each keep-alive answer
-            # waits ~40 ms for the client's delayed ACK (a second per test, all told).
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def handle_any(self) -> None:
                 scripted.requests.append((self.command, self.path, self.headers.get("Authorization")))
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -287,7 +272,7 @@ class Scripted:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.host = f"127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        serve(self.server)
 
     def send(self, h: Any, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         h.send_response(code)
