@@ -114,10 +114,11 @@ export IMAGEKIT_HYPOTHESIS_PROFILE="${IMAGEKIT_HYPOTHESIS_PROFILE:-ci}"
 # the rest) only with IMAGEKIT_MULTIARCH=1.
 integration='integration and not multiarch'
 [[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] && integration=integration
-# The offline demo's base and wheelhouse: the slow tier runs the probe on its torch CPU wheel, and
-# the integration tier builds the demo (idempotent; without the arm64 base, the multiarch tier's).
-log "examples/offline/setup.sh (WITH_ARM64=0)"
-WITH_ARM64=0 bash examples/offline/setup.sh >&2
+# The offline demo's base and wheelhouse: the slow tier runs the probe on its torch CPU wheel and
+# plans the demo (its arm64 cell too), the integration tier builds it (idempotent; without the arm64
+# base, the multiarch tier's).
+log "examples/offline/setup.sh (ARM64_BASE=0)"
+ARM64_BASE=0 bash examples/offline/setup.sh >&2
 workers=$(nproc)
 log "pytest: the fast and slow tiers"
 first=0

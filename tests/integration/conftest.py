@@ -317,7 +317,7 @@ def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.Tem
         # Without the arm64 base (the demo's arm64 cell is left out below; debootstrapping it under
         # QEMU costs ~8 minutes here and is the multiarch tier's to prove). scripts/test.sh ran it
         # before the slow tier, so here it finds its base and wheels.
-        env={**os.environ, "WITH_ARM64": "0"},
+        env={**os.environ, "ARM64_BASE": "0"},
         timeout=1800,
         check=False,
     )
