@@ -94,6 +94,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 break
         if HYPOTHESIS_PROFILE != "ci":
             _cap_examples(item)
+    # The slow tier first (a stable sort: each tier keeps its order, module fixtures their scope):
+    # beside the fast tier on a worker per CPU, its minute-long tests start at once instead of
+    # leaving one worker grinding after the other has run out of work.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # A minimal valid matrix on an nvidia/cuda pattern base, for tests to extend.
