@@ -71,7 +71,7 @@ def _cap_examples(item: pytest.Item) -> None:
 # Test tiers are folders, decided here once, never by a mark in a module:
 #   tests/unit/                    fast (`bash scripts/test.sh fast`): no engine, no network, no long process
 #   tests/slow/                    slow: the real torch CPU wheel, pip, checkov, real deadlines; each
-#                                  module says what makes it slow and names its fast sibling
+#                                  module says what makes it slow; one split from a fast module names it
 #   tests/integration/             integration: the real engine and registry
 #   tests/integration/multiarch/   multiarch: linux/arm64 under QEMU (the emulated Debian base, ~8 min;
 #                                  examples/multiarch end to end, ~30 min): beyond CI's budget beside the

@@ -1,6 +1,6 @@
 """compile and extension on the real PyTorch CPU wheel when a piece of the toolchain is missing: the
 failure must name it (compiler, Python.h, ninja). Runs where the torch CPU wheel is (see
-the torch_python fixture of tests/unit/conftest.py); the toolchain is taken away by PATH."""
+the torch_python fixture of tests/slow/conftest.py); the toolchain is taken away by PATH."""
 
 from __future__ import annotations
 

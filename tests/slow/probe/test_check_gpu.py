@@ -2,7 +2,7 @@
 telemetry, train_step with a GradScaler) driven through a stand-in of torch.cuda that runs the real
 PyTorch CPU wheel underneath: no GPU here, so devices, capabilities, events and faults are played by
 the stand-in, and every tensor operation is real. Runs in the venv with the real torch CPU wheel
-(the torch_python fixture of tests/unit/conftest.py); skipped where that wheel is absent. CI's
+(the torch_python fixture of tests/slow/conftest.py); skipped where that wheel is absent. CI's
 own venv has no torch: the GPU-machine runs are the integration tests' job."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 never ends (chunked framing dripped, token answers), a ping sent to ``file:``, a challenge of a
 thousand realms, an index of thousands of children, a mount answered with an endless body.
 
-Every server here is ``test_registry.Scripted`` on 127.0.0.1, each loop bounded in count and time.
+Every server here is ``tests.unit.registry.test_client.Scripted`` on 127.0.0.1, each loop bounded
+in count and time.
 """
 
 from __future__ import annotations
