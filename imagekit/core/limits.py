@@ -119,7 +119,9 @@ BLOB_COPY_DEADLINE_S = 6 * 3600.0
 # logs stream, and are bounded by their own timeouts instead.
 ENGINE_ANSWER_BYTES = 64 << 20
 # One such call, its headers and whole body: twice docker-py's 60 s per-read timeout, so a slow
-# but honest engine is never cut, and an answer dripped a byte at a time ends here.
+# but honest engine is never cut, and an answer dripped a byte at a time ends here. A call that
+# sets a longer timeout of its own (a check container's `wait`, bounded by --verify-timeout) gets
+# that timeout and then this deadline.
 ENGINE_CALL_DEADLINE_S = 120.0
 
 # -- attestations and SBOMs ---------------------------------------------------------------------------

@@ -51,11 +51,12 @@ class _Client(docker.APIClient):
     def send(self, request: Any, **kwargs: Any) -> requests.Response:
         if kwargs.get("stream"):
             return super().send(request, **kwargs)
-        deadline = time.monotonic() + ENGINE_CALL_DEADLINE_S
-        late = requests.ConnectionError(f"no whole answer within {ENGINE_CALL_DEADLINE_S:g}s")
+        within = _deadline_s(kwargs.get("timeout"), self.timeout)
+        deadline = time.monotonic() + within
+        late = requests.ConnectionError(f"no whole answer within {within:g}s")
         send = super().send
         try:
-            response = before(ENGINE_CALL_DEADLINE_S, lambda: send(request, **{**kwargs, "stream": True}))
+            response = before(within, lambda: send(request, **{**kwargs, "stream": True}))
         except requests.Timeout:
             raise late from None
         body = bytearray()
@@ -74,6 +75,16 @@ class _Client(docker.APIClient):
         response._content = bytes(body)  # what requests itself sets when it reads the body
         response._content_consumed = True  # type: ignore[attr-defined]
         return response
+
+
+def _deadline_s(timeout: object, default: object) -> float:
+    """The whole answer's deadline: ENGINE_CALL_DEADLINE_S, or longer for a call whose caller set
+    a read timeout longer than the client's own (`wait` for a check container answers when the
+    check ends, bounded by --verify-timeout): that timeout, with the usual deadline after it, so the
+    caller's own timeout is what it sees first."""
+    if isinstance(timeout, int | float) and isinstance(default, int | float) and timeout > default:
+        return float(timeout) + ENGINE_CALL_DEADLINE_S
+    return ENGINE_CALL_DEADLINE_S
 
 
 def connect(pool_size: int = 10) -> docker.APIClient:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import requests
 from docker.errors import APIError
 
+from imagekit.engine import client
 from imagekit.engine.client import RetryPolicy, is_transient, pull
+from tests.quiet_http import QuietHandler, serve
 
 # -- is_transient ----------------------------------------------------------------------------------------
 
@@ -171,3 +175,34 @@ def test_pull_asks_for_latest_or_the_digest() -> None:
         ("localhost:5000/team/app", "latest"),
         ("app", "sha256:" + "e" * 64),
     ]
+
+
+def test_a_wait_longer_than_the_call_deadline_is_bounded_by_its_own_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A check container's `wait` answers when the check ends (minutes under QEMU, or a GPU's GEMM
+    run): the engine call deadline must not cut it, only the caller's --verify-timeout bounds it."""
+    monkeypatch.setattr(client, "ENGINE_CALL_DEADLINE_S", 0.3)
+
+    class Handler(QuietHandler):
+        def do_POST(self) -> None:
+            time.sleep(1.0)  # the check runs: past the (shortened) call deadline
+            body = b'{"StatusCode": 0}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    serve(server)
+    api = client._Client(base_url=f"tcp://127.0.0.1:{server.server_address[1]}", version="1.41", timeout=60)
+    try:
+        assert api.wait("c", timeout=120)["StatusCode"] == 0
+        # an answer with no longer timeout of its own still ends at the call deadline
+        with pytest.raises(requests.ConnectionError, match=r"no whole answer within 0\.3s"):
+            api._result(api._post(api._url("/containers/c/stop")), json=False)
+    finally:
+        api.close()
+        server.shutdown()
+        server.server_close()
