@@ -78,20 +78,18 @@ def _cap_examples(item: pytest.Item) -> None:
 #                                  rest, so scripts/test.sh runs it only with IMAGEKIT_MULTIARCH=1
 # The whole suite runs every tier but multiarch.
 TESTS_DIR = Path(__file__).parent  # as pytest spells paths: absolute, links kept
-TIERS = (  # deepest first: a test takes the marks of every tier folder it is in
-    (TESTS_DIR / "integration" / "multiarch", ("integration", "multiarch")),
-    (TESTS_DIR / "integration", ("integration",)),
-    (TESTS_DIR / "slow", ("slow",)),
-)
+TIERS = {  # a test takes the mark of every tier folder it is in (multiarch is integration too)
+    TESTS_DIR / "integration": "integration",
+    TESTS_DIR / "integration" / "multiarch": "multiarch",
+    TESTS_DIR / "slow": "slow",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        for folder, marks in TIERS:
+        for folder, mark in TIERS.items():
             if item.path.is_relative_to(folder):
-                for mark in marks:
-                    item.add_marker(getattr(pytest.mark, mark))
-                break
+                item.add_marker(getattr(pytest.mark, mark))
         if HYPOTHESIS_PROFILE != "ci":
             _cap_examples(item)
     # The slow tier first (a stable sort: each tier keeps its order, module fixtures their scope):
