@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
-# engine.sh - bring up a local Docker engine (and optionally a local registry)
-# for imagekit development/tests on a plain Debian 12 machine without systemd.
+# engine.sh - bring up the Docker engine of record (and a local registry) for imagekit's demo, tests
+# and CI on a plain Debian 12 machine without systemd.
 #
 # Usage:
-#   scripts/engine.sh docker                 # install (if needed) + start dockerd
+#   scripts/engine.sh docker                 # install (if needed) + start dockerd 26 (Debian 13's)
 #   scripts/engine.sh registry [PORT] [DIR]  # start docker-registry on 127.0.0.1:PORT
 #   scripts/engine.sh all [PORT] [DIR]       # both
-#   scripts/engine.sh install                # only install missing packages
+#   scripts/engine.sh install                # only install what is missing
 #   scripts/engine.sh status                 # show what is running
 #   scripts/engine.sh emulation              # run linux/arm64 containers here (QEMU), then prove it
+#   scripts/engine.sh second NAME            # a second dockerd 26 of its own + Docker context imagekit-NAME
+#   scripts/engine.sh stop-second NAME       # stop it and remove everything it wrote
+#
+# The engine of record is what Debian 13 (trixie) packages: dockerd 26.1.5 and its CLI, containerd
+# 1.7, buildx 0.13.1, with the containerd image store (what BuildKit's zstd layers, rewritten
+# timestamps, OCI output and registry cache need). Debian 12 has no such packages, so their .debs
+# are fetched with a private apt state (the host's apt configuration is not touched), cached in
+# /var/cache/imagekit-engine for reruns, and unpacked into /opt/imagekit-engine. Two of trixie's
+# binaries need glibc 2.38 (Debian 12 has 2.36): its runc (Debian 12's runc serves) and its dynamic
+# tini (its static one is docker-init). The buildx plugin is linked into /usr/local/lib/docker/
+# cli-plugins, where every docker CLI looks; the CLI into /usr/local/bin when there is none.
+# An engine already answering on /var/run/docker.sock is used as it is (a user's docker-ce, say).
 #
 # Idempotent: re-running does not start a second dockerd / registry.
 #
@@ -26,10 +38,11 @@
 # NAT). Builds/containers therefore only have "none" or "host" networking.
 #
 # Environment overrides:
-#   IMAGEKIT_STORAGE_DRIVER  force a storage driver (overlay2|fuse-overlayfs|vfs)
 #   IMAGEKIT_DOCKERD_LOG     dockerd log file (default /var/log/imagekit-dockerd.log)
 #   IMAGEKIT_DOCKER_TIMEOUT  seconds to wait for dockerd (default 60)
 #   IMAGEKIT_REGISTRY_TIMEOUT seconds to wait for the registry (default 30)
+#   IMAGEKIT_IMAGE_STORE     containerd (default) | overlay2: the image store of an engine started here
+#   IMAGEKIT_ENGINE_SUITE    the Debian release whose engine is installed (default trixie)
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -37,31 +50,29 @@ export DEBIAN_FRONTEND=noninteractive
 DOCKERD_LOG="${IMAGEKIT_DOCKERD_LOG:-/var/log/imagekit-dockerd.log}"
 DOCKER_TIMEOUT="${IMAGEKIT_DOCKER_TIMEOUT:-60}"
 REGISTRY_TIMEOUT="${IMAGEKIT_REGISTRY_TIMEOUT:-30}"
-DATA_ROOT="/var/lib/docker"
-# Debian package -> what it provides. A package is installed only when that is missing, so a
-# dockerd from elsewhere (docker-ce on a GitHub ubuntu runner) is used as it is, never replaced.
-PACKAGES=(docker.io docker-registry busybox-static debootstrap curl procps)
+# Debian 12 package -> what it provides. A package is installed only when that is missing.
+# runc: Debian 12's (trixie's needs glibc 2.38); the engine itself comes from trixie (below).
+PACKAGES=(runc docker-registry busybox-static debootstrap curl procps)
+
+# The engine of record, unpacked from Debian 13's packages (see the header).
+ENGINE_SUITE="${IMAGEKIT_ENGINE_SUITE:-trixie}"
+ENGINE_MIRROR="${IMAGEKIT_ENGINE_MIRROR:-http://deb.debian.org/debian}"
+ENGINE_PACKAGES=(docker.io docker-cli docker-buildx containerd tini)
+ENGINE_PREFIX=/opt/imagekit-engine
+ENGINE_CACHE=/var/cache/imagekit-engine
+IMAGE_STORE="${IMAGEKIT_IMAGE_STORE:-containerd}"
+PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 
 log() { printf '[engine] %s\n' "$*" >&2; }
 die() { printf '[engine] ERROR: %s\n' "$*" >&2; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
 
-# Prefer Debian's client (same version as Debian's dockerd); the newer
-# /usr/local/bin/docker also works (it negotiates the API version down).
-docker_cli() {
-    if [[ -x /usr/bin/docker ]]; then
-        /usr/bin/docker "$@"
-    else
-        docker "$@"
-    fi
-}
-
 # ---------------------------------------------------------------- install ----
 # Whether the command(s) a package is installed for are already here.
 package_present() {
     case "$1" in
-        docker.io)       command -v dockerd >/dev/null 2>&1 ;;
+        runc)            [[ -x /usr/sbin/runc ]] || command -v runc >/dev/null 2>&1 ;;
         docker-registry) registry_bin >/dev/null ;;
         busybox-static)  static_busybox ;;
         debootstrap)     command -v debootstrap >/dev/null 2>&1 ;;
@@ -233,98 +244,206 @@ setup_emulation() {
 }
 
 # ----------------------------------------------------------------- dockerd ---
-docker_up() { docker_cli info >/dev/null 2>&1; }
-
-dockerd_pids() { pgrep -x dockerd 2>/dev/null || true; }
-
-# Pick a storage driver that actually works here.
-detect_storage_driver() {
-    if [[ -n "${IMAGEKIT_STORAGE_DRIVER:-}" ]]; then
-        echo "$IMAGEKIT_STORAGE_DRIVER"
-        return
-    fi
-    mkdir -p "$DATA_ROOT"
-    local t
-    t=$(mktemp -d "$DATA_ROOT/.ovltest.XXXXXX")
-    mkdir -p "$t"/{lower,upper,work,merged}
-    echo x > "$t/lower/f"
-    local ok=0
-    if mount -t overlay overlay \
-        -o "lowerdir=$t/lower,upperdir=$t/upper,workdir=$t/work" "$t/merged" 2>/dev/null; then
-        # write through the overlay and check the whiteout/copy-up works
-        if echo y > "$t/merged/f" && rm -f "$t/merged/f" && [[ ! -e "$t/merged/f" ]]; then
-            ok=1
-        fi
-        umount "$t/merged" 2>/dev/null || umount -l "$t/merged" 2>/dev/null || true
-    fi
-    rm -rf "$t"
-    if [[ $ok -eq 1 ]]; then
-        echo overlay2
-    elif command -v fuse-overlayfs >/dev/null 2>&1 && [[ -e /dev/fuse ]]; then
-        echo fuse-overlayfs
+# docker_cli [ARGS]: the engine of record's CLI (or the one on PATH, for an engine found running).
+docker_cli() {
+    if [[ -x $ENGINE_PREFIX/usr/bin/docker ]]; then
+        "$ENGINE_PREFIX/usr/bin/docker" "$@"
     else
-        echo vfs
+        docker "$@"
     fi
 }
 
-wait_for_docker() {
-    local timeout=$1 i
-    for ((i = 0; i < timeout * 2; i++)); do
-        docker_up && return 0
-        # dockerd died?
-        if [[ -z "$(dockerd_pids)" ]] && ((i > 2)); then
-            return 1
+docker_up() { docker_cli info >/dev/null 2>&1; }
+
+# install_engine: trixie's engine packages into ENGINE_PREFIX, with a private apt state.
+install_engine() {
+    if [[ -f $ENGINE_PREFIX/.complete && $(cat "$ENGINE_PREFIX/.complete") == "$ENGINE_SUITE ${ENGINE_PACKAGES[*]}" ]]; then
+        return 0
+    fi
+    local apt=$ENGINE_CACHE/apt
+    mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$ENGINE_PREFIX"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $ENGINE_MIRROR $ENGINE_SUITE main" \
+        > "$apt/sources.list"
+    : > "$apt/status"  # an empty dpkg status: nothing resolves against the host's packages
+    local opts=(
+        -o "Dir::Etc::sourcelist=$apt/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status"
+        -o "Dir::Cache=$apt/cache" -o "Dir::Cache::archives=$apt/cache/archives"
+        -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1"
+        -o "APT::Sandbox::User=root"  # the cache is root's: no "_apt couldn't access" warning
+    )
+    log "resolving $ENGINE_SUITE's ${ENGINE_PACKAGES[*]} (private apt lists in $apt)"
+    apt-get "${opts[@]}" update -qq >&2 || die "apt-get update of $ENGINE_SUITE failed"
+    local pkg version arch deb
+    for pkg in "${ENGINE_PACKAGES[@]}"; do
+        version=$(apt-cache "${opts[@]}" policy "$pkg" | awk '/Candidate:/ {print $2}')
+        [[ -n $version && $version != "(none)" ]] || die "$ENGINE_SUITE has no $pkg"
+        arch=$(apt-cache "${opts[@]}" show "$pkg=$version" | awk '/^Architecture:/ {print $2; exit}')
+        deb="$apt/debs/${pkg}_${version//:/%3a}_${arch}.deb"
+        if [[ ! -s $deb ]]; then
+            log "downloading $pkg $version"
+            (cd "$apt/debs" && apt-get "${opts[@]}" download -qq "$pkg=$version" >&2) || die "cannot download $pkg"
         fi
+        [[ -s $deb ]] || die "expected $deb after the download"
+        dpkg-deb -x "$deb" "$ENGINE_PREFIX"
+    done
+    # Drop what this libc cannot run (trixie's runc and dynamic tini need glibc 2.38), so nothing
+    # first on the engine's PATH shadows a working host binary with a broken one.
+    local bin
+    for bin in "$ENGINE_PREFIX"/usr/bin/* "$ENGINE_PREFIX"/usr/sbin/*; do
+        [[ -f $bin && ! -L $bin ]] || continue
+        if [[ $(ldd "$bin" 2>&1) == *"version"*"not found"* ]]; then
+            log "not using $(basename "$bin"): it needs a newer glibc than this system's"
+            rm -f "$bin"
+        fi
+    done
+    [[ -e $ENGINE_PREFIX/usr/bin/tini-static ]] && ln -sfn tini-static "$ENGINE_PREFIX/usr/bin/docker-init"
+    find "$ENGINE_PREFIX/usr/bin" "$ENGINE_PREFIX/usr/sbin" -xtype l -delete
+    echo "$ENGINE_SUITE ${ENGINE_PACKAGES[*]}" > "$ENGINE_PREFIX/.complete"
+    log "installed into $ENGINE_PREFIX: $("$ENGINE_PREFIX/usr/sbin/dockerd" --version)"
+}
+
+# link_clients: buildx where every docker CLI finds it, and the CLI on PATH when none is.
+link_clients() {
+    mkdir -p "$PLUGIN_DIR"
+    ln -sfn "$ENGINE_PREFIX/usr/libexec/docker/cli-plugins/docker-buildx" "$PLUGIN_DIR/docker-buildx"
+    if ! command -v docker >/dev/null 2>&1; then
+        ln -sfn "$ENGINE_PREFIX/usr/bin/docker" /usr/local/bin/docker
+    fi
+}
+
+# instance NAME: the paths of one engine. "" is the engine of record (on /var/run/docker.sock);
+# any other name is a second engine beside it (its own socket, data, containerd and namespace).
+instance() {
+    local name=$1 suffix=${1:+-$1}
+    RUN_DIR=/run/imagekit-engine$suffix
+    DATA_DIR=/var/lib/imagekit-engine$suffix
+    CONF_DIR=/etc/imagekit-engine$suffix
+    NAMESPACE=imagekit${name:+-$name}
+    if [[ -z $name ]]; then SOCKET=/var/run/docker.sock; else SOCKET=$RUN_DIR/docker.sock; fi
+    ENGINE_LOG=${DOCKERD_LOG%.log}$suffix.log
+}
+
+pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_for_socket() {
+    local socket=$1 i
+    for ((i = 0; i < DOCKER_TIMEOUT * 2; i++)); do
+        docker_cli -H "unix://$socket" version >/dev/null 2>&1 && return 0
+        pid_alive "$RUN_DIR/dockerd.pid" || ((i < 4)) || return 1
         sleep 0.5
     done
     return 1
 }
 
-start_docker() {
-    if docker_up; then
-        log "dockerd already running ($(docker_cli version -f '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null))"
+# start_engine NAME [STORE]: containerd, then dockerd, of instance NAME (see instance()).
+start_engine() {
+    instance "$1"
+    local store=${2:-$IMAGE_STORE} snapshotter
+    case $store in
+        containerd) snapshotter=true ;;
+        overlay2) snapshotter=false ;;
+        *) die "IMAGEKIT_IMAGE_STORE: $store is neither containerd nor overlay2" ;;
+    esac
+    if docker_cli -H "unix://$SOCKET" version >/dev/null 2>&1; then
+        log "dockerd already answers on $SOCKET ($(docker_cli -H "unix://$SOCKET" info -f 'server {{.ServerVersion}}, store {{.Driver}}'))"
         return 0
     fi
-    if [[ -n "$(dockerd_pids)" ]]; then
-        log "dockerd process exists (pid $(dockerd_pids | tr '\n' ' ')) but is not answering yet; waiting"
-        wait_for_docker "$DOCKER_TIMEOUT" && { log "dockerd is up"; return 0; }
-        die "a dockerd process exists but 'docker info' fails; not starting another. Log: $DOCKERD_LOG"
+    pid_alive "$RUN_DIR/dockerd.pid" &&
+        die "dockerd pid $(cat "$RUN_DIR/dockerd.pid") does not answer on $SOCKET; not starting another. Log: $ENGINE_LOG"
+    mkdir -p "$RUN_DIR" "$DATA_DIR" "$CONF_DIR" "$(dirname "$ENGINE_LOG")"
+    # Its own containerd, never a system one at /run/containerd/containerd.sock (which dockerd
+    # would otherwise share, namespace and all).
+    printf '%s\n' 'version = 2' "root = \"$DATA_DIR/containerd\"" "state = \"$RUN_DIR/containerd\"" \
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]' \
+        '[grpc]' "  address = \"$RUN_DIR/containerd.sock\"" \
+        '[ttrpc]' '  address = ""' '[debug]' '  address = ""' '[metrics]' '  address = ""' \
+        > "$CONF_DIR/containerd.toml"
+    # --config-file: otherwise dockerd reads the host's /etc/docker/daemon.json
+    printf '{"features": {"containerd-snapshotter": %s}}\n' "$snapshotter" > "$CONF_DIR/daemon.json"
+    local path="$ENGINE_PREFIX/usr/bin:$ENGINE_PREFIX/usr/sbin:$PATH" i
+    if ! pid_alive "$RUN_DIR/containerd.pid"; then
+        rm -f "$RUN_DIR/containerd.sock"
+        printf '\n==== %s containerd --config %s\n' "$(date -Is)" "$CONF_DIR/containerd.toml" >> "$ENGINE_LOG"
+        PATH=$path setsid nohup containerd --config "$CONF_DIR/containerd.toml" >> "$ENGINE_LOG" 2>&1 < /dev/null &
+        echo $! > "$RUN_DIR/containerd.pid"
+        disown || true
+        for ((i = 0; i < DOCKER_TIMEOUT * 2; i++)); do [[ -S $RUN_DIR/containerd.sock ]] && break; sleep 0.5; done
+        [[ -S $RUN_DIR/containerd.sock ]] || { tail -n 20 "$ENGINE_LOG" >&2; die "containerd did not start"; }
     fi
-    command -v dockerd >/dev/null 2>&1 || die "dockerd not found (run: $0 install)"
-
-    local driver
-    driver=$(detect_storage_driver)
     local args=(
-        --bridge=none
-        --iptables=false
-        --ip6tables=false
-        --ip-forward=false
-        --ip-masq=false
-        --storage-driver="$driver"
-        --data-root="$DATA_ROOT"
-        --host=unix:///var/run/docker.sock
+        --config-file "$CONF_DIR/daemon.json"
+        --host "unix://$SOCKET"
+        --data-root "$DATA_DIR/docker"
+        --exec-root "$RUN_DIR/docker"
+        --pidfile "$RUN_DIR/dockerd.pid"
+        --containerd "$RUN_DIR/containerd.sock"
+        --containerd-namespace "$NAMESPACE"
+        --containerd-plugins-namespace "$NAMESPACE-plugins"
+        --bridge=none --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false
+        --userland-proxy=false
     )
-    # Older dockerd builds may not know --ip6tables; drop it then (IPv6 NAT is
-    # off anyway without --ipv6).
-    if ! dockerd --help 2>&1 | grep -q -- '--ip6tables'; then
-        local a=() x
-        for x in "${args[@]}"; do [[ $x == --ip6tables=* ]] || a+=("$x"); done
-        args=("${a[@]}")
-    fi
-
-    mkdir -p "$(dirname "$DOCKERD_LOG")"
-    rm -f /var/run/docker.pid
-    log "starting dockerd ${args[*]} (log: $DOCKERD_LOG)"
-    printf '\n==== %s dockerd %s\n' "$(date -Is)" "${args[*]}" >> "$DOCKERD_LOG"
-    setsid nohup dockerd "${args[@]}" >> "$DOCKERD_LOG" 2>&1 < /dev/null &
+    log "starting dockerd ${args[*]} (log: $ENGINE_LOG)"
+    printf '\n==== %s dockerd %s\n' "$(date -Is)" "${args[*]}" >> "$ENGINE_LOG"
+    PATH=$path setsid nohup dockerd "${args[@]}" >> "$ENGINE_LOG" 2>&1 < /dev/null &
     disown || true
-
-    if ! wait_for_docker "$DOCKER_TIMEOUT"; then
-        log "dockerd did not come up within ${DOCKER_TIMEOUT}s; last log lines:"
-        tail -n 30 "$DOCKERD_LOG" >&2 || true
-        die "dockerd failed to start"
+    if ! wait_for_socket "$SOCKET"; then
+        tail -n 30 "$ENGINE_LOG" >&2 || true
+        die "dockerd did not answer on $SOCKET within ${DOCKER_TIMEOUT}s"
     fi
-    log "dockerd is up: $(docker_cli version -f 'server {{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null), storage driver $(docker_cli info -f '{{.Driver}}' 2>/dev/null)"
+    log "dockerd is up on $SOCKET: $(docker_cli -H "unix://$SOCKET" info -f 'server {{.ServerVersion}}, store {{.Driver}}'), $(docker_cli buildx version 2>/dev/null || echo 'no buildx')"
+}
+
+# stop_engine NAME [purge]: SIGTERM dockerd, then containerd; purge removes its data too.
+stop_engine() {
+    instance "$1"
+    local f pid i
+    for f in "$RUN_DIR/dockerd.pid" "$RUN_DIR/containerd.pid"; do
+        if pid_alive "$f"; then
+            pid=$(cat "$f")
+            kill "$pid"
+            for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+            if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; fi
+        fi
+        rm -f "$f"
+    done
+    if [[ ${2:-} == purge ]]; then
+        # a mount a killed engine left would keep its files busy
+        awk -v d="$DATA_DIR/" -v r="$RUN_DIR/" 'index($2, d) == 1 || index($2, r) == 1 {print $2}' /proc/mounts \
+            | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+        rm -rf "$DATA_DIR" "$RUN_DIR" "$CONF_DIR"
+    fi
+}
+
+start_docker() {
+    if docker_up; then
+        log "dockerd already running ($(docker_cli info -f 'server {{.ServerVersion}}, store {{.Driver}}' 2>/dev/null))"
+        return 0
+    fi
+    install_engine
+    link_clients
+    start_engine ""
+}
+
+valid_name() { [[ $1 =~ ^[a-z0-9]{1,20}$ ]] || die "NAME must be 1-20 of [a-z0-9], not '$1'"; }
+
+# second NAME: another engine of record beside the first, registered as Docker context
+# imagekit-NAME (how a test stands in for a remote BuildKit). IMAGEKIT_IMAGE_STORE applies.
+start_second() {
+    valid_name "${1:-}"
+    install_engine
+    link_clients
+    start_engine "$1"
+    docker_cli context inspect "imagekit-$1" >/dev/null 2>&1 ||
+        docker_cli context create "imagekit-$1" --docker "host=unix://$SOCKET" >/dev/null
+    log "Docker context imagekit-$1 -> unix://$SOCKET"
+}
+
+stop_second() {
+    valid_name "${1:-}"
+    docker_cli context rm -f "imagekit-$1" >/dev/null 2>&1 || true
+    stop_engine "$1" purge
+    log "engine $1 stopped; its data removed"
 }
 
 # ---------------------------------------------------------------- registry ---
@@ -402,7 +521,8 @@ EOF
 
 show_status() {
     if docker_up; then
-        docker_cli info -f 'dockerd: {{.ServerVersion}} driver={{.Driver}} cgroup={{.CgroupDriver}}'
+        docker_cli info -f 'dockerd: {{.ServerVersion}} store={{.Driver}} cgroup={{.CgroupDriver}}'
+        echo "buildx: $(docker_cli buildx version 2>/dev/null || echo missing)"
     else
         echo "dockerd: down"
     fi
@@ -415,15 +535,17 @@ show_status() {
 }
 
 usage() {
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 main() {
     local cmd="${1:-all}"
     shift || true
     case "$cmd" in
-        install)  install_packages ;;
+        install)  install_packages; install_engine; link_clients ;;
         docker)   install_packages; start_docker ;;
+        second)   install_packages; start_second "$@" ;;
+        stop-second) stop_second "$@" ;;
         registry) install_packages; start_registry "$@" ;;
         all)      install_packages; start_docker; start_registry "$@" ;;
         status)   show_status ;;
