@@ -18,11 +18,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import re
-import threading
+import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import date
@@ -31,22 +30,33 @@ from typing import IO, Any, Literal
 
 import docker
 import requests
-from docker.errors import APIError, DockerException
+from docker.errors import DockerException
 
+from imagekit.build import buildkit, classic
 from imagekit.build.bases import ResolvedBase, apply_mirrors, holds_platform, recorded_digests, resolve_base
-from imagekit.build.jobs import BaseJob, CellJob, Job, base_jobs, built_from, cell_jobs, pulled_bases
+from imagekit.build.jobs import (
+    TAIL_LINES,
+    BaseJob,
+    CellJob,
+    Job,
+    JobFailed,
+    base_jobs,
+    built_from,
+    cell_jobs,
+    pulled_bases,
+)
 from imagekit.build.progress import Progress
 from imagekit.build.registry_use import BuildRegistry, StagingFailed
+from imagekit.build.reuse import EngineImages
+from imagekit.build.run_state import Abortable, RunState
 from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
 from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, one_line
-from imagekit.core.limits import STATE_BYTES
-from imagekit.core.paths import read_regular_file
+from imagekit.engine import buildx
 from imagekit.engine.client import (
     BuildAborted,
     BuildRequest,
-    BuildStream,
     EngineFailure,
     alive,
     inspect_image,
@@ -54,14 +64,13 @@ from imagekit.engine.client import (
 )
 from imagekit.engine.raw_socket import engine_address
 from imagekit.plan.cells import Cell, FrontendCell, Plan, local_base_of
+from imagekit.plan.schema import BuildSettings
 from imagekit.registry.client import Backoff
 from imagekit.render.context import FileHasher, local_base_context
-from imagekit.render.dockerfile import RenderedCell, Renderer
+from imagekit.render.contract import PIP_NETRC_SECRET
+from imagekit.render.dockerfile import Renderer
 from imagekit.report.store import BuildReport, CellResult, ReportStore, Status
 from imagekit.report.verification import Verification
-
-TAIL_LINES = 20
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the classic builder colours a step's stderr
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,10 @@ class BuildOptions:
     push: bool = False  # stage every cell built or unchanged in the registry
     registry: str | None = None  # host[:port] for staging and cache sources (--registry or the matrix's)
     backoff: Backoff = field(default_factory=Backoff)
+    builder: Literal["classic", "buildkit"] = "classic"
+    compression: Literal["gzip", "zstd"] = "gzip"  # of the BuildKit builder's images
+    buildx_builder: str | None = None  # a buildx builder, or a Docker context, to build on
+    secret_files: tuple[tuple[str, Path], ...] = ()  # --secret ID=FILE
 
 
 @dataclass(frozen=True)
@@ -93,68 +106,6 @@ class BuildOutcome:
     @property
     def failed(self) -> bool:
         return self.report.failed or any(v.verdict == "failed" for v in self.verifications)
-
-
-_RUNNING_IN = re.compile(r"---> Running in ([0-9a-f]{12,64})\s*$", re.MULTILINE)
-
-
-def sweep_crashed_steps(api: docker.APIClient, previous: BuildReport | None, logs: Path) -> list[str]:
-    """Remove the build-step containers that an engine crash left in the previous run.
-
-    The classic builder removes a step's container itself (forcerm), unless the engine dies under
-    it; then the container is still there when the engine comes back. It carries none of
-    imagekit's labels (they land on the image at the end), but the cell's log names it
-    (``---> Running in <id>``) and the report says which cells the engine failed under.
-    """
-    if previous is None:
-        return []
-    removed: list[str] = []
-    for result in (*previous.bases, *previous.cells):
-        if result.status != "failed" or "stopped answering" not in (result.error or ""):
-            continue
-        try:  # a regular file, and not past the report's own size limit: never a FIFO to block on
-            raw = read_regular_file(logs / f"{result.id}.log", STATE_BYTES, "the build log")
-        except (OSError, ImagekitError):
-            continue
-        text = raw.decode("utf-8", errors="replace")
-        for container in _RUNNING_IN.findall(text):
-            try:
-                if api.inspect_container(container)["State"].get("Running"):
-                    continue  # not a crash's leftover: something is using it
-                api.remove_container(container, force=True)
-            except (APIError, requests.RequestException):
-                continue  # gone already (the usual case), or refused: nothing of ours to do
-            removed.append(container)
-    return removed
-
-
-@dataclass
-class _RunState:
-    """Shared between the scheduler and the workers; guarded by ``lock``."""
-
-    cancel: threading.Event = field(default_factory=threading.Event)
-    cancel_reason: str = ""
-    engine_error: str | None = None
-    active: set[BuildStream] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def stop(self, reason: str, engine_error: str | None = None) -> None:
-        with self.lock:
-            if not self.cancel.is_set():
-                self.cancel_reason = reason
-                if engine_error:
-                    self.engine_error = engine_error
-            self.cancel.set()
-            streams = list(self.active)
-        for stream in streams:
-            stream.abort(reason)
-
-
-class _JobFailed(Exception):
-    def __init__(self, message: str, tail: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.tail = tail
 
 
 class Builder:
@@ -171,15 +122,23 @@ class Builder:
         self.options = options
         self.progress = progress
         self.previous = store.previous  # read once, by the store
-        self.state = _RunState()
+        self.state = RunState()
         self.results: dict[str, CellResult] = {}
         self.logs = store.logs
         self.state_dir = store.state_dir
         # Digests of context files the last run hashed, by stat: a no-change run reads no file.
         self.hasher = FileHasher.from_state(store.state_dir)
-        self._by_input_digest: dict[str, list[dict[str, Any]]] | None = None
-        self._index_lock = threading.Lock()
+        self.images = EngineImages(api, self.previous)
+        self._buildkit_cache: dict[str, tuple[str | None, str | None]] = {}  # job -> (from, to)
         self.remote: BuildRegistry | None = None
+        # The BuildKit builder, found and checked once (buildx, the builder, the image store);
+        # its secrets are added by `run`, which owns their files.
+        self.buildkit: buildkit.BuildkitSettings | None = None
+        if options.builder == "buildkit":
+            buildkit.engine_holds_oci(api)
+            self.buildkit = buildkit.BuildkitSettings(
+                buildx.find(options.buildx_builder), options.compression, store.state_dir / "buildx"
+            )
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
                 api, options.registry, plan.matrix.publish, options.backoff, self.previous
@@ -195,11 +154,12 @@ class Builder:
         interrupted = False
         jobs: list[Job] = []
         try:
-            for container in sweep_crashed_steps(self.api, self.previous, self.logs):
+            for container in classic.sweep_crashed_steps(self.api, self.previous, self.logs):
                 self.progress.event("engine", "removed", f"build step container {container} a crash left")
-            jobs = self.prepare(cells)
-            self.progress.planned([j.name for j in jobs])
-            self.schedule(jobs)
+            with self._secrets():
+                jobs = self.prepare(cells)
+                self.progress.planned([j.name for j in jobs])
+                self.schedule(jobs)
         except KeyboardInterrupt:
             interrupted = True
             self.state.stop("interrupted (Ctrl-C)")
@@ -220,6 +180,25 @@ class Builder:
             bases=tuple(self._final(j.name, "base", j.base_reference) for j in local_bases),
         ).keeping_verifications(self.previous)
         return BuildOutcome(report, interrupted, external_bases=pulled_bases(jobs))
+
+    @contextlib.contextmanager
+    def _secrets(self) -> Iterator[None]:
+        """The BuildKit builds' secret files for the run (checked before anything is built)."""
+        if self.buildkit is None:
+            yield
+            return
+        credentials = tuple(
+            buildkit.Credential(c.host, c.login, c.secret) for c in self.plan.matrix.sources.pip.credentials
+        )
+        files = dict(self.options.secret_files)
+        with buildkit.pip_netrc(credentials, files, self.state_dir, os.environ) as netrc:
+            settings = self.buildkit
+            if netrc is not None:
+                self.buildkit = dataclasses.replace(settings, secrets=((PIP_NETRC_SECRET, netrc),))
+            try:
+                yield
+            finally:
+                self.buildkit = settings
 
     def _final(self, name: str, kind: Literal["cell", "base"], base: str) -> CellResult:
         found = self.results.get(name)
@@ -264,7 +243,8 @@ class Builder:
                 by_id,
             )
         bases = base_jobs(self.plan, mirrored, self.hasher)  # a loop between bases: refused before rendering
-        renderer = Renderer(self.plan, hasher=self.hasher)
+        build = BuildSettings(builder=options.builder, compression=options.compression)
+        renderer = Renderer(self.plan, hasher=self.hasher, build=build)
         rendered = [renderer.render(cell, build_from=built_from(cell, resolved)) for cell in mirrored]
         return [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
 
@@ -369,7 +349,7 @@ class Builder:
                 if isinstance(job, BaseJob):
                     return self._build_base(job, write, done)
                 return self._build_cell(job, write, done)
-            except _JobFailed as failure:
+            except JobFailed as failure:
                 write(f"FAILED: {failure.message}")
                 return done("failed", error=failure.message, error_tail=failure.tail or tuple(tail))
             except ImagekitError as exc:  # an unreadable context file, an unwritable log, ...
@@ -392,28 +372,6 @@ class Builder:
                 write(f"FAILED: {message}")
                 return done("failed", error=message, error_tail=tuple(tail))
 
-    def _existing(self, rendered: RenderedCell, tags: tuple[str, ...]) -> Mapping[str, Any] | None:
-        """The image this cell already built from ``rendered``'s inputs (its image-list summary).
-
-        One listing of the engine's labelled images serves every cell of the run: a no-change
-        rebuild then costs one engine query, not one (plus an inspect) per cell. The listing is
-        narrowed by ``cell_image``: labels alone do not say which image is the cell's.
-        """
-        with self._index_lock:
-            if self._by_input_digest is None:
-                index: dict[str, list[dict[str, Any]]] = {}
-                for image in self.api.images(filters={"label": naming.INPUT_DIGEST_LABEL}):
-                    digest = (image.get("Labels") or {}).get(naming.INPUT_DIGEST_LABEL)
-                    if digest:
-                        index.setdefault(digest, []).append(image)
-                self._by_input_digest = index
-            candidates = self._by_input_digest.get(rendered.input_digest, [])
-        recorded = next(
-            (r.image_id for r in (self.previous.cells if self.previous else ()) if r.id == rendered.cell.id),
-            None,
-        )
-        return cell_image(candidates, rendered.input_digest, tags, recorded)
-
     def _reusable(
         self, image: Mapping[str, Any] | None, write: Callable[[str], None]
     ) -> Mapping[str, Any] | None:
@@ -433,7 +391,7 @@ class Builder:
         self, job: CellJob, write: Callable[[str], None], done: Callable[..., CellResult]
     ) -> CellResult:
         if job.base_error:
-            raise _JobFailed(job.base_error)
+            raise JobFailed(job.base_error)
         rendered = job.rendered
         tags = rendered.names(self.plan.matrix.publish, self.options.today).references()
         base_digest = job.external_digest
@@ -445,8 +403,22 @@ class Builder:
             image = inspect_image(self.api, built_here)
             base_digest = str(image["Id"]) if image else None
         cache_registry = self.remote if self.options.cache_from else None  # --no-cache-from: none
-        existing = None if self.options.force else self._reusable(self._existing(rendered, tags), write)
-        if existing is None and not self.options.force and cache_registry:
+        existing = (
+            None if self.options.force else self._reusable(self.images.cell_image(rendered, tags), write)
+        )
+        if existing is None and not self.options.force and cache_registry and self.buildkit is not None:
+            staged = cache_registry.staged_unpulled(rendered, write)
+            if staged is not None:  # nothing pulled: verify --pull and publish work from the registry
+                return done(
+                    "skipped",
+                    image_id=staged.digest,
+                    tags=(),
+                    input_digest=rendered.input_digest,
+                    base_digest=base_digest,
+                    built_on=self.options.today,
+                    staged=staged,
+                )
+        elif existing is None and not self.options.force and cache_registry:
             existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
         if existing is not None:
             write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
@@ -470,11 +442,19 @@ class Builder:
         labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
         if base_digest:
             labels[naming.BASE_DIGEST_LABEL] = base_digest
+        if self.buildkit is not None:  # BuildKit's registry cache: every stage, no image pulled
+            cache = self.remote.build_cache(rendered) if self.remote else None
+            self._buildkit_cache[job.name] = (
+                cache if cache_registry else None,
+                cache if self.options.push else None,
+            )
         request = BuildRequest(
             dockerfile="Dockerfile",
             labels=tuple(labels.items()),
             build_args=rendered.build_args,
-            cache_from=cache_registry.cache_source(rendered, write) if cache_registry else (),
+            cache_from=cache_registry.cache_source(rendered, write)
+            if cache_registry and self.buildkit is None
+            else (),
             network_mode=self.options.network_mode,
             platform=rendered.cell.platform,
         )
@@ -499,7 +479,7 @@ class Builder:
         try:
             return self.remote.stage(result, write)
         except StagingFailed as failed:
-            raise _JobFailed(failed.message) from None
+            raise JobFailed(failed.message) from None
 
     def _build_base(
         self, job: BaseJob, write: Callable[[str], None], done: Callable[..., CellResult]
@@ -539,97 +519,61 @@ class Builder:
     ) -> CellResult:
         """Build untagged, then tag: an image carries its tags only once the engine finished it."""
         self.progress.event(job.name, "building")
+        if self.buildkit is not None:
+            image_id = self._buildx(job, request, context, tags[0], write)
+            self._tag(image_id, tags, write)
+            image = inspect_image(self.api, image_id)
+            return done(
+                "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
+            )
         with context() as tar:
-            image_id = self._stream(job, request, tar, write)
+            image_id = classic.build_image(self.api, request, tar, write, self._running_build)
         platform = platforms.get(request.platform) if request.platform else None
         if platform is not None and not holds_platform(inspect_image(self.api, image_id) or {}, platform):
             # the classic builder's cache does not key on the platform: a step with no
             # per-platform parent (FROM scratch, COPY) is answered from another platform's build
             write(f"the cache gave another platform's image; building again for {platform.name} without it")
             with context() as tar:
-                image_id = self._stream(job, dataclasses.replace(request, nocache=True), tar, write)
+                again = dataclasses.replace(request, nocache=True)
+                image_id = classic.build_image(self.api, again, tar, write, self._running_build)
             if not holds_platform(inspect_image(self.api, image_id) or {}, platform):
-                raise _JobFailed(f"the engine built no {platform.name} image (is emulation registered?)")
+                raise JobFailed(f"the engine built no {platform.name} image (is emulation registered?)")
         self._tag(image_id, tags, write)
         image = inspect_image(self.api, image_id)
         return done(
             "built", image_id=image_id, tags=tags, size=image.get("Size") if image else None, **fields
         )
 
-    def _stream(
-        self, job: Job, request: BuildRequest, context: IO[bytes], write: Callable[[str], None]
+    def _running_build(self, build: Abortable) -> contextlib.AbstractContextManager[None]:
+        return self.state.running(build, self.options.timeout_s)
+
+    def _buildx(
+        self,
+        job: Job,
+        request: BuildRequest,
+        context: Callable[[], IO[bytes]],
+        name: str,
+        write: Callable[[str], None],
     ) -> str:
-        """Run one build to its image id; raises _JobFailed with the step's error."""
-        stream = BuildStream(self.api, request, context)
-        with self.state.lock:
-            if self.state.cancel.is_set():
-                raise BuildAborted(self.state.cancel_reason)
-            self.state.active.add(stream)
-        timer = None
-        if self.options.timeout_s:
-            timer = threading.Timer(
-                self.options.timeout_s, stream.abort, (f"timed out after {self.options.timeout_s:g}s",)
+        """One image built by buildx and loaded into the engine; its image id there."""
+        assert self.buildkit is not None
+        with context() as tar:
+            return buildkit.build_image(
+                self.api,
+                self.buildkit,
+                request,
+                tar,
+                name,
+                self._buildkit_cache.get(job.name, (None, None)),
+                write,
+                self._running_build,
             )
-            timer.daemon = True
-            timer.start()
-        image_id: str | None = None
-        tail: deque[str] = deque(maxlen=TAIL_LINES)
-        try:
-            for line in stream.lines():
-                if "stream" in line:
-                    text = _ANSI.sub("", str(line["stream"]))
-                    for part in text.splitlines():
-                        write(part)
-                        tail.append(part)
-                if "error" in line:
-                    message = " ".join(str(line["error"]).split())
-                    write(f"ERROR: {message}")
-                    raise _JobFailed(message, tuple(tail))
-                aux = line.get("aux")
-                if isinstance(aux, dict) and aux.get("ID"):
-                    image_id = str(aux["ID"])
-        except BuildAborted as aborted:
-            if timer is not None and str(aborted).startswith("timed out"):
-                raise _JobFailed(str(aborted), tuple(tail)) from None
-            raise
-        finally:
-            if timer is not None:
-                timer.cancel()
-            with self.state.lock:
-                self.state.active.discard(stream)
-        if image_id is None:
-            raise _JobFailed("the engine ended the build without an image id", tuple(tail))
-        return image_id
 
     def _tag(self, image_id: str, tags: tuple[str, ...], write: Callable[[str], None]) -> None:
         for reference in tags:
             repository, tag = naming.split_reference(reference)
             self.api.tag(image_id, repository, tag, force=True)
             write(f"tagged {reference}")
-
-
-def cell_image(
-    listing: Sequence[Mapping[str, Any]], input_digest: str, tags: Sequence[str], recorded: str | None
-) -> Mapping[str, Any] | None:
-    """Which of ``listing`` (image-list summaries) is the image a cell built from ``input_digest``.
-
-    Its input-digest label is necessary but not enough: every image built FROM a cell inherits
-    the cell's labels (a front end's build stage, any user's ``FROM`` image), and one of those is
-    often the newest. What a derived image cannot inherit decides: the image id the previous report
-    recorded for the cell, else one of the cell's own tags (``tags``: full references) still on it.
-    None when no image qualifies: the cell is built again (from the layer cache, to the same id).
-    """
-    mine = [
-        image
-        for image in listing
-        if (image.get("Labels") or {}).get(naming.INPUT_DIGEST_LABEL) == input_digest
-    ]
-    for image in mine:
-        if recorded is not None and image.get("Id") == recorded:
-            return image
-    own = set(tags)
-    tagged = [image for image in mine if own.intersection(image.get("RepoTags") or ())]
-    return max(tagged, key=lambda image: int(image.get("Created") or 0), default=None)
 
 
 def _skipped(

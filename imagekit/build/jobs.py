@@ -144,3 +144,15 @@ def cell_jobs(
 def pulled_bases(jobs: Iterable[Job]) -> tuple[tuple[str, str], ...]:
     """The (name inspected, image id) of each pulled base the cells of ``jobs`` are built on."""
     return tuple(sorted({job.base_image for job in jobs if isinstance(job, CellJob) and job.base_image}))
+
+
+TAIL_LINES = 20  # a failed job's last log lines, kept in its record
+
+
+class JobFailed(Exception):
+    """A job's build failed: ``message`` is its one line, ``tail`` the log lines before it."""
+
+    def __init__(self, message: str, tail: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tail = tail

@@ -9,6 +9,7 @@ cell's result (verify and publish on other runners work from it), so its failure
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,8 +67,9 @@ class BuildRegistry:
     def stage(self, result: CellResult, write: Write) -> CellResult:
         """Put the cell's image under its staging tag and record the manifest digest.
 
-        A staging tag that already names this image (same config digest: the same image) is
-        left as it is: an unchanged cell is never pushed twice.
+        A staging tag that already names this image is left as it is: an unchanged cell is never
+        pushed twice. The engine's image id is the config digest on its overlay2 store, the manifest
+        digest on its containerd store: either one matching is the same image.
         """
         if result.image_id is None or result.input_digest is None:
             return result
@@ -78,7 +80,7 @@ class BuildRegistry:
             with self._lock:
                 digest = self.registry.head_manifest(repository, tag)
                 staged_image = digest and self.registry.get_manifest(repository, digest).config_digest
-                if staged_image != result.image_id:
+                if result.image_id not in (digest, staged_image):
                     digest = None  # the tag names another image (a rebuild): push this one over it
             if digest is not None:
                 write(f"staged: {where} already is this image ({digest}); not pushed again")
@@ -128,6 +130,38 @@ class BuildRegistry:
             "Labels": labels,
             "Size": image.get("Size"),
         }
+
+    def staged_unpulled(self, rendered: RenderedCell, write: Write) -> Staged | None:
+        """Where another runner staged this very input digest, read from its config blob alone.
+
+        The BuildKit path's reuse: no layer is pulled (the engine need not hold the image; verify
+        --pull and publish work from the staged digest). None when absent or built from other
+        inputs."""
+        repository = self.publish.staging_repository
+        tag = naming.staging_tag(rendered.input_digest)
+        digest = self._resolve(repository, tag, write)
+        if digest is None:
+            return None
+        try:
+            with self._lock:
+                config_digest = self.registry.get_manifest(repository, digest).config_digest
+                config = config_digest and self.registry.get_blob(repository, config_digest)
+            labels = (json.loads(config).get("config") or {}).get("Labels") or {} if config else {}
+        except (EnvironmentProblem, RegistryError, ValueError, AttributeError) as exc:
+            write(f"reuse: {naming.reference(self.staging_name, tag)} unreadable ({one_line(exc)}); building")
+            return None
+        if not isinstance(labels, dict) or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
+            write(
+                f"reuse: {naming.reference(self.staging_name, tag)} was not built from these inputs; building"
+            )
+            return None
+        write(f"reuse: {naming.reference(self.staging_name, tag)} is {digest}, built from these inputs")
+        return Staged(self.host, repository, tag, digest)
+
+    def build_cache(self, rendered: RenderedCell) -> str:
+        """The BuildKit registry cache of ``rendered``'s cell: one per cell (not per input digest),
+        so a cell whose last step changed finds every earlier step there."""
+        return naming.reference(f"{self.staging_name}/buildcache", rendered.cell.image_tag)
 
     def cache_source(self, rendered: RenderedCell, write: Write) -> tuple[str, ...]:
         """The cell's last staged or published image, pulled by digest, so a fresh runner with an

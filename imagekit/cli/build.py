@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     from imagekit.build.builder import Builder, BuildOutcome
     from imagekit.plan.cells import Cell
+    from imagekit.plan.schema import Matrix
     from imagekit.report.store import ReportStore
     from imagekit.report.verification import Verification
     from imagekit.verify.harness import Harness
@@ -125,12 +126,58 @@ class BuildCommand:
     push: bool
     registry: str | None
     network: str | None
+    builder: str | None
+    compression: str | None
+    buildx_builder: str | None
+    secret: list[str] | None
     label: list[str] | None
     state_dir: Path
     as_json: bool
     then_verify: bool
     gpus: str
     verify_timeout: float
+
+
+def _builder_options(
+    matrix: Matrix,
+    builder: str | None,
+    compression: str | None,
+    buildx_builder: str | None,
+    secret: list[str],
+) -> dict[str, Any]:
+    """The builder settings: the command line's over the matrix's ``build``, checked together."""
+    chosen = builder or matrix.build.builder
+    if chosen not in ("classic", "buildkit"):
+        raise InputError(f"--builder {printable(chosen)!r}: the builders are classic and buildkit")
+    packed = compression or matrix.build.compression
+    if packed not in ("gzip", "zstd"):
+        raise InputError(f"--compression {printable(packed)!r}: the compressions are gzip and zstd")
+    if chosen == "classic":
+        given = [
+            flag for flag, value in (("--buildx-builder", buildx_builder), ("--secret", secret)) if value
+        ]
+        if given or packed == "zstd":
+            wanted = ", ".join(given or ["zstd compression"])
+            raise InputError(f"{wanted} needs the BuildKit builder: add --builder buildkit")
+    secrets: dict[str, Path] = {}
+    for item in secret:
+        secret_id, sep, file = item.partition("=")
+        if not sep or not secret_id or not file:
+            raise InputError(f"--secret {printable(item)!r}: expected ID=FILE (the value is read from FILE)")
+        secrets[secret_id] = Path(file)
+    known = {c.secret for c in matrix.sources.pip.credentials}
+    unknown = sorted(set(secrets) - known)
+    if unknown:
+        raise InputError(
+            f"--secret {unknown[0]}: the matrix names no such secret (sources.pip.credentials:"
+            f" {', '.join(sorted(known)) or 'none'})"
+        )
+    return {
+        "builder": chosen,
+        "compression": packed,
+        "buildx_builder": buildx_builder,
+        "secret_files": tuple(sorted(secrets.items())),
+    }
 
 
 @app.command()
@@ -177,6 +224,33 @@ def build(
     registry: RegistryOption = None,
     network: Annotated[
         str | None, typer.Option("--network", help="Network mode of RUN steps (default: the engine's).")
+    ] = None,
+    builder: Annotated[
+        str | None,
+        typer.Option(
+            "--builder",
+            help="classic (docker-py, the default) or buildkit (docker buildx: cache and secret mounts,"
+            " registry cache, zstd); default: the matrix's build.builder.",
+        ),
+    ] = None,
+    compression: Annotated[
+        str | None,
+        typer.Option("--compression", help="gzip or zstd layers (buildkit); default: build.compression."),
+    ] = None,
+    buildx_builder: Annotated[
+        str | None,
+        typer.Option(
+            "--buildx-builder",
+            help="Build on this buildx builder or Docker context (a remote BuildKit); default: buildx's.",
+        ),
+    ] = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret",
+            help="ID=FILE: the value of secret ID (sources.pip.credentials) read from FILE; default:"
+            " $IMAGEKIT_SECRET_<ID>.",
+        ),
     ] = None,
     label: Annotated[
         list[str] | None, typer.Option("--label", help="KEY=VALUE label added to every image (repeatable).")
@@ -240,6 +314,7 @@ def build(
             extra_labels=extra_labels,
             push=push,
             registry=host,
+            **_builder_options(the_plan.matrix, builder, compression, buildx_builder, secret or []),
         )
         api = connect(pool_size=jobs + 8)
         with open_store(state_dir) as store:

@@ -123,6 +123,12 @@ ENGINE_ANSWER_BYTES = 64 << 20
 # sets a longer timeout of its own (a check container's `wait`, bounded by --verify-timeout) gets
 # that timeout and then this deadline.
 ENGINE_CALL_DEADLINE_S = 120.0
+# A `docker buildx version|inspect` answer: local, or one round trip to a remote builder. A builder
+# that has not answered in this long is down (a remote one behind a dead network path).
+BUILDX_QUERY_DEADLINE_S = 60.0
+# One progress object of `docker buildx build --progress rawjson`: BuildKit sends a step's output in
+# chunks of a few kilobytes, batched about every 100 ms; past this it is not buildx talking.
+BUILDX_EVENT_BYTES = 16 << 20
 
 # -- attestations and SBOMs ---------------------------------------------------------------------------
 

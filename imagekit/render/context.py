@@ -9,7 +9,7 @@ stat says of the file (path, size, mtime, inode, ctime): a nightly where nothing
 input instead of reading gigabytes of wheels again. The cache is the state directory's, which
 anyone may edit: it is read bounded and strictly, a cache that is not exactly what imagekit writes
 is ignored whole (and rewritten), and it only ever supplies a digest, never a decision: a cell is
-still skipped only when the engine holds its image (``imagekit.build.builder.cell_image``).
+still skipped only when the engine holds its image (``imagekit.build.reuse.cell_image``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from imagekit.build import builder as building
+from imagekit.build import classic, reuse
 from imagekit.build.builder import Builder, BuildOptions
 from imagekit.build.jobs import BaseJob, Job
 from imagekit.build.progress import PlainProgress
@@ -157,13 +158,13 @@ def test_an_image_derived_from_the_cell_is_never_taken_for_it() -> None:
     stage = {"Id": OTHER, "Created": 9, "RepoTags": ["<none>:<none>"], "Labels": labels}
     user = {"Id": NEW, "Created": 8, "RepoTags": ["mine:latest"], "Labels": labels}
     listing = [stage, user, cell]
-    assert building.cell_image(listing, digest, ("r:cell",), None) is cell
+    assert reuse.cell_image(listing, digest, ("r:cell",), None) is cell
     # the id the report recorded wins over tags (the cell's tags may have been moved by hand)
-    assert building.cell_image(listing, digest, ("r:other",), EXISTING) is cell
+    assert reuse.cell_image(listing, digest, ("r:other",), EXISTING) is cell
     # neither a recorded id nor one of the cell's own tags: built again (from the layer cache)
-    assert building.cell_image([stage, user], digest, ("r:cell",), None) is None
+    assert reuse.cell_image([stage, user], digest, ("r:cell",), None) is None
     # a recorded id whose image no longer has this input digest is no evidence
-    assert building.cell_image(listing, "sha256:" + "2" * 64, ("r:cell",), EXISTING) is None
+    assert reuse.cell_image(listing, "sha256:" + "2" * 64, ("r:cell",), EXISTING) is None
 
 
 def test_a_no_change_rebuild_keeps_the_cells_tags_on_its_own_image(plan: Plan, tmp_path: Path) -> None:
@@ -257,7 +258,7 @@ def test_the_crash_sweep_reads_no_log_that_is_no_regular_file(tmp_path: Path) ->
     )
     report = BuildReport("m", "2024-05-17T00:00:00Z", 1.0, "e", (failed,), ())
     os.mkfifo(tmp_path / "c.log")
-    assert building.sweep_crashed_steps(object(), report, tmp_path) == []  # type: ignore[arg-type]
+    assert classic.sweep_crashed_steps(object(), report, tmp_path) == []  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

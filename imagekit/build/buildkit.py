@@ -1,0 +1,227 @@
+"""The BuildKit path of ``imagekit build``: one image through ``docker buildx build``, then loaded.
+
+``Builder`` keeps everything else (scheduling, no-change, tagging only once finished, staging, the
+report); this module runs one image and hands back its engine image id. buildx writes the image as
+an OCI tar (dockerd 26 cannot export rewritten timestamps any other way, see
+``imagekit.engine.buildx``), which docker-py loads into the engine: on the containerd image store
+the image id is then the manifest digest the tar names, which a push keeps, so the staged digest is
+the one built and verified.
+
+Secrets: the index credentials of ``sources.pip.credentials`` reach the build as one netrc file
+(``PIP_NETRC_SECRET``), written 0600 into a private directory of the state directory for the run and
+removed after it, and passed as ``--secret id=...,src=FILE``: never in argv, the environment of
+buildx, the Dockerfile, a label or a log. Every value is checked before any build starts, because
+BuildKit does not: a secret is not part of its cache key, and an unset source mounts an empty file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+
+import docker
+
+from imagekit.build.jobs import JobFailed
+from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
+from imagekit.engine.buildx import (
+    Buildx,
+    BuildxRequest,
+    BuildxRun,
+    PlainText,
+    StepCached,
+    StepFailed,
+    StepOutput,
+    StepStarted,
+    build_argv,
+    read_metadata,
+)
+from imagekit.engine.client import BuildRequest
+
+Write = Callable[[str], None]
+Register = Callable[[BuildxRun], contextlib.AbstractContextManager[None]]
+
+# Created times and the file times BuildKit rewrites (only those newer: a base's own files keep
+# theirs): a fixed instant, so two runners building the same inputs make the same layers. Not 0:
+# zip and wheel tools refuse times before 1980.
+REPRODUCIBLE_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
+_SECRET_VALUE = re.compile(r"[!-~]{1,4096}")  # one netrc token: printable, no white space
+
+
+def engine_holds_oci(api: docker.APIClient) -> None:
+    """Refuse an engine that cannot take what buildx writes (its containerd image store)."""
+    info = api.info()
+    store = " ".join(" ".join(map(str, pair)) for pair in info.get("DriverStatus") or ())
+    if "io.containerd.snapshotter" not in store:
+        raise EnvironmentProblem(
+            f"--builder buildkit needs the engine's containerd image store (zstd layers, rewritten"
+            f" timestamps, registry cache), and this engine stores images with {info.get('Driver')}:"
+            ' set {"features": {"containerd-snapshotter": true}} in its daemon.json'
+            " (scripts/engine.sh docker does) or use --builder classic"
+        )
+
+
+@dataclass(frozen=True)
+class Credential:
+    host: str
+    login: str
+    secret: str  # the secret's id; the value is read from ``env`` or a file
+
+
+def secret_env_name(secret_id: str) -> str:
+    return "IMAGEKIT_SECRET_" + secret_id.upper().replace("-", "_")
+
+
+def _secret_value(credential: Credential, files: Mapping[str, Path], env: Mapping[str, str]) -> str:
+    where = files.get(credential.secret)
+    variable = secret_env_name(credential.secret)
+    if where is not None:
+        try:
+            value = where.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeError) as exc:
+            raise InputError(f"--secret {credential.secret}={where}: cannot read it ({exc})") from None
+        source = f"--secret {credential.secret}={where}"
+    else:
+        value = env.get(variable, "").strip()
+        source = f"${variable}"
+    if not value:
+        raise InputError(
+            f"secret {credential.secret} (index credentials for {credential.host}) is not given: set"
+            f" {variable} or pass --secret {credential.secret}=FILE; nothing was built"
+        )
+    if not _SECRET_VALUE.fullmatch(value):
+        raise InputError(
+            f"secret {credential.secret} from {source} holds white space or a control character,"
+            " which a netrc token cannot: give the token itself"
+        )
+    return value
+
+
+@contextlib.contextmanager
+def pip_netrc(
+    credentials: tuple[Credential, ...], files: Mapping[str, Path], state_dir: Path, env: Mapping[str, str]
+) -> Iterator[Path | None]:
+    """The netrc of ``credentials`` as a private file for the run (None without credentials);
+    every value is checked first, so a missing one stops the run before anything is built."""
+    if not credentials:
+        yield None
+        return
+    lines = [f"machine {c.host} login {c.login} password {_secret_value(c, files, env)}" for c in credentials]
+    state_dir.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix=".secrets-", dir=state_dir))  # 0700
+    try:
+        path = directory / "netrc"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class BuildkitSettings:
+    buildx: Buildx
+    compression: Literal["gzip", "zstd"]
+    work_dir: Path  # OCI tars and metadata files, one pair per running build
+    secrets: tuple[tuple[str, Path], ...] = ()  # (secret id, file) every build mounts
+
+
+def build_image(
+    api: docker.APIClient,
+    settings: BuildkitSettings,
+    request: BuildRequest,
+    context: IO[bytes],
+    name: str,
+    cache: tuple[str | None, str | None],
+    write: Write,
+    running: Register,
+) -> str:
+    """Build ``request`` with buildx, load it into the engine as ``name``; its image id there.
+
+    ``cache``: the registry cache to read and to write (None: none). Raises StepError naming the
+    failed step, BuildAborted when stopped (``running`` registers the process for that)."""
+    host_network = "--network=host" in _dockerfile_text(context, request.dockerfile)
+    context.seek(0)
+    settings.work_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=settings.work_dir))
+    try:
+        output, metadata = work / "image.oci.tar", work / "metadata.json"
+        argv = build_argv(
+            settings.buildx,
+            BuildxRequest(
+                dockerfile=request.dockerfile,
+                labels=request.labels,
+                build_args=request.build_args,
+                platform=request.platform,
+                output=output,
+                name=name,
+                compression=settings.compression,
+                epoch=REPRODUCIBLE_EPOCH,
+                network=request.network_mode or "none",
+                host_network=host_network,
+                secrets=settings.secrets,
+                cache_from=cache[0],
+                cache_to=cache[1],
+                no_cache=request.nocache,
+            ),
+            metadata,
+        )
+        run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)})
+        failed: StepFailed | None = None
+        text: list[str] = []
+        with running(run):
+            for event in run.events():
+                if isinstance(event, StepStarted):
+                    write(f"#{event.step}")
+                elif isinstance(event, StepCached):
+                    write(f"#{event.step}: CACHED")
+                elif isinstance(event, StepOutput):
+                    for line in event.text.splitlines():
+                        write(line)
+                elif isinstance(event, StepFailed):
+                    write(f"#{event.step}: ERROR {event.error}")
+                    if not event.step.startswith("importing cache"):  # a missing cache is no failure
+                        failed = event
+                elif isinstance(event, PlainText):
+                    write(event.text)
+                    text.append(event.text)
+        if run.returncode != 0:
+            if failed is not None:
+                step = failed.step if len(failed.step) <= 100 else failed.step[:97] + "..."
+                raise JobFailed(f"step {step}: {failed.error}")
+            last = next((line for line in reversed(text) if line.strip()), f"exit status {run.returncode}")
+            raise JobFailed(f"docker buildx build failed: {last}")
+        built = read_metadata(metadata)
+        write(f"built {built.manifest_digest} (config {built.config_digest}); loading it into the engine")
+        _load(api, output)
+        return built.manifest_digest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _load(api: docker.APIClient, tar: Path) -> None:
+    try:
+        with tar.open("rb") as handle:
+            for line in api.load_image(handle):  # type: ignore[no-untyped-call]
+                if isinstance(line, dict) and line.get("error"):
+                    raise ImagekitError(f"the engine refused the built image: {line['error']}")
+    except (OSError, docker.errors.DockerException) as exc:
+        raise ImagekitError(f"loading the built image into the engine failed: {one_line(exc)}") from None
+
+
+def _dockerfile_text(context: IO[bytes], name: str) -> str:
+    """The Dockerfile ``name`` of a context tar (imagekit wrote it; read to see its step networks)."""
+    with tarfile.open(fileobj=context, mode="r|") as tar:
+        for member in tar:
+            if member.name.lstrip("./") == name and member.isfile():
+                handle = tar.extractfile(member)
+                return handle.read(1 << 20).decode("utf-8", "replace") if handle else ""
+    return ""
