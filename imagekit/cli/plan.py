@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -106,6 +107,13 @@ def _echo_table(cells: list[dict[str, Any]]) -> None:
         typer.echo(f"    tags: {', '.join(cell['tags'])}")
 
 
+class BuilderChoice(str, Enum):
+    """`--builder`: the builder the Dockerfiles are rendered for (the matrix's build.builder)."""
+
+    CLASSIC = "classic"
+    BUILDKIT = "buildkit"
+
+
 @app.command()
 @reports_errors
 def render(
@@ -127,6 +135,14 @@ def render(
         ),
     ] = None,
     as_json: JsonOption = False,
+    builder: Annotated[
+        BuilderChoice | None,
+        typer.Option(
+            "--builder",
+            help="Render for this builder instead of the matrix's build.builder (buildkit: every RUN"
+            " with its --network= and cache mounts).",
+        ),
+    ] = None,
 ) -> None:
     """Render one Dockerfile per cell to OUT/<cell-id>/Dockerfile.
 
@@ -140,9 +156,12 @@ def render(
     if cst is not None and check:
         raise InputError("--cst writes files; run it without --check")
     the_plan = load_plan(matrix)
+    build = the_plan.matrix.build
+    if builder is not None:
+        build = build.model_copy(update={"builder": builder.value})
     target = output_dir(the_plan, out)
     # Everything is rendered (and so validated) before the first file is touched.
-    expected = expected_files(the_plan, Renderer(the_plan), target)
+    expected = expected_files(the_plan, Renderer(the_plan, build=build), target)
     drift = check_drift(expected, target) if check else write_rendered(expected, target)
     if as_json:
         document = {

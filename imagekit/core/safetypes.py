@@ -26,10 +26,12 @@ from imagekit.core import naming
 from imagekit.core.clock import time_problem
 from imagekit.core.errors import InputError
 from imagekit.core.limits import (
+    LOGIN_CHARS,
     MAX_ITEMS,
     NAME_CHARS,
     PATH_BYTES,
     PORT_MAX,
+    SECRET_ID_CHARS,
     SHORT_CHARS,
     TEXT_CHARS,
     URL_CHARS,
@@ -503,3 +505,25 @@ def describe_validation(exc: Any) -> str:
     errors = exc.errors(include_url=False)
     loc, message = describe_error(errors[0])
     return f"{format_path(loc)}: {message}{more_problems(len(errors))}"
+
+
+# -- build secrets ---------------------------------------------------------------------------------
+# A matrix names a secret, never holds one: the value reaches the build from the environment or a
+# file at build time (BuildKit's `--secret`), and so stays out of the matrix, the Dockerfile, the
+# input digest and the image.
+
+SECRET_ENV_PREFIX = "IMAGEKIT_SECRET_"
+SECRET_ID = SafeString(
+    rf"[a-z][a-z0-9-]{{0,{SECRET_ID_CHARS - 1}}}",
+    "a secret's id (a name: its value comes at build time)",
+    "pip-index",
+    max_length=SECRET_ID_CHARS,
+)
+# What netrc and pip's authentication read as one token: no space, quote, '#', ':' or '/'.
+LOGIN = SafeString(r"[A-Za-z0-9._@+-]+", "a login (user name)", "ci-reader", max_length=LOGIN_CHARS)
+
+
+def secret_env_name(secret_id: str) -> str:
+    """The environment variable that gives secret ``secret_id`` its value at build time:
+    ``pip-index`` -> ``IMAGEKIT_SECRET_PIP_INDEX``."""
+    return SECRET_ENV_PREFIX + secret_id.upper().replace("-", "_")

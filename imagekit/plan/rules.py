@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from imagekit.core import naming, platforms
+from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
 from imagekit.core.versions import cuda_variant, minor_of, variant_cuda, version_key
 from imagekit.facts.compat import Compat, Stack, TorchRelease
+from imagekit.plan.schema import BuildSettings, Matrix
 
 TorchSource = Literal["index", "pypi", "wheelhouse"]
 REFRESH_COMMAND = "scripts/refresh-compat.py --write"
@@ -438,6 +440,42 @@ def stack_serves_platform(request: Request, compat: Compat) -> str | None:
     served = _stack(request).platforms
     why = f"it is published for {', '.join(served)}, not {request.platform}"
     return _unless(request.platform in served, request, why)
+
+
+# -- build settings: the whole matrix with the builder it is built with -----------------------------
+# Checked where the settings take effect (the renderer, with any --builder/--compression override
+# applied), not at planning: the matrix may say classic and the command line buildkit.
+
+BuildRule = Callable[[Matrix, BuildSettings], "str | None"]
+
+
+def credentials_need_buildkit(matrix: Matrix, build: BuildSettings) -> str | None:
+    if matrix.sources.pip.credentials and build.builder != "buildkit":
+        return (
+            "sources.pip.credentials: index credentials need the BuildKit builder (build.builder:"
+            " buildkit or --builder buildkit): the classic builder would keep them in a layer"
+        )
+    return None
+
+
+def zstd_needs_buildkit(matrix: Matrix, build: BuildSettings) -> str | None:
+    if build.compression == "zstd" and build.builder != "buildkit":
+        return (
+            "build.compression: zstd applies to the BuildKit builder's staged images; set"
+            " build.builder: buildkit (or --builder buildkit), or compression: gzip"
+        )
+    return None
+
+
+BUILD_RULES: tuple[BuildRule, ...] = (credentials_need_buildkit, zstd_needs_buildkit)
+
+
+def check_build_settings(matrix: Matrix, build: BuildSettings, source: str) -> None:
+    """Raise the first ``BUILD_RULES`` refusal as one InputError line naming ``source``."""
+    for rule in BUILD_RULES:
+        reason = rule(matrix, build)
+        if reason is not None:
+            raise InputError(f"{source}: {reason}")
 
 
 # -- the order ----------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ from imagekit.core.limits import (
 )
 from imagekit.core.paths import check_length
 from imagekit.core.safetypes import (
+    LOGIN,
+    SECRET_ID,
     SECRET_WORDS,
     Registry,
     SafeString,
@@ -371,6 +373,24 @@ class BaseSpec(StrictModel):
         return self
 
 
+SecretId = Annotated[str, SECRET_ID]
+Login = Annotated[str, LOGIN]
+BuilderKind = Literal["classic", "buildkit"]
+Compression = Literal["gzip", "zstd"]
+
+
+class PipCredential(StrictModel):
+    """A login for one index host; the password is a build secret, named here, never written."""
+
+    host: Host = Field(description="the index host (as in its URL) this login is for")
+    login: Login = Field(description="the user name pip sends to that host")
+    secret: SecretId = Field(
+        description="the id of the password, never the value: it comes at build time from the"
+        " environment variable IMAGEKIT_SECRET_<ID upper-cased, '-' as '_'> or `imagekit build --secret"
+        " ID=FILE`, through a BuildKit secret (never a layer); needs build.builder: buildkit"
+    )
+
+
 class PipSources(StrictModel):
     torch_index_url: UrlPattern | None = Field(
         "https://download.pytorch.org/whl/{variant}",
@@ -384,11 +404,20 @@ class PipSources(StrictModel):
     )
     no_index: bool = Field(False, description="install only from find_links (air-gapped)")
     trusted_hosts: list[Host] = Field(default_factory=list)
+    credentials: list[PipCredential] = Field(
+        default_factory=list, description="index logins, one per host (BuildKit builder only)"
+    )
 
     @field_validator("extra_index_urls", "find_links", "trusted_hosts")
     @classmethod
     def _unique_list(cls, value: list[str]) -> list[str]:
         return _unique(value)
+
+    @field_validator("credentials")
+    @classmethod
+    def _one_login_per_host(cls, value: list[PipCredential]) -> list[PipCredential]:
+        _unique([credential.host for credential in value])
+        return value
 
     @field_validator("torch_index_url")
     @classmethod
@@ -479,6 +508,18 @@ class Frontends(StrictModel):
     dumb_init: PackageVersion = Field("1.2.5.post1", description="the init that runs as PID 1")
 
 
+class BuildSettings(StrictModel):
+    """How the images are built; `imagekit build --builder`/`--compression` override these."""
+
+    builder: BuilderKind = Field(
+        "classic",
+        description="classic (docker-py) or buildkit (`docker buildx build`: cache and secret mounts)",
+    )
+    compression: Compression = Field(
+        "gzip", description="layer compression of the BuildKit builder's staged images (zstd: buildkit only)"
+    )
+
+
 class Matrix(StrictModel):
     """A build matrix: axes crossed into cells, GitHub-Actions-style include/exclude."""
 
@@ -491,6 +532,7 @@ class Matrix(StrictModel):
     sources: Sources = Sources()
     publish: Publish = Publish()
     frontends: Frontends = Frontends()
+    build: BuildSettings = BuildSettings()
     mirrors: dict[ImagePrefix, ImagePrefix] = Field(
         default_factory=dict,
         description="base image prefix -> replacement used when pulling and building, for"

@@ -13,6 +13,9 @@ CHECK_SCRIPT_CONTEXT = "imagekit-check.py"  # its name in a build context
 CHECK_SCRIPT_PATH = "/opt/imagekit/check.py"  # its path in every image
 CONSTRAINTS_FILE = "/etc/imagekit/constraints.txt"  # pins torch for every later pip install
 VENV = "/opt/venv"  # where torch lives in images whose base brings no PyTorch of its own
+# The BuildKit secret that holds the index logins as a netrc file (sources.pip.credentials): the
+# Dockerfile mounts it by this id; `imagekit build` makes it from the credentials' secrets.
+PIP_NETRC_SECRET = "imagekit-pip-netrc"
 
 
 def packaged_check_script() -> Path:

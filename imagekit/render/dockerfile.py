@@ -31,7 +31,8 @@ from imagekit.core.errors import InputError, one_line
 from imagekit.core.limits import TEMPLATE_BYTES
 from imagekit.core.paths import depends_on, read_regular_file
 from imagekit.plan.cells import Cell, FrontendCell, ImageCell, Plan, local_base_of
-from imagekit.plan.schema import Publish
+from imagekit.plan.rules import check_build_settings
+from imagekit.plan.schema import BuildSettings, Publish
 from imagekit.render.context import DOCKERFILE_NAME, FileHasher, local_base_digest, make_tar, walk_context
 from imagekit.render.contract import (
     CHECK_SCRIPT_CONTEXT,
@@ -210,6 +211,7 @@ class RenderedCell:
     identity_dockerfile: str = ""
     # Why the context carries the whole wheelhouse instead of the cell's closure, when it does.
     wheel_note: str | None = field(default=None, compare=False)
+    build: BuildSettings = field(default_factory=BuildSettings)  # the builder it is rendered for
 
     @cached_property
     def input_digest(self) -> str:
@@ -224,6 +226,9 @@ class RenderedCell:
         platform = platforms.get(self.cell.platform)
         if not platform.is_default:  # added only here: the default platform's digests stay as they were
             document["platform"] = platform.name
+        if self.build.builder != "classic":  # likewise: the classic builder's digests stay as they were
+            document["builder"] = self.build.builder
+            document["compression"] = self.build.compression
         return hashlib.sha256(_DIGEST_JSON.encode(document).encode()).hexdigest()
 
     def names(self, publish: Publish, day: date) -> naming.ImageNames:
@@ -239,10 +244,22 @@ class RenderedCell:
         return make_tar((DOCKERFILE_NAME, self.dockerfile), self.context_files)
 
 
+_RUN_LINE = re.compile(r"^RUN (?!--network=(?:none|host)[ \\])", re.MULTILINE)
+
+
 class Renderer:
-    def __init__(self, plan: Plan, templates: Path | None = None, hasher: FileHasher | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        templates: Path | None = None,
+        hasher: FileHasher | None = None,
+        build: BuildSettings | None = None,
+    ) -> None:
         self.plan = plan
         matrix = plan.matrix
+        # The builder the Dockerfiles are for: the matrix's `build`, or the command line's.
+        self.build = build or matrix.build
+        check_build_settings(matrix, self.build, plan.source_name)
         if templates is None and matrix.templates is not None:
             templates = plan.root / matrix.templates
         self.templates = templates or default_templates_dir()
@@ -260,7 +277,7 @@ class Renderer:
         self._wheelhouse: tuple[tuple[str, Path], ...] | None = None
         self._wheel_by_path: dict[Path, tuple[str, Path]] | None = None
         self._resolver: WheelResolver | None = None
-        self.recipes = Recipes(matrix, self.matrix_name)
+        self.recipes = Recipes(matrix, self.matrix_name, self.build)
         # Each cell's recipe, made once: its Dockerfile, its wheel closure and its identity
         # Dockerfile (a mirror or a pin renders the same cell twice) all read it.
         self._image_recipes: dict[ImageCell, Recipe] = {}
@@ -309,7 +326,7 @@ class Renderer:
         else:
             template, recipe = self.template, self.image_recipe(cell)
         try:
-            return template.render(cell=cell, recipe=recipe)
+            text = template.render(cell=cell, recipe=recipe)
         except jinja2.TemplateError as exc:
             raise InputError(f"{self.templates}: template error rendering {cell.id}: {exc}") from None
         except Exception as exc:
@@ -319,6 +336,14 @@ class Renderer:
             raise InputError(
                 f"{self.templates}: template error rendering {cell.id}: {type(exc).__name__}: {one_line(exc)}"
             ) from None
+        if self.build.builder == "buildkit" and _RUN_LINE.search(text):
+            # someone's template (imagekit's own are tested): its RUN would fail on an engine
+            # without a bridge network ("network bridge not found")
+            raise InputError(
+                f"{self.templates}: rendering {cell.id}: a RUN names no --network=; the BuildKit"
+                " builder needs one on every RUN: start each with its `recipe.run.<step>`"
+            )
+        return text
 
     def wheelhouse_files(self) -> tuple[tuple[str, Path], ...]:
         if self._wheelhouse is None:
@@ -413,6 +438,7 @@ class Renderer:
             identity_base=cell.base_image,
             identity_dockerfile=dockerfile if built is cell else self.dockerfile(cell),
             wheel_note=wheel_note,
+            build=self.build,
         )
 
     def render_all(self, cells: Iterable[Cell] | None = None) -> tuple[RenderedCell, ...]:

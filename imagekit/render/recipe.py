@@ -16,7 +16,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
 from imagekit.facts.probe_facts import wheel_arch_list
 from imagekit.plan.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
-from imagekit.plan.schema import Matrix
+from imagekit.plan.schema import BuildSettings, Matrix
 from imagekit.probe import protocol
 from imagekit.render.contract import (
     CHECK_SCRIPT_CONTEXT,
@@ -26,9 +26,24 @@ from imagekit.render.contract import (
     VENV,
     FrontendLayout,
 )
+from imagekit.render.run_options import StepOptions
 
 WHEELHOUSE_CONTEXT = "wheelhouse"
 WHEELHOUSE_DIR = "/tmp/wheelhouse"
+
+
+@dataclass(frozen=True)
+class ImageRuns:
+    """What follows ``RUN`` in each step of a cell's Dockerfile (``imagekit.render.run_options``):
+    empty for the classic builder; BuildKit's network and mounts."""
+
+    mirror: str  # rewrites the apt sources
+    apt: str  # installs the cell's OS packages
+    toolchain: str  # installs the compiler and Python.h where the base lacks them
+    torch: str  # creates the venv and installs torch
+    guard: str  # the build guard and the pins
+    extra: str  # installs the cell's pip packages
+    extension: str  # builds the extension check's modules
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,9 @@ class Recipe:
     labels: tuple[tuple[str, str], ...]
     check_script_context: str
     check_script_path: str
+    run: ImageRuns
+    apt_prelude: str  # what an apt step runs first ("" for the classic builder)
+    apt_clean_lists: bool  # whether an apt step deletes its lists (not when they are a cache mount)
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -83,6 +101,7 @@ class StepInputs(NamedTuple):
     variant: str
     flavour: str
     platform: PlatformName
+    os: str  # names its apt cache mounts
     base_carries_cuda: bool
     pip_packages: tuple[str, ...]
     apt_packages: tuple[str, ...]
@@ -107,6 +126,7 @@ def step_inputs(cell: ImageCell, os_archives: tuple[tuple[str, str], ...]) -> St
         variant=cell.variant,
         flavour=cell.flavour,
         platform=cell.platform,
+        os=cell.os,
         base_carries_cuda=cell.base_carries_cuda,
         pip_packages=cell.pip_packages,
         apt_packages=cell.apt_packages,
@@ -305,14 +325,19 @@ def _uses_wheelhouse(matrix: Matrix, stack: bool) -> bool:
     return bool(matrix.sources.pip.find_links) and not stack
 
 
-def pip_arguments(cell: Cell, matrix: Matrix) -> tuple[list[str], list[str]]:
+def pip_arguments(
+    cell: Cell, matrix: Matrix, options: StepOptions | None = None
+) -> tuple[list[str], list[str]]:
     """pip's options for torch (its variant's index) and for everything else, in this cell."""
-    return _pip_arguments(matrix, cell.variant, wheelhouse=uses_wheelhouse(cell, matrix))
+    options = options or StepOptions.of(matrix, matrix.build)
+    return _pip_arguments(matrix, cell.variant, options, wheelhouse=uses_wheelhouse(cell, matrix))
 
 
-def _pip_arguments(matrix: Matrix, variant: str, *, wheelhouse: bool) -> tuple[list[str], list[str]]:
+def _pip_arguments(
+    matrix: Matrix, variant: str, options: StepOptions, *, wheelhouse: bool
+) -> tuple[list[str], list[str]]:
     pip = matrix.sources.pip
-    common: list[str] = ["--no-cache-dir", "--disable-pip-version-check"]
+    common: list[str] = [*options.pip_cache_dir_flag, "--disable-pip-version-check"]
     for host in pip.trusted_hosts:
         common += ["--trusted-host", host]
     if wheelhouse:
@@ -341,11 +366,24 @@ def _pip_arguments(matrix: Matrix, variant: str, *, wheelhouse: bool) -> tuple[l
 _CONSTRAINTS_DIR = str(PurePosixPath(CONSTRAINTS_FILE).parent)
 
 
-def _steps(cell: StepInputs, matrix: Matrix) -> dict[str, Any]:
+def _runs(cell: StepInputs, options: StepOptions) -> ImageRuns:
+    """Each step's network and mounts (BuildKit), decided here: the templates only write them."""
+    return ImageRuns(
+        mirror=options.offline(),
+        apt=options.apt(cell.os),
+        toolchain=options.apt(cell.os, fallback=True),
+        torch=options.pip(),
+        guard=options.offline(),
+        extra=options.pip(),
+        extension=options.offline(),
+    )
+
+
+def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, Any]:
     """The recipe's fields that its steps decide (all but the matrix's name, the build arguments and
     the labels, which name the cell), as ``Recipe``'s keyword arguments."""
     wheelhouse = _uses_wheelhouse(matrix, cell.stack)
-    torch_args, extra_args = _pip_arguments(matrix, cell.variant, wheelhouse=wheelhouse)
+    torch_args, extra_args = _pip_arguments(matrix, cell.variant, options, wheelhouse=wheelhouse)
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
@@ -385,6 +423,9 @@ def _steps(cell: StepInputs, matrix: Matrix) -> dict[str, Any]:
         "toolchain_probe": TOOLCHAIN_PROBE,
         "check_script_context": CHECK_SCRIPT_CONTEXT,
         "check_script_path": CHECK_SCRIPT_PATH,
+        "run": _runs(cell, options),
+        "apt_prelude": options.apt_prelude,
+        "apt_clean_lists": options.apt_clean_lists,
     }
 
 
@@ -393,16 +434,17 @@ class Recipes:
     (``StepInputs``), which many cells share: they are decided once per distinct ``StepInputs``,
     and only the labels and the build arguments, which name the cell, are made per cell."""
 
-    def __init__(self, matrix: Matrix, matrix_name: str) -> None:
+    def __init__(self, matrix: Matrix, matrix_name: str, build: BuildSettings | None = None) -> None:
         self.matrix = matrix
         self.matrix_name = matrix_name
+        self.options = StepOptions.of(matrix, build or matrix.build)
         self._steps: dict[StepInputs, tuple[dict[str, Any], str]] = {}  # -> (steps, cuda-archs label)
 
     def image(self, cell: ImageCell, os_archives: tuple[tuple[str, str], ...]) -> Recipe:
         inputs = step_inputs(cell, os_archives)
         found = self._steps.get(inputs)
         if found is None:
-            found = self._steps[inputs] = (_steps(inputs, self.matrix), _cuda_archs(inputs))
+            found = self._steps[inputs] = (_steps(inputs, self.matrix, self.options), _cuda_archs(inputs))
         steps, cuda_archs = found
         return Recipe(
             matrix_name=self.matrix_name,
@@ -412,7 +454,7 @@ class Recipes:
         )
 
     def frontend(self, cell: FrontendCell) -> FrontendRecipe:
-        return make_frontend_recipe(cell, self.matrix, self.matrix_name)
+        return make_frontend_recipe(cell, self.matrix, self.matrix_name, self.options)
 
 
 # -- front ends ------------------------------------------------------------------------------------
@@ -437,9 +479,16 @@ class FrontendRecipe:
     command: str  # the entrypoint's mode: start-jupyter | start-sshd
     layout: FrontendLayout  # the user, the workspace, where the front-end files go
     labels: tuple[tuple[str, str], ...]
+    run_install: str  # what follows RUN in the install step (ImageRuns)
+    run_user: str  # and in the user step (ssh: with openssh-server's apt fallback)
+    apt_prelude: str
+    apt_clean_lists: bool
 
 
-def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -> FrontendRecipe:
+def make_frontend_recipe(
+    cell: FrontendCell, matrix: Matrix, matrix_name: str, options: StepOptions | None = None
+) -> FrontendRecipe:
+    options = options or StepOptions.of(matrix, matrix.build)
     versions = matrix.frontends
     requirements = [f"dumb-init=={versions.dumb_init}"]
     labels = {
@@ -465,7 +514,7 @@ def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -
         wheelhouse=bool(matrix.sources.pip.find_links),
         wheelhouse_context=WHEELHOUSE_CONTEXT,
         wheelhouse_dir=WHEELHOUSE_DIR,
-        pip_args=tuple(pip_arguments(cell, matrix)[1]),
+        pip_args=tuple(pip_arguments(cell, matrix, options)[1]),
         python_prefix=VENV,
         requirements=tuple(requirements),
         freeze_command=_probe_step(protocol.FREEZE),
@@ -473,4 +522,8 @@ def make_frontend_recipe(cell: FrontendCell, matrix: Matrix, matrix_name: str) -
         command="start-jupyter" if cell.frontend == "jupyter" else "start-sshd",
         layout=FRONTEND,
         labels=tuple(labels.items()),
+        run_install=options.pip(),
+        run_user=options.apt(cell.os, fallback=True) if cell.frontend == "ssh" else options.offline(),
+        apt_prelude=options.apt_prelude,
+        apt_clean_lists=options.apt_clean_lists,
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.core.errors import InputError
 from imagekit.facts.compat import load_compat
 from imagekit.plan import rules
 from imagekit.plan.cells import WheelCell
@@ -445,3 +446,38 @@ def test_a_fixed_stack_with_extras_cannot_use_a_wheelhouse(
     )
     result = run_cli("plan", "--matrix", str(path))
     assert result.exit_code == 2 and "a wheelhouse build stage cannot reach" in result.stderr
+
+
+# -- build settings ----------------------------------------------------------------------------------
+
+CREDENTIALS = "sources:\n  pip:\n    credentials:\n      - {host: pypi.example.org, login: ci-reader, secret: pip-index}\n"  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            CREDENTIALS,
+            "sources.pip.credentials: index credentials need the BuildKit builder (build.builder: buildkit"
+            " or --builder buildkit): the classic builder would keep them in a layer",
+        ),
+        (
+            "build: {compression: zstd}\n",
+            "build.compression: zstd applies to the BuildKit builder's staged images; set build.builder:"
+            " buildkit (or --builder buildkit), or compression: gzip",
+        ),
+    ],
+)
+def test_classic_builder_refuses_credentials_and_zstd_in_one_line(
+    settings: str, message: str, write_matrix: Callable[[str], Path]
+) -> None:
+    path = write_matrix('axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + settings + CUDA_BASE)
+    result = run_cli("render", "--matrix", str(path), "--check")
+    assert result.exit_code == 2
+    assert result.stderr == f"imagekit: error: {path}: {message}\n"
+    # the same matrix for BuildKit: accepted (from the command line or the matrix)
+    assert "error" not in run_cli("render", "--matrix", str(path), "--builder", "buildkit").stderr
+    build = load_plan(path).matrix.build
+    rules.check_build_settings(load_plan(path).matrix, build.model_copy(update={"builder": "buildkit"}), "m")
+    with pytest.raises(InputError, match=r"^m: (sources\.pip\.credentials|build\.compression): "):
+        rules.check_build_settings(load_plan(path).matrix, build, "m")

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_cli
+from imagekit.core.safetypes import secret_env_name
+from imagekit.plan.matrix import load_plan
+from imagekit.plan.schema import BuildSettings
+from tests.conftest import CUDA_BASE, REPO, run_cli
 
 
 def schema() -> dict[str, object]:
@@ -53,3 +59,73 @@ def test_unquoted_versions_are_fine_for_editors_too() -> None:
         "bases": {"b": {"image": "x", "os": "u22"}},
     }
     jsonschema.Draft202012Validator(schema()).validate(document)
+
+
+MATRIX = 'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE
+
+
+@pytest.mark.parametrize(
+    ("credentials", "expected"),
+    [
+        (
+            "{host: a.example.org, login: me, secret: 'hunter2=x'}",
+            r"credentials\[0\]\.secret: .*is not a secret's id",
+        ),
+        (
+            "{host: a.example.org, login: me, secret: 'my password'}",
+            r"credentials\[0\]\.secret: .*holds a space",
+        ),
+        (
+            "{host: a.example.org, login: me, secret: Pip-Index}",
+            r"credentials\[0\]\.secret: .*is not a secret's id",
+        ),
+        (
+            "{host: a.example.org, login: me, secret: pip, password: x}",
+            r"credentials\[0\]\.password: unknown key",
+        ),
+        ("{host: a.example.org, login: 'me:pw', secret: pip}", r"credentials\[0\]\.login: .*is not a login"),
+        (
+            "{host: 'https://a.example.org', login: me, secret: pip}",
+            r"credentials\[0\]\.host: .*is not a host name",
+        ),
+        ("{host: a.example.org, secret: pip}", r"credentials\[0\]\.login: is required"),
+    ],
+)
+def test_a_credential_names_a_secret_and_never_holds_one(
+    credentials: str, expected: str, write_matrix: Callable[[str], Path]
+) -> None:
+    path = write_matrix(
+        f"build: {{builder: buildkit}}\nsources: {{pip: {{credentials: [{credentials}]}}}}\n{MATRIX}"
+    )
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2
+    assert re.search(r"sources\.pip\." + expected, result.stderr), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_one_login_per_index_host(write_matrix: Callable[[str], Path]) -> None:
+    twice = "{host: a.example.org, login: me, secret: one}, {host: a.example.org, login: you, secret: two}"
+    path = write_matrix(
+        f"build: {{builder: buildkit}}\nsources: {{pip: {{credentials: [{twice}]}}}}\n{MATRIX}"
+    )
+    result = run_cli("plan", "--matrix", str(path))
+    assert result.exit_code == 2 and "listed twice" in result.stderr
+
+
+def test_build_settings_default_to_the_classic_builder_and_refuse_unknown_keys(
+    write_matrix: Callable[[str], Path],
+) -> None:
+    assert load_plan(write_matrix(MATRIX)).matrix.build == BuildSettings(
+        builder="classic", compression="gzip"
+    )
+    for bad, message in (
+        ("{builder: kaniko}", "build.builder"),
+        ("{cache: true}", "build.cache: unknown key"),
+    ):
+        result = run_cli("plan", "--matrix", str(write_matrix(f"build: {bad}\n{MATRIX}")))
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_a_secrets_value_comes_from_its_environment_variable() -> None:
+    assert secret_env_name("pip-index") == "IMAGEKIT_SECRET_PIP_INDEX"
+    assert secret_env_name("a") == "IMAGEKIT_SECRET_A"

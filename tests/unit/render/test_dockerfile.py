@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import resource
 import shlex
@@ -22,7 +24,7 @@ from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer, sh, shjoin
 from imagekit.render.drift import check_drift, dockerfile_path, expected_files
 from imagekit.render.recipe import Recipes
-from tests.conftest import REPO, run_cli
+from tests.conftest import CUDA_BASE, REPO, run_cli
 from tests.unit.projects import variants_plan
 
 GOLDEN = REPO / "tests" / "golden"
@@ -544,3 +546,43 @@ def test_the_pairs_filter_lays_out_name_value_lines_in_a_users_sandboxed_templat
         "ENV A=1 B='two words'\n"
         'LABEL x="{0.__class__}"\n'  # a value is text, never a format string
     )
+
+
+def test_the_input_digest_names_the_builder_but_not_the_index_logins(
+    write_matrix: Callable[[str], Path],
+) -> None:
+    """BuildKit's Dockerfile and staged image differ from the classic builder's (and zstd's from
+    gzip's): each has its own digest. The classic one is as before (no builder key). Index logins
+    change neither the Dockerfile nor the image, only how an index is reached: not in the digest."""
+    from imagekit.plan.schema import BuildSettings
+
+    def digests(credential: str, build: BuildSettings | None) -> list[str]:
+        path = write_matrix(
+            'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda], frontend: [none, jupyter]}\n'
+            "build: {builder: buildkit}\nsources:\n  pip:\n    credentials:\n"
+            f"      - {credential}\n{CUDA_BASE}"
+        )
+        return [r.input_digest for r in Renderer(load_plan(path), build=build).render_all()]
+
+    first = digests("{host: pypi.example.org, login: ci-reader, secret: pip-index}", None)
+    other = digests("{host: other.example.org, login: someone, secret: other-secret}", None)
+    assert first == other
+    zstd = digests(
+        "{host: pypi.example.org, login: a, secret: b}", BuildSettings(builder="buildkit", compression="zstd")
+    )
+    assert len(set(first + zstd)) == 4
+
+    plain = write_matrix('axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE)
+    plan = load_plan(plain)
+    classic = Renderer(plan).render(plan.cells[0])
+    buildkit = Renderer(plan, build=BuildSettings(builder="buildkit")).render(plan.cells[0])
+    assert classic.input_digest != buildkit.input_digest
+    # the classic digest is the one made before builders existed: the same document, no builder key
+    document = {
+        "dockerfile": hashlib.sha256(classic.dockerfile.encode()).hexdigest(),
+        "files": [[name, classic.hasher.digest(path)] for name, path in classic.context_files],
+        "build_args": list(classic.build_args),
+        "base": classic.cell.base_image,
+        "local_base": None,
+    }
+    assert classic.input_digest == hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
