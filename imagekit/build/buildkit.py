@@ -31,6 +31,7 @@ import docker
 
 from imagekit.build.jobs import JobFailed
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
+from imagekit.core.safetypes import secret_env_name
 from imagekit.engine.buildx import (
     Buildx,
     BuildxRequest,
@@ -73,10 +74,6 @@ class Credential:
     host: str
     login: str
     secret: str  # the secret's id; the value is read from ``env`` or a file
-
-
-def secret_env_name(secret_id: str) -> str:
-    return "IMAGEKIT_SECRET_" + secret_id.upper().replace("-", "_")
 
 
 def _secret_value(credential: Credential, files: Mapping[str, Path], env: Mapping[str, str]) -> str:

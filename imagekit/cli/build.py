@@ -146,19 +146,21 @@ def _builder_options(
     secret: list[str],
 ) -> dict[str, Any]:
     """The builder settings: the command line's over the matrix's ``build``, checked together."""
+    from imagekit.plan.rules import check_build_settings
+    from imagekit.plan.schema import BuildSettings
+
     chosen = builder or matrix.build.builder
     if chosen not in ("classic", "buildkit"):
         raise InputError(f"--builder {printable(chosen)!r}: the builders are classic and buildkit")
     packed = compression or matrix.build.compression
     if packed not in ("gzip", "zstd"):
         raise InputError(f"--compression {printable(packed)!r}: the compressions are gzip and zstd")
-    if chosen == "classic":
-        given = [
-            flag for flag, value in (("--buildx-builder", buildx_builder), ("--secret", secret)) if value
-        ]
-        if given or packed == "zstd":
-            wanted = ", ".join(given or ["zstd compression"])
-            raise InputError(f"{wanted} needs the BuildKit builder: add --builder buildkit")
+    given = [flag for flag, value in (("--buildx-builder", buildx_builder), ("--secret", secret)) if value]
+    if chosen == "classic" and given:
+        raise InputError(f"{', '.join(given)} needs the BuildKit builder: add --builder buildkit")
+    # the matrix's own refusals (credentials, zstd) on the settings this run uses, before any work
+    settings = BuildSettings(builder=chosen, compression=packed)
+    check_build_settings(matrix, settings, "imagekit build")
     secrets: dict[str, Path] = {}
     for item in secret:
         secret_id, sep, file = item.partition("=")
@@ -173,8 +175,8 @@ def _builder_options(
             f" {', '.join(sorted(known)) or 'none'})"
         )
     return {
-        "builder": chosen,
-        "compression": packed,
+        "builder": settings.builder,
+        "compression": settings.compression,
         "buildx_builder": buildx_builder,
         "secret_files": tuple(sorted(secrets.items())),
     }

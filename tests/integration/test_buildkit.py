@@ -85,7 +85,7 @@ def test_a_failed_step_is_one_line_and_tags_nothing(bk: Project, api: docker.API
     assert cell["error"].startswith('step [3/3] RUN --network=none if [ "$FAIL" = 1 ]'), cell["error"]
     assert cell["error"].endswith("did not complete successfully: exit code: 3")
     assert "boom: this step fails on purpose" in Path(bk.root, cell["log"]).read_text()
-    assert not [i for i in api.images(name=bk.repository)]
+    assert not api.images(name=bk.repository)
 
 
 def test_a_timeout_stops_buildkit_and_leaves_no_step_running(bk: Project, api: docker.APIClient) -> None:
@@ -125,7 +125,9 @@ def second_engine(api: docker.APIClient) -> Iterator[str]:
         other.close()
         yield name
     finally:
-        subprocess.run(["bash", ENGINE_SH, "stop-second", name], check=False, capture_output=True, timeout=300)
+        subprocess.run(
+            ["bash", ENGINE_SH, "stop-second", name], check=False, capture_output=True, timeout=300
+        )
 
 
 def registry_manifest(repository: str, reference: str) -> dict[str, object]:
@@ -167,8 +169,8 @@ def test_a_remote_buildkit_and_an_empty_runner_reuse_the_registry(
     changed = bk.build("--builder", "buildkit", "--push", "--compression", "zstd", env=runner)
     assert changed.returncode == 0, changed.stderr
     log = Path(bk.root, bk.report()[CELL]["log"]).read_text()
-    assert "RUN --network=none echo \"building" in log
-    assert [line for line in log.splitlines() if "RUN --network=none echo \"building" in line][-1].endswith(
+    assert 'RUN --network=none echo "building' in log
+    assert [line for line in log.splitlines() if 'RUN --network=none echo "building' in line][-1].endswith(
         ": CACHED"
     )
     assert [line for line in log.splitlines() if "echo two > /last" in line][-1].endswith("echo two > /last")

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from imagekit.build import buildkit
-from imagekit.build.buildkit import Credential, pip_netrc, secret_env_name
+from imagekit.build.buildkit import Credential, pip_netrc
 from imagekit.core.errors import EnvironmentProblem, InputError
+from imagekit.core.safetypes import secret_env_name
 
 INDEX = Credential("artifactory.example.com", "ci-bot", "pip-index")
 VALUE = "tok3n-Zq9!x"
