@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler
@@ -15,6 +16,18 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         """Requests are the test's to assert, not stderr's to print."""
+
+    def handle_one_request(self) -> None:
+        """A TLS handshake is answered as Go's plain-HTTP servers answer it, with an HTTP status
+        line: dockerd's containerd image store retries a registry on 127.0.0.1 over plain HTTP only
+        when the TLS reply starts "HTTP/" (http.server's own reply to it has no status line)."""
+        if isinstance(self.rfile, io.BufferedReader) and self.rfile.peek(1)[:1] == b"\x16":  # TLS handshake
+            self.wfile.write(
+                b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+            )
+            self.close_connection = True
+            return
+        super().handle_one_request()
 
 
 def serve(server: socketserver.BaseServer) -> None:

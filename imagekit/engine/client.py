@@ -227,6 +227,11 @@ class PushFailed(Exception):
         self.transient = transient
 
 
+# The line a push ends with, "TAG: digest: sha256:HEX size: N": the only place the digest is told
+# by dockerd's containerd image store (it sends no aux Digest record; the overlay2 store sends both).
+_PUSHED_DIGEST = re.compile(r"\S+: digest: (sha256:[0-9a-f]{64}) size: \d+")
+
+
 def push_once(
     api: docker.APIClient, name: str, tag: str, auth_config: Mapping[str, str] | None = None
 ) -> str:
@@ -245,6 +250,8 @@ def push_once(
             aux = line.get("aux")
             if isinstance(aux, dict) and aux.get("Digest"):
                 digest = str(aux["Digest"])
+            elif digest is None and (said := _PUSHED_DIGEST.fullmatch(str(line.get("status") or ""))):
+                digest = said[1]
     except APIError as exc:
         text = " ".join(str(exc.explanation or exc).split())
         raise PushFailed(text, exc.is_server_error()) from None

@@ -191,7 +191,12 @@ class Publisher:
             images[-1].check_promotable(f"{where} (its manifest {child})", image_only=True)
             children.append(images[-1])
         configs = [c for c in (m.config_digest for m in images) if c]
-        if candidate.image_id not in configs and configs:
+        # The engine's image id is the config digest (overlay2 store) or the manifest digest
+        # (containerd store): either names the image of the staged manifest.
+        ours = next(
+            (m.config_digest for m in images if candidate.image_id in (m.digest, m.config_digest)), None
+        )
+        if ours is None and configs:
             raise RegistryError(f"{where} holds image {configs[0]}, not the verified {candidate.image_id}")
         if staged.source != self.options.repository:
             for image in images:
@@ -200,8 +205,8 @@ class Publisher:
                     target = self.options.repository
                     self.registry.mount_blob(target, blob, staged.source, size=sizes.get(blob))
         labels: Mapping[str, str] = {}
-        if candidate.image_id in configs:
-            config = json.loads(self.registry.get_blob(staged.source, candidate.image_id))
+        if ours is not None:
+            config = json.loads(self.registry.get_blob(staged.source, ours))
             config = config if isinstance(config, dict) else {}
             _check_platform(where, config, platforms.get(candidate.platform))
             found = (config.get("config") or {}).get("Labels")

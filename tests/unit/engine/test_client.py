@@ -177,6 +177,38 @@ def test_pull_asks_for_latest_or_the_digest() -> None:
     ]
 
 
+class FakePush:
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        self.lines = lines
+
+    def push(self, name: str, **_: Any) -> Iterator[dict[str, Any]]:
+        return iter(self.lines)
+
+
+PUSHED = "sha256:" + "d" * 64
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        [{"status": f"t: digest: {PUSHED} size: 856"}, {"aux": {"Tag": "t", "Digest": PUSHED, "Size": 856}}],
+        [{"status": f"t: digest: {PUSHED} size: 856"}],  # the containerd image store sends no aux
+    ],
+    ids=["overlay2", "containerd"],
+)
+def test_a_push_returns_the_manifest_digest_either_image_store_reports(last: list[dict[str, Any]]) -> None:
+    api = FakePush(
+        [{"status": "The push refers to repository [r/x]"}, {"status": "Pushed", "id": "1"}, *last]
+    )
+    assert client.push_once(api, "r/x", "t") == PUSHED  # type: ignore[arg-type]
+
+
+def test_a_push_reporting_no_digest_fails() -> None:
+    api = FakePush([{"status": "Pushed", "id": "1"}, {"status": "t: digest: sha256:short size: 1"}])
+    with pytest.raises(client.PushFailed, match="no manifest digest"):
+        client.push_once(api, "r/x", "t")  # type: ignore[arg-type]
+
+
 def test_a_wait_longer_than_the_call_deadline_is_bounded_by_its_own_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

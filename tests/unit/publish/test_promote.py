@@ -290,6 +290,28 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     assert said == []  # nothing pushed, nothing staged by this run
 
 
+def test_an_image_id_that_is_the_manifest_digest_is_promoted_with_its_configs_labels(tmp_path: Path) -> None:
+    """dockerd's containerd image store gives an image the id of its manifest, not of its config
+    (the overlay2 store's): either names the staged image, whose labels come from its config."""
+    from dataclasses import replace
+
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.report.lockfile import read_lock
+
+    registry = FakeRegistry(IMAGE)
+    registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
+    staged = staged_result("checked").staged
+    verification = staged_result("checked").verification
+    candidate = Candidate("c", STAGED_DIGEST, "f" * 64, "checked", ("t",), verification, staged)
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
+    assert refused == [] and [p.entry.cell for p in published] == ["c"]
+    assert ("get_blob", "acme/staging", IMAGE) in registry.calls  # the config, by its own digest
+    assert read_lock(tmp_path / "lock.json").images["c"].check_script == "/opt/imagekit/check.py"
+
+
 def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_promoted(
     tmp_path: Path,
 ) -> None:
