@@ -47,7 +47,7 @@ from imagekit.build.jobs import (
 )
 from imagekit.build.progress import Progress
 from imagekit.build.registry_use import BuildRegistry, StagingFailed
-from imagekit.build.reuse import EngineImages
+from imagekit.build.reuse import EngineImages, skipped
 from imagekit.build.run_state import Abortable, RunState
 from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
@@ -68,7 +68,7 @@ from imagekit.plan.schema import BuildSettings
 from imagekit.registry.client import Backoff
 from imagekit.render.context import FileHasher, local_base_context
 from imagekit.render.contract import PIP_NETRC_SECRET
-from imagekit.render.dockerfile import Renderer
+from imagekit.render.dockerfile import RenderedCell, Renderer
 from imagekit.report.store import BuildReport, CellResult, ReportStore, Status
 from imagekit.report.verification import Verification
 
@@ -403,40 +403,10 @@ class Builder:
             image = inspect_image(self.api, built_here)
             base_digest = str(image["Id"]) if image else None
         cache_registry = self.remote if self.options.cache_from else None  # --no-cache-from: none
-        existing = (
-            None if self.options.force else self._reusable(self.images.cell_image(rendered, tags), write)
-        )
-        if existing is None and not self.options.force and cache_registry and self.buildkit is not None:
-            staged = cache_registry.staged_unpulled(rendered, write)
-            if staged is not None:  # nothing pulled: verify --pull and publish work from the registry
-                return done(
-                    "skipped",
-                    image_id=staged.digest,
-                    tags=(),
-                    input_digest=rendered.input_digest,
-                    base_digest=base_digest,
-                    built_on=self.options.today,
-                    staged=staged,
-                )
-        elif existing is None and not self.options.force and cache_registry:
-            existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
-        if existing is not None:
-            write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
-            present = set(existing.get("RepoTags") or ())
-            self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
-            # The base the existing image was built from, not the one the engine holds now.
-            built_from = (existing.get("Labels") or {}).get(naming.BASE_DIGEST_LABEL)
-            return self._stage(
-                _skipped(
-                    done,
-                    existing,
-                    tags,
-                    rendered.input_digest,
-                    base_digest=built_from or base_digest,
-                    built_on=self.options.today,  # the day of the dated tags just put on it
-                ),
-                write,
-            )
+        if not self.options.force:
+            reused = self._reuse(rendered, tags, cache_registry, base_digest, write, done)
+            if reused is not None:
+                return reused
         if rendered.wheel_note:
             write(f"context: {rendered.wheel_note}")
         labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
@@ -471,6 +441,51 @@ class Builder:
         )
         return self._stage(built, write)
 
+    def _reuse(
+        self,
+        rendered: RenderedCell,
+        tags: tuple[str, ...],
+        cache_registry: BuildRegistry | None,
+        base_digest: str | None,
+        write: Callable[[str], None],
+        done: Callable[..., CellResult],
+    ) -> CellResult | None:
+        """The record of a cell whose image exists already (here, or staged in the registry from
+        the same inputs); None when it is to be built."""
+        existing = self._reusable(self.images.cell_image(rendered, tags), write)
+        if existing is None and cache_registry is not None and self.buildkit is not None:
+            staged = cache_registry.staged_unpulled(rendered, write)
+            if staged is not None:  # nothing pulled: verify --pull and publish work from the registry
+                return done(
+                    "skipped",
+                    image_id=staged.digest,
+                    tags=(),
+                    input_digest=rendered.input_digest,
+                    base_digest=base_digest,
+                    built_on=self.options.today,
+                    staged=staged,
+                )
+        elif existing is None and cache_registry is not None:
+            existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
+        if existing is None:
+            return None
+        write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
+        present = set(existing.get("RepoTags") or ())
+        self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
+        # The base the existing image was built from, not the one the engine holds now.
+        built_from = (existing.get("Labels") or {}).get(naming.BASE_DIGEST_LABEL)
+        return self._stage(
+            skipped(
+                done,
+                existing,
+                tags,
+                rendered.input_digest,
+                base_digest=built_from or base_digest,
+                built_on=self.options.today,  # the day of the dated tags just put on it
+            ),
+            write,
+        )
+
     def _stage(self, result: CellResult, write: Callable[[str], None]) -> CellResult:
         """With --push: the cell's image staged in the registry (its digest recorded)."""
         if not self.options.push:
@@ -494,7 +509,7 @@ class Builder:
             and labels.get(naming.CONTEXT_DIGEST_LABEL) == job.context_digest
         ):
             write(f"skipped: {base.image} already has context digest {job.context_digest}")
-            return _skipped(done, current, tags, job.context_digest)
+            return skipped(done, current, tags, job.context_digest)
         request = BuildRequest(
             dockerfile=base.dockerfile,
             labels=((naming.CONTEXT_DIGEST_LABEL, job.context_digest), *self.options.extra_labels),
@@ -574,21 +589,3 @@ class Builder:
             repository, tag = naming.split_reference(reference)
             self.api.tag(image_id, repository, tag, force=True)
             write(f"tagged {reference}")
-
-
-def _skipped(
-    done: Callable[..., CellResult],
-    image: Mapping[str, Any],
-    tags: tuple[str, ...],
-    input_digest: str,
-    **values: Any,
-) -> CellResult:
-    """The record of a job whose image is already in the engine (``image``: inspect or list)."""
-    return done(
-        "skipped",
-        image_id=str(image["Id"]),
-        tags=tags,
-        size=image.get("Size"),
-        input_digest=input_digest,
-        **values,
-    )

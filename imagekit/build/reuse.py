@@ -8,14 +8,14 @@ no-change rebuild costs one engine query, not one (plus an inspect) per cell.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import docker
 
 from imagekit.core import naming
 from imagekit.render.dockerfile import RenderedCell
-from imagekit.report.store import BuildReport
+from imagekit.report.store import BuildReport, CellResult
 
 
 class EngineImages:
@@ -67,3 +67,21 @@ def cell_image(
     own = set(tags)
     tagged = [image for image in mine if own.intersection(image.get("RepoTags") or ())]
     return max(tagged, key=lambda image: int(image.get("Created") or 0), default=None)
+
+
+def skipped(
+    done: Callable[..., CellResult],
+    image: Mapping[str, Any],
+    tags: tuple[str, ...],
+    input_digest: str,
+    **values: Any,
+) -> CellResult:
+    """The record of a job whose image is already in the engine (``image``: inspect or list)."""
+    return done(
+        "skipped",
+        image_id=str(image["Id"]),
+        tags=tags,
+        size=image.get("Size"),
+        input_digest=input_digest,
+        **values,
+    )
