@@ -66,8 +66,9 @@ class BuildRegistry:
     def stage(self, result: CellResult, write: Write) -> CellResult:
         """Put the cell's image under its staging tag and record the manifest digest.
 
-        A staging tag that already names this image (same config digest: the same image) is
-        left as it is: an unchanged cell is never pushed twice.
+        A staging tag that already names this image (same config digest, or same manifest
+        digest: the id dockerd's containerd image store gives an image) is left as it is: an
+        unchanged cell is never pushed twice.
         """
         if result.image_id is None or result.input_digest is None:
             return result
@@ -78,7 +79,7 @@ class BuildRegistry:
             with self._lock:
                 digest = self.registry.head_manifest(repository, tag)
                 staged_image = digest and self.registry.get_manifest(repository, digest).config_digest
-                if staged_image != result.image_id:
+                if result.image_id not in (digest, staged_image):
                     digest = None  # the tag names another image (a rebuild): push this one over it
             if digest is not None:
                 write(f"staged: {where} already is this image ({digest}); not pushed again")
