@@ -38,9 +38,12 @@ def test_a_staging_tag_naming_the_image_by_either_id_is_not_pushed_again(
     digest: either says the staging tag already names the built image."""
     pushes: list[str] = []
     monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedRegistry())
-    monkeypatch.setattr(
-        registry_use, "push_as", lambda _api, image, *_, **__: pushes.append(image) or MANIFEST
-    )
+
+    def push_as(_api: object, image: str, *_: object, **__: object) -> str:
+        pushes.append(image)
+        return MANIFEST
+
+    monkeypatch.setattr(registry_use, "push_as", push_as)
     use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
     result = CellResult(
         id="c", kind="cell", status="built", base_image="b", image_id=image_id, input_digest="f" * 64
