@@ -20,8 +20,8 @@
 #                                          tag of :bookworm; the other is a foreign debootstrap
 #                                          (`--arch`, its second stage run under QEMU: run
 #                                          scripts/engine.sh emulation first), made an image by a
-#                                          classic build FROM scratch with --platform (Debian's
-#                                          engine 20.10 ignores `docker import --platform`).
+#                                          classic build FROM scratch with --platform (an engine
+#                                          20.10 ignores `docker import --platform`).
 #                                          debian-python-<arch> builds one platform; debian-python
 #                                          and all build the host's only.
 #
@@ -52,8 +52,8 @@ PY_PACKAGES="python3,python3-venv,python3-pip,python3-dev,g++,ca-certificates,op
 log() { printf '[base-images] %s\n' "$*" >&2; }
 die() { printf '[base-images] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# Debian's client matches Debian's dockerd and uses the classic builder with
-# DOCKER_BUILDKIT=0; the newer /usr/local/bin/docker would default to buildx.
+# The classic builder (DOCKER_BUILDKIT=0), with Debian 12's client where one is installed (an older
+# docker.io), else the docker on PATH (scripts/engine.sh links Debian 13's, for dockerd 26).
 if [[ -x /usr/bin/docker ]]; then DOCKER=/usr/bin/docker; else DOCKER=docker; fi
 export DOCKER_BUILDKIT=0
 
@@ -302,7 +302,7 @@ EOF
                 --message "debootstrap --variant=minbase $SUITE + $PY_PACKAGES" \
                 - "$image" >/dev/null
     else
-        # `docker import --platform` is ignored by Debian's engine 20.10 (the image reads the
+        # `docker import --platform` is ignored by an engine 20.10 (the image reads the
         # host's architecture); the classic builder's FROM scratch takes --platform. The tar is
         # written out once (the build context), then unpacked by ADD with owners and modes kept.
         tar -C "$root" --numeric-owner --xattrs --one-file-system -cf "$WORK/rootfs.tar" .

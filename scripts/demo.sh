@@ -4,15 +4,16 @@
 #
 #   scripts/demo.sh
 #
-# Steps: a venv in .venv with imagekit; scripts/engine.sh install + docker (Debian's docker.io, dockerd
-# with no bridge network); scripts/base-images.sh debian-python (debootstrap'd Debian with Python);
+# Steps: a venv in .venv with imagekit; scripts/engine.sh install + docker (the engine of record:
+# Debian 13's dockerd 26 + buildx, unpacked into /opt/imagekit-engine, containerd image store, no
+# bridge network); scripts/base-images.sh debian-python (debootstrap'd Debian with Python);
 # examples/offline/setup.sh (wheelhouse via pip download); imagekit build; imagekit report.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 log() { printf '[demo] %s\n' "$*" >&2; }
-[[ $(id -u) -eq 0 ]] || { log "run as root (it installs docker.io and starts dockerd)"; exit 1; }
+[[ $(id -u) -eq 0 ]] || { log "run as root (it installs the engine and starts dockerd)"; exit 1; }
 
 if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     log "installing python3-venv"
@@ -27,7 +28,7 @@ fi
 export PATH="$repo/.venv/bin:$PATH"
 
 # Always (idempotent): installs what is missing by command, so debootstrap and busybox-static are
-# there for base-images.sh even when an engine already runs (docker.io only when no dockerd exists).
+# there for base-images.sh even when an engine already runs (dockerd 26 is unpacked, not started).
 scripts/engine.sh install
 # Starts dockerd only when `docker info` fails.
 docker info >/dev/null 2>&1 || scripts/engine.sh docker

@@ -51,7 +51,8 @@ def bake_import(
     the_plan = load_plan(matrix)
     targets = importer.read_metadata(metadata_file)
     rendered = Renderer(the_plan).render_all()
-    results, unknown = importer.results_from_bake(targets, rendered, the_plan.matrix.publish, today())
+    ids = importer.engine_ids(targets)
+    results, unknown = importer.results_from_bake(targets, rendered, the_plan.matrix.publish, today(), ids)
     if not results:
         raise InputError(f"{metadata_file}: no target is a cell of {matrix}: {', '.join(unknown)}")
     with open_store(state_dir) as store:

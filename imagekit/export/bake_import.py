@@ -2,23 +2,25 @@
 
 Bake writes one object per target (``containerimage.digest``, ``containerimage.config.digest``,
 ``image.name``...) plus ``buildx.*`` keys of its own (build warnings). Each cell target becomes a
-``built`` record carrying the manifest digest and, as its image id, the config digest (what the
-engine shows for an image bake ``--load``-ed, and what ``verify`` starts), so verify and publish
-work from the same report as after ``imagekit build``. The record's tags are the matrix's final
-tags (what ``publish`` promotes to), not bake's staging tag. Cells already in the report and not
-in the file are kept.
+``built`` record carrying the manifest digest and, as its image id, the id the engine shows for the
+image bake ``--load``-ed (what ``verify`` starts): the config digest on dockerd's overlay2 store, the
+manifest (or index) digest on its containerd store, so it is asked; a target not loaded here keeps
+the config digest. Verify and publish then work from the same report as after ``imagekit build``.
+The record's tags are the matrix's final tags (what ``publish`` promotes to), not bake's staging
+tag. Cells already in the report and not in the file are kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from imagekit.core.clock import timestamp
-from imagekit.core.errors import InputError
+from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import MAX_RECORDS, STATE_BYTES
 from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import (
@@ -43,7 +45,7 @@ ENGINE = "docker buildx bake"
 class BakeTarget:
     name: str
     digest: str  # containerimage.digest: the manifest (or index) digest
-    config_digest: str | None  # containerimage.config.digest: the image id the engine shows
+    config_digest: str | None  # containerimage.config.digest: the image id on the overlay2 store
     names: tuple[str, ...]  # image.name, split at commas
 
 
@@ -96,8 +98,38 @@ def read_metadata(path: Path) -> dict[str, BakeTarget]:
     return targets
 
 
+def engine_ids(targets: Mapping[str, BakeTarget]) -> dict[str, str]:
+    """Target name -> the id the engine shows for the image bake loaded under one of its names,
+    when that is this target's config or manifest digest (the image store decides which). No
+    engine, or no such image (bake --push, another machine, a tag moved since): left out."""
+    from docker.errors import APIError, DockerException
+
+    from imagekit.engine.client import connect, inspect_image
+
+    try:
+        api = connect()
+    except EnvironmentProblem:
+        return {}
+    ids: dict[str, str] = {}
+    with closing(api):
+        for target in targets.values():
+            for name in target.names:
+                try:
+                    image_id = (inspect_image(api, name) or {}).get("Id")
+                except (APIError, DockerException):
+                    continue
+                if image_id in (target.digest, target.config_digest):
+                    ids[target.name] = str(image_id)
+                    break
+    return ids
+
+
 def results_from_bake(
-    targets: Mapping[str, BakeTarget], rendered: Sequence[RenderedCell], publish: Publish, day: date
+    targets: Mapping[str, BakeTarget],
+    rendered: Sequence[RenderedCell],
+    publish: Publish,
+    day: date,
+    ids: Mapping[str, str] | None = None,
 ) -> tuple[list[CellResult], list[str]]:
     """(a result per cell target found, target names that are no cell of the matrix). A target
     that two cells map to (``bake_target_name`` folds dots into underscores) is refused: its
@@ -122,7 +154,7 @@ def results_from_bake(
                 kind="cell",
                 status="built",
                 base_image=item.cell.base_image,
-                image_id=target.config_digest,
+                image_id=(ids or {}).get(name, target.config_digest),
                 # The matrix's final tags, which publish promotes to; the image itself carries only
                 # bake's staging tag (target.names) until it is verified and published.
                 tags=item.names(publish, day).references(),

@@ -83,6 +83,65 @@ def test_import_records_each_target_as_built_with_its_digest(tmp_path: Path) -> 
     assert report.engine == "docker buildx bake"
 
 
+@pytest.fixture(autouse=True)
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast tier has no engine (one running on the machine must not decide these tests)."""
+    from imagekit.core.errors import EnvironmentProblem
+    from imagekit.engine import client
+
+    def refuse() -> None:
+        raise EnvironmentProblem("no engine in the fast tier")
+
+    monkeypatch.setattr(client, "connect", refuse)
+
+
+class LoadedImages:
+    """The engine calls engine_ids makes: the images bake --load left, by name."""
+
+    def __init__(self, ids: dict[str, str]) -> None:
+        self.ids = ids
+
+    def inspect_image(self, name: str) -> dict[str, str]:
+        from docker.errors import ImageNotFound
+
+        if name not in self.ids:
+            raise ImageNotFound(name)
+        return {"Id": self.ids[name]}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("store", ["containerd", "overlay2"])
+def test_the_image_id_is_the_one_the_engine_shows_for_the_loaded_image(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dockerd's containerd image store shows an image by its manifest digest, the overlay2 store
+    by its config digest: the report records what `docker run` there accepts. A tag now naming
+    another image is not believed (the config digest is kept)."""
+    from imagekit.engine import client
+
+    cells = [c.id for c in load_plan(MATRIX).cells[:2]]
+    document = metadata(cells)
+    for n, cell in enumerate(cells):
+        document[bake_target_name(cell)]["image.name"] = f"ghcr.io/imagekit/pytorch:staging-{n}"  # type: ignore[index]
+    loaded = {
+        "ghcr.io/imagekit/pytorch:staging-0": DIGEST_A if store == "containerd" else CONFIG_A,
+        "ghcr.io/imagekit/pytorch:staging-1": "sha256:" + "e" * 64,  # moved since
+    }
+    monkeypatch.setattr(client, "connect", lambda: LoadedImages(loaded))
+    path = tmp_path / "bake-metadata.json"
+    path.write_text(json.dumps(document))
+    state = tmp_path / "state"
+    result = run_cli(
+        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(state)
+    )
+    assert result.exit_code == 0, result.stderr
+    by_id = {r.id: r for r in read_report(state).cells}
+    assert by_id[cells[0]].image_id == (DIGEST_A if store == "containerd" else CONFIG_A)
+    assert by_id[cells[1]].image_id == CONFIG_A
+
+
 def test_import_keeps_the_other_cells_of_an_existing_report(tmp_path: Path) -> None:
     cells = [c.id for c in load_plan(MATRIX).cells[:2]]
     state = tmp_path / "state"

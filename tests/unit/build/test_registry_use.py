@@ -1,0 +1,55 @@
+"""Staging after a build: an image the staging tag already names is not pushed again."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from imagekit.build import registry_use
+from imagekit.plan.schema import Publish
+from imagekit.registry.transport import DEFAULT_BACKOFF
+from imagekit.report.store import CellResult
+
+MANIFEST = "sha256:" + "a" * 64
+CONFIG = "sha256:" + "c" * 64
+
+
+class StagedRegistry:
+    """The staging tag names MANIFEST, whose config is CONFIG."""
+
+    def head_manifest(self, repository: str, ref: str) -> str:
+        return MANIFEST
+
+    def get_manifest(self, repository: str, digest: str) -> Any:
+        return SimpleNamespace(config_digest=CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("image_id", "pushed"),
+    [(CONFIG, False), (MANIFEST, False), ("sha256:" + "e" * 64, True)],
+    ids=["overlay2-id", "containerd-id", "another-image"],
+)
+def test_a_staging_tag_naming_the_image_by_either_id_is_not_pushed_again(
+    image_id: str, pushed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overlay2 store's image id is the config digest, the containerd store's the manifest
+    digest: either says the staging tag already names the built image."""
+    pushes: list[str] = []
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedRegistry())
+
+    def push_as(_api: object, image: str, *_: object, **__: object) -> str:
+        pushes.append(image)
+        return MANIFEST
+
+    monkeypatch.setattr(registry_use, "push_as", push_as)
+    use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
+    result = CellResult(
+        id="c", kind="cell", status="built", base_image="b", image_id=image_id, input_digest="f" * 64
+    )
+    said: list[str] = []
+    staged = use.stage(result, said.append)
+    assert staged.staged is not None and staged.staged.digest == MANIFEST
+    assert pushes == ([image_id] if pushed else [])
+    assert any("not pushed again" in s for s in said) is not pushed
