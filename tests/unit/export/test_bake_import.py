@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from imagekit.core.clock import today
 from imagekit.core.errors import InputError
-from imagekit.core.naming import DIGEST, is_reference
+from imagekit.core.naming import DIGEST, is_reference, staging_tag
 from imagekit.export.bake_import import read_metadata
 from imagekit.export.targets import bake_target_name
 from imagekit.plan.matrix import load_plan
@@ -297,3 +297,117 @@ def test_a_target_two_cells_map_to_is_refused_naming_both(tmp_path: Path) -> Non
         assert f"{real.cell.id}" in str(refused.value) and f"{twin.cell.id}" in str(refused.value)
     results, unknown = results_from_bake({}, [real, twin], plan.matrix.publish, today())  # type: ignore[arg-type]
     assert results == [] and unknown == []
+
+
+# -- the image id and the staging of each metadata shape (buildkit-35 notes 3.4, dockerd 26) --------
+
+MANIFEST = "sha256:" + "1" * 64
+INDEX = "sha256:" + "2" * 64
+CONFIG = "sha256:" + "3" * 64
+OCI_MANIFEST = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": MANIFEST, "size": 753}
+SHAPES: dict[str, tuple[dict[str, object], str, str]] = {
+    # shape: (the target's entry less image.name, the id the engine holds, the image id recorded)
+    "containerd --load, provenance: an index, no config digest": (
+        {
+            "containerimage.descriptor": {
+                "mediaType": "application/vnd.oci.image.index.v1+json", "digest": INDEX, "size": 855
+            },
+            "containerimage.digest": INDEX,
+        },
+        INDEX,
+        INDEX,
+    ),
+    "containerd --load, no provenance": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": {
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "digest": MANIFEST,
+            "size": 696,
+        }, "containerimage.digest": MANIFEST},
+        MANIFEST,
+        MANIFEST,
+    ),
+    "containerd, an OCI tar loaded": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": OCI_MANIFEST,
+         "containerimage.digest": MANIFEST},
+        MANIFEST,
+        MANIFEST,
+    ),
+    "containerd, pushed (type=image,push=true)": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": OCI_MANIFEST,
+         "containerimage.digest": MANIFEST},
+        MANIFEST,
+        MANIFEST,
+    ),
+    "overlay2 --load: the digest is the config's, no descriptor": (
+        {"containerimage.config.digest": CONFIG, "containerimage.digest": CONFIG},
+        CONFIG,
+        CONFIG,
+    ),
+    "overlay2, pushed": (
+        {"containerimage.config.digest": CONFIG, "containerimage.digest": MANIFEST},
+        CONFIG,
+        CONFIG,
+    ),
+    "no engine to ask, pushed: the config digest": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": OCI_MANIFEST,
+         "containerimage.digest": MANIFEST},
+        "",
+        CONFIG,
+    ),
+    "no engine to ask, an index: its digest": (
+        {"containerimage.digest": INDEX},
+        "",
+        INDEX,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_metadata_shape_records_the_id_the_engine_shows_and_the_staged_digest(
+    shape: str, tmp_path: Path
+) -> None:
+    from imagekit.export.bake_import import results_from_bake
+
+    entry, held, image_id = SHAPES[shape]
+    plan = load_plan(MATRIX)
+    publish = plan.matrix.publish.model_copy(update={"registry": "127.0.0.1:5000"})
+    item = Renderer(plan).render_all()[0]
+    tag = staging_tag(item.input_digest)
+    staging = f"127.0.0.1:5000/{publish.staging_repository}:{tag}"
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps({bake_target_name(item.cell.id): {**entry, "image.name": staging}}))
+    digest = str(entry["containerimage.digest"])
+    asked: list[tuple[str, str]] = []
+
+    def registry(repository: str, tag: str) -> str | None:
+        asked.append((repository, tag))
+        return digest if "pushed" in shape else None
+
+    (result,), _ = results_from_bake(
+        read_metadata(path), [item], publish, today(), lambda d: d == held, registry
+    )
+    assert result.image_id == image_id
+    assert result.image_digest == digest
+    assert asked == [(publish.staging_repository, tag)]
+    if "pushed" in shape:  # what verify --pull pulls and publish promotes
+        assert result.staged is not None
+        assert result.staged.reference == f"127.0.0.1:5000/{publish.staging_repository}@{digest}"
+    else:  # loaded, never pushed: the registry's tag names another image, or none
+        assert result.staged is None
+
+
+def test_a_target_bake_did_not_name_by_its_staging_tag_is_not_looked_up(tmp_path: Path) -> None:
+    from imagekit.export.bake_import import results_from_bake
+
+    plan = load_plan(MATRIX)
+    publish = plan.matrix.publish.model_copy(update={"registry": "127.0.0.1:5000"})
+    path = tmp_path / "meta.json"
+    cells = [c.id for c in plan.cells[:1]]
+    path.write_text(json.dumps(metadata(cells)))  # image.name: another reference
+
+    def registry(repository: str, tag: str) -> str | None:
+        raise AssertionError("asked")
+
+    (result,), _ = results_from_bake(
+        read_metadata(path), Renderer(plan).render_all(), publish, today(), lambda _: False, registry
+    )
+    assert result.staged is None and result.image_id == CONFIG_A
