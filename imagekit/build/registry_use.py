@@ -159,9 +159,8 @@ class BuildRegistry:
         return Staged(self.host, repository, tag, digest)
 
     def build_cache(self, rendered: RenderedCell) -> str:
-        """The BuildKit registry cache of ``rendered``'s cell: one per cell (not per input digest),
-        so a cell whose last step changed finds every earlier step there."""
-        return naming.reference(f"{self.staging_name}/buildcache", rendered.cell.image_tag)
+        """The BuildKit registry cache of ``rendered``'s cell (``naming.build_cache``)."""
+        return naming.build_cache(self.staging_name, rendered.cell.image_tag)
 
     def cache_source(self, rendered: RenderedCell, write: Write) -> tuple[str, ...]:
         """The cell's last staged or published image, pulled by digest, so a fresh runner with an

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +23,7 @@ from imagekit.cli.app import (
     say,
 )
 from imagekit.core.clock import today
-from imagekit.core.errors import InputError
+from imagekit.core.errors import EnvironmentProblem, InputError, RegistryError, one_line
 from imagekit.core.text import counted
 from imagekit.report.state import DEFAULT_STATE_DIR
 
@@ -51,8 +53,11 @@ def bake_import(
     the_plan = load_plan(matrix)
     targets = importer.read_metadata(metadata_file)
     rendered = Renderer(the_plan).render_all()
-    ids = importer.engine_ids(targets)
-    results, unknown = importer.results_from_bake(targets, rendered, the_plan.matrix.publish, today(), ids)
+    publish = the_plan.matrix.publish
+    with _lookups(publish.registry) as (holds, staged_digest):
+        results, unknown = importer.results_from_bake(
+            targets, rendered, publish, today(), holds, staged_digest
+        )
     if not results:
         raise InputError(f"{metadata_file}: no target is a cell of {matrix}: {', '.join(unknown)}")
     with open_store(state_dir) as store:
@@ -65,6 +70,55 @@ def bake_import(
         for result in results:
             typer.echo(f"{result.id:<50} {result.image_digest}")
     typer.echo(f"imagekit: {counted(len(results), 'cell')} recorded as built in {path}", err=True)
+
+
+@contextlib.contextmanager
+def _lookups(
+    registry: str | None,
+) -> Iterator[tuple[Callable[[str], bool], Callable[[str, str], str | None]]]:
+    """What bake-import asks the engine (which image ids it holds) and the registry (what a
+    staging tag names). Either one out of reach is a warning: the import goes on without it."""
+    import requests
+    from docker.errors import DockerException
+
+    from imagekit.engine.client import connect, inspect_image
+    from imagekit.registry.client import open_registry
+
+    problems: list[str] = []
+
+    def noted(what: str, exc: Exception) -> None:
+        if not problems:
+            say("warning", f"bake-import: {what} ({one_line(exc)}); recorded from the metadata file alone")
+        problems.append(what)
+
+    try:
+        api = connect(pool_size=2)
+    except EnvironmentProblem as exc:
+        noted("no engine to ask which image id it shows", exc)
+        api = None
+    client = open_registry(registry) if registry is not None else None
+
+    def holds(digest: str) -> bool:
+        try:
+            return api is not None and inspect_image(api, digest) is not None
+        except (DockerException, requests.RequestException, OSError) as exc:
+            noted("the engine did not answer", exc)
+            return False
+
+    def staged_digest(repository: str, tag: str) -> str | None:
+        try:
+            return client.head_manifest(repository, tag) if client is not None else None
+        except (EnvironmentProblem, RegistryError) as exc:
+            noted(f"registry {registry} did not say what it staged", exc)
+            return None
+
+    try:
+        yield holds, staged_digest
+    finally:
+        if client is not None:
+            client.close()
+        if api is not None:
+            api.close()
 
 
 @app.command("merge-reports")

@@ -240,9 +240,13 @@ def matrix_export(
     if output_format is ExportFormat.JSON:
         typer.echo(json.dumps(export.json_export(the_plan, rendered, today()), indent=2, sort_keys=True))
         return
+    bake = export.bake_file(the_plan, rendered, context_dir)  # refuses before any context is written
     contexts = export.materialise_contexts(rendered, context_dir)
-    typer.echo(json.dumps(export.bake_file(the_plan, rendered, context_dir), indent=2, sort_keys=True))
+    typer.echo(json.dumps(bake, indent=2, sort_keys=True))
     typer.echo(f"imagekit: {len(contexts)} build contexts in {context_dir}", err=True)
+    hint = export.bake_netrc_hint(the_plan)
+    if hint is not None:
+        typer.echo(f"imagekit: {hint}", err=True)
 
 
 def _fleet(the_plan: Any) -> list[dict[str, Any]]:

@@ -221,6 +221,13 @@ def staging_tag(input_digest: str) -> str:
     return f"{STAGING_PREFIX}{short_digest(input_digest)}"
 
 
+def build_cache(staging_name: str, image_tag: str) -> str:
+    """The BuildKit registry cache of a cell (``staging_name``: registry/staging repository): one
+    per cell, not per input digest, so a cell whose last step changed finds every earlier step
+    there. ``imagekit build --builder buildkit`` and the bake export read and write the same one."""
+    return reference(f"{staging_name}/buildcache", image_tag)
+
+
 def immutable_tags(readable: str, patterns: Iterable[str], day: date, input_digest: str) -> tuple[str, ...]:
     """The readable tag first, then each immutable pattern filled in (duplicates dropped)."""
     values = {"readable": readable, "date": day.strftime("%Y%m%d"), "digest": short_digest(input_digest)}

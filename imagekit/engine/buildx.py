@@ -169,15 +169,25 @@ class BuildxRequest:
     no_cache: bool = False
 
 
+def compression_options(compression: Literal["gzip", "zstd"]) -> tuple[str, ...]:
+    """An image exporter's layer options: every layer (a base's too) in ``compression``, in OCI
+    media types (without them dockerd 26 writes zstd layers into a Docker v2 manifest)."""
+    return (f"compression={compression}", "force-compression=true", "oci-mediatypes=true")
+
+
+def registry_cache(ref: str) -> tuple[str, str]:
+    """(--cache-from, --cache-to) of the registry cache ``ref``: every step's layers (mode=max),
+    so a changed last step finds the earlier ones there."""
+    return f"type=registry,ref={ref}", f"type=registry,ref={ref},mode=max,oci-mediatypes=true"
+
+
 def build_argv(buildx: Buildx, request: BuildxRequest, metadata: Path) -> list[str]:
     output = ",".join(
         (
             "type=oci",
             f"dest={request.output}",
             f"name={request.name}",
-            f"compression={request.compression}",
-            "force-compression=true",
-            "oci-mediatypes=true",
+            *compression_options(request.compression),
             "rewrite-timestamp=true",
         )
     )
@@ -207,9 +217,9 @@ def build_argv(buildx: Buildx, request: BuildxRequest, metadata: Path) -> list[s
     for secret_id, path in request.secrets:
         args += ["--secret", f"id={secret_id},src={path}"]
     if request.cache_from:
-        args += ["--cache-from", f"type=registry,ref={request.cache_from}"]
+        args += ["--cache-from", registry_cache(request.cache_from)[0]]
     if request.cache_to:
-        args += ["--cache-to", f"type=registry,ref={request.cache_to},mode=max,oci-mediatypes=true"]
+        args += ["--cache-to", registry_cache(request.cache_to)[1]]
     if request.no_cache:
         args.append("--no-cache")
     return buildx.command(*args, "-")

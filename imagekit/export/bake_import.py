@@ -2,25 +2,34 @@
 
 Bake writes one object per target (``containerimage.digest``, ``containerimage.config.digest``,
 ``image.name``...) plus ``buildx.*`` keys of its own (build warnings). Each cell target becomes a
-``built`` record carrying the manifest digest and, as its image id, the id the engine shows for the
-image bake ``--load``-ed (what ``verify`` starts): the config digest on dockerd's overlay2 store, the
-manifest (or index) digest on its containerd store, so it is asked; a target not loaded here keeps
-the config digest. Verify and publish then work from the same report as after ``imagekit build``.
-The record's tags are the matrix's final tags (what ``publish`` promotes to), not bake's staging
-tag. Cells already in the report and not in the file are kept.
+``built`` record, so verify and publish work from the same report as after ``imagekit build``:
+
+- its image id is what the engine shows for the image, which depends on the engine's image store
+  (measured on dockerd 26, buildx 0.13.1): the *manifest* (or index) digest,
+  ``containerimage.digest``, on the containerd store; the *config* digest,
+  ``containerimage.config.digest``, on the overlay2 store. The file alone does not say which
+  (a push reports both digests on either store), so the engine is asked which of the two it
+  holds; without an answer, the config digest when the file has one, else the digest (an index
+  with a provenance attestation has no config digest: that is the containerd store's);
+- its image digest is ``containerimage.digest``;
+- it is recorded as staged (what ``verify --pull`` and ``publish`` start from) when the registry's
+  staging tag of the cell names that very digest: a bake ``--push`` happened, not just a load;
+- its tags are the matrix's final tags (what ``publish`` promotes to), not bake's staging tag.
+
+Cells already in the report and not in the file are kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import closing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from imagekit.core import naming
 from imagekit.core.clock import timestamp
-from imagekit.core.errors import EnvironmentProblem, InputError
+from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_RECORDS, STATE_BYTES
 from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import (
@@ -36,7 +45,7 @@ from imagekit.core.text import shown
 from imagekit.export.targets import bake_target_name
 from imagekit.plan.schema import Publish
 from imagekit.render.dockerfile import RenderedCell
-from imagekit.report.store import BuildReport, CellResult
+from imagekit.report.store import BuildReport, CellResult, Staged
 
 ENGINE = "docker buildx bake"
 
@@ -44,9 +53,22 @@ ENGINE = "docker buildx bake"
 @dataclass(frozen=True)
 class BakeTarget:
     name: str
-    digest: str  # containerimage.digest: the manifest (or index) digest
-    config_digest: str | None  # containerimage.config.digest: the image id on the overlay2 store
+    digest: str  # containerimage.digest: the manifest (or index) digest; overlay2 --load: the config's
+    config_digest: str | None  # containerimage.config.digest: absent for an index
     names: tuple[str, ...]  # image.name, split at commas
+
+    def image_id(self, holds: Callable[[str], bool]) -> str:
+        """The engine's id of the image: whichever digest ``holds`` (the engine has it) says."""
+        candidates = (self.digest, *((self.config_digest,) if self.config_digest else ()))
+        return next((c for c in candidates if holds(c)), self.config_digest or self.digest)
+
+
+def nothing_held(_: str) -> bool:
+    return False
+
+
+def nothing_staged(_repository: str, _tag: str) -> str | None:
+    return None
 
 
 _FIX = "pass the file `docker buildx bake --metadata-file` wrote"
@@ -98,42 +120,20 @@ def read_metadata(path: Path) -> dict[str, BakeTarget]:
     return targets
 
 
-def engine_ids(targets: Mapping[str, BakeTarget]) -> dict[str, str]:
-    """Target name -> the id the engine shows for the image bake loaded under one of its names,
-    when that is this target's config or manifest digest (the image store decides which). No
-    engine, or no such image (bake --push, another machine, a tag moved since): left out."""
-    from docker.errors import APIError, DockerException
-
-    from imagekit.engine.client import connect, inspect_image
-
-    try:
-        api = connect()
-    except EnvironmentProblem:
-        return {}
-    ids: dict[str, str] = {}
-    with closing(api):
-        for target in targets.values():
-            for name in target.names:
-                try:
-                    image_id = (inspect_image(api, name) or {}).get("Id")
-                except (APIError, DockerException):
-                    continue
-                if image_id in (target.digest, target.config_digest):
-                    ids[target.name] = str(image_id)
-                    break
-    return ids
-
-
 def results_from_bake(
     targets: Mapping[str, BakeTarget],
     rendered: Sequence[RenderedCell],
     publish: Publish,
     day: date,
-    ids: Mapping[str, str] | None = None,
+    holds: Callable[[str], bool] = nothing_held,
+    staged_digest: Callable[[str, str], str | None] = nothing_staged,
 ) -> tuple[list[CellResult], list[str]]:
     """(a result per cell target found, target names that are no cell of the matrix). A target
     that two cells map to (``bake_target_name`` folds dots into underscores) is refused: its
-    digest would be recorded for whichever cell came last."""
+    digest would be recorded for whichever cell came last.
+
+    ``holds(digest)``: the engine has an image of that id. ``staged_digest(repository, tag)``: the
+    manifest digest the publish registry has there (None: none, or no registry)."""
     by_name: dict[str, RenderedCell] = {}
     for each in rendered:
         name = bake_target_name(each.cell.id)
@@ -148,19 +148,29 @@ def results_from_bake(
         item = by_name.get(name)
         if item is None:
             continue
+        tag = naming.staging_tag(item.input_digest)
+        staged = None
+        where = naming.reference(naming.repository(publish.registry, publish.staging_repository), tag)
+        if (
+            publish.registry is not None
+            and where in target.names  # bake named it so: ask the registry whether it pushed it
+            and staged_digest(publish.staging_repository, tag) == target.digest
+        ):
+            staged = Staged(publish.registry, publish.staging_repository, tag, target.digest)
         results.append(
             CellResult(
                 id=item.cell.id,
                 kind="cell",
                 status="built",
                 base_image=item.cell.base_image,
-                image_id=(ids or {}).get(name, target.config_digest),
+                image_id=target.image_id(holds),
                 # The matrix's final tags, which publish promotes to; the image itself carries only
                 # bake's staging tag (target.names) until it is verified and published.
                 tags=item.names(publish, day).references(),
                 input_digest=item.input_digest,
                 image_digest=target.digest,
                 built_on=day,
+                staged=staged,
             )
         )
     unknown = sorted(name for name in targets if name not in by_name and not name.startswith("base-"))

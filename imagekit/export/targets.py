@@ -22,9 +22,12 @@ from imagekit.core import naming, platforms
 from imagekit.core.atomic import atomic_write
 from imagekit.core.errors import InputError
 from imagekit.core.paths import os_problem, refuse_links
+from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import shown
+from imagekit.engine.buildx import compression_options, registry_cache
 from imagekit.plan.cells import Cell, FrontendCell, LocalBase, Plan, local_base_of
 from imagekit.render.context import DOCKERFILE_NAME
+from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import RenderedCell
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on the jobs one matrix may generate
@@ -176,6 +179,61 @@ def _local_bases(rendered: Sequence[RenderedCell]) -> dict[str, LocalBase]:
     return bases
 
 
+# The environment variable a BuildKit bake file's targets read the pip index netrc from (bake's
+# `secret: id=...,env=...`): the whole netrc, one `machine HOST login LOGIN password TOKEN` per
+# credential. An env var, not a file, so that no path to a secret is in the bake file, and CI
+# secrets map onto it directly.
+BAKE_NETRC_ENV = "IMAGEKIT_PIP_NETRC"
+
+
+def bake_netrc_hint(plan: Plan) -> str | None:
+    """What the user must set before baking a BuildKit export with index credentials (None: nothing)."""
+    credentials = plan.matrix.sources.pip.credentials
+    if plan.matrix.build.builder != "buildkit" or not credentials:
+        return None
+    lines = " ".join(
+        f"machine {c.host} login {c.login} password ${secret_env_name(c.secret)}" for c in credentials
+    )
+    return (
+        f"set {BAKE_NETRC_ENV} to the index netrc before `docker buildx bake` ({lines!r}, the"
+        " values filled in): buildx mounts an unset variable as an empty file, and a cached step"
+        " never notices"
+    )
+
+
+def _refuse_host_network(item: RenderedCell) -> None:
+    """bake 0.13.1 drops `network` and `entitlements` and has no `--allow`: a `RUN --network=host`
+    step fails there with `network.host is not allowed`, so such a cell is refused here."""
+    if "--network=host" in item.dockerfile:
+        raise InputError(
+            f"cell {item.cell.id}: its Dockerfile has a RUN --network=host step, which docker buildx"
+            " bake cannot allow (no --allow network.host): build it with"
+            " `imagekit build --builder buildkit` instead"
+        )
+
+
+def _buildkit_target(plan: Plan, item: RenderedCell, staging_name: str, staging_ref: str) -> dict[str, Any]:
+    """A BuildKit cell's target fields beyond the classic ones, each written out in full (bake's
+    `inherits` appends lists: a cell would get another cell's cache)."""
+    _refuse_host_network(item)
+    publish = plan.matrix.publish
+    output = ["type=image", f"name={staging_ref}"]
+    fields: dict[str, Any] = {
+        # provenance makes an index with the build's start time: never the same digest twice
+        "attest": ["type=provenance,disabled=true"],
+    }
+    if publish.registry is not None:
+        # No rewrite-timestamp: dockerd 26's image exporter always unpacks, which conflicts with it.
+        output.append("push=true")
+        cache_from, cache_to = registry_cache(naming.build_cache(staging_name, item.cell.image_tag))
+        fields["cache-from"] = [cache_from]
+        fields["cache-to"] = [cache_to]
+    fields["output"] = [",".join((*output, *compression_options(item.build.compression)))]
+    if plan.matrix.sources.pip.credentials:
+        fields["secret"] = [f"id={PIP_NETRC_SECRET},env={BAKE_NETRC_ENV}"]
+    return fields
+
+
 def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -> dict[str, Any]:
     """A ``docker buildx bake`` JSON file: one target per cell, a target per local base.
 
@@ -185,6 +243,12 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
     A cell target carries only a staging tag, never the final (readable, moving) tags: ``bake
     --push`` must not put an unverified image where users pull from. The final tags are written
     by ``imagekit publish`` after ``bake-import`` and ``verify``.
+
+    A cell rendered for BuildKit also carries what ``imagekit build --builder buildkit`` passes:
+    no provenance, the index netrc as a secret (from ``$IMAGEKIT_PIP_NETRC``, never a value here),
+    the cell's registry cache and its compression; with a publish registry its output pushes the
+    staging tag (``bake --push`` or not). Its steps' networks are in its Dockerfile; a
+    ``--network=host`` step is refused (bake cannot allow it).
     """
     targets: dict[str, dict[str, Any]] = {}
     made_by: dict[str, str] = {}  # target name -> the cell or base it was made for
@@ -215,6 +279,8 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "labels": item.build_labels(),
             "platforms": [cell.platform],
         }
+        if item.build.builder == "buildkit":
+            target.update(_buildkit_target(plan, item, staging, target["tags"][0]))
         local = local_base_of(cell)
         if local is not None:
             target["contexts"] = {local.image: f"target:{base_target_name(local)}"}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from imagekit.core.clock import today
 from imagekit.core.errors import InputError
-from imagekit.core.naming import DIGEST, is_reference
+from imagekit.core.naming import DIGEST, is_reference, staging_tag
 from imagekit.export.bake_import import read_metadata
 from imagekit.export.targets import bake_target_name
 from imagekit.plan.matrix import load_plan
@@ -81,65 +81,6 @@ def test_import_records_each_target_as_built_with_its_digest(tmp_path: Path) -> 
     assert first.input_digest == rendered[cells[0]].input_digest
     assert by_id[cells[1]].image_digest == DIGEST_B
     assert report.engine == "docker buildx bake"
-
-
-@pytest.fixture(autouse=True)
-def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast tier has no engine (one running on the machine must not decide these tests)."""
-    from imagekit.core.errors import EnvironmentProblem
-    from imagekit.engine import client
-
-    def refuse() -> None:
-        raise EnvironmentProblem("no engine in the fast tier")
-
-    monkeypatch.setattr(client, "connect", refuse)
-
-
-class LoadedImages:
-    """The engine calls engine_ids makes: the images bake --load left, by name."""
-
-    def __init__(self, ids: dict[str, str]) -> None:
-        self.ids = ids
-
-    def inspect_image(self, name: str) -> dict[str, str]:
-        from docker.errors import ImageNotFound
-
-        if name not in self.ids:
-            raise ImageNotFound(name)
-        return {"Id": self.ids[name]}
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.mark.parametrize("store", ["containerd", "overlay2"])
-def test_the_image_id_is_the_one_the_engine_shows_for_the_loaded_image(
-    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """dockerd's containerd image store shows an image by its manifest digest, the overlay2 store
-    by its config digest: the report records what `docker run` there accepts. A tag now naming
-    another image is not believed (the config digest is kept)."""
-    from imagekit.engine import client
-
-    cells = [c.id for c in load_plan(MATRIX).cells[:2]]
-    document = metadata(cells)
-    for n, cell in enumerate(cells):
-        document[bake_target_name(cell)]["image.name"] = f"ghcr.io/imagekit/pytorch:staging-{n}"  # type: ignore[index]
-    loaded = {
-        "ghcr.io/imagekit/pytorch:staging-0": DIGEST_A if store == "containerd" else CONFIG_A,
-        "ghcr.io/imagekit/pytorch:staging-1": "sha256:" + "e" * 64,  # moved since
-    }
-    monkeypatch.setattr(client, "connect", lambda: LoadedImages(loaded))
-    path = tmp_path / "bake-metadata.json"
-    path.write_text(json.dumps(document))
-    state = tmp_path / "state"
-    result = run_cli(
-        "bake-import", "--metadata-file", str(path), "-m", str(MATRIX), "--state-dir", str(state)
-    )
-    assert result.exit_code == 0, result.stderr
-    by_id = {r.id: r for r in read_report(state).cells}
-    assert by_id[cells[0]].image_id == (DIGEST_A if store == "containerd" else CONFIG_A)
-    assert by_id[cells[1]].image_id == CONFIG_A
 
 
 def test_import_keeps_the_other_cells_of_an_existing_report(tmp_path: Path) -> None:
@@ -356,3 +297,117 @@ def test_a_target_two_cells_map_to_is_refused_naming_both(tmp_path: Path) -> Non
         assert f"{real.cell.id}" in str(refused.value) and f"{twin.cell.id}" in str(refused.value)
     results, unknown = results_from_bake({}, [real, twin], plan.matrix.publish, today())  # type: ignore[arg-type]
     assert results == [] and unknown == []
+
+
+# -- the image id and the staging of each metadata shape (buildkit-35 notes 3.4, dockerd 26) --------
+
+MANIFEST = "sha256:" + "1" * 64
+INDEX = "sha256:" + "2" * 64
+CONFIG = "sha256:" + "3" * 64
+OCI_MANIFEST = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": MANIFEST, "size": 753}
+SHAPES: dict[str, tuple[dict[str, object], str, str]] = {
+    # shape: (the target's entry less image.name, the id the engine holds, the image id recorded)
+    "containerd --load, provenance: an index, no config digest": (
+        {
+            "containerimage.descriptor": {
+                "mediaType": "application/vnd.oci.image.index.v1+json", "digest": INDEX, "size": 855
+            },
+            "containerimage.digest": INDEX,
+        },
+        INDEX,
+        INDEX,
+    ),
+    "containerd --load, no provenance": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": {
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "digest": MANIFEST,
+            "size": 696,
+        }, "containerimage.digest": MANIFEST},
+        MANIFEST,
+        MANIFEST,
+    ),
+    "containerd, an OCI tar loaded": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": OCI_MANIFEST,
+         "containerimage.digest": MANIFEST},
+        MANIFEST,
+        MANIFEST,
+    ),
+    "containerd, pushed (type=image,push=true)": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": OCI_MANIFEST,
+         "containerimage.digest": MANIFEST},
+        MANIFEST,
+        MANIFEST,
+    ),
+    "overlay2 --load: the digest is the config's, no descriptor": (
+        {"containerimage.config.digest": CONFIG, "containerimage.digest": CONFIG},
+        CONFIG,
+        CONFIG,
+    ),
+    "overlay2, pushed": (
+        {"containerimage.config.digest": CONFIG, "containerimage.digest": MANIFEST},
+        CONFIG,
+        CONFIG,
+    ),
+    "no engine to ask, pushed: the config digest": (
+        {"containerimage.config.digest": CONFIG, "containerimage.descriptor": OCI_MANIFEST,
+         "containerimage.digest": MANIFEST},
+        "",
+        CONFIG,
+    ),
+    "no engine to ask, an index: its digest": (
+        {"containerimage.digest": INDEX},
+        "",
+        INDEX,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_metadata_shape_records_the_id_the_engine_shows_and_the_staged_digest(
+    shape: str, tmp_path: Path
+) -> None:
+    from imagekit.export.bake_import import results_from_bake
+
+    entry, held, image_id = SHAPES[shape]
+    plan = load_plan(MATRIX)
+    publish = plan.matrix.publish.model_copy(update={"registry": "127.0.0.1:5000"})
+    item = Renderer(plan).render_all()[0]
+    tag = staging_tag(item.input_digest)
+    staging = f"127.0.0.1:5000/{publish.staging_repository}:{tag}"
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps({bake_target_name(item.cell.id): {**entry, "image.name": staging}}))
+    digest = str(entry["containerimage.digest"])
+    asked: list[tuple[str, str]] = []
+
+    def registry(repository: str, tag: str) -> str | None:
+        asked.append((repository, tag))
+        return digest if "pushed" in shape else None
+
+    (result,), _ = results_from_bake(
+        read_metadata(path), [item], publish, today(), lambda d: d == held, registry
+    )
+    assert result.image_id == image_id
+    assert result.image_digest == digest
+    assert asked == [(publish.staging_repository, tag)]
+    if "pushed" in shape:  # what verify --pull pulls and publish promotes
+        assert result.staged is not None
+        assert result.staged.reference == f"127.0.0.1:5000/{publish.staging_repository}@{digest}"
+    else:  # loaded, never pushed: the registry's tag names another image, or none
+        assert result.staged is None
+
+
+def test_a_target_bake_did_not_name_by_its_staging_tag_is_not_looked_up(tmp_path: Path) -> None:
+    from imagekit.export.bake_import import results_from_bake
+
+    plan = load_plan(MATRIX)
+    publish = plan.matrix.publish.model_copy(update={"registry": "127.0.0.1:5000"})
+    path = tmp_path / "meta.json"
+    cells = [c.id for c in plan.cells[:1]]
+    path.write_text(json.dumps(metadata(cells)))  # image.name: another reference
+
+    def registry(repository: str, tag: str) -> str | None:
+        raise AssertionError("asked")
+
+    (result,), _ = results_from_bake(
+        read_metadata(path), Renderer(plan).render_all(), publish, today(), lambda _: False, registry
+    )
+    assert result.staged is None and result.image_id == CONFIG_A

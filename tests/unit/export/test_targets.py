@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.export.targets import GITHUB_MAX_JOBS, github_matrix
+from imagekit.export.targets import (
+    GITHUB_MAX_JOBS,
+    bake_file,
+    bake_netrc_hint,
+    bake_target_name,
+    github_matrix,
+)
+from imagekit.plan.cells import Plan
 from imagekit.plan.matrix import load_plan
-from imagekit.render.dockerfile import Renderer
+from imagekit.render.dockerfile import RenderedCell, Renderer
 from tests.conftest import CUDA_BASE, REPO, CliResult, run_cli
 
 BAKE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -181,3 +188,75 @@ def test_two_cells_that_would_be_one_bake_target_are_refused_naming_both(
     both = f"{re.escape(item.cell.id)} and {re.escape(twin.cell.id)} map to one"
     with pytest.raises(InputError, match=both):
         bake_file(plan, [item, twin], tmp_path / "contexts")
+
+
+BUILDKIT_ZSTD = "build: {builder: buildkit, compression: zstd}\n"
+CREDENTIALS = (
+    "sources:\n  pip:\n    index_url: https://pypi.example.org/simple\n"
+    "    credentials: [{host: pypi.example.org, login: ci-reader, secret: pip-index}]\n"
+)
+
+
+def _bakeable(plan: Plan) -> list[RenderedCell]:
+    """The plan's renders with every step offline, as examples/offline renders for BuildKit
+    (tests/unit/render/test_run_options.py): the renders bake 0.13.1 can build."""
+    rendered = Renderer(plan).render_all()
+    return [replace(r, dockerfile=r.dockerfile.replace("--network=host", "--network=none")) for r in rendered]
+
+
+def test_a_buildkit_bake_target_carries_no_provenance_the_netrc_secret_the_cache_and_a_pushed_output(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    axes = 'version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda], frontend: [none, jupyter]}\n'
+    publish = "publish: {repository: team/pytorch, registry: 127.0.0.1:5000}\n"
+    plan = load_plan(write_matrix(axes + BUILDKIT_ZSTD + publish + CREDENTIALS + CUDA_BASE))
+    bake = bake_file(plan, _bakeable(plan), tmp_path / "ctx")
+    assert len(bake["group"]["default"]["targets"]) == len(plan.cells) == 2
+    for cell in plan.cells:
+        target = bake["target"][bake_target_name(cell.id)]
+        staging = target["tags"][0]
+        assert staging.startswith("127.0.0.1:5000/team/pytorch:staging-")
+        assert target["attest"] == ["type=provenance,disabled=true"]
+        assert target["secret"] == ["id=imagekit-pip-netrc,env=IMAGEKIT_PIP_NETRC"]
+        # the very cache `imagekit build --builder buildkit --push` reads and writes
+        cache = f"127.0.0.1:5000/team/pytorch/buildcache:{cell.image_tag}"
+        assert target["cache-from"] == [f"type=registry,ref={cache}"]
+        assert target["cache-to"] == [f"type=registry,ref={cache},mode=max,oci-mediatypes=true"]
+        assert target["output"] == [
+            f"type=image,name={staging},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
+        ]
+        assert not {"inherits", "network", "entitlements"} & set(target), cell.id
+    # how to give the netrc, with no value anywhere
+    hint = bake_netrc_hint(plan)
+    assert hint is not None and "IMAGEKIT_PIP_NETRC" in hint
+    assert "machine pypi.example.org login ci-reader password $IMAGEKIT_SECRET_PIP_INDEX" in hint
+
+
+def test_a_buildkit_bake_target_without_registry_or_credentials_caches_and_pushes_nothing(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    axes = 'version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n'
+    plan = load_plan(write_matrix(axes + "build: {builder: buildkit}\n" + CUDA_BASE))
+    bake = bake_file(plan, _bakeable(plan), tmp_path / "ctx")
+    (target,) = bake["target"].values()
+    assert target["output"] == [
+        f"type=image,name={target['tags'][0]},compression=gzip,force-compression=true,oci-mediatypes=true"
+    ]
+    assert not {"cache-from", "cache-to", "secret"} & set(target)
+    assert bake_netrc_hint(plan) is None
+
+
+def test_a_buildkit_cell_with_a_host_network_step_is_refused_for_bake_in_one_line(
+    write_matrix: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """bake 0.13.1 drops `network`/`entitlements` and has no --allow: such a step cannot build."""
+    matrix = write_matrix(
+        'version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + BUILDKIT_ZSTD + CUDA_BASE
+    )
+    (cell,) = load_plan(matrix).cells
+    result = run_cli("matrix", "-m", str(matrix), "-f", "bake", "--context-dir", str(tmp_path / "ctx"))
+    assert result.exit_code == 2, result.stderr
+    assert f"cell {cell.id}: its Dockerfile has a RUN --network=host step" in result.stderr
+    assert "`imagekit build --builder buildkit` instead" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert not (tmp_path / "ctx").exists()  # refused before any context is written
