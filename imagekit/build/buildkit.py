@@ -33,6 +33,7 @@ from imagekit.build.jobs import JobFailed
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
 from imagekit.core.safetypes import secret_env_name
 from imagekit.engine.buildx import (
+    REPRODUCIBLE_EPOCH,
     Buildx,
     BuildxRequest,
     BuildxRun,
@@ -49,10 +50,6 @@ from imagekit.engine.client import BuildRequest
 Write = Callable[[str], None]
 Register = Callable[[BuildxRun], contextlib.AbstractContextManager[None]]
 
-# Created times and the file times BuildKit rewrites (only those newer: a base's own files keep
-# theirs): a fixed instant, so two runners building the same inputs make the same layers. Not 0:
-# zip and wheel tools refuse times before 1980.
-REPRODUCIBLE_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
 _SECRET_VALUE = re.compile(r"[!-~]{1,4096}")  # one netrc token: printable, no white space
 
 

@@ -44,6 +44,10 @@ from imagekit.engine.client import BuildAborted
 # The oldest buildx whose behaviour this module is written against: rawjson progress and the
 # metadata file's keys (0.13.0).
 MIN_BUILDX = (0, 13, 0)
+# Created times and the file times BuildKit rewrites (only those newer: a base's own files keep
+# theirs): a fixed instant, so two runners building the same inputs make the same layers. Not 0:
+# zip and wheel tools refuse times before 1980.
+REPRODUCIBLE_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
 ABORT_GRACE_S = 10.0  # SIGTERM lets BuildKit cancel the solve; past this, SIGKILL
 _VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)")
 _BUILDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

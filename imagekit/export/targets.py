@@ -24,7 +24,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.paths import os_problem, refuse_links
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import shown
-from imagekit.engine.buildx import compression_options, registry_cache
+from imagekit.engine.buildx import REPRODUCIBLE_EPOCH, compression_options, registry_cache
 from imagekit.plan.cells import Cell, FrontendCell, LocalBase, Plan, local_base_of
 from imagekit.render.context import DOCKERFILE_NAME
 from imagekit.render.contract import PIP_NETRC_SECRET
@@ -281,6 +281,8 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
         }
         if item.build.builder == "buildkit":
             target.update(_buildkit_target(plan, item, staging, target["tags"][0]))
+            # buildx's epoch for created times, as `imagekit build --builder buildkit` sets it
+            target["args"]["SOURCE_DATE_EPOCH"] = str(REPRODUCIBLE_EPOCH)
         local = local_base_of(cell)
         if local is not None:
             target["contexts"] = {local.image: f"target:{base_target_name(local)}"}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
 from imagekit.export.targets import (
     GITHUB_MAX_JOBS,
     bake_file,
@@ -217,6 +218,7 @@ def test_a_buildkit_bake_target_carries_no_provenance_the_netrc_secret_the_cache
         staging = target["tags"][0]
         assert staging.startswith("127.0.0.1:5000/team/pytorch:staging-")
         assert target["attest"] == ["type=provenance,disabled=true"]
+        assert target["args"]["SOURCE_DATE_EPOCH"] == str(REPRODUCIBLE_EPOCH)  # as imagekit build sets it
         assert target["secret"] == ["id=imagekit-pip-netrc,env=IMAGEKIT_PIP_NETRC"]
         # the very cache `imagekit build --builder buildkit --push` reads and writes
         cache = f"127.0.0.1:5000/team/pytorch/buildcache:{cell.image_tag}"
