@@ -107,7 +107,12 @@ def pip_netrc(
     if not credentials:
         yield None
         return
-    lines = [f"machine {c.host} login {c.login} password {_secret_value(c, files, env)}" for c in credentials]
+    # A netrc `machine` is a host name alone: pip (requests) looks the URL's host up without its
+    # port, so a credential written as in the index URL (`host:8080`) would never match.
+    lines = [
+        f"machine {c.host.partition(':')[0]} login {c.login} password {_secret_value(c, files, env)}"
+        for c in credentials
+    ]
     state_dir.mkdir(parents=True, exist_ok=True)
     directory = Path(tempfile.mkdtemp(prefix=".secrets-", dir=state_dir))  # 0700
     try:

@@ -416,7 +416,8 @@ class PipSources(StrictModel):
     @field_validator("credentials")
     @classmethod
     def _one_login_per_host(cls, value: list[PipCredential]) -> list[PipCredential]:
-        _unique([credential.host for credential in value])
+        # one login per host name, whatever the port: the netrc pip reads keys on the name alone
+        _unique([credential.host.partition(":")[0] for credential in value])
         return value
 
     @field_validator("torch_index_url")

@@ -30,6 +30,14 @@ def test_the_netrc_lives_only_while_the_run_does(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_netrc_names_the_host_without_its_port(tmp_path: Path) -> None:
+    # pip (requests) looks a URL's host name up in the netrc, never host:port
+    on_a_port = Credential("127.0.0.1:8080", "ci-bot", "pip-index")
+    with pip_netrc((on_a_port,), {}, tmp_path, {secret_env_name("pip-index"): VALUE}) as netrc:
+        assert netrc is not None
+        assert netrc.read_text() == f"machine 127.0.0.1 login ci-bot password {VALUE}\n"
+
+
 def test_a_file_given_with_secret_wins_over_the_environment(tmp_path: Path) -> None:
     given = tmp_path / "token"
     given.write_text("from-file\n")

@@ -103,8 +103,12 @@ def test_a_credential_names_a_secret_and_never_holds_one(
     assert result.stderr.count("\n") == 1
 
 
-def test_one_login_per_index_host(write_matrix: Callable[[str], Path]) -> None:
-    twice = "{host: a.example.org, login: me, secret: one}, {host: a.example.org, login: you, secret: two}"
+# The netrc holds one login per host name: two ports of one host are one host to it.
+@pytest.mark.parametrize(
+    ("first", "second"), [("a.example.org", "a.example.org"), ("a.example.org:8080", "a.example.org:8081")]
+)
+def test_one_login_per_index_host(first: str, second: str, write_matrix: Callable[[str], Path]) -> None:
+    twice = f"{{host: {first}, login: me, secret: one}}, {{host: {second}, login: you, secret: two}}"
     path = write_matrix(
         f"build: {{builder: buildkit}}\nsources: {{pip: {{credentials: [{twice}]}}}}\n{MATRIX}"
     )
