@@ -34,7 +34,7 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import DEBIAN_PYTHON, REGISTRY, REPO_ROOT, RUN_ID, TEST_LABEL, Project
+from tests.integration.conftest import DEBIAN_PYTHON, REGISTRY, REPO_ROOT, RUN_ID, Project
 
 # Pinned: the index under test must behave the same in every run.
 PYPISERVER = ("pypiserver==2.4.2", "passlib==1.7.4")
@@ -339,27 +339,75 @@ def _our_repositories(project: Project) -> list[str]:
 # -- the tests ------------------------------------------------------------------------------------------
 
 
-def test_an_authenticated_index_leaves_its_password_nowhere(
+def test_an_authenticated_index_its_secret_and_the_pip_cache_mount(
     secret_project: Project, index: Index, api: docker.APIClient
 ) -> None:
+    """One cell through its life (one test: each build of the 613 MB base costs a minute here):
+    refused without its secret, built and staged with it, rebuilt after a build-argument change
+    from pip's cache mount, refused again once its pip step is cached; then the password is
+    searched for everywhere the runs left something."""
     project = secret_project
-    write_matrix(project, index, "one", uuid.uuid4().hex[:8])
-    outputs = [project.build("--push", env={SECRET_ENV: index.password})]
+    run = uuid.uuid4().hex[:8]
+    write_matrix(project, index, "one", run)
+
+    def asked() -> int:
+        """Requests for this run's package (the log also holds the fixture's readiness polls)."""
+        return sum(PACKAGE in line or MODULE in line for line in index.access_log.read_text().splitlines())
+
+    requests = asked()
+
+    def refused(*flags: str) -> None:
+        missing = project.build(*flags)
+        assert missing.returncode == 2, missing.stderr
+        assert missing.stderr.strip().splitlines() == [
+            f"imagekit: error: secret {SECRET_ID} (index credentials for 127.0.0.1:{index.port})"
+            f" is not given: set {SECRET_ENV} or pass --secret {SECRET_ID}=FILE; nothing was built"
+        ], missing.stderr
+        assert asked() == requests  # pip never ran
+
+    refused()
+    assert not api.images(name=project.repository)
+    assert not (project.root / ".imagekit" / "report.json").exists()
+
+    env = {SECRET_ENV: index.password}
+    outputs = [project.build("--push", env=env)]
     assert outputs[0].returncode == 0, outputs[0].stderr
     result = project.report()[CELL]
     assert result["status"] == "built" and index.wheel_downloads() == 1
-    image = str(result["image_id"])
     command = [f"{VENV}/bin/python", "-c", f"import {MODULE}; print({MODULE}.GREETING)"]
-    installed = api.create_container(image, command, network_disabled=True)
+    installed = api.create_container(str(result["image_id"]), command, network_disabled=True)
     try:
         api.start(installed)
         assert api.wait(installed, timeout=60)["StatusCode"] == 0
         assert api.logs(installed).decode().strip() == "installed from the authenticated index"
     finally:
         api.remove_container(installed, force=True)
+
+    # A build argument of the pip step changed: the step runs again and finds the wheel in the
+    # cache mount (the index serves its page, not the wheel).
+    write_matrix(project, index, "two", run)
+    outputs.append(project.build(env=env))
+    assert outputs[-1].returncode == 0, outputs[-1].stderr
+    rebuilt = project.report()[CELL]
+    assert rebuilt["status"] == "built"
+    log = Path(project.root, str(rebuilt["log"])).read_text()
+    step = [line for line in log.splitlines() if f"{VENV}/bin/pip install" in line]
+    assert step and not step[-1].endswith(": CACHED"), log  # pip ran, and found the wheel cached
+    assert index.wheel_downloads() == 1, index.access_log.read_text()
+
+    # The pip step is now in BuildKit's cache, which does not key on secrets: BuildKit would
+    # answer it without one. imagekit refuses, and tags nothing new.
+    requests = asked()
+    report = (project.root / ".imagekit" / "report.json").read_bytes()
+    images = api.images(name=project.repository)
+    os.environ.pop(SECRET_ENV, None)
+    refused()
+    refused("--force")
+    assert api.images(name=project.repository) == images
+    assert (project.root / ".imagekit" / "report.json").read_bytes() == report
+
     # the commands a user runs next, which print what the image and the run recorded
     outputs += [project.run("report"), project.run("plan", "--matrix", "matrix.yaml", "--json")]
-
     search = Search.of(index.password)
     for number, output in enumerate(outputs):
         search.bytes(f"output {number}", (output.stdout + output.stderr).encode(), "imagekit output")
@@ -369,6 +417,7 @@ def test_an_authenticated_index_leaves_its_password_nowhere(
     for path in written:  # the report, the build logs, the rendered files, every state file
         search.bytes(str(path), _expanded(path.read_bytes()), "files in the project and state dir")
     assert not list(state.rglob(".secrets-*")), "the run's netrc outlived it"
+    image = str(rebuilt["image_id"])
     search.bytes("inspect", json.dumps(api.inspect_image(image)).encode(), "image inspect + labels")
     history = subprocess.run(
         ["docker", "history", "--no-trunc", "--format", "{{json .}}", image],
@@ -377,6 +426,7 @@ def test_an_authenticated_index_leaves_its_password_nowhere(
     ).stdout
     assert b"pip install" in history  # the step is recorded, its secret mount is not
     search.bytes("docker history", history, "docker history --no-trunc")
+    # the rebuilt image's layers from `docker save`; the staged one's from the registry
     cache_files = _saved_image(api, image, search)
     repositories = _our_repositories(project)
     assert any(name.endswith("/buildcache") for name in repositories), repositories
@@ -386,66 +436,3 @@ def test_an_authenticated_index_leaves_its_password_nowhere(
     assert search.found == []
     # the netrc and pip's cache were mounts: nothing of them is in any layer
     assert cache_files == []
-
-
-def test_a_rebuild_takes_the_wheel_from_the_pip_cache_mount(
-    secret_project: Project, index: Index, api: docker.APIClient
-) -> None:
-    project = secret_project
-    run = uuid.uuid4().hex[:8]
-    write_matrix(project, index, "one", run)
-    env = {SECRET_ENV: index.password}
-    first = project.build(env=env)
-    assert first.returncode == 0, first.stderr
-    downloads = index.wheel_downloads()
-    assert downloads >= 1
-
-    write_matrix(project, index, "two", run)  # a build argument of the pip step: it runs again
-    again = project.build(env=env)
-    assert again.returncode == 0, again.stderr
-    result = project.report()[CELL]
-    assert result["status"] == "built"
-    log = Path(project.root, str(result["log"])).read_text()
-    step = [line for line in log.splitlines() if f"{VENV}/bin/pip install" in line]
-    assert step and not step[-1].endswith(": CACHED"), log  # pip ran, and found the wheel cached
-    assert index.wheel_downloads() == downloads, index.access_log.read_text()
-    assert _saved_image(api, str(result["image_id"]), Search.of(index.password)) == []
-
-
-def test_a_missing_secret_is_refused_before_anything_is_built(
-    secret_project: Project, index: Index, api: docker.APIClient
-) -> None:
-    project = secret_project
-    write_matrix(project, index, "one", uuid.uuid4().hex[:8])
-    requests = len(index.access_log.read_text().splitlines())
-
-    def refused() -> None:
-        missing = project.build()
-        assert missing.returncode == 2, missing.stderr
-        assert missing.stderr.strip().splitlines() == [
-            f"imagekit: error: secret {SECRET_ID} (index credentials for 127.0.0.1:{index.port})"
-            f" is not given: set {SECRET_ENV} or pass --secret {SECRET_ID}=FILE; nothing was built"
-        ], missing.stderr
-        assert len(index.access_log.read_text().splitlines()) == requests  # pip never ran
-
-    refused()
-    assert not api.images(name=project.repository)
-    assert not (project.root / ".imagekit" / "report.json").exists()
-
-    # Built once with the secret, the pip step is in BuildKit's cache, which does not key on
-    # secrets: BuildKit would rebuild it without one. imagekit refuses, and tags nothing new.
-    built = project.build(env={SECRET_ENV: index.password})
-    assert built.returncode == 0, built.stderr
-    requests = len(index.access_log.read_text().splitlines())
-    report = (project.root / ".imagekit" / "report.json").read_bytes()
-    images = api.images(name=project.repository)
-    os.environ.pop(SECRET_ENV, None)
-    for flags in ((), ("--force",)):
-        missing = project.build(*flags)
-        assert missing.returncode == 2, missing.stderr
-        assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
-        assert f"secret {SECRET_ID}" in missing.stderr and "nothing was built" in missing.stderr
-    assert api.images(name=project.repository) == images
-    assert (project.root / ".imagekit" / "report.json").read_bytes() == report
-    assert len(index.access_log.read_text().splitlines()) == requests
-    assert all(TEST_LABEL in (api.inspect_image(i["Id"])["Config"]["Labels"] or {}) for i in images)
