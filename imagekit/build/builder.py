@@ -45,6 +45,7 @@ from imagekit.build.jobs import (
     cell_jobs,
     pulled_bases,
 )
+from imagekit.build.no_change import unrecorded
 from imagekit.build.progress import Progress
 from imagekit.build.registry_use import BuildRegistry, StagingFailed
 from imagekit.build.reuse import EngineImages, skipped
@@ -136,9 +137,9 @@ class Builder:
         self.buildkit: buildkit.BuildkitSettings | None = None
         if options.builder == "buildkit":
             buildkit.engine_holds_oci(api)
-            self.buildkit = buildkit.BuildkitSettings(
-                buildx.find(options.buildx_builder), options.compression, store.state_dir / "buildx"
-            )
+            with unrecorded():  # which buildx runs the builds is no input of an image
+                found = buildx.find(options.buildx_builder)
+            self.buildkit = buildkit.BuildkitSettings(found, options.compression, store.state_dir / "buildx")
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
                 api, options.registry, plan.matrix.publish, options.backoff, self.previous

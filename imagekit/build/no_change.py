@@ -48,7 +48,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -259,6 +259,18 @@ class _Hook:
         recorder = _Hook.recording
         if recorder is not None:
             recorder.note(event, args)
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Reads and processes that choose how cells would be built, not what they are (the BuildKit
+    builder's discovery: `docker buildx version|inspect`), kept out of the recording: a no-change
+    run builds nothing with them. Only where no other thread reads (before the build pool)."""
+    recorder, _Hook.recording = _Hook.recording, None
+    try:
+        yield
+    finally:
+        _Hook.recording = recorder
 
 
 def ignored_dirs(*paths: Path) -> tuple[str, ...]:

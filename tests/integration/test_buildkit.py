@@ -69,6 +69,10 @@ def test_buildkit_builds_skips_and_rebuilds_to_the_same_digest(bk: Project, api:
     again = bk.build("--builder", "buildkit", "--jobs", "2")
     assert again.returncode == 0, again.stderr
     assert {r["status"] for r in bk.report().values()} == {"skipped"}
+    # a run that built nothing leaves the record the next no-change run is answered from (no
+    # buildx started: its discovery is no input of an image)
+    answered = bk.build("--builder", "buildkit", "--jobs", "2")
+    assert answered.returncode == 0 and "nothing changed since the run of" in answered.stderr, answered.stderr
     # Rebuilt from scratch (--force, --no-cache would be the same), the image is bit for bit the
     # same: fixed SOURCE_DATE_EPOCH, rewritten timestamps, no provenance.
     forced = bk.build("--builder", "buildkit", "--force", "--only", CELL)

@@ -391,6 +391,14 @@ def test_the_recorder_sees_reads_listings_and_processes_not_writes(tmp_path: Pat
     with unchanged.ReadRecorder(()) as reads:
         subprocess.run([sys.executable, "-c", "pass"], check=True)
     assert reads.started_process
+    # how a build would run (buildx's discovery) is kept out; what is read after it counts again
+    with unchanged.ReadRecorder(()) as reads:
+        with unchanged.unrecorded():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            (tmp_path / "read.txt").read_bytes()
+        (tmp_path / "listed" / "after.txt").write_text("z")
+        (tmp_path / "listed" / "after.txt").read_bytes()
+    assert not reads.started_process and reads.files == {str(tmp_path / "listed" / "after.txt")}
     keys = {k[0]: k[1:] for k in unchanged.ReadRecorder((), files={str(tmp_path / "gone")}).inputs()}
     assert keys[str(tmp_path / "gone")] == (-1, 0, 0, 0)  # absent is an answer too
 
