@@ -223,16 +223,20 @@ class Bench:
             # staged image that --cache-from pulls
             shutil.copytree(self.project / "s-classic", self.project / "s-classic-runner")
             start = log.stat().st_size
-            seconds = self.ik(runner, "--builder", "classic", "--state-dir", "s-classic-runner")
-            time.sleep(1)  # the access log line is written after the response
-            text = (self.project / str(cell(self.project / "s-classic-runner")["log"])).read_text()
-            r["classic_empty_runner"] = {
-                "seconds": round(seconds, 1),
-                "fetched": fetched(log, start),
-                "cache_pulled": "cache: pulled" in text,
-                "steps": text.count("Step "),
-                "steps_from_cache": text.count("Using cache"),
-            }
+            try:
+                seconds = self.ik(runner, "--builder", "classic", "--state-dir", "s-classic-runner")
+            except SystemExit as failed:  # recorded; the BuildKit runner is still measured
+                r["classic_empty_runner"] = {"failed": str(failed).strip().splitlines()[-1][:500]}
+            else:
+                time.sleep(1)  # the access log line is written after the response
+                text = (self.project / str(cell(self.project / "s-classic-runner")["log"])).read_text()
+                r["classic_empty_runner"] = {
+                    "seconds": round(seconds, 1),
+                    "fetched": fetched(log, start),
+                    "cache_pulled": "cache: pulled" in text,
+                    "steps": text.count("Step "),
+                    "steps_from_cache": text.count("Using cache"),
+                }
         self.save()
         with Engine(f"bkb{RUN[:6]}k") as runner:
             start = log.stat().st_size
@@ -246,7 +250,7 @@ class Bench:
                 "steps_cached": sum(line.endswith(": CACHED") for line in steps),
                 "steps_run": sorted({line[:90] for line in steps if not line.endswith(": CACHED")}),
             }
-        classic = r["classic_empty_runner"]["fetched"]["get_bytes"]  # type: ignore[index]
+        classic = r["classic_empty_runner"].get("fetched", {}).get("get_bytes")  # type: ignore[attr-defined]
         buildkit = r["buildkit_empty_runner"]["fetched"]["get_bytes"]  # type: ignore[index]
         r["empty_runner_bytes_buildkit_over_classic"] = round(buildkit / classic, 3) if classic else None
         r["load_1min_end"] = round(os.getloadavg()[0], 2)
