@@ -212,7 +212,8 @@ def build(
         typer.Option(
             "--cache-from/--no-cache-from",
             help="Reuse what the registry holds: the image staged from this input digest (pulled,"
-            " not built), else the last staged or published image's layers (pulled by digest).",
+            " not built), else the last staged or published image's layers (pulled by digest);"
+            " with --builder buildkit the registry cache instead, and nothing pulled.",
         ),
     ] = True,
     push: Annotated[
@@ -225,7 +226,12 @@ def build(
     ] = False,
     registry: RegistryOption = None,
     network: Annotated[
-        str | None, typer.Option("--network", help="Network mode of RUN steps (default: the engine's).")
+        str | None,
+        typer.Option(
+            "--network",
+            help="Network mode of RUN steps (default: the engine's); buildkit: of steps without their"
+            " own RUN --network= (default: none).",
+        ),
     ] = None,
     builder: Annotated[
         str | None,
