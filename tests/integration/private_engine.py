@@ -21,6 +21,10 @@ from pathlib import Path
 
 import docker
 
+# The engine of record as scripts/engine.sh unpacks it (Debian 13's dockerd 26, its containerd and
+# shims); the dockerd on PATH where it is not there (a user's own engine).
+ENGINE_PREFIX = Path("/opt/imagekit-engine")
+
 
 class PrivateEngine:
     def __init__(self, root: Path, extra_path: Path | None = None) -> None:
@@ -36,10 +40,16 @@ class PrivateEngine:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        # The shared engine's image store, so an image keeps its id (the manifest digest) here;
+        # its own file, so the host's /etc/docker/daemon.json is never read.
+        config = self.root / "daemon.json"
+        config.write_text('{"features": {"containerd-snapshotter": true}}\n')
+        dockerd = ENGINE_PREFIX / "usr" / "sbin" / "dockerd"
         with self.log_path.open("a") as log:
             self.daemon = subprocess.Popen(
                 [
-                    "dockerd",
+                    str(dockerd) if dockerd.exists() else "dockerd",
+                    f"--config-file={config}",
                     f"--data-root={self.root / 'data'}",
                     f"--exec-root={self.root / 'exec'}",
                     f"--pidfile={self.root / 'dockerd.pid'}",
@@ -69,6 +79,8 @@ class PrivateEngine:
 
     def _environment(self) -> dict[str, str]:
         path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        if ENGINE_PREFIX.exists():  # its containerd, shims and docker-init
+            path = f"{ENGINE_PREFIX / 'usr' / 'bin'}:{ENGINE_PREFIX / 'usr' / 'sbin'}:{path}"
         if self.extra_path is not None:
             path = f"{self.extra_path}:{path}"
         return {**os.environ, "PATH": path}
