@@ -36,6 +36,13 @@ mkdir -p "$WHEELHOUSE"
 # that already holds torch-X+cpu is used as well). An unreachable index fails fast (--retries 1
 # --timeout 15); TORCH_INDEX_URL= (empty) leaves PyTorch's index out entirely, e.g. offline hosts.
 TORCH_INDEX_URL=${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
+# Asked once: an index that does not answer would otherwise print a pip retry warning per package.
+if [[ -n "$TORCH_INDEX_URL" ]] && ! "$PYTHON" -c \
+    'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15).close()' \
+    "${TORCH_INDEX_URL%/}/" 2>/dev/null; then
+    echo "[offline] $TORCH_INDEX_URL does not answer from here: torch's CPU wheel must come from the usual index" >&2
+    TORCH_INDEX_URL=
+fi
 index_args=()
 if [[ -n "$TORCH_INDEX_URL" ]]; then
     index_args=(--extra-index-url "$TORCH_INDEX_URL")

@@ -241,9 +241,7 @@ def test_a_buildkit_bake_target_without_registry_or_credentials_caches_and_pushe
     plan = load_plan(write_matrix(axes + "build: {builder: buildkit}\n" + CUDA_BASE))
     bake = bake_file(plan, _bakeable(plan), tmp_path / "ctx")
     (target,) = bake["target"].values()
-    assert target["output"] == [
-        f"type=image,name={target['tags'][0]},compression=gzip,oci-mediatypes=true"
-    ]
+    assert target["output"] == [f"type=image,name={target['tags'][0]},compression=gzip,oci-mediatypes=true"]
     assert not {"cache-from", "cache-to", "secret"} & set(target)
     assert bake_netrc_hint(plan) is None
 
