@@ -66,12 +66,6 @@ class Buildx:
         context = ("--context", self.context) if self.context else ()
         return [self.cli, *context, "buildx", *(("--builder", self.builder) if self.builder else ()), *args]
 
-    @property
-    def where(self) -> str:
-        if self.builder:
-            return f"buildx builder {self.builder}"
-        return f"Docker context {self.context}'s BuildKit" if self.context else "the engine's BuildKit"
-
 
 def _query(argv: list[str]) -> subprocess.CompletedProcess[str]:
     try:
