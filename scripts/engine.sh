@@ -42,6 +42,8 @@
 #   IMAGEKIT_DOCKER_TIMEOUT  seconds to wait for dockerd (default 60)
 #   IMAGEKIT_REGISTRY_TIMEOUT seconds to wait for the registry (default 30)
 #   IMAGEKIT_IMAGE_STORE     containerd (default) | overlay2: the image store of an engine started here
+#   IMAGEKIT_BUILD_CACHE_KEEP BuildKit cache an engine started here keeps after its garbage
+#                            collection (default 8GB; MB or GB)
 #   IMAGEKIT_ENGINE_SUITE    the Debian release whose engine is installed (default trixie)
 set -euo pipefail
 
@@ -61,6 +63,7 @@ ENGINE_PACKAGES=(docker.io docker-cli docker-buildx containerd tini)
 ENGINE_PREFIX=/opt/imagekit-engine
 ENGINE_CACHE=/var/cache/imagekit-engine
 IMAGE_STORE="${IMAGEKIT_IMAGE_STORE:-containerd}"
+BUILD_CACHE_KEEP="${IMAGEKIT_BUILD_CACHE_KEEP:-8GB}"
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 
 log() { printf '[engine] %s\n' "$*" >&2; }
@@ -345,6 +348,8 @@ start_engine() {
         overlay2) snapshotter=false ;;
         *) die "IMAGEKIT_IMAGE_STORE: $store is neither containerd nor overlay2" ;;
     esac
+    [[ $BUILD_CACHE_KEEP =~ ^[0-9]+(MB|GB)$ ]] ||
+        die "IMAGEKIT_BUILD_CACHE_KEEP: '$BUILD_CACHE_KEEP' is not a size such as 8GB"
     if docker_cli -H "unix://$SOCKET" version >/dev/null 2>&1; then
         log "dockerd already answers on $SOCKET ($(docker_cli -H "unix://$SOCKET" info -f 'server {{.ServerVersion}}, store {{.Driver}}'))"
         return 0
@@ -359,8 +364,11 @@ start_engine() {
         '[grpc]' "  address = \"$RUN_DIR/containerd.sock\"" \
         '[ttrpc]' '  address = ""' '[debug]' '  address = ""' '[metrics]' '  address = ""' \
         > "$CONF_DIR/containerd.toml"
-    # --config-file: otherwise dockerd reads the host's /etc/docker/daemon.json
-    printf '{"features": {"containerd-snapshotter": %s}}\n' "$snapshotter" > "$CONF_DIR/daemon.json"
+    # --config-file: otherwise dockerd reads the host's /etc/docker/daemon.json. The build cache
+    # is collected down to BUILD_CACHE_KEEP after builds: dockerd's own default keeps a share of the
+    # disk, and one CUDA-wheel cell left 20 GB of BuildKit cache here.
+    printf '{"features": {"containerd-snapshotter": %s}, "builder": {"gc": {"enabled": true, "defaultKeepStorage": "%s"}}}\n' \
+        "$snapshotter" "$BUILD_CACHE_KEEP" > "$CONF_DIR/daemon.json"
     local path="$ENGINE_PREFIX/usr/bin:$ENGINE_PREFIX/usr/sbin:$PATH" i
     if ! pid_alive "$RUN_DIR/containerd.pid"; then
         rm -f "$RUN_DIR/containerd.sock"

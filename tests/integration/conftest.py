@@ -7,6 +7,7 @@ Every image the tests build carries ``imagekit-test.run=<uuid>`` (through ``imag
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -84,29 +85,65 @@ def api() -> Iterator[docker.APIClient]:
         if _require_docker():
             pytest.fail(f"IMAGEKIT_REQUIRE_DOCKER=1 but {reason}")
         pytest.skip(f"{reason} (start one with scripts/engine.sh docker)")
-    dangling_before = {i["Id"] for i in client.images(filters=_LEFTOVERS)}
+    dangling_before = _dangling(client)
     yield client
     _cleanup(client, dangling_before)
     client.close()
 
 
-# Failed, timed-out and cancelled builds leave their finished steps as untagged images (the
-# classic builder keeps them as cache); they carry the busybox base's label, not the run's.
-_LEFTOVERS = {"dangling": True, "label": "imagekit.test=true"}
+def _dangling(client: docker.APIClient) -> set[str]:
+    """Untagged images: the classic builder keeps each step of a build as one (they carry the base's
+    labels, not the run's), and they are left untagged once the build's own image is removed."""
+    return {i["Id"] for i in client.images(filters={"dangling": True})}
 
 
 def _cleanup(client: docker.APIClient, dangling_before: set[str]) -> None:
     for container in client.containers(all=True, filters={"label": f"{TEST_LABEL}={RUN_ID}"}):
         client.remove_container(container["Id"], force=True)
     for _ in range(3):  # an image's children go first, so a parent may need a later pass
-        ours = client.images(filters={"label": f"{TEST_LABEL}={RUN_ID}"})
-        ours += [i for i in client.images(filters=_LEFTOVERS) if i["Id"] not in dangling_before]
+        ours = {
+            i["Id"]: i.get("Created", 0) for i in client.images(filters={"label": f"{TEST_LABEL}={RUN_ID}"})
+        }
+        ours.update((image, 0) for image in _dangling(client) - dangling_before)
         if not ours:
             return
-        for image in sorted(ours, key=lambda i: i.get("Created", 0), reverse=True):
+        for image in sorted(ours, key=lambda i: ours[i], reverse=True):
             # Gone with a child already, or still a parent: the next pass takes it.
             with contextlib.suppress(ImageNotFound, APIError):
-                client.remove_image(image["Id"], force=True)
+                client.remove_image(image, force=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_dangling_images() -> Iterator[None]:
+    """After each module, the untagged images it left: the classic builder keeps every step as an
+    image, which the containerd image store holds as its own compressed blob and snapshot (a
+    multi-GB torch step costs twice its size until removed); a tag built over again leaves its old
+    image untagged too. A CI machine's disk is finite: left for the session's end, one run's modules
+    together filled it. Images untagged before the module are left alone."""
+    try:
+        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        client.ping()
+    except Exception:  # no engine: the module's tests skip or fail on their own
+        yield
+        return
+    before = _dangling(client)
+    yield
+    for image in _dangling(client) - before:
+        with contextlib.suppress(ImageNotFound, APIError):  # a child's parent: the session's sweep
+            client.remove_image(image, force=True)
+    client.close()
+
+
+def remove_built(api: docker.APIClient, root: Path) -> None:
+    """Remove, tags and all, the images a module's own ``imagekit build`` in ``root`` made (the
+    ones its report names): a module's multi-GB images are removed when it ends, not the session."""
+    report = root / ".imagekit" / "report.json"
+    if not report.exists():
+        return
+    for cell in json.loads(report.read_text())["cells"]:
+        if cell.get("image_id"):
+            with contextlib.suppress(ImageNotFound, APIError):
+                api.remove_image(cell["image_id"], force=True)
 
 
 def _local_base(api: docker.APIClient, image: str, which: str) -> str:

@@ -3,7 +3,12 @@ wheels it pulls, installed from a wheelhouse into the plain Debian base, built a
 
 No GPU on this machine, but the CUDA userspace is real: the checks that need no GPU read torch's
 CUDA, the cuDNN and the libcudart it loads from the wheels, compile on the CPU and train a step.
-Through the test engine with a fake NVIDIA hook, `--gpus all` fails with the honest diagnosis.
+
+Built with the BuildKit builder: on the containerd image store the classic builder commits each
+multi-GB step as a gzip-compressed blob and a snapshot of its own (about 17 minutes and 29 GB here,
+which filled a CI machine's disk); BuildKit compresses only the finished image's layers, once
+(about 7.5 minutes). `--gpus all` through a fake NVIDIA hook is test_verify's: copying this 5.4 GB
+image into a private engine for it cost 4 more minutes and 8 GB.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +25,7 @@ import docker
 import pytest
 
 from tests.conftest import imagekit
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
-from tests.integration.fake_gpu_engine import fake_gpu_engine
+from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, remove_built
 
 EXAMPLE = REPO_ROOT / "examples" / "cuda-wheels"
 
@@ -32,7 +36,9 @@ def checks_of(done: subprocess.CompletedProcess[str]) -> tuple[dict[str, Any], d
 
 
 @pytest.fixture(scope="module")
-def cuda_wheels(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cuda_wheels(
+    api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     """The example's matrix, built under the test's own image name (a user's image keeps its tags)."""
     setup = subprocess.run(
         [str(EXAMPLE / "setup.sh")], capture_output=True, text=True, timeout=1800, check=False
@@ -50,10 +56,12 @@ def cuda_wheels(api: docker.APIClient, debian_python: str, tmp_path_factory: pyt
     assert name in text
     (root / "matrix.yaml").write_text(text.replace(name, f"imagekit-test/cuda-wheels-{RUN_ID}"))
     done = imagekit(
-        "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=1800
-    )
+        "build", "--matrix", "matrix.yaml", "--builder", "buildkit", "--compression", "zstd",
+        "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=1800,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return root
+    yield root
+    remove_built(api, root)
 
 
 def test_the_cuda_userspace_from_the_wheels_is_checked_for_real(cuda_wheels: Path) -> None:
@@ -75,26 +83,3 @@ def test_the_cuda_userspace_from_the_wheels_is_checked_for_real(cuda_wheels: Pat
     assert checks["gemm_cpu"]["status"] == "pass"
     for name in ("cuda_available", "gemm_gpu", "nvidia_smi"):
         assert checks[name]["status"] == "skip" and checks[name]["reason"] == "no GPU requested"
-
-
-def test_a_gpu_asked_for_through_the_nvidia_hook_fails_honestly(
-    cuda_wheels: Path, api: docker.APIClient
-) -> None:
-    report = json.loads((cuda_wheels / ".imagekit" / "report.json").read_text())
-    (cell,) = report["cells"]
-    root = Path(tempfile.mkdtemp(prefix="ikcw-", dir="/tmp"))
-    root.rmdir()
-    with fake_gpu_engine(root, (cell["image_id"],)) as engine:
-        env = {"DOCKER_HOST": engine.host}
-        done = imagekit("verify", cell["image_id"], "--gpus", "all", "--json", cwd=root.parent, env=env)
-        hook_calls = engine.hook_calls()  # the engine's files go with it
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    assert hook_calls == ["prestart"], "the engine must call the NVIDIA hook as a prestart hook"
-    result, checks = checks_of(done)
-    assert result["verdict"] == "failed" and result["gpu_requested"] and not result["gpu_visible"]
-    # asked for, not visible: the GPU checks fail (never skip, never pass) and say why
-    for name in ("cuda_available", "gemm_gpu"):
-        assert checks[name]["status"] == "fail", checks[name]
-        assert "--gpus missing or no NVIDIA runtime" in (checks[name]["cause"] or "")
-    # what needs no GPU still passes on that engine: the failure is the missing driver, not the image
-    assert checks["torch_cuda"]["status"] == "pass" and checks["cudnn"]["status"] == "pass"

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from imagekit.probe import build, prebuilt
 from imagekit.report.verification import json_or_text
 from tests.conftest import imagekit
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
+from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, remove_built
 
 OFFLINE = REPO_ROOT / "examples" / "offline"
 CELL = "debian-local-torch2.13.0-cpu-py3.11-devel"
@@ -70,7 +71,9 @@ def _ninja_wheel(dest: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def devel(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def devel(
+    api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     setup = subprocess.run(
         [str(OFFLINE / "setup.sh")],
         capture_output=True,
@@ -95,7 +98,8 @@ def devel(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.Te
         "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=1800
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return root
+    yield root
+    remove_built(api, root)
 
 
 def _cell(root: Path) -> dict[str, Any]:
