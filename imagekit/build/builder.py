@@ -48,7 +48,7 @@ from imagekit.build.jobs import (
 from imagekit.build.no_change import unrecorded
 from imagekit.build.progress import Progress
 from imagekit.build.registry_use import BuildRegistry, StagingFailed
-from imagekit.build.reuse import EngineImages, skipped
+from imagekit.build.reuse import EngineImages, missing_labels, skipped
 from imagekit.build.run_state import Abortable, RunState
 from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
@@ -382,7 +382,7 @@ class Builder:
         if image is None:
             return None
         labels: Mapping[str, str] = image.get("Labels") or {}
-        missing = [f"{key}={value}" for key, value in self.options.extra_labels if labels.get(key) != value]
+        missing = missing_labels(labels, self.options.extra_labels)
         if missing:
             write(f"image {image['Id']} has this input digest but not --label {', '.join(missing)}; building")
             return None
@@ -455,7 +455,7 @@ class Builder:
         the same inputs); None when it is to be built."""
         existing = self._reusable(self.images.cell_image(rendered, tags), write)
         if existing is None and cache_registry is not None and self.buildkit is not None:
-            staged = cache_registry.staged_unpulled(rendered, write)
+            staged = cache_registry.staged_unpulled(rendered, self.options.extra_labels, write)
             if staged is not None:  # nothing pulled: verify --pull and publish work from the registry
                 return done(
                     "skipped",

@@ -18,6 +18,7 @@ import docker
 import requests
 from docker.errors import APIError
 
+from imagekit.build.reuse import missing_labels
 from imagekit.core import naming
 from imagekit.core.errors import EnvironmentProblem, RegistryError, one_line
 from imagekit.engine.client import PushFailed, inspect_image, pull, push_as
@@ -131,12 +132,14 @@ class BuildRegistry:
             "Size": image.get("Size"),
         }
 
-    def staged_unpulled(self, rendered: RenderedCell, write: Write) -> Staged | None:
+    def staged_unpulled(
+        self, rendered: RenderedCell, required_labels: tuple[tuple[str, str], ...], write: Write
+    ) -> Staged | None:
         """Where another runner staged this very input digest, read from its config blob alone.
 
         The BuildKit path's reuse: no layer is pulled (the engine need not hold the image; verify
-        --pull and publish work from the staged digest). None when absent or built from other
-        inputs."""
+        --pull and publish work from the staged digest). None when absent, built from other
+        inputs, or without one of ``required_labels`` (the run's ``--label``s)."""
         repository = self.publish.staging_repository
         tag = naming.staging_tag(rendered.input_digest)
         digest = self._resolve(repository, tag, write)
@@ -153,6 +156,13 @@ class BuildRegistry:
         if not isinstance(labels, dict) or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
             write(
                 f"reuse: {naming.reference(self.staging_name, tag)} was not built from these inputs; building"
+            )
+            return None
+        missing = missing_labels(labels, required_labels)
+        if missing:
+            write(
+                f"reuse: {naming.reference(self.staging_name, tag)} has these inputs but not --label"
+                f" {', '.join(missing)}; building"
             )
             return None
         write(f"reuse: {naming.reference(self.staging_name, tag)} is {digest}, built from these inputs")

@@ -18,6 +18,12 @@ from imagekit.render.dockerfile import RenderedCell
 from imagekit.report.store import BuildReport, CellResult
 
 
+def missing_labels(labels: Mapping[str, str], required: Sequence[tuple[str, str]]) -> list[str]:
+    """The ``--label`` pairs an image built from a cell's inputs lacks (``key=value`` each): labels
+    are not an input of the digest, and a reused image must not be handed out without them."""
+    return [f"{key}={value}" for key, value in required if labels.get(key) != value]
+
+
 class EngineImages:
     """The engine's images by input-digest label, listed once per run (on first use)."""
 

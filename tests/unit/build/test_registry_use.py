@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from imagekit.build import registry_use
+from imagekit.core import naming
 from imagekit.plan.schema import Publish
 from imagekit.registry.transport import DEFAULT_BACKOFF
 from imagekit.report.store import CellResult
@@ -53,3 +55,38 @@ def test_a_staging_tag_naming_the_image_by_either_id_is_not_pushed_again(
     assert staged.staged is not None and staged.staged.digest == MANIFEST
     assert pushes == ([image_id] if pushed else [])
     assert any("not pushed again" in s for s in said) is not pushed
+
+
+class StagedWithLabels(StagedRegistry):
+    """MANIFEST's config blob carries these labels."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+
+    def get_blob(self, repository: str, digest: str) -> bytes:
+        assert digest == CONFIG
+        return json.dumps({"config": {"Labels": self.labels}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("extra", "reused"),
+    [({}, True), ({"team": "ml"}, True), ({"team": "other"}, False), ({"team": "ml", "night": "1"}, False)],
+    ids=["no-label-asked", "label-carried", "label-differs", "label-missing"],
+)
+def test_an_unpulled_staged_image_is_reused_only_with_every_label_asked_for(
+    extra: dict[str, str], reused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BuildKit's reuse reads the staged config blob: the same input digest is not enough when the
+    run asks for a --label the staged image lacks (labels are not an input of the digest)."""
+    digest = "f" * 64
+    labels = {naming.INPUT_DIGEST_LABEL: digest, "team": "ml"}
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedWithLabels(labels))
+    use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
+    rendered = SimpleNamespace(input_digest=digest)
+    said: list[str] = []
+    staged = use.staged_unpulled(rendered, tuple(extra.items()), said.append)  # type: ignore[arg-type]
+    assert (staged is not None) is reused, said
+    if reused:
+        assert staged is not None and staged.digest == MANIFEST
+    else:
+        assert "but not --label" in said[-1] and said[-1].endswith("; building")
