@@ -1,6 +1,6 @@
 """The BuildKit builder (issue 35) on the offline demo's real cell, side by side in one run.
 
-    python bench/buildkit.py [--out bench/results/buildkit.json]
+    python bench/buildkit.py [--out bench/results/buildkit.json] [--only builders|runners]
 
 The cell is the offline demo's amd64 cell (torch 2.13.0+cpu and NumPy installed into a venv from
 the local wheelhouse, no index; every BuildKit step `RUN --network=none`) on the demo's base image
@@ -21,7 +21,9 @@ runner fetches are counted on the registry's side (the body bytes of every GET i
    registry cache), then the cell with only its last step changed (one more `pip_packages` entry
    from the wheelhouse: the build stage's last RUN, and the venv copied from it) built on an empty
    runner each: classic on engine 2 with the staging run's state directory (its report names the
-   staged image, which `--cache-from` pulls), BuildKit on engine 3 from the registry cache.
+   staged image, which `--cache-from` pulls; an overlay2 engine, as dockerd 26's classic builder
+   cannot restore a cache-from image on the containerd store), BuildKit on engine 3 (containerd
+   store) from the registry cache.
 
 Each figure is one end-to-end command (process start included), measured once: a cold torch
 install takes minutes on the shared 2-CPU machine. Needs root, the engine of record's CLI with
@@ -78,12 +80,18 @@ ACCESS = re.compile(r'"(GET|HEAD|PUT|POST|PATCH) (\S+) HTTP/[\d.]+" (\d{3}) (\d+
 class Engine:
     """A private dockerd 26 beside the engine of record, holding only the base image."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, store: str = "containerd") -> None:
         self.name = name
+        self.store = store  # containerd | overlay2 (IMAGEKIT_IMAGE_STORE of scripts/engine.sh)
         self.host = f"unix:///run/imagekit-engine-{name}/docker.sock"
 
     def __enter__(self) -> Engine:
-        subprocess.run(["bash", str(ENGINE_SH), "second", self.name], check=True, capture_output=True)
+        subprocess.run(
+            ["bash", str(ENGINE_SH), "second", self.name],
+            env={**os.environ, "IMAGEKIT_IMAGE_STORE": self.store},
+            check=True,
+            capture_output=True,
+        )
         saved = subprocess.Popen([DOCKER, "save", BASE], stdout=subprocess.PIPE)
         subprocess.run([DOCKER, "-H", self.host, "load", "-q"], stdin=saved.stdout, check=True)
         if saved.wait() != 0:
@@ -218,7 +226,11 @@ class Bench:
         self.save()
         self.matrix(["numpy", EXTRA_PACKAGE])
         log = self.registry.dir / "registry.log"
-        with Engine(f"bkb{RUN[:6]}c") as runner:
+        # The classic runner on the overlay2 store: dockerd 26's classic builder fails to restore a
+        # --cache-from image on the containerd store ("failed to read diff archive"), so a classic
+        # user's empty runner that reuses layers is an overlay2 one.
+        with Engine(f"bkb{RUN[:6]}c", store="overlay2") as runner:
+            r["classic_empty_runner_store"] = runner.store
             # the staging run's state directory, as a CI cache restores it: its report names the
             # staged image that --cache-from pulls
             shutil.copytree(self.project / "s-classic", self.project / "s-classic-runner")
@@ -262,6 +274,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "buildkit.json")
+    parser.add_argument(
+        "--only",
+        choices=("builders", "runners"),
+        help="one part: builders (1 and 2 above) or runners (3; it stages the cell itself)",
+    )
     args = parser.parse_args()
     if not any(WHEELHOUSE.glob("torch-2.13.0*.whl")):
         raise SystemExit("no wheelhouse: run ARM64_BASE=0 examples/offline/setup.sh first")
@@ -271,8 +288,10 @@ def main() -> None:
         shutil.copytree(WHEELHOUSE, project / "wheelhouse", copy_function=os.link)
         bench = Bench(project, registry, args.out.resolve())
         with Engine(f"bkb{RUN[:6]}") as engine:
-            bench.builders(engine)
-            bench.empty_runners(engine)
+            if args.only != "runners":
+                bench.builders(engine)
+            if args.only != "builders":
+                bench.empty_runners(engine)
     finally:
         shutil.rmtree(project, ignore_errors=True)
         registry.remove()

@@ -107,11 +107,14 @@ imagekit render --matrix matrix.yaml --check
 # Integration tests fail (never skip) when the engine they were promised is not there.
 export IMAGEKIT_REQUIRE_DOCKER=1 TESTCONTAINERS_RYUK_DISABLED=true
 export IMAGEKIT_HYPOTHESIS_PROFILE="${IMAGEKIT_HYPOTHESIS_PROFILE:-ci}"
-# Two runs, tiers chosen by mark (tests/conftest.py marks each tier's folder), so paths and -k given
-# here narrow both: the fast and slow tiers on a worker per CPU (they share nothing), then the
-# integration tier serially (its tests share one engine and registry). The multiarch tier
-# (tests/integration/multiarch: linux/arm64 under QEMU, ~40 minutes here, beyond CI's budget beside
-# the rest) only with IMAGEKIT_MULTIARCH=1.
+# Two runs at once, tiers chosen by mark (tests/conftest.py marks each tier's folder), so paths and
+# -k given here narrow both: the fast and slow tiers on a worker per CPU (they share nothing and
+# touch no engine), beside the integration tier, run serially (its tests share one engine and
+# registry). Side by side because neither fills the machine alone: on 2 CPUs the fast and slow tiers
+# kept 1.1 of them busy, the integration tier (waiting on the engine and the disk) 1.0 to 1.4, so
+# one after the other took 18 + 50 minutes. The fast and slow tiers' output is printed after the
+# integration tier's. The multiarch tier (tests/integration/multiarch: linux/arm64 under QEMU, ~40
+# minutes here, beyond CI's budget beside the rest) only with IMAGEKIT_MULTIARCH=1.
 integration='integration and not multiarch'
 [[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] && integration=integration
 # The offline demo's base and wheelhouse: the slow tier runs the probe on its torch CPU wheel and
@@ -120,13 +123,20 @@ integration='integration and not multiarch'
 log "examples/offline/setup.sh (ARM64_BASE=0)"
 ARM64_BASE=0 bash examples/offline/setup.sh >&2
 workers=$(nproc)
-log "pytest: the fast and slow tiers"
-first=0
+log "pytest: the fast and slow tiers, in the background (their output follows the integration tier's)"
+fast_slow_log=$(mktemp -t imagekit-fast-slow.XXXXXX)
 pytest -p no:cacheprovider --durations=15 -m 'not integration' -n "$((workers < 8 ? workers : 8))" "$@" \
-    || first=$?
+    > "$fast_slow_log" 2>&1 &
+fast_slow=$!
+# Interrupted: the background run goes too, and its log.
+trap 'kill "$fast_slow" 2>/dev/null; rm -f "$fast_slow_log"' EXIT
 log "pytest: the integration tier"
 second=0
 pytest -p no:cacheprovider --durations=25 -m "$integration" "$@" || second=$?
+first=0
+wait "$fast_slow" || first=$?
+log "pytest: the fast and slow tiers (exit status $first)"
+cat "$fast_slow_log"
 # pytest's 5 is "no test collected": arguments naming tests of one run only leave the other empty,
 # which fails nothing; both empty is still 5.
 if [[ $first -eq 5 && $second -eq 5 ]]; then exit 5; fi

@@ -5,10 +5,10 @@ No GPU on this machine, but the CUDA userspace is real: the checks that need no 
 CUDA, the cuDNN and the libcudart it loads from the wheels, compile on the CPU and train a step.
 
 Built with the BuildKit builder: on the containerd image store the classic builder commits each
-multi-GB step as a gzip-compressed blob and a snapshot of its own (about 17 minutes and 29 GB here,
-which filled a CI machine's disk); BuildKit compresses only the finished image's layers, once
-(about 7.5 minutes). `--gpus all` through a fake NVIDIA hook is test_verify's: copying this 5.4 GB
-image into a private engine for it cost 4 more minutes and 8 GB.
+multi-GB step as a gzip-compressed blob and a snapshot of its own (about 17 minutes here; with the
+modules before it, it filled a CI machine's disk); BuildKit compresses only the finished image's
+layers, once (about 7.5 minutes). `--gpus all` through a fake NVIDIA hook is test_verify's:
+copying this 5.4 GB image into a private engine for it cost 4 more minutes and 8 GB.
 """
 
 from __future__ import annotations
