@@ -23,7 +23,7 @@ runner fetches are counted on the registry's side (the body bytes of every GET i
    runner each: classic on engine 2 with the staging run's state directory (its report names the
    staged image, which `--cache-from` pulls; an overlay2 engine, as dockerd 26's classic builder
    cannot restore a cache-from image on the containerd store), BuildKit on engine 3 (containerd
-   store) from the registry cache.
+   store) from the registry cache. BuildKit's staging and runner go first, then classic's.
 
 Each figure is one end-to-end command (process start included), measured once: a cold torch
 install takes minutes on the shared 2-CPU machine. Needs root, the engine of record's CLI with
@@ -217,15 +217,33 @@ class Bench:
         self.save()
 
     def empty_runners(self, staging: Engine) -> None:
+        """BuildKit's runner first, then the classic one: each half is saved when it is measured."""
         r = self.result
+        log = self.registry.dir / "registry.log"
+        self.matrix(["numpy"])
         r["stage_buildkit_force_push_s"] = round(
             self.ik(staging, "--force", "--push", "--state-dir", "s-bk"), 1
         )
+        self.save()
+        self.matrix(["numpy", EXTRA_PACKAGE])
+        with Engine(f"bkb{RUN[:6]}k") as runner:
+            start = log.stat().st_size
+            seconds = self.ik(runner, "--state-dir", "s-bk-runner")
+            time.sleep(1)  # the access log line is written after the response
+            lines = (self.project / str(cell(self.project / "s-bk-runner")["log"])).read_text().splitlines()
+            steps = [line for line in lines if re.match(r"#\[", line)]
+            r["buildkit_empty_runner"] = {
+                "seconds": round(seconds, 1),
+                "fetched": fetched(log, start),
+                "steps_cached": sum(line.endswith(": CACHED") for line in steps),
+                "steps_run": sorted({line[:90] for line in steps if not line.endswith(": CACHED")}),
+            }
+        self.save()
+        self.matrix(["numpy"])
         classic_push = self.ik(staging, "--builder", "classic", "--push", "--state-dir", "s-classic")
         r["stage_classic_push_s"] = round(classic_push, 1)
         self.save()
         self.matrix(["numpy", EXTRA_PACKAGE])
-        log = self.registry.dir / "registry.log"
         # The classic runner on the overlay2 store: dockerd 26's classic builder fails to restore a
         # --cache-from image on the containerd store ("failed to read diff archive"), so a classic
         # user's empty runner that reuses layers is an overlay2 one.
@@ -237,10 +255,10 @@ class Bench:
             start = log.stat().st_size
             try:
                 seconds = self.ik(runner, "--builder", "classic", "--state-dir", "s-classic-runner")
-            except SystemExit as failed:  # recorded; the BuildKit runner is still measured
+            except SystemExit as failed:  # recorded, as measured
                 r["classic_empty_runner"] = {"failed": str(failed).strip().splitlines()[-1][:500]}
             else:
-                time.sleep(1)  # the access log line is written after the response
+                time.sleep(1)
                 text = (self.project / str(cell(self.project / "s-classic-runner")["log"])).read_text()
                 r["classic_empty_runner"] = {
                     "seconds": round(seconds, 1),
@@ -249,19 +267,6 @@ class Bench:
                     "steps": text.count("Step "),
                     "steps_from_cache": text.count("Using cache"),
                 }
-        self.save()
-        with Engine(f"bkb{RUN[:6]}k") as runner:
-            start = log.stat().st_size
-            seconds = self.ik(runner, "--state-dir", "s-bk-runner")
-            time.sleep(1)
-            lines = (self.project / str(cell(self.project / "s-bk-runner")["log"])).read_text().splitlines()
-            steps = [line for line in lines if re.match(r"#\[", line)]
-            r["buildkit_empty_runner"] = {
-                "seconds": round(seconds, 1),
-                "fetched": fetched(log, start),
-                "steps_cached": sum(line.endswith(": CACHED") for line in steps),
-                "steps_run": sorted({line[:90] for line in steps if not line.endswith(": CACHED")}),
-            }
         classic = r["classic_empty_runner"].get("fetched", {}).get("get_bytes")  # type: ignore[attr-defined]
         buildkit = r["buildkit_empty_runner"]["fetched"]["get_bytes"]  # type: ignore[index]
         r["empty_runner_bytes_buildkit_over_classic"] = round(buildkit / classic, 3) if classic else None

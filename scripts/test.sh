@@ -111,9 +111,9 @@ export IMAGEKIT_HYPOTHESIS_PROFILE="${IMAGEKIT_HYPOTHESIS_PROFILE:-ci}"
 # -k given here narrow both: the fast and slow tiers on a worker per CPU (they share nothing and
 # touch no engine), beside the integration tier, run serially (its tests share one engine and
 # registry). Side by side because neither fills the machine alone: on 2 CPUs the fast and slow tiers
-# kept 1.1 of them busy, the integration tier (waiting on the engine and the disk) 1.0 to 1.4, so
-# one after the other took 18 + 50 minutes. The fast and slow tiers' output is printed after the
-# integration tier's. The multiarch tier (tests/integration/multiarch: linux/arm64 under QEMU, ~40
+# kept 1.1 of them busy, the integration tier (waiting on the engine and the disk) 1.0 to 1.7; one
+# after the other the suite took 61.6 minutes here, side by side 54.9 (BENCHMARKS.md, "Test tiers").
+# The fast and slow tiers' output is printed after the integration tier's. The multiarch tier (tests/integration/multiarch: linux/arm64 under QEMU, ~40
 # minutes here, beyond CI's budget beside the rest) only with IMAGEKIT_MULTIARCH=1.
 integration='integration and not multiarch'
 [[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] && integration=integration

@@ -310,8 +310,13 @@ def test_signal_during_build_moves_no_tag_and_leaves_no_container(
     before = {str(c["Id"]) for c in api.containers(all=True)}
     process = project.popen_build()
     wait_for(process, f"{C21}: building")
-    time.sleep(1.5)  # the RUN step's container is running
-    assert step_containers_of(api, before, test_id), "the slow step never started"
+    # The signal must land while the RUN step's container runs (it sleeps 60 s). It starts a moment
+    # after "building", later on a busy machine (the fast and slow tiers run beside this one):
+    # polled for, never a fixed sleep.
+    deadline = time.monotonic() + 45
+    while not step_containers_of(api, before, test_id):
+        assert time.monotonic() < deadline, "the slow step never started"
+        time.sleep(0.2)
     ended_by_signal(process, signum, code, word)
 
     assert image_of(api, tag) == old_image, "the tag moved to an unfinished image"
