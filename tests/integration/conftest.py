@@ -1,7 +1,9 @@
 """Integration fixtures: a real Docker engine, small local base images, and cleanup by label.
 
 Every image the tests build carries ``imagekit-test.run=<uuid>`` (through ``imagekit build
---label``); the session removes exactly those at the end, plus the registry tags it pushed.
+--label``); the session removes exactly those at the end, and the untagged images that appeared
+while it ran, plus the registry tags it pushed. Each module removes the untagged images it left
+(and a module with multi-GB images its own, ``remove_built``) when it ends.
 """
 
 from __future__ import annotations
