@@ -113,8 +113,9 @@ export IMAGEKIT_HYPOTHESIS_PROFILE="${IMAGEKIT_HYPOTHESIS_PROFILE:-ci}"
 # registry). Side by side because neither fills the machine alone: on 2 CPUs the fast and slow tiers
 # kept 1.1 of them busy, the integration tier (waiting on the engine and the disk) 1.0 to 1.7; one
 # after the other the suite took 61.6 minutes here, side by side 54.9 (BENCHMARKS.md, "Test tiers").
-# The fast and slow tiers' output is printed after the integration tier's. The multiarch tier (tests/integration/multiarch: linux/arm64 under QEMU, ~40
-# minutes here, beyond CI's budget beside the rest) only with IMAGEKIT_MULTIARCH=1.
+# The fast and slow tiers' output is printed after the integration tier's. The multiarch tier
+# (tests/integration/multiarch: linux/arm64 under QEMU, ~40 minutes here, beyond CI's budget beside
+# the rest) only with IMAGEKIT_MULTIARCH=1.
 integration='integration and not multiarch'
 [[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] && integration=integration
 # The offline demo's base and wheelhouse: the slow tier runs the probe on its torch CPU wheel and

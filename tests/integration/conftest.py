@@ -77,11 +77,21 @@ def _require_docker() -> bool:
     return os.environ.get("IMAGEKIT_REQUIRE_DOCKER") == "1"
 
 
+def _connect() -> docker.APIClient:
+    """The engine DOCKER_HOST names (else the default socket), answering a ping."""
+    client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+    try:
+        client.ping()
+    except Exception:
+        client.close()
+        raise
+    return client
+
+
 @pytest.fixture(scope="session")
 def api() -> Iterator[docker.APIClient]:
     try:
-        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
-        client.ping()
+        client = _connect()
     except Exception as exc:  # any failure to reach the engine decides skip-or-fail
         reason = f"no Docker engine at {os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}: {exc}"
         if _require_docker():
@@ -123,8 +133,7 @@ def _module_dangling_images() -> Iterator[None]:
     image untagged too. A CI machine's disk is finite: left for the session's end, one run's modules
     together filled it. Images untagged before the module are left alone."""
     try:
-        client = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
-        client.ping()
+        client = _connect()
     except Exception:  # no engine: the module's tests skip or fail on their own
         yield
         return
