@@ -187,7 +187,8 @@ def build_image(
                         write(line)
                 elif isinstance(event, StepFailed):
                     write(f"#{event.step}: ERROR {event.error}")
-                    if not event.step.startswith("importing cache"):  # a missing cache is no failure
+                    # A missing cache is no failure, nor a failed cache write (registry_cache).
+                    if not event.step.startswith(("importing cache", "exporting cache")):
                         failed = event
                 elif isinstance(event, PlainText):
                     write(event.text)

@@ -111,7 +111,8 @@ def test_arguments_never_carry_a_secret_value_and_pick_the_builder(tmp_path: Pat
     assert "compression=zstd,force-compression=true" in joined and "rewrite-timestamp=true" in joined
     gzip = " ".join(build_argv(Buildx("d", "0.13.1"), request(tmp_path, compression="gzip"), tmp_path / "m"))
     assert "compression=gzip," in gzip and "force-compression" not in gzip  # a base's layers kept
-    assert "--cache-to type=registry,ref=r/c:1,mode=max" in joined and "--cache-from" not in joined
+    assert "--cache-to type=registry,ref=r/c:1,mode=max,oci-mediatypes=true,ignore-error=true" in joined
+    assert "--cache-from" not in joined
     context = build_argv(Buildx("/bin/docker", "0.13.1", context="second"), request(tmp_path), tmp_path / "m")
     assert context[:4] == ["/bin/docker", "--context", "second", "buildx"] and "--allow" not in context
 

@@ -223,7 +223,8 @@ def test_a_buildkit_bake_target_carries_no_provenance_the_netrc_secret_the_cache
         # the very cache `imagekit build --builder buildkit --push` reads and writes
         cache = f"127.0.0.1:5000/team/pytorch/buildcache:{cell.image_tag}"
         assert target["cache-from"] == [f"type=registry,ref={cache}"]
-        assert target["cache-to"] == [f"type=registry,ref={cache},mode=max,oci-mediatypes=true"]
+        cache_to = f"type=registry,ref={cache},mode=max,oci-mediatypes=true,ignore-error=true"
+        assert target["cache-to"] == [cache_to]
         assert target["output"] == [
             f"type=image,name={staging},push=true,compression=zstd,force-compression=true,oci-mediatypes=true"
         ]
