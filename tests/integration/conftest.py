@@ -19,7 +19,8 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,20 +110,40 @@ def _dangling(client: docker.APIClient) -> set[str]:
     return {i["Id"] for i in client.images(filters={"dangling": True})}
 
 
+def _remove_images(client: docker.APIClient, images: Iterable[str]) -> None:
+    """Remove ``images`` (ids or names, tags and all), eight at a time: on the containerd image
+    store each removal waits for a garbage collection of the whole content store (~0.9 s for a tiny
+    image here), and removals waiting at once share one. One gone with another already, or still a
+    parent: suppressed, as the callers take what is left in a later pass or at the session's end."""
+
+    def remove(image: str) -> None:
+        with contextlib.suppress(ImageNotFound, APIError):
+            client.remove_image(image, force=True)
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="remove-image") as pool:
+        list(pool.map(remove, images))
+
+
+def _prune_ours(client: docker.APIClient, *, tagged_too: bool) -> None:
+    """Prune the run's images (untagged only, or ``tagged_too``) in one engine call. Removing an
+    image one by one is not enough on the containerd store: the classic builder keeps each step
+    as an image hidden behind its child, and removing the child only uncovers the next (CI's run
+    left 44 of them after three passes); a prune takes the whole chain with one collection (15
+    images in 2.2 s here, against ~0.9 s an image one by one)."""
+    with contextlib.suppress(APIError):
+        client.prune_images(filters={"label": f"{TEST_LABEL}={RUN_ID}", "dangling": not tagged_too})
+
+
 def _cleanup(client: docker.APIClient, dangling_before: set[str]) -> None:
     for container in client.containers(all=True, filters={"label": f"{TEST_LABEL}={RUN_ID}"}):
         client.remove_container(container["Id"], force=True)
-    for _ in range(3):  # an image's children go first, so a parent may need a later pass
-        ours = {
-            i["Id"]: i.get("Created", 0) for i in client.images(filters={"label": f"{TEST_LABEL}={RUN_ID}"})
-        }
-        ours.update((image, 0) for image in _dangling(client) - dangling_before)
+    _prune_ours(client, tagged_too=True)
+    for _ in range(5):  # untagged images without the run's label; a parent goes in a later pass
+        ours = {i["Id"] for i in client.images(filters={"label": f"{TEST_LABEL}={RUN_ID}"})}
+        ours |= _dangling(client) - dangling_before
         if not ours:
             return
-        for image in sorted(ours, key=lambda i: ours[i], reverse=True):
-            # Gone with a child already, or still a parent: the next pass takes it.
-            with contextlib.suppress(ImageNotFound, APIError):
-                client.remove_image(image, force=True)
+        _remove_images(client, ours)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -139,9 +160,8 @@ def _module_dangling_images() -> Iterator[None]:
         return
     before = _dangling(client)
     yield
-    for image in _dangling(client) - before:
-        with contextlib.suppress(ImageNotFound, APIError):  # a child's parent: the session's sweep
-            client.remove_image(image, force=True)
+    _prune_ours(client, tagged_too=False)
+    _remove_images(client, _dangling(client) - before)  # a child's parent left: the session's sweep
     client.close()
 
 
@@ -151,10 +171,8 @@ def remove_built(api: docker.APIClient, root: Path) -> None:
     report = root / ".imagekit" / "report.json"
     if not report.exists():
         return
-    for cell in json.loads(report.read_text())["cells"]:
-        if cell.get("image_id"):
-            with contextlib.suppress(ImageNotFound, APIError):
-                api.remove_image(cell["image_id"], force=True)
+    cells = json.loads(report.read_text())["cells"]
+    _remove_images(api, {cell["image_id"] for cell in cells if cell.get("image_id")})
 
 
 def _local_base(api: docker.APIClient, image: str, which: str) -> str:
