@@ -41,7 +41,8 @@ from imagekit.render.contract import (
     packaged_check_script,
     packaged_frontend_check,
 )
-from imagekit.render.recipe import WHEELHOUSE_CONTEXT, FrontendRecipe, Recipe, Recipes, uses_wheelhouse
+from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes, uses_wheelhouse
+from imagekit.render.run_options import WHEELHOUSE_CONTEXT
 from imagekit.render.template_code import load_template
 from imagekit.render.wheels import Request, WheelResolver, platform_tags
 

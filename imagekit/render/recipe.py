@@ -26,10 +26,7 @@ from imagekit.render.contract import (
     VENV,
     FrontendLayout,
 )
-from imagekit.render.run_options import StepOptions
-
-WHEELHOUSE_CONTEXT = "wheelhouse"
-WHEELHOUSE_DIR = "/tmp/wheelhouse"
+from imagekit.render.run_options import WHEELHOUSE_CONTEXT, WHEELHOUSE_DIR, StepOptions
 
 
 @dataclass(frozen=True)
@@ -64,6 +61,7 @@ class Recipe:
     build_guard: tuple[str, ...]  # fails the build unless torch is the cell's build
     extension_build: tuple[str, ...]  # devel: builds the extension check's modules; () elsewhere
     wheelhouse: bool
+    wheelhouse_stage: bool  # copied into a build stage (classic), else bound to its steps (BuildKit)
     wheelhouse_context: str
     wheelhouse_dir: str
     env: tuple[tuple[str, str], ...]
@@ -366,15 +364,15 @@ def _pip_arguments(
 _CONSTRAINTS_DIR = str(PurePosixPath(CONSTRAINTS_FILE).parent)
 
 
-def _runs(cell: StepInputs, options: StepOptions) -> ImageRuns:
+def _runs(cell: StepInputs, options: StepOptions, wheelhouse: bool) -> ImageRuns:
     """Each step's network and mounts (BuildKit), decided here: the templates only write them."""
     return ImageRuns(
         mirror=options.offline(),
         apt=options.apt(cell.os),
         toolchain=options.apt(cell.os, fallback=True),
-        torch=options.pip(),
+        torch=options.pip(wheelhouse),
         guard=options.offline(),
-        extra=options.pip(),
+        extra=options.pip(wheelhouse),
         extension=options.offline(),
     )
 
@@ -414,6 +412,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "build_guard": _build_guard(cell),
         "extension_build": _extension_build(cell),
         "wheelhouse": wheelhouse,
+        "wheelhouse_stage": options.wheelhouse_stage(wheelhouse),
         "wheelhouse_context": WHEELHOUSE_CONTEXT,
         "wheelhouse_dir": WHEELHOUSE_DIR,
         "env": cell.env,
@@ -423,7 +422,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "toolchain_probe": TOOLCHAIN_PROBE,
         "check_script_context": CHECK_SCRIPT_CONTEXT,
         "check_script_path": CHECK_SCRIPT_PATH,
-        "run": _runs(cell, options),
+        "run": _runs(cell, options, wheelhouse),
         "apt_prelude": options.apt_prelude,
         "apt_clean_lists": options.apt_clean_lists,
     }
@@ -469,6 +468,7 @@ class FrontendRecipe:
     frontend: str  # jupyter | ssh
     parent_image: str  # the cell's image the front end is built FROM
     wheelhouse: bool
+    wheelhouse_stage: bool  # copied into the build stage (classic), else bound to the install (BuildKit)
     wheelhouse_context: str
     wheelhouse_dir: str
     pip_args: tuple[str, ...]
@@ -489,6 +489,7 @@ def make_frontend_recipe(
     cell: FrontendCell, matrix: Matrix, matrix_name: str, options: StepOptions | None = None
 ) -> FrontendRecipe:
     options = options or StepOptions.of(matrix, matrix.build)
+    wheelhouse = bool(matrix.sources.pip.find_links)
     versions = matrix.frontends
     requirements = [f"dumb-init=={versions.dumb_init}"]
     labels = {
@@ -511,7 +512,8 @@ def make_frontend_recipe(
         matrix_name=matrix_name,
         frontend=cell.frontend,
         parent_image=cell.base_image,
-        wheelhouse=bool(matrix.sources.pip.find_links),
+        wheelhouse=wheelhouse,
+        wheelhouse_stage=options.wheelhouse_stage(wheelhouse),
         wheelhouse_context=WHEELHOUSE_CONTEXT,
         wheelhouse_dir=WHEELHOUSE_DIR,
         pip_args=tuple(pip_arguments(cell, matrix, options)[1]),
@@ -522,7 +524,7 @@ def make_frontend_recipe(
         command="start-jupyter" if cell.frontend == "jupyter" else "start-sshd",
         layout=FRONTEND,
         labels=tuple(labels.items()),
-        run_install=options.pip(),
+        run_install=options.pip(wheelhouse),
         run_user=options.apt(cell.os, fallback=True) if cell.frontend == "ssh" else options.offline(),
         apt_prelude=options.apt_prelude,
         apt_clean_lists=options.apt_clean_lists,

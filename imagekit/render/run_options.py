@@ -11,7 +11,11 @@ they were. For BuildKit:
 - pip and apt keep their downloads in cache mounts shared by every cell (never in the image), so
   pip runs without ``--no-cache-dir`` and apt keeps its lists (the lists directory is the mount);
 - with ``sources.pip.credentials`` each pip step that reaches an index mounts the logins as
-  ``/root/.netrc`` (pip reads it for the index host): a secret mount, in no layer and no cache key.
+  ``/root/.netrc`` (pip reads it for the index host): a secret mount, in no layer and no cache key;
+- a pip step that installs from the wheelhouse binds it from the build context, so the wheel files
+  are in no layer without a build stage: the classic builder copies them into one and then copies
+  the venv out of it (for the CUDA wheels, 2.6 GB and 5.4 GB written again). The bound files are
+  part of the step's cache key, as the copied ones were.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ PIP_NETRC_MOUNT = f"--mount=type=secret,id={PIP_NETRC_SECRET},target=/root/.netr
 APT_CLEAN_CONFIG = "/etc/apt/apt.conf.d/docker-clean"
 APT_PRELUDE = f"rm -f {APT_CLEAN_CONFIG} && "
 _FLAG_SEPARATOR = " \\\n    "
+WHEELHOUSE_CONTEXT = "wheelhouse"  # the wheelhouse's directory in a build context
+WHEELHOUSE_DIR = "/tmp/wheelhouse"  # where a step that installs from it finds it
+WHEELHOUSE_MOUNT = f"--mount=type=bind,source={WHEELHOUSE_CONTEXT},target={WHEELHOUSE_DIR}"
 
 
 def apt_cache_mounts(os_name: str) -> tuple[str, str]:
@@ -77,10 +84,17 @@ class StepOptions:
         """A step that needs nothing from outside: the probe's steps, the extension build, sed."""
         return self.run("none")
 
-    def pip(self) -> str:
-        """A ``pip install``: its cache, and the index logins where it reaches an index."""
+    def pip(self, wheelhouse: bool) -> str:
+        """A ``pip install``: its cache, the index logins where it reaches an index, and the
+        wheelhouse where it installs from one."""
         secret = (PIP_NETRC_MOUNT,) if self.netrc and self.pip_network == "host" else ()
-        return self.run(self.pip_network, PIP_CACHE_MOUNT, *secret)
+        bound = (WHEELHOUSE_MOUNT,) if wheelhouse else ()
+        return self.run(self.pip_network, PIP_CACHE_MOUNT, *bound, *secret)
+
+    def wheelhouse_stage(self, wheelhouse: bool) -> bool:
+        """Whether the wheelhouse is copied into a build stage (the classic builder) rather than
+        bound to the steps that read it (BuildKit)."""
+        return wheelhouse and not self.buildkit
 
     def apt(self, os_name: str, fallback: bool = False) -> str:
         """An ``apt-get update && install`` (``fallback``: one that runs only when a check fails)."""

@@ -15,7 +15,13 @@ from imagekit.plan.matrix import load_plan
 from imagekit.plan.schema import BuildSettings
 from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import Renderer
-from imagekit.render.run_options import APT_CLEAN_CONFIG, PIP_CACHE_MOUNT, PIP_NETRC_MOUNT, apt_cache_mounts
+from imagekit.render.run_options import (
+    APT_CLEAN_CONFIG,
+    PIP_CACHE_MOUNT,
+    PIP_NETRC_MOUNT,
+    WHEELHOUSE_MOUNT,
+    apt_cache_mounts,
+)
 from tests.conftest import CUDA_BASE, REPO
 from tests.unit.projects import variants_plan
 
@@ -89,6 +95,22 @@ def test_offline_wheelhouse_cells_build_with_every_step_offline() -> None:
     for cell_id, text in texts.items():
         assert {network(run) for run in runs(text)} == {"none"}, cell_id
         assert PIP_NETRC_SECRET not in text
+
+
+def test_buildkit_binds_the_wheelhouse_to_each_pip_step_and_needs_no_build_stage() -> None:
+    plan = load_plan(REPO / "examples" / "offline" / "matrix.yaml")
+    classic, buildkit = all_dockerfiles(plan, None), all_dockerfiles(plan, BUILDKIT)
+    for cell_id, text in buildkit.items():
+        # the wheel files reach no layer: bound, never copied, so no stage to keep them out of
+        assert "COPY wheelhouse/" not in text and " AS venv-build" not in text, cell_id
+        pip_steps = [run for run in runs(text) if "pip install" in run]
+        assert pip_steps and all(WHEELHOUSE_MOUNT in run for run in pip_steps), cell_id
+        assert all(WHEELHOUSE_MOUNT not in run for run in runs(text) if "pip install" not in run), cell_id
+        # the classic builder keeps its build stage
+        assert "COPY wheelhouse/ /tmp/wheelhouse/" in classic[cell_id] and "--mount=" not in classic[cell_id]
+    image = next(text for cell_id, text in buildkit.items() if cell_id.endswith("-runtime"))
+    assert image.count("FROM ") == 1 and "COPY --from=" not in image
+    assert image.count("COPY imagekit-check.py /opt/imagekit/check.py") == 1
 
 
 def test_classic_dockerfiles_carry_no_buildkit_option(tmp_path: Path) -> None:
