@@ -110,6 +110,30 @@ def test_ci_runs_the_readme_test_command_and_the_drift_check() -> None:
     assert "bash scripts/test.sh" in (REPO / "README.md").read_text()
 
 
+@pytest.mark.parametrize("status", [0, 3])
+def test_the_test_commands_exit_trap_keeps_its_exit_status(status: int, tmp_path: Path) -> None:
+    """scripts/test.sh's EXIT trap stops the fast and slow tiers' background run, long over at a
+    normal exit: under set -e its failed kill ended the trap, and the script, with 1 although every
+    tier had passed (a clean clone: 72 + 1,479 passed, exit status 1)."""
+    (trap,) = [
+        line for line in (REPO / "scripts" / "test.sh").read_text().splitlines() if line.startswith("trap ")
+    ]
+    script = "\n".join(
+        (
+            "set -euo pipefail",
+            "sleep 0 & fast_slow=$!",
+            f"fast_slow_log=$(mktemp -p {tmp_path})",
+            'wait "$fast_slow"',
+            trap,
+            'exit "$1"',
+        )
+    )
+    command = ["bash", "-c", script, "test.sh", str(status)]
+    done = subprocess.run(command, capture_output=True, timeout=30, check=False)
+    assert done.returncode == status, done.stderr
+    assert not list(tmp_path.iterdir()), "the background run's log is removed"
+
+
 def test_pre_commit_hook_runs_the_drift_check() -> None:
     (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     assert hook["id"] == "imagekit-render-check"
