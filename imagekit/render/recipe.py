@@ -489,7 +489,7 @@ def make_frontend_recipe(
     cell: FrontendCell, matrix: Matrix, matrix_name: str, options: StepOptions | None = None
 ) -> FrontendRecipe:
     options = options or StepOptions.of(matrix, matrix.build)
-    wheelhouse = bool(matrix.sources.pip.find_links)
+    wheelhouse = uses_wheelhouse(cell, matrix)
     versions = matrix.frontends
     requirements = [f"dumb-init=={versions.dumb_init}"]
     labels = {
@@ -516,7 +516,7 @@ def make_frontend_recipe(
         wheelhouse_stage=options.wheelhouse_stage(wheelhouse),
         wheelhouse_context=WHEELHOUSE_CONTEXT,
         wheelhouse_dir=WHEELHOUSE_DIR,
-        pip_args=tuple(pip_arguments(cell, matrix, options)[1]),
+        pip_args=tuple(_pip_arguments(matrix, cell.variant, options, wheelhouse=wheelhouse)[1]),
         python_prefix=VENV,
         requirements=tuple(requirements),
         freeze_command=_probe_step(protocol.FREEZE),

@@ -114,8 +114,8 @@ def _remove_images(client: docker.APIClient, images: Iterable[str]) -> None:
     """Remove ``images`` (ids or names, tags and all), eight at a time: on the containerd image
     store each removal waits for a garbage collection of the whole content store (~0.9 s for a tiny
     image here), and removals at once overlap (6 tiny images: 5.3 s one by one, 1.9 s eight at a
-    time). One gone with another already, or still a
-    parent: suppressed, as the callers take what is left in a later pass or at the session's end."""
+    time). One gone with another already, or still a parent: suppressed, as the callers take what
+    is left in a later pass or at the session's end."""
 
     def remove(image: str) -> None:
         with contextlib.suppress(ImageNotFound, APIError):
