@@ -42,7 +42,15 @@ line naming the missing piece. See ``buildsteps``.
 
 Checks, in order: environment, python, nvcc, cuda_installs, nvidia_smi, driver, require, torch,
 torch_cuda, cudnn, libcudart, cuda_available, arch, cuda_archs, gemm_cpu, gemm_gpu, cudnn_conv,
-gemm_perf, compile, extension, train_step, nccl, nccl_bandwidth.
+gemm_perf, compile, extension, train_step, libraries_once, nccl, nccl_bandwidth.
+
+libraries_once (needs no GPU): reads DT_SONAME of every regular *.so/*.so.* under /usr, /opt, /lib*
+and the site-packages (never following a directory symlink; mounts, /proc, /sys, /dev and
+/usr/local/nvidia skipped: the driver's files are not the image's) and reports each soname held at
+more than one file (hard links and symlinks are one file) with the bytes the extra copies take: a
+figure, also in the inventory's "duplicate_libraries", never a failure. It fails when a CUDA library
+(cublas, cublasLt, cudnn*, nccl, cufft, curand, cusparse, cusolver, nvrtc, cudart) is mapped into
+this process from two files after torch's import and the GPU checks. See ``sharedlibs``.
 
 cuda_archs (required=false; needs no GPU): torch's own arch list, torch._C._cuda_getArchFlags()
 (SASS sm_XY, PTX compute_XY; torch.cuda.get_arch_list() reads [] without a GPU), against the

@@ -43,6 +43,7 @@ class Context:
         self._workdir: str | None = None
         self._devices: list[dict[str, str | None]] | None = None
         self.telemetry: dict[str, Any] | None = None  # set by gemm_perf
+        self.duplicate_libraries: dict[str, Any] | None = None  # set by libraries_once
 
     # scratch space ---------------------------------------------------------------------------
     def workdir(self) -> str:

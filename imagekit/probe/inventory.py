@@ -21,7 +21,7 @@ DPKG_STATUS_BYTES = 64 << 20  # a CUDA devel image's status file is about 1 MB
 MAX_PACKAGES = 1000  # what the host's report keeps per list; more is marked clipped
 # The CUDA libraries an SBOM names when they are mapped into this process.
 CUDA_LIBRARY = re.compile(
-    r"/(lib(?:cublas|cublasLt|cudnn[a-z_]*|nccl|cudart|cufft|cusparse|nvrtc)\.so[^/]*)$"
+    r"/(lib(?:cublas|cublasLt|cudnn[a-z_]*|nccl|cudart|cufft|curand|cusparse|cusolver|nvrtc)\.so[^/]*)$"
 )
 
 
@@ -125,7 +125,8 @@ def probe_identity() -> dict[str, Any]:
     return found
 
 
-def inventory(torch: Any = None) -> dict[str, Any]:
+def inventory(torch: Any = None, duplicates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the image holds; ``duplicates`` is the libraries_once scan (None: it did not run)."""
     problems: list[str] = []
     try:
         packages = _clip(python_packages(), problems, "python")
@@ -153,5 +154,6 @@ def inventory(torch: Any = None) -> dict[str, Any]:
         "cuda_libraries": torch_libraries(torch),
         "loaded_libraries": loaded[:MAX_PACKAGES],
         "probe": probe_identity(),
+        "duplicate_libraries": duplicates,
         "problems": problems,
     }

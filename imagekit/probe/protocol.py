@@ -33,6 +33,8 @@ GEMM_PERF = "gemm_perf"
 COMPILE = "compile"
 EXTENSION = "extension"
 TRAIN_STEP = "train_step"
+# The CUDA libraries loaded once (a failure when twice) and the sonames the image holds twice (a figure).
+LIBRARIES_ONCE = "libraries_once"
 NCCL = "nccl"
 NCCL_BANDWIDTH = "nccl_bandwidth"
 
@@ -58,6 +60,7 @@ CHECK_NAMES: tuple[str, ...] = (
     COMPILE,
     EXTENSION,
     TRAIN_STEP,
+    LIBRARIES_ONCE,
     NCCL,
     NCCL_BANDWIDTH,
 )

@@ -30,6 +30,7 @@ from .perf import check_gemm_perf
 from .protocol import BUILD_STEPS, SCHEMA
 from .require import check_require
 from .results import CheckResult, run_check, skipped, summarize
+from .sharedlibs import check_libraries_once
 from .system import check_cuda_installs, check_environment, check_nvcc, check_nvidia_smi, check_python
 from .tasks import run_task_child
 from .training import check_train_step
@@ -56,6 +57,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], CheckResult]], ...] = (
     ("compile", check_compile),
     ("extension", check_extension),
     ("train_step", check_train_step),
+    ("libraries_once", check_libraries_once),
     ("nccl", check_nccl),
     ("nccl_bandwidth", check_nccl_bandwidth),
 )
@@ -94,7 +96,7 @@ def build_report(ctx: Context, invocation: Invocation | None = None) -> dict[str
         "gpu_requested": ctx.gpu_requested,
         "expected": expect,
         "telemetry": ctx.telemetry,
-        "inventory": inventory(ctx.torch),
+        "inventory": inventory(ctx.torch, ctx.duplicate_libraries),
         "platform": ctx.platform,
     }
 

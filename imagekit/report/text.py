@@ -107,6 +107,8 @@ def _verified(result: CellResult) -> str:
     tflops = verification.metrics.get("gemm_perf.tflops")
     figures = [f"{tflops:.0f} TFLOP/s"] if isinstance(tflops, int | float) else []
     figures += [note] if (note := throttle_note(verification.gpu_figures)) else []
+    if verification.inventory is not None and verification.inventory.duplicates is not None:
+        figures.append(verification.inventory.duplicates.text)
     if verification.emulated and verification.platform is not None:
         figures.append(verification.platform.text)
     figures += [clusters] if clusters else []

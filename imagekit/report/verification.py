@@ -44,6 +44,7 @@ from imagekit.core.text import redact
 from imagekit.facts.emulation import Placement, uname, where_it_ran
 from imagekit.probe import protocol
 from imagekit.probe.protocol import GEMM_PERF, SKIP
+from imagekit.report.sonames import Duplicates
 
 Verdict = Literal["validated", "checked", "failed"]
 # The GPU checks a validated verdict needs, each present and passed.
@@ -178,6 +179,8 @@ class Inventory:
     probe_schema: Count | None = None
     probe_sha256: ImageDigest | None = None  # the zipapp's sha256: the probe's sources exactly
     clipped: bool = False
+    # The sonames the image holds twice (libraries_once); None: not scanned, or an earlier probe.
+    duplicates: Duplicates | None = None
 
     @classmethod
     def from_script(cls, raw: object) -> Inventory | None:
@@ -225,6 +228,7 @@ class Inventory:
             probe_sha256=sha if isinstance(sha, str) and naming.DIGEST.fullmatch(sha) else None,
             clipped=bool(raw.get("problems"))
             or any(isinstance(x, list) and len(x) > MAX_ITEMS for x in listed),
+            duplicates=Duplicates.from_script(raw.get("duplicate_libraries")),
         )
 
 
