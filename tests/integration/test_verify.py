@@ -240,3 +240,29 @@ def test_an_image_without_the_check_script_label_gets_the_script_injected(
     assert "python" in names or len(names) > 3, names
     assert result["verdict"] in ("checked", "failed")
     assert leftovers(api) == []
+
+
+def test_the_shared_libraries_held_twice_are_read_from_the_image_without_a_gpu(
+    api: docker.APIClient, debian_python: str, tmp_path: Path
+) -> None:
+    """libraries_once in a real container under --gpus none: libc copied once more is one duplicate;
+    a hard link and a symlink to that copy are the same file, not more."""
+    image = build_image(
+        api,
+        f"imagekit-test/dups:{uuid.uuid4().hex[:6]}-{RUN_ID}",
+        f"FROM {debian_python}\nCOPY check.py {CHECK_SCRIPT_PATH}\n"
+        "RUN cp -L /usr/lib/*-linux-gnu/libc.so.6 /opt/libc.so.6 && ln /opt/libc.so.6 /opt/hard.so.6 "
+        "&& ln -s /opt/libc.so.6 /opt/link.so.6\n"
+        f'LABEL imagekit.check-script="{CHECK_SCRIPT_PATH}"\n',
+        {"check.py": packaged_check_script().read_bytes()},
+    )
+    done = imagekit("verify", image, "--gpus", "none", "--json", cwd=tmp_path)
+    (result,) = json.loads(done.stdout[done.stdout.index("[\n") :])
+    (check,) = [c for c in result["checks"] if c["name"] == "libraries_once"]
+    assert check["status"] == "pass", check
+    duplicates = result["inventory"]["duplicates"]
+    assert duplicates["count"] == 1, duplicates
+    (libc,) = duplicates["libraries"]
+    assert libc["soname"] == "libc.so.6" and len(libc["paths"]) == 2
+    assert {p.split("/")[1] for p in libc["paths"]} == {"opt", "usr"}
+    assert leftovers(api) == []
