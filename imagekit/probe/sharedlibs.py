@@ -155,6 +155,56 @@ def _looks_shared(name: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
 
+class _Walk:
+    """One bounded scan's state: directories seen (device, inode), files per soname, the counts."""
+
+    def __init__(self, skip: set[str] | frozenset[str], max_entries: int, max_libraries: int, seconds: float):
+        self.skip, self.max_entries, self.max_libraries, self.seconds = (
+            skip,
+            max_entries,
+            max_libraries,
+            seconds,
+        )
+        self.deadline = time.monotonic() + seconds
+        self.seen_dirs: set[tuple[int, int]] = set()
+        self.by_soname: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
+        self.entries = self.libraries = 0
+
+    def visit(self, directory: str, stack: list[str]) -> str | None:
+        """Read one directory: subdirectories onto ``stack``, libraries grouped; a bound hit's line."""
+        info = os.lstat(directory)
+        if (info.st_dev, info.st_ino) in self.seen_dirs:
+            return None
+        self.seen_dirs.add((info.st_dev, info.st_ino))
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                self.entries += 1
+                if self.entries > self.max_entries:
+                    return f"stopped after {self.max_entries} directory entries: the list may be short"
+                if entry.path in self.skip:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False) and _looks_shared(entry.name):
+                    bound = self.library(entry)
+                    if bound is not None:
+                        return bound
+        return None
+
+    def library(self, entry: os.DirEntry[str]) -> str | None:
+        self.libraries += 1
+        if self.libraries > self.max_libraries:
+            return f"stopped after {self.max_libraries} shared objects read: the list may be short"
+        if time.monotonic() > self.deadline:
+            return f"stopped after {self.seconds:.0f} s: the list may be short"
+        soname = read_soname(entry.path)
+        if soname is not None:
+            stat = entry.stat(follow_symlinks=False)
+            files = self.by_soname.setdefault(soname, {})
+            files.setdefault((stat.st_dev, stat.st_ino), (entry.path, stat.st_size))
+        return None
+
+
 def scan(
     roots: tuple[str, ...] | list[str],
     skip: set[str] | frozenset[str] = SCAN_SKIP,
@@ -164,54 +214,22 @@ def scan(
 ) -> dict[str, Any]:
     """Every regular ``*.so``/``*.so.*`` file under ``roots`` grouped by DT_SONAME; the sonames found
     at more than one file (hard links and symlinks are one file). Bounded as the module says."""
-    deadline = time.monotonic() + seconds
-    seen_dirs: set[tuple[int, int]] = set()
-    by_soname: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
-    entries = libraries = 0
+    walk = _Walk(skip, max_entries, max_libraries, seconds)
     bound = None
     stack = [r for r in reversed(roots) if os.path.isdir(r) and not os.path.islink(r)]
     while stack and bound is None:
-        directory = stack.pop()
         try:
-            info = os.lstat(directory)
-            if (info.st_dev, info.st_ino) in seen_dirs:
-                continue
-            seen_dirs.add((info.st_dev, info.st_ino))
-            with os.scandir(directory) as listing:
-                for entry in listing:
-                    entries += 1
-                    if entries > max_entries:
-                        bound = f"stopped after {max_entries} directory entries: the list may be short"
-                        break
-                    if entry.path in skip:
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False) and _looks_shared(entry.name):
-                        libraries += 1
-                        if libraries > max_libraries:
-                            bound = (
-                                f"stopped after {max_libraries} shared objects read: the list may be short"
-                            )
-                            break
-                        if time.monotonic() > deadline:
-                            bound = f"stopped after {seconds:.0f} s: the list may be short"
-                            break
-                        soname = read_soname(entry.path)
-                        if soname is not None:
-                            stat = entry.stat(follow_symlinks=False)
-                            files = by_soname.setdefault(soname, {})
-                            files.setdefault((stat.st_dev, stat.st_ino), (entry.path, stat.st_size))
+            bound = walk.visit(stack.pop(), stack)
         except OSError:
             continue  # unreadable or vanished: not the image's to judge here
-    twice = {name: sorted(files.values()) for name, files in by_soname.items() if len(files) > 1}
+    twice = {name: sorted(files.values()) for name, files in walk.by_soname.items() if len(files) > 1}
     listed = sorted(twice)[:REPORT_SONAMES]
     return {
         "count": len(twice),
         "duplicates": {name: [shown(p) for p, _s in twice[name][:REPORT_PATHS]] for name in listed},
         "extra_bytes": sum(size for files in twice.values() for _p, size in files[1:]),
-        "libraries": min(libraries, max_libraries),
-        "entries": min(entries, max_entries),
+        "libraries": min(walk.libraries, max_libraries),
+        "entries": min(walk.entries, max_entries),
         "bound": bound,
     }
 

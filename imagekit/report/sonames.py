@@ -70,7 +70,8 @@ class Duplicates:
         listed = list(islice(found.items(), MAX_DUPLICATE_SONAMES)) if isinstance(found, Mapping) else []
         libraries = tuple(
             DuplicateLibrary(
-                _name(soname), tuple(_name(p) for p in paths[:MAX_DUPLICATE_PATHS] if isinstance(p, str))
+                _name(soname),
+                tuple(islice((_name(p) for p in paths if isinstance(p, str)), MAX_DUPLICATE_PATHS)),
             )
             for soname, paths in listed
             if isinstance(soname, str) and soname and isinstance(paths, list)
