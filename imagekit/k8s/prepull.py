@@ -70,6 +70,11 @@ RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "10
 # A new set of digests rolls over a fifth of the nodes at a time: each pulls several GB, and a
 # whole pool pulling at once would load the registry (and its egress) for no gain in time.
 MAX_UNAVAILABLE = "20%"
+# The NVIDIA container runtime (often the GPU nodes' default) hands a container every GPU of the
+# node when its environment says NVIDIA_VISIBLE_DEVICES=all, as nvidia/cuda images do, outside the
+# device plugin's accounting; "void" makes it behave as runc (the NVIDIA container toolkit's
+# documented values), whatever the image sets.
+NO_GPU = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
 # The container is alive and ready while its interpreter runs; a probe every 5 minutes is one
 # short-lived `python3` (policy scanners require both probes on a long-running workload).
 PROBE = {"exec": {"command": PULLED}, "periodSeconds": 300, "timeoutSeconds": 10}
@@ -124,6 +129,7 @@ def _pull_containers(images: dict[str, str]) -> list[dict[str, Any]]:
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
                 "command": PULLED,
+                "env": NO_GPU,
                 "resources": RESOURCES,
                 "securityContext": CONTAINER_SECURITY,
             }
@@ -173,9 +179,8 @@ def daemonset(arch: str, images: dict[str, str], options: JobOptions) -> dict[st
         "tolerations": tolerations(options),
         "terminationGracePeriodSeconds": 5,  # SLEEP exits at once on SIGTERM
     }
-    # No runtimeClassName: the pull is the node's image service's, whatever the runtime; and under
-    # the nvidia runtime an image's NVIDIA_VISIBLE_DEVICES=all (nvidia/cuda's) would hand this pod
-    # every GPU of the node, outside the device plugin's accounting.
+    # No runtimeClassName: the pull is the node's image service's, whatever the runtime, and this
+    # pod needs no GPU runtime (see NO_GPU).
     if options.gpu_affinity:
         gpu_nodes = {"matchExpressions": [{"key": COMPUTE_MAJOR, "operator": "Exists"}]}
         pod["affinity"] = {

@@ -82,6 +82,8 @@ def test_one_daemonset_per_architecture_pulls_each_of_its_digests() -> None:
             assert "@sha256:" in container["image"] and container["imagePullPolicy"] == "IfNotPresent"
             assert container["command"][:4] == ["python3", "-I", "-S", "-c"]  # never a shell
             assert container["securityContext"] == RESTRICTED_CONTAINER
+            # no GPU even where the NVIDIA runtime is the default and the image asks for them all
+            assert container["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
             resources = container["resources"]
             assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}  # no GPU
         assert main["command"][-1].endswith("signal.pause()") and "SIGTERM" in main["command"][-1]
