@@ -337,6 +337,15 @@ def k8s(
             " `imagekit k8s-results`.",
         ),
     ] = None,
+    prepull: Annotated[
+        bool,
+        typer.Option(
+            "--prepull",
+            help="Also write prepull-<arch>.yaml: a DaemonSet per architecture that pulls every selected"
+            " digest onto that architecture's GPU nodes (--node-selector, --toleration and"
+            " --gpu-affinity apply; no GPU is requested) and keeps it there while it runs.",
+        ),
+    ] = False,
 ) -> None:
     """Write one Kubernetes Job per published cell, referencing the image by digest; a front-end
     cell (jupyter, ssh) gets a Deployment, a ClusterIP Service and its workspace claim instead.
@@ -349,6 +358,7 @@ def k8s(
     Example: imagekit k8s --only '*cu121*' --gpus 8 --runtime-class nvidia --pvc ckpt:/checkpoints
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
+    Example: imagekit k8s --prepull --namespace ml --node-selector pool=training
     """
     from imagekit.k8s import manifests as kube
     from imagekit.plan.cells import frontend_of
@@ -392,6 +402,10 @@ def k8s(
             say("note", f"no Job for {line}")
     else:
         files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
+    if prepull:
+        from imagekit.k8s.prepull import render_prepull
+
+        files.update(render_prepull(published, options))
     if policy_key is not None:
         files.update(
             _admission_policies(

@@ -48,6 +48,11 @@ PORT_MAX = 65_535
 MAX_TIMEOUT_S = 7 * 24 * 3600
 # The Kubernetes Job API's int32 fields (backoffLimit; activeDeadlineSeconds is bounded alike).
 MAX_INT32 = 2**31 - 1
+# Images one `imagekit k8s --prepull` DaemonSet pulls onto each node of an architecture: each is
+# several GB, and the kubelet cannot garbage-collect them while the pod holds their containers, so
+# past a few dozen the node's disk fills and it evicts workloads. The shipped matrix has 19 amd64
+# cells; hundreds of init containers are a missing --only.
+MAX_PREPULL_IMAGES = 32
 
 # -- state files: report.json, images.lock.json, bake metadata ---------------------------------------
 
