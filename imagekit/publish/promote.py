@@ -193,8 +193,6 @@ class Publisher:
             images.append(self.registry.get_manifest(staged.source, child))
             images[-1].check_promotable(f"{where} (its manifest {child})", image_only=True)
             children.append(images[-1])
-        cap = self.options.max_layer_size  # before any blob moves: a layer over it is refused
-        cost = counted_cost(self.registry, staged.source, staged.digest, candidate, cap)
         configs = [c for c in (m.config_digest for m in images) if c]
         # The engine's image id is the config digest (overlay2 store) or the manifest digest
         # (containerd store): either names the image of the staged manifest.
@@ -223,7 +221,8 @@ class Publisher:
                 f" (its {naming.INPUT_DIGEST_LABEL} label), the report says {candidate.input_digest[:12]};"
                 " build and verify again"
             )
-        self.costs[candidate.cell] = cost
+        cap = self.options.max_layer_size  # before any tag moves: a layer over it is refused
+        self.costs[candidate.cell] = counted_cost(self.registry, staged.source, staged.digest, candidate, cap)
         return _Ready(staged, manifest, tuple(children), labels)
 
     def check_unmoved(self, tags: Sequence[str], digest: str) -> None:

@@ -203,8 +203,10 @@ class FakeRegistry:
         self.tagged: dict[str, str] = {}  # tag -> the digest it names in the target repository
         body = json.dumps({
             "schemaVersion": 2,
-            "config": {"digest": config_digest},
-            "layers": [{"digest": "sha256:" + "1" * 64}, {"digest": "sha256:" + "2" * 64}],
+            "config": {"digest": config_digest, "size": 3},
+            "layers": [
+                {"digest": "sha256:" + "1" * 64, "size": 5}, {"digest": "sha256:" + "2" * 64, "size": 7}
+            ],
         }).encode()  # fmt: skip
         self.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body)
         labels = {
@@ -218,6 +220,13 @@ class FakeRegistry:
 
     def ping(self) -> None:
         self.calls.append(("ping",))
+
+    def image_for(self, repository: str, digest: str, platform: Any) -> tuple[Any, bytes]:
+        self.calls.append(("image_for", repository, digest))
+        return self.get_manifest(repository, digest), self.config
+
+    def blob_length(self, repository: str, digest: str) -> int | None:
+        return self.manifest.blob_sizes.get(digest)
 
     def get_manifest(self, repository: str, reference: str) -> Any:
         from imagekit.core.errors import RegistryError
