@@ -183,7 +183,7 @@ def layer_over_cap(cell: str, cost: PullCost, cap: int) -> str | None:
     if largest is None or largest.size <= cap:
         return None
     return (
-        f"{cell}: its layer {largest.digest[:19]} is {gib(largest.size)} ({largest.size:,} bytes), over"
+        f"{cell}: its layer {largest.digest[:19]} is {gib(largest.size)}, over"
         f" publish.max_layer_size {gib(cap)}; made by: {cost.largest_step}"
     )
 

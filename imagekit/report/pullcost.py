@@ -91,8 +91,10 @@ class ImageReader(Protocol):
 
 
 def gib(size: int) -> str:
-    """A byte count as a person compares it with a cap: ``8.00 GiB``, ``512.0 MiB``."""
-    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+    """A byte count as a person compares it with a cap: ``8.00 GiB``, ``512.0 MiB``, ``7 bytes``."""
+    if size >= 2**30:
+        return f"{size / 2**30:.2f} GiB"
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size:,} bytes"
 
 
 def _blob(entry: Any, what: str, where: str) -> Blob:
