@@ -176,14 +176,15 @@ def refusal_reason(result: CellResult | None, policy: str) -> str | None:
     return None
 
 
-def layer_over_cap(cell: str, cost: PullCost, cap: int) -> str | None:
-    """Why ``cell`` may not be published for its largest layer (publish.max_layer_size: a node or
-    a service that refuses such a layer, SageMaker's 10 GiB), naming the step that made it."""
+def layer_over_cap(cost: PullCost, cap: int) -> str | None:
+    """Why a cell may not be published for its largest layer (publish.max_layer_size: a node or a
+    service that refuses such a layer, SageMaker's 10 GiB), naming the step that made it; the
+    refusal's line names the cell."""
     largest = cost.largest
     if largest is None or largest.size <= cap:
         return None
     return (
-        f"{cell}: its layer {largest.digest[:19]} is {gib(largest.size)}, over"
+        f"its layer {largest.digest[:19]} is {gib(largest.size)}, over"
         f" publish.max_layer_size {gib(cap)}; made by: {cost.largest_step}"
     )
 
@@ -193,7 +194,7 @@ def counted_cost(reader: ImageReader, source: str, digest: str, candidate: Candi
     RegistryError (one line) when a layer is over ``cap`` or the registry's word is absurd."""
     where = f"{source}@{digest[:19]}"
     cost = measure(reader, source, digest, platforms.get(candidate.platform), where)
-    over = layer_over_cap(candidate.cell, cost, cap)
+    over = layer_over_cap(cost, cap)
     if over is not None:
         raise RegistryError(over)
     return cost

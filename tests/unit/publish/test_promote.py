@@ -668,7 +668,7 @@ def test_a_layer_over_publish_max_layer_size_publishes_nothing(
         return
     assert published == [] and [r.cell for r in refusals] == ["c"]
     assert refusals[0].reason == (
-        "c: its layer sha256:222222222222 is 7 bytes, over publish.max_layer_size 6 bytes;"
+        "its layer sha256:222222222222 is 7 bytes, over publish.max_layer_size 6 bytes;"
         " made by: RUN pip install torch # buildkit; nothing promoted for this cell"
     )
     assert not [c for c in registry.calls if c[0] == "put_manifest"]
