@@ -268,3 +268,19 @@ def test_text_markdown_and_html_show_each_cell_and_the_matrix_line() -> None:
     assert (
         pull_line(none) is None and "pull cost" not in markdown(none) and 'id="pull"' not in render_html(none)
     )
+
+
+def test_a_skipped_cell_keeps_the_pull_cost_of_the_same_staged_image() -> None:
+    from imagekit.report.store import Staged
+
+    staged = Staged("reg:5000", "acme", "staging-ffffffffffff", "sha256:" + "5" * 64)
+    cost = cost_of((BASE, 1000))
+    image = "sha256:" + "e" * 64
+    before = CellResult(id="c", kind="cell", status="built", base_image="b", image_id=image, staged=staged)
+    previous = BuildReport("m", "2026-01-01T00:00:00Z", 1.0, "u", (replace(before, pull_cost=cost),), ())
+    again = replace(before, status="skipped")
+    kept = BuildReport("m", "2026-01-01T00:00:00Z", 1.0, "u", (again,), ()).keeping_verifications(previous)
+    assert kept.cells[0].pull_cost == cost
+    other = replace(again, staged=replace(staged, digest="sha256:" + "6" * 64))  # staged anew, not counted
+    fresh = BuildReport("m", "2026-01-01T00:00:00Z", 1.0, "u", (other,), ()).keeping_verifications(previous)
+    assert fresh.cells[0].pull_cost is None
