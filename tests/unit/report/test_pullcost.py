@@ -284,3 +284,15 @@ def test_a_skipped_cell_keeps_the_pull_cost_of_the_same_staged_image() -> None:
     other = replace(again, staged=replace(staged, digest="sha256:" + "6" * 64))  # staged anew, not counted
     fresh = BuildReport("m", "2026-01-01T00:00:00Z", 1.0, "u", (other,), ()).keeping_verifications(previous)
     assert fresh.cells[0].pull_cost is None
+
+
+def test_imagekit_report_shows_the_pull_table_and_json(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    write_report(tmp_path, report_with(cost_of((BASE, 3 << 30), (digest("a"), 1 << 30))).with_pull_costs({}))
+    table = run_cli("report", "--state-dir", str(tmp_path))
+    assert table.exit_code == 0, table.stderr
+    assert "pull: a fresh node fetches 4.00 GiB" in " ".join(table.stdout.split())
+    assert "largest layer" in table.stdout and "3.00 GiB" in table.stdout
+    document = json.loads(run_cli("report", "--state-dir", str(tmp_path), "--json").stdout)
+    assert document["pull"]["distinct"] == document["cells"][0]["pull_cost"]["total"] == (4 << 30) + 10
