@@ -180,6 +180,7 @@ class Builder:
             cells=tuple(self._final(c.id, "cell", c.base_image) for c in cells),
             bases=tuple(self._final(j.name, "base", j.base_reference) for j in local_bases),
         ).keeping_verifications(self.previous)
+        report = report.with_pull_costs({})  # each cell's shared bytes, against this report's cells
         return BuildOutcome(report, interrupted, external_bases=pulled_bases(jobs))
 
     @contextlib.contextmanager
@@ -440,7 +441,7 @@ class Builder:
             base_digest=base_digest,
             built_on=self.options.today,
         )
-        return self._stage(built, write)
+        return self._stage(built, write, rendered.cell.platform)
 
     def _reuse(
         self,
@@ -485,15 +486,16 @@ class Builder:
                 built_on=self.options.today,  # the day of the dated tags just put on it
             ),
             write,
+            rendered.cell.platform,
         )
 
-    def _stage(self, result: CellResult, write: Callable[[str], None]) -> CellResult:
-        """With --push: the cell's image staged in the registry (its digest recorded)."""
+    def _stage(self, result: CellResult, write: Callable[[str], None], platform: str) -> CellResult:
+        """With --push: the cell's image staged in the registry (its digest and pull cost recorded)."""
         if not self.options.push:
             return result
         assert self.remote is not None, "push needs a registry (the CLI asks for one)"
         try:
-            return self.remote.stage(result, write)
+            return self.remote.stage(result, write, platforms.get(platform))
         except StagingFailed as failed:
             raise JobFailed(failed.message) from None
 

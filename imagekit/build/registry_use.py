@@ -21,11 +21,13 @@ from docker.errors import APIError
 from imagekit.build.reuse import missing_labels
 from imagekit.core import naming
 from imagekit.core.errors import EnvironmentProblem, RegistryError, one_line
+from imagekit.core.platforms import Platform
 from imagekit.engine.client import PushFailed, inspect_image, pull, push_as
 from imagekit.plan.schema import Publish
 from imagekit.registry.client import Backoff, open_registry
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.render.dockerfile import RenderedCell
+from imagekit.report.pullcost import gib, measure
 from imagekit.report.store import BuildReport, CellResult, Staged
 
 Write = Callable[[str], None]
@@ -65,8 +67,9 @@ class BuildRegistry:
     def close(self) -> None:
         self.registry.close()
 
-    def stage(self, result: CellResult, write: Write) -> CellResult:
-        """Put the cell's image under its staging tag and record the manifest digest.
+    def stage(self, result: CellResult, write: Write, platform: Platform) -> CellResult:
+        """Put the cell's image under its staging tag and record the manifest digest, and what a
+        node pulls for it (``imagekit.report.pullcost``, from the manifests the registry now holds).
 
         A staging tag that already names this image is left as it is: an unchanged cell is never
         pushed twice. The engine's image id is the config digest on its overlay2 store, the manifest
@@ -96,11 +99,17 @@ class BuildRegistry:
                     say=lambda message: write(f"push: {message}"),
                 )
                 write(f"staged: pushed {where} as {digest}")
+            with self._lock:
+                cost = measure(self.registry, repository, digest, platform, f"{where}@{digest[:19]}")
         except (PushFailed, RegistryError) as exc:
             raise StagingFailed(
                 f"built as {result.image_id}, but staging it at {where} failed: {exc}"
             ) from None
-        return dataclasses.replace(result, staged=Staged(self.host, repository, tag, digest))
+        largest = cost.largest
+        if largest is not None:
+            write(f"pull: {gib(cost.total)}; largest layer {gib(largest.size)}, made by {cost.largest_step}")
+        staged = Staged(self.host, repository, tag, digest)
+        return dataclasses.replace(result, staged=staged, pull_cost=cost)
 
     def staged_elsewhere(self, rendered: RenderedCell, write: Write) -> dict[str, Any] | None:
         """The image another runner staged from this very input digest, pulled by digest.

@@ -443,14 +443,18 @@ def report(
         console = Console(width=None if sys.stdout.isatty() else 200)
         console.print(table)
         console.print(Text(report_text.summary_line(the_report)))
-        rows = report_text.published_rows(published)
-        if rows:
-            listed = Table(box=None, header_style="bold", title="published", title_justify="left")
-            for header in report_text.PUBLISHED_HEADERS:
-                listed.add_column(header, overflow="fold")
-            for row in rows:
-                listed.add_row(*(Text(value) for value in row))
-            console.print(listed)
+        pulled = report_text.pull_rows(the_report)
+        for title, headers, rows in (
+            (report_text.pull_line(the_report), report_text.PULL_HEADERS, pulled),
+            ("published", report_text.PUBLISHED_HEADERS, report_text.published_rows(published)),
+        ):
+            if rows:
+                listed = Table(box=None, header_style="bold", title=Text(title or ""), title_justify="left")
+                for header in headers:
+                    listed.add_column(header, overflow="fold")
+                for row in rows:
+                    listed.add_row(*(Text(value) for value in row))
+                console.print(listed)
     if the_report.failed:
         raise typer.Exit(int(ExitCode.CELL_FAILED))
 

@@ -118,6 +118,7 @@ def publish(
         dry_run=dry_run,
         backoff=Backoff(attempts=retries),
         signing_key=key,
+        max_layer_size=settings.max_layer_size,
     )
     if key is None and not dry_run:
         say("note", f"nothing signed: no --signing-key or {KEY_ENV}; no attestation or SBOM is attached")
@@ -142,7 +143,8 @@ def publish(
     with contextlib.ExitStack() as held:
         # a dry run only reads: it takes no lock and makes no state directory (a read-only
         # checkout can preview); a real one holds the lock so no build rewrites the report meanwhile
-        report = read_report(state_dir) if dry_run else held.enter_context(open_store(state_dir)).require()
+        store = None if dry_run else held.enter_context(open_store(state_dir))
+        report = read_report(state_dir) if store is None else store.require()
         run = publish_cells(
             the_plan,
             cells,
@@ -153,6 +155,8 @@ def publish(
             on_refused=refused,
             on_published=published,
         )
+        if store is not None and run.costs:  # what a node pulls for each cell, in the report
+            store.save(report.with_pull_costs(dict(run.costs)))
     target = naming.repository(host, settings.repository)
     if dry_run and not as_json:
         for candidate in run.singles:

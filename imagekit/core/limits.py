@@ -108,6 +108,18 @@ REDIRECTS = 5
 # blobs' mounts. imagekit's own indexes name one image per platform (a handful); a multi-arch
 # public image names about 10, twice that with attestation manifests. Thousands are an attack.
 MAX_INDEX_MANIFESTS = 256
+# Layers one image manifest may name for its pull cost to be counted: overlay2 stacks at most 128
+# lower directories (moby refuses images deeper than 125 layers), so every image an engine can run
+# has fewer; a 4 MiB manifest could name some 20,000 descriptors, each a line of every report.
+MAX_IMAGE_LAYERS = 1_000
+# One layer's (or config's) size as a manifest states it: the largest CUDA layers are ~5 GB and a
+# node's disk a few TB; past 1 TiB a size is a broken or hostile manifest, never a layer to pull.
+LAYER_BYTES_MAX = 1 << 40
+# The default publish.max_layer_size: Azure ML splits its torch installs to keep each layer under
+# 8 GB, and AWS's 13.5 GB inference image hit SageMaker's 10 GiB limit.
+DEFAULT_MAX_LAYER_BYTES = 8 << 30
+# The Dockerfile step (history's created_by) a report shows for a cell's largest layer, clipped.
+STEP_CHARS = 200
 # A blob copied through imagekit whose manifest gives no size: the largest CUDA layers are ~5 GB.
 BLOB_BYTES = 64 << 30
 # $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.

@@ -221,6 +221,44 @@ class Number:
         return core_schema.float_schema(ge=self.minimum, le=self.maximum, allow_inf_nan=False, strict=True)
 
 
+_SIZE = re.compile(r"([0-9]{1,15})\s*(B|kB|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?")
+_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS |= {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+@dataclass(frozen=True)
+class ByteSize:
+    """A byte count within [1, ``maximum``], written as an integer or as ``8GiB``, ``500 MB``."""
+
+    maximum: int
+
+    def parse(self, value: Any) -> int:
+        if type(value) is int:
+            size = value
+        elif isinstance(value, str) and (found := _SIZE.fullmatch(value.strip())):
+            size = int(found[1]) * _UNITS[found[2] or "B"]
+        else:
+            return cast(int, _raise("byte_size", f"{shown(str(value))} is no size; write bytes or 8GiB"))
+        if not 1 <= size <= self.maximum:
+            return cast(int, _raise("byte_size", f"{size:,} bytes is not between 1 and {self.maximum:,}"))
+        return size
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(self.parse)
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": self.maximum},
+                {"type": "string", "pattern": f"^{_SIZE.pattern}$"},
+            ]
+        }
+
+
 @dataclass(frozen=True)
 class Items:
     """At most ``limit`` items in a list, tuple or mapping."""

@@ -27,6 +27,8 @@ from pydantic_core import PydanticCustomError
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.limits import (
+    DEFAULT_MAX_LAYER_BYTES,
+    LAYER_BYTES_MAX,
     NAME_CHARS,
     PACKAGE_CHARS,
     PATH_CHARS,
@@ -39,6 +41,7 @@ from imagekit.core.safetypes import (
     LOGIN,
     SECRET_ID,
     SECRET_WORDS,
+    ByteSize,
     Registry,
     SafeString,
     Url,
@@ -489,6 +492,10 @@ class Publish(StrictModel):
         description="publish a cell's image index from its validated platforms when another of its"
         " platforms is not validated (the lock and report list the missing ones); default: only"
         " when every platform is validated",
+    )
+    max_layer_size: Annotated[int, ByteSize(LAYER_BYTES_MAX)] = Field(
+        DEFAULT_MAX_LAYER_BYTES,
+        description="publish refuses a cell with a layer larger than this (bytes, or 8GiB, 500MB)",
     )
 
     @property

@@ -20,9 +20,11 @@ from datetime import date
 from typing import Literal
 
 from imagekit.core import naming, platforms
+from imagekit.core.errors import RegistryError
 from imagekit.core.platforms import PlatformName
 from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.schema import Publish
+from imagekit.report.pullcost import ImageReader, PullCost, gib, measure
 from imagekit.report.store import BuildReport, CellResult, Staged
 from imagekit.report.verification import Verification
 
@@ -172,6 +174,30 @@ def refusal_reason(result: CellResult | None, policy: str) -> str | None:
             " (run `imagekit verify --gpus all`, or set publish.policy explicitly)"
         )
     return None
+
+
+def layer_over_cap(cost: PullCost, cap: int) -> str | None:
+    """Why a cell may not be published for its largest layer (publish.max_layer_size: a node or a
+    service that refuses such a layer, SageMaker's 10 GiB), naming the step that made it; the
+    refusal's line names the cell."""
+    largest = cost.largest
+    if largest is None or largest.size <= cap:
+        return None
+    return (
+        f"its layer {largest.digest[:19]} is {gib(largest.size)}, over"
+        f" publish.max_layer_size {gib(cap)}; made by: {cost.largest_step}"
+    )
+
+
+def counted_cost(reader: ImageReader, source: str, digest: str, candidate: Candidate, cap: int) -> PullCost:
+    """The staged image's pull cost, read from the registry before anything of it moves; a
+    RegistryError (one line) when a layer is over ``cap`` or the registry's word is absurd."""
+    where = f"{source}@{digest[:19]}"
+    cost = measure(reader, source, digest, platforms.get(candidate.platform), where)
+    over = layer_over_cap(cost, cap)
+    if over is not None:
+        raise RegistryError(over)
+    return cost
 
 
 def _failed_names(verification: Verification) -> str:

@@ -41,14 +41,14 @@ from imagekit.attest.statements import SigningKey
 from imagekit.core import naming, platforms
 from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, RegistryError
-from imagekit.core.limits import TEXT_CHARS
+from imagekit.core.limits import DEFAULT_MAX_LAYER_BYTES, TEXT_CHARS
 from imagekit.core.platforms import Platform
 from imagekit.core.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.core.text import counted, shown
 from imagekit.engine.client import PushFailed, connect, inspect_image, push_as
 from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.schema import PublishPolicy, ServedFrontend
-from imagekit.publish.policy import Candidate, Group, Refusal, select, settle
+from imagekit.publish.policy import Candidate, Group, Refusal, counted_cost, select, settle
 from imagekit.registry.client import Backoff, Registry, open_registry
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.registry.manifest import Manifest, image_index
@@ -61,6 +61,7 @@ from imagekit.report.lockfile import (
     provenance,
     verified_by,
 )
+from imagekit.report.pullcost import PullCost
 from imagekit.report.store import BuildReport
 from imagekit.report.verification import clipped
 
@@ -91,6 +92,7 @@ class PublishOptions:
     # Signs and attaches a verification attestation and an SBOM to each promoted digest; None:
     # nothing is signed (and publish says so). Its repr names the key id only.
     signing_key: SigningKey | None = None
+    max_layer_size: int = DEFAULT_MAX_LAYER_BYTES  # publish.max_layer_size: a larger layer is refused
 
 
 def registry_side(candidate: Candidate, registry: str) -> bool:
@@ -137,6 +139,7 @@ class Publisher:
         self.sleep = sleep
         self.target = naming.repository(options.registry, options.repository)
         self.staging = options.staging_repository or options.repository
+        self.costs: dict[str, PullCost] = {}  # each prepared cell's pull cost, for the report
 
     def _engine(self) -> docker.APIClient:
         if self.api is None:
@@ -218,6 +221,8 @@ class Publisher:
                 f" (its {naming.INPUT_DIGEST_LABEL} label), the report says {candidate.input_digest[:12]};"
                 " build and verify again"
             )
+        cap = self.options.max_layer_size  # before any tag moves: a layer over it is refused
+        self.costs[candidate.cell] = counted_cost(self.registry, staged.source, staged.digest, candidate, cap)
         return _Ready(staged, manifest, tuple(children), labels)
 
     def check_unmoved(self, tags: Sequence[str], digest: str) -> None:
@@ -546,6 +551,7 @@ class PublishRun:
     published: tuple[Published, ...]
     indexes: tuple[PublishedIndex, ...]
     refused: tuple[Refusal, ...]
+    costs: Mapping[str, PullCost] = field(default_factory=dict)  # each prepared cell's pull cost
 
 
 def publish_cells(
@@ -589,4 +595,5 @@ def publish_cells(
         published,
         indexes,
         (*selection.refused, *unready),
+        publisher.costs,
     )

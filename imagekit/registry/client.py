@@ -36,12 +36,14 @@ from imagekit.core.limits import (
     TAGS_PAGE_BYTES,
 )
 from imagekit.core.naming import DIGEST
+from imagekit.core.platforms import Platform
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable, redact, shown
 from imagekit.registry.credentials import PASSWORD_ENV, USER_ENV, find_credentials
 from imagekit.registry.manifest import (
     ACCEPT,
     DOCKER_MANIFEST,
+    INDEX_TYPES,
     MANIFEST_TYPES,
     OCI_INDEX,
     Manifest,
@@ -345,6 +347,30 @@ class Registry(Transport):
         if "sha256:" + hashlib.sha256(answer.body).hexdigest() != digest:
             raise RegistryError(f"registry {self.host}: blob {digest} came back with other content")
         return answer.body
+
+    def image_for(self, repository: str, digest: str, platform: Platform) -> tuple[Manifest, bytes]:
+        """The image manifest ``repository@digest`` names for ``platform`` (an index resolved to
+        that platform's child) and its config's bytes: what a node reads before any layer."""
+        manifest = self.get_manifest(repository, digest)
+        if manifest.media_type in INDEX_TYPES:
+            child = manifest.child_for(platform)
+            if child is None:
+                raise RegistryError(
+                    f"registry {self.host}: {repository}@{digest} is an index with no image for"
+                    f" {platform.name}"
+                )
+            manifest = self.get_manifest(repository, child)
+        config = manifest.config_digest
+        if config is None or not DIGEST.fullmatch(config):
+            raise RegistryError(f"registry {self.host}: {repository}@{manifest.digest} names no image config")
+        return manifest, self.get_blob(repository, config)
+
+    def blob_length(self, repository: str, digest: str) -> int | None:
+        """The Content-Length the registry answers to a HEAD of the blob; None when it gives none."""
+        answer = self._send("HEAD", f"/v2/{repository}/blobs/{digest}", _pull(repository))
+        self._check(answer, f"HEAD blob {repository}@{digest}")
+        value = self._header(answer.headers, "Content-Length")
+        return int(value) if value.isdigit() and len(value) <= 19 else None
 
     def has_blob(self, repository: str, digest: str) -> bool:
         answer = self._send("HEAD", f"/v2/{repository}/blobs/{digest}", _pull(repository))

@@ -85,6 +85,21 @@ class Manifest:
             and DIGEST.fullmatch(str(m.get("digest")))
         ]
 
+    def child_for(self, platform: Platform) -> str | None:
+        """The digest of an index's image manifest for ``platform`` (its ``platform``'s
+        architecture and os; a variant is not compared); None when it names none."""
+        entries = self._json().get("manifests")
+        for entry in entries[:MAX_INDEX_MANIFESTS] if isinstance(entries, list) else ():
+            described = entry.get("platform") if isinstance(entry, dict) else None
+            if (
+                isinstance(described, dict)
+                and (described.get("architecture"), described.get("os")) == (platform.arch, platform.os)
+                and entry.get("mediaType") in IMAGE_TYPES
+                and _is_digest(entry.get("digest"))
+            ):
+                return str(entry["digest"])
+        return None
+
     def check_promotable(self, where: str, image_only: bool = False) -> None:
         """Refuse (RegistryError, one line) what promotion cannot vouch for: a body that is not a
         JSON object, a mediaType that is not a string or not a manifest's, a single image naming

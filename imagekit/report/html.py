@@ -19,9 +19,12 @@ from imagekit.core.versions import display_key
 from imagekit.report.store import BuildReport, CellResult
 from imagekit.report.text import (
     PUBLISHED_HEADERS,
+    PULL_HEADERS,
     cuda_archs,
     format_size,
     published_rows,
+    pull_line,
+    pull_rows,
     summary_line,
     throttle_note,
 )
@@ -234,15 +237,28 @@ def render_grid(base: str, placed: list[Placed]) -> str:
     )
 
 
+def _section(
+    name: str, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], note: str = ""
+) -> str:
+    """A titled table of ``rows`` (every value escaped), after an optional line; "" when empty."""
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
+    line = f"<p>{escape(note)}</p>" if note else ""
+    table = f'<table class="grid"><tr>{head}</tr>{body}</table>'
+    return f'<section id="{name}"><h2>{escape(title)}</h2>{line}{table}</section>'
+
+
 def render_published(lock: Lock | None) -> str:
     """What the lock says was published: each index's platforms and the ones it left out."""
     rows = published_rows(lock) if lock is not None else []
-    if not rows:
-        return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in PUBLISHED_HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
-    table = f'<table class="grid"><tr>{head}</tr>{body}</table>'
-    return f'<section id="published"><h2>Published</h2>{table}</section>'
+    return _section("published", "Published", PUBLISHED_HEADERS, rows)
+
+
+def render_pull(report: BuildReport) -> str:
+    """What a node pulls for each counted cell, and for all of them (each layer once)."""
+    return _section("pull", "Pull cost", PULL_HEADERS, pull_rows(report), pull_line(report) or "")
 
 
 def render_html(report: BuildReport, lock: Lock | None = None) -> str:
@@ -267,5 +283,6 @@ def render_html(report: BuildReport, lock: Lock | None = None) -> str:
         f"<h1>{escape(title)}</h1>"
         f'<p id="summary">{escape(summary_line(report))}; started {escape(report.started)}'
         f" on {escape(report.engine)}</p>"
-        f'<p class="legend">{legend}</p>{grids}{bases}{render_published(lock)}</body></html>\n'
+        f'<p class="legend">{legend}</p>{grids}{bases}{render_pull(report)}{render_published(lock)}'
+        "</body></html>\n"
     )

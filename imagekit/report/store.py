@@ -44,6 +44,7 @@ from imagekit.core.safetypes import (
     validate_json,
 )
 from imagekit.core.text import redact
+from imagekit.report.pullcost import MatrixPull, PullCost, matrix_pull, with_shared
 from imagekit.report.state import LOCK_NAME, LOGS_DIR, REPORT_NAME, report_json_text, state_lock
 from imagekit.report.verification import ClusterValidation, Verification, VerifyRun, clipped, derive_verdict
 
@@ -118,6 +119,9 @@ class CellResult:
     # Its image's probe as validate-on Jobs ran it on clusters' GPU products (`imagekit
     # k8s-results`), one per (cluster, product, digest); none in reports of earlier releases.
     clusters: Annotated[tuple[ClusterValidation, ...], Items(MAX_ITEMS)] = ()
+    # What a node pulls for its staged or published image, read from the registry's manifests
+    # (``imagekit.report.pullcost``); None in reports of earlier releases, or never staged.
+    pull_cost: PullCost | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -126,6 +130,7 @@ class CellResult:
         data["verification"] = self.verification.as_json() if self.verification else None
         data["clusters"] = [c.as_json() for c in self.clusters]
         data["built_on"] = self.built_on.isoformat() if self.built_on else None
+        data["pull_cost"] = self.pull_cost.as_json() if self.pull_cost else None
         return data
 
 
@@ -193,11 +198,20 @@ class BuildReport:
                 result = replace(result, verification=old.verification)
             if result.staged is None and old.staged is not None:
                 result = replace(result, staged=old.staged)
+            if result.pull_cost is None and result.staged == old.staged:  # the same staged image
+                result = replace(result, pull_cost=old.pull_cost)
             if not result.clusters and old.clusters:  # the same image: its runs on clusters hold
                 result = replace(result, clusters=old.clusters)
             return result
 
         return replace(self, cells=tuple(kept(r) for r in self.cells))
+
+    def with_pull_costs(self, costs: dict[str, PullCost]) -> BuildReport:
+        """A copy in which each cell of ``costs`` carries its pull cost, and every cell's shared
+        bytes are counted again against the others' layers."""
+        found = {r.id: costs.get(r.id, r.pull_cost) for r in self.cells}
+        shared = with_shared({cell: cost for cell, cost in found.items() if cost is not None})
+        return replace(self, cells=tuple(replace(r, pull_cost=shared.get(r.id)) for r in self.cells))
 
     def counts(self) -> dict[str, int]:
         return {status: sum(1 for r in self.cells if r.status == status) for status in STATUSES}
@@ -213,7 +227,12 @@ class BuildReport:
             "cells": [_fit(r.as_json()) for r in self.cells],
             "bases": [_fit(r.as_json()) for r in self.bases],
             "verify_runs": [asdict(r) for r in self.verify_runs],
+            "pull": asdict(pulled) if (pulled := self.pull()) else None,
         }
+
+    def pull(self) -> MatrixPull | None:
+        """What a fresh node fetches to run every cell whose pull cost is known."""
+        return matrix_pull(r.pull_cost for r in self.cells if r.pull_cost is not None)
 
 
 def write_report(state_dir: Path, report: BuildReport) -> Path:

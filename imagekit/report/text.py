@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from imagekit.core.text import counted, printable
 from imagekit.probe import protocol
+from imagekit.report.pullcost import gib, matrix_line
 from imagekit.report.store import STATUSES, BuildReport, CellResult
 from imagekit.report.verification import GpuFigures, Verification, VerifyRun
 
@@ -165,6 +166,29 @@ def published_rows(lock: Lock) -> list[tuple[str, ...]]:
     return [tuple(printable(value) for value in row) for row in out]
 
 
+PULL_HEADERS = ("cell", "pulls", "largest layer", "made by", "shared")
+
+
+def pull_rows(report: BuildReport) -> list[tuple[str, ...]]:
+    """Each cell's pull cost (compressed bytes a fresh node fetches), where it was counted."""
+    out: list[tuple[str, ...]] = []
+    for result in report.cells:
+        cost = result.pull_cost
+        if cost is None:
+            continue
+        largest = cost.largest
+        size = gib(largest.size) if largest else "-"
+        row = (result.id, gib(cost.total), size, cost.largest_step, gib(cost.shared))
+        out.append(tuple(printable(value) for value in row))
+    return out
+
+
+def pull_line(report: BuildReport) -> str | None:
+    """The matrix-level line: distinct bytes against the images' sum; None when none was counted."""
+    pulled = report.pull()
+    return printable(matrix_line(pulled)) if pulled is not None else None
+
+
 def summary_line(report: BuildReport) -> str:
     counts = report.counts()
     parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
@@ -200,6 +224,11 @@ def markdown(report: BuildReport, lock: Lock | None = None) -> str:
             fence = "`" * max(3, longest + 1)
             lines += ["", f"<details><summary>{summary}</summary>", ""]
             lines += [fence, *tail, fence, "", "</details>"]
+    pulled = pull_rows(report)
+    if pulled:
+        lines += ["", "#### pull cost", "", markdown_text(pull_line(report) or ""), ""]
+        lines += ["| " + " | ".join(PULL_HEADERS) + " |", "|" + "---|" * len(PULL_HEADERS)]
+        lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in pulled]
     published = published_rows(lock) if lock is not None else []
     if published:
         lines += ["", "#### published", "", "| " + " | ".join(PUBLISHED_HEADERS) + " |"]

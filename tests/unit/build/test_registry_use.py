@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 
 from imagekit.build import registry_use
-from imagekit.core import naming
+from imagekit.core import naming, platforms
 from imagekit.plan.schema import Publish
+from imagekit.registry.manifest import DOCKER_MANIFEST, Manifest
 from imagekit.registry.transport import DEFAULT_BACKOFF
 from imagekit.report.store import CellResult
 
 MANIFEST = "sha256:" + "a" * 64
 CONFIG = "sha256:" + "c" * 64
+LAYER = "sha256:" + "d" * 64
 
 
 class StagedRegistry:
@@ -26,6 +28,13 @@ class StagedRegistry:
 
     def get_manifest(self, repository: str, digest: str) -> Any:
         return SimpleNamespace(config_digest=CONFIG)
+
+    def image_for(self, repository: str, digest: str, platform: object) -> tuple[Manifest, bytes]:
+        body = {"config": {"digest": CONFIG, "size": 2}, "layers": [{"digest": LAYER, "size": 9}]}
+        return Manifest(MANIFEST, DOCKER_MANIFEST, json.dumps(body).encode()), b"{}"
+
+    def blob_length(self, repository: str, digest: str) -> int | None:
+        return 9 if digest == LAYER else None
 
 
 @pytest.mark.parametrize(
@@ -51,8 +60,9 @@ def test_a_staging_tag_naming_the_image_by_either_id_is_not_pushed_again(
         id="c", kind="cell", status="built", base_image="b", image_id=image_id, input_digest="f" * 64
     )
     said: list[str] = []
-    staged = use.stage(result, said.append)
+    staged = use.stage(result, said.append, platforms.get("linux/amd64"))
     assert staged.staged is not None and staged.staged.digest == MANIFEST
+    assert staged.pull_cost is not None and staged.pull_cost.total == 11  # counted where it was staged
     assert pushes == ([image_id] if pushed else [])
     assert any("not pushed again" in s for s in said) is not pushed
 

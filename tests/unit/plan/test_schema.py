@@ -133,3 +133,18 @@ def test_build_settings_default_to_the_classic_builder_and_refuse_unknown_keys(
 def test_a_secrets_value_comes_from_its_environment_variable() -> None:
     assert secret_env_name("pip-index") == "IMAGEKIT_SECRET_PIP_INDEX"
     assert secret_env_name("a") == "IMAGEKIT_SECRET_A"
+
+
+def test_publish_max_layer_size_takes_bytes_or_units_and_defaults_to_8_gib(
+    write_matrix: Callable[[str], Path],
+) -> None:
+    assert load_plan(write_matrix(MATRIX)).matrix.publish.max_layer_size == 8 * 2**30
+    for given, size in (("8GiB", 8 * 2**30), ("'500 MB'", 500 * 10**6), ("1234", 1234)):
+        found = load_plan(write_matrix(f"publish: {{max_layer_size: {given}}}\n{MATRIX}"))
+        assert found.matrix.publish.max_layer_size == size, given
+    for bad in ("8 GiBs", "-1", "0", "true", "1.5", "2TiB", "'99999999999999999999'"):
+        result = run_cli(
+            "plan", "--matrix", str(write_matrix(f"publish: {{max_layer_size: {bad}}}\n{MATRIX}"))
+        )
+        assert result.exit_code == 2 and "publish.max_layer_size" in result.stderr, (bad, result.stderr)
+        assert result.stderr.count("\n") == 1, result.stderr

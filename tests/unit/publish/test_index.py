@@ -63,7 +63,12 @@ def image(arch: str, input_digest: str) -> tuple[Manifest, bytes]:
     config = json.dumps({"architecture": arch, "os": "linux", "config": {"Labels": labels}}).encode()
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
     body = json.dumps(
-        {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {"digest": config_digest}, "layers": []}
+        {
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST,
+            "config": {"digest": config_digest, "size": len(config)},
+            "layers": [],
+        }
     ).encode()
     return Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body), config
 
@@ -242,6 +247,7 @@ class MemoryRegistry:
 
     host = "reg:5000"
     read_back_index = Registry.read_back_index
+    image_for = Registry.image_for  # an image of no layers: nothing to HEAD for its pull cost
 
     def __init__(self) -> None:
         self.manifests: dict[tuple[str, str], Manifest] = {}

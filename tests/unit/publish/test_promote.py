@@ -203,8 +203,10 @@ class FakeRegistry:
         self.tagged: dict[str, str] = {}  # tag -> the digest it names in the target repository
         body = json.dumps({
             "schemaVersion": 2,
-            "config": {"digest": config_digest},
-            "layers": [{"digest": "sha256:" + "1" * 64}, {"digest": "sha256:" + "2" * 64}],
+            "config": {"digest": config_digest, "size": 3},
+            "layers": [
+                {"digest": "sha256:" + "1" * 64, "size": 5}, {"digest": "sha256:" + "2" * 64, "size": 7}
+            ],
         }).encode()  # fmt: skip
         self.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body)
         labels = {
@@ -218,6 +220,13 @@ class FakeRegistry:
 
     def ping(self) -> None:
         self.calls.append(("ping",))
+
+    def image_for(self, repository: str, digest: str, platform: Any) -> tuple[Any, bytes]:
+        self.calls.append(("image_for", repository, digest))
+        return self.get_manifest(repository, digest), self.config
+
+    def blob_length(self, repository: str, digest: str) -> int | None:
+        return self.manifest.blob_sizes.get(digest)
 
     def get_manifest(self, repository: str, reference: str) -> Any:
         from imagekit.core.errors import RegistryError
@@ -631,3 +640,36 @@ def test_a_verification_made_for_other_inputs_is_refused_naming_both() -> None:
     assert reason is not None and f"made for inputs {'e' * 64}, not the cell's {'f' * 64}" in reason
     own = replace(record, verification=replace(record.verification, input_digest="f" * 64))
     assert refusal_reason(own, "checked") is None and refusal_reason(record, "checked") is None
+
+
+@pytest.mark.parametrize(("cap", "refused"), [(7, False), (6, True)], ids=["at-the-cap", "over-the-cap"])
+def test_a_layer_over_publish_max_layer_size_publishes_nothing(
+    tmp_path: Path, cap: int, refused: bool
+) -> None:
+    """The largest layer (7 bytes) against the cap: over it, one line naming the cell, the layer's
+    size, the cap and the step that made it, before any tag moves and with no lock entry."""
+    import json
+    from dataclasses import replace
+
+    from imagekit.publish.promote import Publisher, PublishOptions
+
+    registry = FakeRegistry(IMAGE)
+    registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
+    config = json.loads(registry.config)
+    config["history"] = [{"created_by": "COPY base /"}, {"created_by": "RUN pip install torch\n  # buildkit"}]
+    registry.config = json.dumps(config).encode()
+    staged = staged_result("checked")
+    candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t", "t-1"), staged.verification, staged.staged)
+    options = PublishOptions("reg:5000", "acme/staging", tmp_path / "lock.json", max_layer_size=cap)
+    publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
+    published, refusals = publisher.run([candidate])
+    if not refused:
+        assert [p.entry.cell for p in published] == ["c"] and publisher.costs["c"].total == 15
+        return
+    assert published == [] and [r.cell for r in refusals] == ["c"]
+    assert refusals[0].reason == (
+        "its layer sha256:222222222222 is 7 bytes, over publish.max_layer_size 6 bytes;"
+        " made by: RUN pip install torch # buildkit; nothing promoted for this cell"
+    )
+    assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists() and publisher.costs == {}

@@ -742,3 +742,15 @@ def test_the_digest_a_tag_names_never_reads_a_missing_header_as_a_free_tag() -> 
         stub.answers[("HEAD", "/v2/r/manifests/v1")] = (400, {}, b"")
         with pytest.raises(RegistryError, match="HEAD manifest r:v1: HTTP 400"):
             registry.tag_digest("r", "v1")
+
+
+def test_a_blobs_length_is_the_content_length_its_head_answers(stub: Stub) -> None:
+    """This stub answers a HEAD with Content-Length 0 whatever the blob holds: a registry saying
+    another size than the manifest's, which the pull cost's check then refuses."""
+    from imagekit.core.errors import RegistryError
+
+    registry, _ = client(stub.host)
+    stub.blobs[("r", "sha256:" + "1" * 64)] = b"12345"
+    assert registry.blob_length("r", "sha256:" + "1" * 64) == 0
+    with pytest.raises(RegistryError, match=r"HEAD blob r@sha256:2222.*HTTP 404"):
+        registry.blob_length("r", "sha256:" + "2" * 64)

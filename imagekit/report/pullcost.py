@@ -1,0 +1,217 @@
+"""What a node pulls to run a cell's image, counted from the registry's manifests alone.
+
+A manifest's ``layers[]`` descriptors carry ``size``, the blob's byte count: the compressed bytes a
+node downloads (OCI image-spec, descriptor). A cell's pull cost is those plus its config; the
+largest layer is named by its Dockerfile step (the config's ``history[]`` without its
+``empty_layer`` entries lines up with ``layers[]``). "Shared" is by layer digest, across
+repositories too: a node's content store is keyed by digest, so a layer two cells hold is fetched
+once (containerd's unpacker fetches a blob its content store lacks, by digest).
+
+Everything here is computation on bytes already read (no I/O): ``measure`` asks the registry only
+through the reader it is given (``imagekit.registry.client.Registry``). The manifest and config are
+the registry's word, trusted no more than a file: an absurd layer list or size is a RegistryError
+(one line), and a history that does not line up leaves the step "unknown", never a crash.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Annotated, Any, NoReturn, Protocol
+
+from imagekit.core.errors import RegistryError
+from imagekit.core.limits import LAYER_BYTES_MAX, MAX_IMAGE_LAYERS, STEP_CHARS
+from imagekit.core.naming import DIGEST
+from imagekit.core.platforms import Platform
+from imagekit.core.safetypes import RECORD_CONFIG, Count, ImageDigest, Items, Number, ShortText, parse_json
+from imagekit.core.text import printable
+from imagekit.registry.manifest import Manifest
+
+UNKNOWN_STEP = "unknown"
+LayerSize = Annotated[int, Number(0, LAYER_BYTES_MAX, integer=True)]
+
+
+@dataclass(frozen=True)
+class Blob:
+    """One blob a pull fetches: a layer or the config, by digest, with the manifest's size."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    digest: ImageDigest
+    size: LayerSize
+
+
+@dataclass(frozen=True)
+class PullCost:
+    """What a fresh node fetches for one cell's platform manifest (compressed bytes)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    manifest: ImageDigest  # the platform's image manifest that was counted
+    config: Blob
+    layers: Annotated[tuple[Blob, ...], Items(MAX_IMAGE_LAYERS)]
+    largest_step: ShortText = UNKNOWN_STEP  # the Dockerfile step that made the largest layer
+    shared: Count = 0  # bytes of its layers that another cell of the report holds too
+
+    @property
+    def total(self) -> int:
+        return self.config.size + sum(layer.size for layer in self.layers)
+
+    @property
+    def largest(self) -> Blob | None:
+        """The largest layer (the first of equals); None for an image of no layers."""
+        return max(self.layers, key=lambda layer: layer.size, default=None)
+
+    def as_json(self) -> dict[str, Any]:
+        largest = self.largest
+        return {
+            **asdict(self),
+            "layers": [asdict(layer) for layer in self.layers],
+            "total": self.total,
+            "largest_size": largest.size if largest else 0,
+        }
+
+
+@dataclass(frozen=True)
+class MatrixPull:
+    """A fresh node running every counted cell: distinct bytes against the images' sum."""
+
+    cells: int
+    distinct: int  # each layer and config digest once
+    summed: int  # each cell's total, as if nothing were shared
+
+
+class ImageReader(Protocol):
+    """What ``measure`` asks of a registry (``imagekit.registry.client.Registry`` answers it)."""
+
+    def image_for(self, repository: str, digest: str, platform: Platform) -> tuple[Manifest, bytes]: ...
+
+    def blob_length(self, repository: str, digest: str) -> int | None: ...
+
+
+def gib(size: int) -> str:
+    """A byte count as a person compares it with a cap: ``8.00 GiB``, ``512.0 MiB``, ``7 bytes``."""
+    if size >= 2**30:
+        return f"{size / 2**30:.2f} GiB"
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size:,} bytes"
+
+
+def _blob(entry: Any, what: str, where: str) -> Blob:
+    def refuse(problem: str) -> NoReturn:
+        raise RegistryError(f"{where}: {what} {problem}; its pull cost is not counted")
+
+    if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
+        refuse("is no descriptor")
+    if not DIGEST.fullmatch(entry["digest"]):
+        refuse("names no sha256 digest")
+    size = entry.get("size")
+    if type(size) is not int:  # a bool is an int to Python, never a size
+        refuse(f"has a size that is a JSON {type(size).__name__}, not an integer")
+    if not 0 <= size <= LAYER_BYTES_MAX:
+        refuse(f"says it is {size:,} bytes; a size is between 0 and {LAYER_BYTES_MAX:,}")
+    return Blob(entry["digest"], size)
+
+
+def steps(config: bytes, layers: int) -> tuple[str, ...]:
+    """The Dockerfile step of each layer: the config's history without its ``empty_layer``
+    entries, one per layer, each clipped to one printable line; all "unknown" when the history
+    is missing or does not line up with the layers (a squashed or hand-made image)."""
+    unknown = (UNKNOWN_STEP,) * layers
+    try:
+        data: Any = parse_json(config)
+    except ValueError:
+        return unknown
+    history = data.get("history") if isinstance(data, dict) else None
+    if not isinstance(history, list):
+        return unknown
+    made = [h for h in history if not (isinstance(h, dict) and h.get("empty_layer") is True)]
+    if len(made) != layers or not all(isinstance(h, dict) for h in made):
+        return unknown
+    found = []
+    for entry in made:
+        created = entry.get("created_by")
+        text = " ".join(printable(created).split()) if isinstance(created, str) else ""
+        found.append(text[: STEP_CHARS - 3] + "..." if len(text) > STEP_CHARS else text or UNKNOWN_STEP)
+    return tuple(found)
+
+
+def pull_cost(manifest: Manifest, config: bytes, where: str) -> PullCost:
+    """The pull cost of one image manifest and its config's bytes; RegistryError (one line) for a
+    layer list or a size no real image has."""
+    try:
+        data: Any = parse_json(manifest.body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{where}: the manifest is not a JSON object; its pull cost is not counted")
+    entries = data.get("layers")
+    if not isinstance(entries, list):
+        raise RegistryError(f"{where}: the manifest's layers are not a list; its pull cost is not counted")
+    if len(entries) > MAX_IMAGE_LAYERS:
+        raise RegistryError(
+            f"{where}: the manifest names {len(entries):,} layers, more than the {MAX_IMAGE_LAYERS:,}"
+            " any engine runs; its pull cost is not counted"
+        )
+    layers = tuple(_blob(entry, f"layers[{i}]", where) for i, entry in enumerate(entries))
+    blob = _blob(data.get("config"), "its config", where)
+    cost = PullCost(manifest.digest, blob, layers)
+    largest = cost.largest
+    if largest is None:
+        return cost
+    return replace(cost, largest_step=steps(config, len(layers))[layers.index(largest)])
+
+
+def check_answered(cost: PullCost, answered: int | None, where: str) -> None:
+    """The registry's Content-Length for the largest layer's blob must be the manifest's size:
+    a registry that says two things about one blob is not counted (nor published from)."""
+    largest = cost.largest
+    if largest is None or answered == largest.size:
+        return
+    said = "no Content-Length" if answered is None else f"{answered:,} bytes"
+    raise RegistryError(
+        f"{where}: the registry answers {said} for layer {largest.digest[:19]}, whose descriptor says"
+        f" {largest.size:,}; its pull cost is not counted and nothing is published from it"
+    )
+
+
+def measure(reader: ImageReader, repository: str, digest: str, platform: Platform, where: str) -> PullCost:
+    """The pull cost of ``repository@digest`` for ``platform`` (an index resolves to that
+    platform's image), read from manifests and the config; the largest layer's size checked
+    against the registry's HEAD of its blob. No layer is downloaded."""
+    manifest, config = reader.image_for(repository, digest, platform)
+    cost = pull_cost(manifest, config, where)
+    if cost.largest is not None:
+        check_answered(cost, reader.blob_length(repository, cost.largest.digest), where)
+    return cost
+
+
+def with_shared(costs: Mapping[str, PullCost]) -> dict[str, PullCost]:
+    """Each cell's cost with ``shared`` = the bytes of its layers that another cell holds too
+    (a digest counted once per cell, however often one image repeats it)."""
+    holders = Counter(digest for cost in costs.values() for digest in {layer.digest for layer in cost.layers})
+    return {
+        cell: replace(
+            cost, shared=sum({b.digest: b.size for b in cost.layers if holders[b.digest] > 1}.values())
+        )
+        for cell, cost in costs.items()
+    }
+
+
+def matrix_pull(costs: Iterable[PullCost]) -> MatrixPull | None:
+    """What a fresh node fetches to run every cell (each digest once) against the images' sum;
+    None when no cell was counted."""
+    counted = list(costs)
+    if not counted:
+        return None
+    distinct = {b.digest: b.size for cost in counted for b in (cost.config, *cost.layers)}
+    return MatrixPull(len(counted), sum(distinct.values()), sum(cost.total for cost in counted))
+
+
+def matrix_line(summary: MatrixPull) -> str:
+    """The report's matrix-level line."""
+    ratio = f" ({summary.distinct / summary.summed:.2f}x)" if summary.summed else ""
+    return (
+        f"pull: a fresh node fetches {gib(summary.distinct)} to run all {summary.cells} counted cells,"
+        f" against {gib(summary.summed)} for the images one by one{ratio}"
+    )
