@@ -368,7 +368,12 @@ class Renderer:
             return None
         if not uses_wheelhouse(cell, self.plan.matrix):
             return None
-        wheels, note = self.cell_wheels(cell)
+        try:
+            wheels, note = self.cell_wheels(cell)
+        except InputError:
+            # not resolvable here (a wheelhouse not filled yet: `imagekit render` of a checkout);
+            # the Dockerfile installs in one step, and building it names the problem (``render``)
+            return None
         return None if note else slice_closure(wheels)
 
     def cell_wheels(self, cell: Cell) -> tuple[tuple[tuple[str, Path], ...], str | None]:
