@@ -26,7 +26,14 @@ from imagekit.render.contract import (
     VENV,
     FrontendLayout,
 )
-from imagekit.render.run_options import WHEELHOUSE_CONTEXT, WHEELHOUSE_DIR, StepOptions
+from imagekit.render.run_options import (
+    CUDA_WHEELS_CONTEXT,
+    DEPS_WHEELS_CONTEXT,
+    WHEELHOUSE_CONTEXT,
+    WHEELHOUSE_DIR,
+    StepOptions,
+)
+from imagekit.render.wheels import ClosureSlices
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,39 @@ class ImageRuns:
     apt: str  # installs the cell's OS packages
     toolchain: str  # installs the compiler and Python.h where the base lacks them
     torch: str  # creates the venv and installs torch
+    venv: str  # creates the venv alone, when the closure is installed in layers (``WheelLayer``)
     guard: str  # the build guard and the pins
     extra: str  # installs the cell's pip packages
     extension: str  # builds the extension check's modules
+
+
+@dataclass(frozen=True)
+class WheelLayer:
+    """One ``pip install --no-deps`` of a slice of the cell's resolved closure (BuildKit): its own
+    step, so its own layer, shared by every cell that installs the same slice."""
+
+    run: str  # what follows RUN: offline, the slice's directory bound
+    pip_args: tuple[str, ...]
+    requirements: tuple[str, ...]  # project==version, by name: a path would write direct_url.json
+
+
+def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLayer, ...]:
+    """The installs of a cell's closure, bottom to top: its CUDA wheels, its other dependencies,
+    torch and its companions (each skipped when empty). ``--no-deps`` everywhere: each slice is
+    exactly what the closure says, and pip never re-resolves a lower one (an upgrade in a higher
+    layer would leave whiteouts and a second copy); the template runs ``pip check`` after the
+    last. The CUDA wheels are not byte-compiled: they hold no module worth it."""
+    common = ("--disable-pip-version-check", "--no-index", "--no-deps")
+    layers: list[WheelLayer] = []
+    for context, files, extra in (
+        (CUDA_WHEELS_CONTEXT, slices.cuda, ("--no-compile",)),
+        (DEPS_WHEELS_CONTEXT, slices.deps, ()),
+        (WHEELHOUSE_CONTEXT, slices.top, ()),
+    ):
+        if files:
+            args = (*common, "--find-links", f"/tmp/{context}", *extra)
+            layers.append(WheelLayer(options.wheel_slice(context), args, ClosureSlices.pins(files)))
+    return tuple(layers)
 
 
 @dataclass(frozen=True)
@@ -76,6 +113,15 @@ class Recipe:
     run: ImageRuns
     apt_prelude: str  # what an apt step runs first ("" for the classic builder)
     apt_clean_lists: bool  # whether an apt step deletes its lists (not when they are a cache mount)
+    apt_cleanup: str  # what an apt step runs last: removes its logs and caches (BuildKit)
+    # BuildKit: the stage declares SOURCE_DATE_EPOCH (the RUN steps see it: py_compile then writes
+    # checked-hash .pyc, not ones stamped with the build's time, which the rewritten file times
+    # would leave stale) and the cell's build arguments only after the install steps, so those
+    # steps' cache keys and environment are the same in every cell that shares them.
+    reproducible: bool
+    # The closure installed in layers (BuildKit, a resolved wheelhouse closure: the renderer
+    # fills it in, ``wheel_layers``); empty: one install step.
+    wheel_layers: tuple[WheelLayer, ...] = ()
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -371,6 +417,7 @@ def _runs(cell: StepInputs, options: StepOptions, wheelhouse: bool) -> ImageRuns
         apt=options.apt(cell.os),
         toolchain=options.apt(cell.os, fallback=True),
         torch=options.pip(wheelhouse),
+        venv=options.offline(),
         guard=options.offline(),
         extra=options.pip(wheelhouse),
         extension=options.offline(),
@@ -425,6 +472,8 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "run": _runs(cell, options, wheelhouse),
         "apt_prelude": options.apt_prelude,
         "apt_clean_lists": options.apt_clean_lists,
+        "apt_cleanup": options.apt_cleanup,
+        "reproducible": options.buildkit,
     }
 
 

@@ -40,6 +40,24 @@ _FLAG_SEPARATOR = " \\\n    "
 WHEELHOUSE_CONTEXT = "wheelhouse"  # the wheelhouse's directory in a build context
 WHEELHOUSE_DIR = "/tmp/wheelhouse"  # where a step that installs from it finds it
 WHEELHOUSE_MOUNT = f"--mount=type=bind,source={WHEELHOUSE_CONTEXT},target={WHEELHOUSE_DIR}"
+# A closure installed in layers (``wheels.slice_closure``): the CUDA wheels and the other
+# dependencies each in a context directory of their own, so each step's cache key holds only its
+# slice and cells that pin the same wheels hit the same cache entry (one layer, one blob). The
+# mount targets are the same in every cell: a mount point's stub is part of the step's layer.
+CUDA_WHEELS_CONTEXT = "wheelhouse-cuda"
+DEPS_WHEELS_CONTEXT = "wheelhouse-deps"
+# What an apt step deletes in its own RUN (a later RUN would leave the bytes below a whiteout):
+# logs with the time of the build, and ldconfig's aux-cache, which holds inode numbers
+# (docker-library/ruby PR 455); debconf's -old copies. None of it is read again.
+APT_VOLATILE = (
+    "/var/log/dpkg.log /var/log/alternatives.log /var/log/apt/* /var/cache/ldconfig/aux-cache"
+    " /var/cache/debconf/*-old"
+)
+
+
+def wheelhouse_mount(context: str) -> str:
+    """The bind mount of a wheel directory of the build context, at ``/tmp/<context>``."""
+    return f"--mount=type=bind,source={context},target=/tmp/{context}"
 
 
 def apt_cache_mounts(os_name: str) -> tuple[str, str]:
@@ -91,6 +109,10 @@ class StepOptions:
         bound = (WHEELHOUSE_MOUNT,) if wheelhouse else ()
         return self.run(self.pip_network, PIP_CACHE_MOUNT, *bound, *secret)
 
+    def wheel_slice(self, context: str) -> str:
+        """A ``pip install --no-index`` of a slice of a resolved closure: offline, its directory bound."""
+        return self.run("none", PIP_CACHE_MOUNT, wheelhouse_mount(context))
+
     def wheelhouse_stage(self, wheelhouse: bool) -> bool:
         """Whether the wheelhouse is copied into a build stage (the classic builder) rather than
         bound to the steps that read it (BuildKit)."""
@@ -109,6 +131,12 @@ class StepOptions:
     def apt_prelude(self) -> str:
         """What an apt step runs first: BuildKit keeps the downloads (in the mount)."""
         return APT_PRELUDE if self.buildkit else ""
+
+    @property
+    def apt_cleanup(self) -> str:
+        """What an apt step runs last on BuildKit, whose layers are meant to be reproducible; the
+        classic builder's Dockerfiles stay as they were (its layers never are: D.2 of issue 36)."""
+        return f" \\\n && rm -rf {APT_VOLATILE}" if self.buildkit else ""
 
     @property
     def apt_clean_lists(self) -> bool:

@@ -35,13 +35,14 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 from imagekit.core.atomic import atomic_write
@@ -346,3 +347,54 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- a closure in layers (the BuildKit builder) -----------------------------------------------------
+
+# The projects whose wheels are CUDA's own: CUDA 12's nvidia-*-cu12, and CUDA 13's cuda-toolkit,
+# cuda-bindings and suffix-less nvidia-* (FACTS, late November). The one owner of that rule.
+CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
+# The top slice: a cell's own torch build and companions (what differs between torch releases).
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+def wheel_pin(filename: str) -> tuple[str, str]:
+    """(normalised project name, version) of a wheel file (PEP 427: ``{name}-{version}(-{build})?-
+    {python}-{abi}-{platform}.whl``; the name's ``_`` stand for any of ``-_.``)."""
+    parts = PurePosixPath(filename).name.split("-")
+    if len(parts) < 5 or not filename.endswith(".whl"):
+        raise InputError(f"{filename}: not a wheel file name (name-version-python-abi-platform.whl)")
+    return re.sub(r"[-_.]+", "-", parts[0]).lower(), parts[1]
+
+
+@dataclass(frozen=True)
+class ClosureSlices:
+    """A cell's closure as three installs, bottom to top, each ``(project==version, ...)`` with its
+    files: what many cells share goes lowest (the CUDA wheels, then the other dependencies), the
+    cell's own torch family last. Each slice is a context directory of its own, so a step's cache
+    key holds only its own wheels."""
+
+    cuda: tuple[tuple[str, Path], ...]  # (file name, path)
+    deps: tuple[tuple[str, Path], ...]
+    top: tuple[tuple[str, Path], ...]
+
+    @staticmethod
+    def pins(files: Sequence[tuple[str, Path]]) -> tuple[str, ...]:
+        return tuple(sorted("==".join(wheel_pin(name)) for name, _ in files))
+
+
+def slice_closure(
+    files: Sequence[tuple[str, Path]], top_projects: Sequence[str] = TORCH_FAMILY
+) -> ClosureSlices:
+    """Splits closure ``files`` (their names as in the context) by project: CUDA's, ``top_projects``
+    (torch and its companions), the rest."""
+    cuda: list[tuple[str, Path]] = []
+    deps: list[tuple[str, Path]] = []
+    top: list[tuple[str, Path]] = []
+    for name, path in sorted(files, key=lambda f: PurePosixPath(f[0]).name):
+        project = wheel_pin(name)[0]
+        bucket = top if project in top_projects else deps
+        if project.startswith(CUDA_PROJECT_PREFIXES):
+            bucket = cuda
+        bucket.append((PurePosixPath(name).name, path))
+    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top))

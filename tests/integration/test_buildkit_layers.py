@@ -1,0 +1,103 @@
+"""The BuildKit builder's closure in layers for real (issue 36, "Share"): two cells that pin the same
+CUDA wheels and dependencies but not the same torch get the very same CUDA and dependency layers
+(one diff_id each), and torch layers of their own.
+
+The wheels are made here by hand (a fake torch per release requiring `nvidia-fake-cu12` and
+`fakedep`, plus a NumPy stand-in: torch without torchvision gets one), so the build takes seconds,
+not the ten minutes of real CUDA wheels. The cells use this test's own template, which holds the
+shipped template's install steps verbatim (cut from dockerfiles/templates/_pip.j2) and nothing of
+its build guard (it would import the fake torch): the slices, their pins, mounts and pip options
+under test are the product's.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from tests.integration.conftest import DEBIAN_PYTHON, REPO_ROOT, Project
+
+_SHIPPED = (REPO_ROOT / "dockerfiles" / "templates" / "_pip.j2").read_text()
+_LAYERS = re.search(r"\{% if recipe.wheel_layers %\}\n(.*?)\{% else %\}", _SHIPPED, re.DOTALL)
+assert _LAYERS is not None, "dockerfiles/templates/_pip.j2 no longer installs recipe.wheel_layers"
+LABELS = '{% for name, value in recipe.labels %}{{ name }}="{{ value }}" {% endfor %}'
+TEMPLATE = (
+    "FROM {{ cell.base_image }}\nARG SOURCE_DATE_EPOCH\nENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH\n"
+    f"{_LAYERS.group(1)}LABEL {LABELS}\n"
+)
+RELEASES = ("2.1.1", "2.1.2")
+
+
+def _wheel(directory: Path, project: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A pure-Python wheel of one module, written by hand (a zip with three metadata files)."""
+    module = project.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {
+        f"{module}/__init__.py": f"__version__ = {version!r}\n",
+        f"{info}/METADATA": metadata,
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: imagekit-tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(directory / f"{module}-{version}-py3-none-any.whl", "w") as wheel:
+        for name, text in {**files, f"{info}/RECORD": record}.items():
+            wheel.writestr(name, text)
+
+
+@pytest.fixture
+def sliced(project: Project, debian_python: str) -> Project:
+    wheelhouse = project.root / "wheelhouse"
+    wheelhouse.mkdir()
+    _wheel(wheelhouse, "nvidia-fake-cu12", "1.0")
+    _wheel(wheelhouse, "fakedep", "1.0")
+    _wheel(wheelhouse, "numpy", "1.0")
+    for release in RELEASES:
+        _wheel(wheelhouse, "torch", release, ("nvidia-fake-cu12==1.0", "fakedep"))
+    (project.root / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
+    document = {
+        "version": 1,
+        "templates": "templates",
+        "build": {"builder": "buildkit"},
+        "publish": {"repository": project.repository, "tags": {"readable": "{base}-{torch}"}},
+        "defaults": {"torchvision": "none", "torchaudio": "none"},
+        "axes": {"torch": list(RELEASES), "flavour": ["runtime"]},
+        "bases": {"debian": {"image": DEBIAN_PYTHON, "os": "debian12", "python": "3.11", "cuda": False}},
+        "sources": {"pip": {"no_index": True, "find_links": ["wheelhouse"], "torch_index_url": None}},
+    }
+    (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return project
+
+
+def test_cells_with_the_same_cuda_wheels_share_their_layers(sliced: Project, api: docker.APIClient) -> None:
+    done = sliced.build("--builder", "buildkit")
+    assert done.returncode == 0, done.stderr
+    base_layers = len(api.inspect_image(DEBIAN_PYTHON)["RootFS"]["Layers"])
+    layers: dict[str, list[str]] = {}
+    for cell, result in sorted(sliced.report().items()):
+        image = str(result["image_id"])
+        layers[cell] = api.inspect_image(image)["RootFS"]["Layers"]
+        listed = subprocess.run(
+            ["docker", "run", "--rm", "--network=none", image, "pip", "list", "--format=freeze"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()
+        assert {"nvidia-fake-cu12==1.0", "fakedep==1.0", "numpy==1.0"} <= set(listed), listed
+    assert len(layers) == 2, layers
+    first, second = layers.values()
+    # base, venv, CUDA slice, dependencies slice, torch slice: nothing else makes a layer here
+    assert len(first) == len(second) == base_layers + 4
+    venv, cuda, deps, top = range(base_layers, base_layers + 4)
+    assert first[venv] == second[venv]
+    assert first[cuda] == second[cuda]  # one CUDA layer for both cells
+    assert first[deps] == second[deps]
+    assert first[top] != second[top]  # torch 2.1.1's and 2.1.2's own

@@ -1,0 +1,92 @@
+"""The BuildKit builder installs a resolved closure in layers (issue 36, "Share") and declares
+SOURCE_DATE_EPOCH in the stage ("Reproducible"); the classic builder's Dockerfiles are unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from imagekit.core.errors import InputError
+from imagekit.plan.matrix import load_plan
+from imagekit.plan.schema import BuildSettings
+from imagekit.render.dockerfile import Renderer
+from imagekit.render.wheels import slice_closure, wheel_pin
+from tests.unit.projects import wheel
+
+MATRIX = """
+version: 1
+axes: {torch: ["2.1.1", "2.1.2"], cuda: [cpu], base: [deb], flavour: [runtime]}
+defaults: {torchvision: none, torchaudio: none, apt_packages: [curl], build_args: {CELL_ARG: x}}
+bases:
+  deb: {image: "imagekit-local/debian-python:bookworm", os: debian12, python: "3.11", cuda: false}
+sources:
+  pip: {no_index: true, find_links: [wheelhouse], torch_index_url: null}
+"""
+
+
+def test_a_closure_is_sliced_by_project_name() -> None:
+    files = [
+        (f"wheelhouse/{name}", Path(name))
+        for name in (
+            "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+            "nvidia_cublas_cu12-12.1.3.1-py3-none-manylinux1_x86_64.whl",
+            "cuda_bindings-13.0.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+            "nvidia_cublas-13.0.0.19-py3-none-manylinux_2_27_x86_64.whl",
+            "triton-2.1.0-0-cp311-cp311-manylinux2014_x86_64.whl",
+            "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl",
+            "torchvision-0.16.2-cp311-cp311-manylinux1_x86_64.whl",
+        )
+    ]
+    slices = slice_closure(files)
+    assert slices.pins(slices.cuda) == (
+        "cuda-bindings==13.0.1",
+        "nvidia-cublas-cu12==12.1.3.1",
+        "nvidia-cublas==13.0.0.19",
+    )
+    assert slices.pins(slices.deps) == ("numpy==1.26.4", "triton==2.1.0")
+    assert slices.pins(slices.top) == ("torch==2.13.0+cpu", "torchvision==0.16.2")
+    assert all("/" not in name for name, _ in slices.cuda + slices.deps + slices.top)
+    with pytest.raises(InputError, match="not a wheel file name"):
+        wheel_pin("wheelhouse/README.txt")
+
+
+def _renderers(write_matrix: Callable[[str], Path]) -> tuple[Renderer, Renderer]:
+    path = write_matrix(MATRIX)
+    house = path.parent / "wheelhouse"
+    house.mkdir()
+    wheel(house, "nvidia_fake_cu12", "1.0")
+    wheel(house, "numpy", "1.0")  # torch 2.1 asks numpy<2 where torchvision brings none
+    for release in ("2.1.1", "2.1.2"):
+        wheel(house, "torch", release, ("nvidia-fake-cu12==1.0",))
+    plan = load_plan(path)
+    return Renderer(plan), Renderer(plan, build=BuildSettings(builder="buildkit"))
+
+
+def test_buildkit_installs_the_closure_in_shared_layers(write_matrix: Callable[[str], Path]) -> None:
+    classic, buildkit = _renderers(write_matrix)
+    cells = [buildkit.render(cell) for cell in buildkit.plan.cells]
+    for rendered in cells:
+        text = rendered.dockerfile
+        names = [name for name, _ in rendered.context_files]
+        assert "wheelhouse-cuda/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
+        assert "wheelhouse-deps/numpy-1.0-py3-none-any.whl" in names
+        assert any(name.startswith("wheelhouse/torch-") for name in names)
+        cuda = text.index("source=wheelhouse-cuda,target=/tmp/wheelhouse-cuda")
+        deps = text.index("source=wheelhouse-deps,target=/tmp/wheelhouse-deps")
+        top = text.index("source=wheelhouse,target=/tmp/wheelhouse")
+        assert cuda < deps < top < text.index("pip check")
+        assert "--no-deps --find-links /tmp/wheelhouse-cuda --no-compile" in text
+        assert "nvidia-fake-cu12==1.0" in text and "/tmp/wheelhouse-cuda/nvidia" not in text  # by name
+        # the epoch before every RUN; the cell's own arguments only after the shared installs
+        assert text.index("ARG SOURCE_DATE_EPOCH\n") < text.index("\nRUN ")
+        assert text.index("pip check") < text.index("ARG CELL_ARG\n")
+        assert "&& rm -rf /var/log/dpkg.log /var/log/alternatives.log /var/log/apt/*" in text
+    # the shared steps are the same text in both cells: the same cache keys
+    first, second = (r.dockerfile.split("pip check")[0].rsplit("RUN ", 1)[0] for r in cells)
+    assert first.split("# Cell ")[1].split("\n", 1)[1] == second.split("# Cell ")[1].split("\n", 1)[1]
+    for cell in classic.plan.cells:
+        text = classic.render(cell).dockerfile
+        assert "wheelhouse-cuda" not in text and "SOURCE_DATE_EPOCH" not in text
+        assert "/var/log/dpkg.log" not in text and "--no-deps" not in text
