@@ -135,7 +135,8 @@ class StepOptions:
     @property
     def apt_cleanup(self) -> str:
         """What an apt step runs last on BuildKit, whose layers are meant to be reproducible; the
-        classic builder's Dockerfiles stay as they were (its layers never are: D.2 of issue 36)."""
+        classic builder's Dockerfiles stay as they were (its layers never are: each is the tar of
+        a container's changes, with the times the build ran)."""
         return f" \\\n && rm -rf {APT_VOLATILE}" if self.buildkit else ""
 
     @property

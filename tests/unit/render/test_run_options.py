@@ -97,15 +97,21 @@ def test_offline_wheelhouse_cells_build_with_every_step_offline() -> None:
         assert PIP_NETRC_SECRET not in text
 
 
+WHEEL_MOUNT = re.compile(r"--mount=type=bind,source=wheelhouse(?:-cuda|-deps)?,target=/tmp/wheelhouse")
+
+
 def test_buildkit_binds_the_wheelhouse_to_each_pip_step_and_needs_no_build_stage() -> None:
     plan = load_plan(REPO / "examples" / "offline" / "matrix.yaml")
     classic, buildkit = all_dockerfiles(plan, None), all_dockerfiles(plan, BUILDKIT)
     for cell_id, text in buildkit.items():
         # the wheel files reach no layer: bound, never copied, so no stage to keep them out of
         assert "COPY wheelhouse/" not in text and " AS venv-build" not in text, cell_id
+        # each pip step binds its own wheel directory: the whole wheelhouse, or a slice of the
+        # cell's closure (wheelhouse-cuda/, wheelhouse-deps/: tests/unit/render/test_wheel_layers.py)
         pip_steps = [run for run in runs(text) if "pip install" in run]
-        assert pip_steps and all(WHEELHOUSE_MOUNT in run for run in pip_steps), cell_id
-        assert all(WHEELHOUSE_MOUNT not in run for run in runs(text) if "pip install" not in run), cell_id
+        assert pip_steps and all(len(WHEEL_MOUNT.findall(run)) == 1 for run in pip_steps), cell_id
+        assert any(WHEELHOUSE_MOUNT in run for run in pip_steps), cell_id
+        assert all(not WHEEL_MOUNT.search(run) for run in runs(text) if "pip install" not in run), cell_id
         # the classic builder keeps its build stage
         assert "COPY wheelhouse/ /tmp/wheelhouse/" in classic[cell_id] and "--mount=" not in classic[cell_id]
     image = next(text for cell_id, text in buildkit.items() if cell_id.endswith("-runtime"))
