@@ -56,6 +56,7 @@ class WheelLayer:
     """One ``pip install --no-deps`` of a slice of the cell's resolved closure (BuildKit): its own
     step, so its own layer, shared by every cell that installs the same slice."""
 
+    context: str  # the slice's directory in the build context
     run: str  # what follows RUN: offline, the slice's directory bound
     pip_args: tuple[str, ...]
     requirements: tuple[str, ...]  # project==version, by name: a path would write direct_url.json
@@ -76,7 +77,7 @@ def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLaye
     ):
         if files:
             args = (*common, "--find-links", f"/tmp/{context}", *extra)
-            layers.append(WheelLayer(options.wheel_slice(context), args, ClosureSlices.pins(files)))
+            layers.append(WheelLayer(context, options.wheel_slice(context), args, ClosureSlices.pins(files)))
     return tuple(layers)
 
 

@@ -73,6 +73,8 @@ def test_buildkit_installs_the_closure_in_shared_layers(write_matrix: Callable[[
         assert "wheelhouse-cuda/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
         assert "wheelhouse-deps/numpy-1.0-py3-none-any.whl" in names
         assert any(name.startswith("wheelhouse/torch-") for name in names)
+        # the header names every directory of the context
+        assert "imagekit-check.py, wheelhouse-cuda/, wheelhouse-deps/, wheelhouse/ (`imagekit build`" in text
         cuda = text.index("source=wheelhouse-cuda,target=/tmp/wheelhouse-cuda")
         deps = text.index("source=wheelhouse-deps,target=/tmp/wheelhouse-deps")
         top = text.index("source=wheelhouse,target=/tmp/wheelhouse")
