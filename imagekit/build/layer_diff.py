@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import shutil
 import subprocess
 import tarfile
@@ -145,7 +146,26 @@ class Difference:
 
 
 def _keys_differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    return sorted(str(k) for k in set(a) | set(b) if a.get(k) != b.get(k))
+    """The keys whose values differ; a list's first differing item named with both values
+    (``history[4] {...} -> {...}``), clipped: which step's record moved, not only that one did."""
+    found = []
+    for key in sorted(str(k) for k in set(a) | set(b) if a.get(k) != b.get(k)):
+        mine, other = a.get(key), b.get(key)
+        where = ""
+        if isinstance(mine, list) and isinstance(other, list):
+            at = next((i for i, (x, y) in enumerate(zip(mine, other, strict=False)) if x != y), None)
+            where = (
+                f" ({len(mine)} -> {len(other)} items)"
+                if at is None
+                else f"[{at}] {_clip(mine[at])} -> {_clip(other[at])}"
+            )
+        found.append(key + where)
+    return found
+
+
+def _clip(value: Any) -> str:
+    text = printable(json.dumps(value, sort_keys=True))
+    return text if len(text) <= NAME_CHARS else text[: NAME_CHARS - 3] + "..."
 
 
 def compare(published: Image, rebuilt: Image) -> Difference | None:

@@ -150,16 +150,25 @@ def find_cell(plan: Plan, image: Image, where: str) -> Cell:
 
 
 def render(plan: Plan, cell: Cell, image: Image) -> RenderedCell:
-    """``cell`` as ``imagekit build --builder buildkit`` renders it for this image: the matrix's
-    mirrors, the image's compression, FROM the base digest it records (the input digest keeps the
-    base's name, so pinning it changes no input)."""
+    """``cell`` as ``imagekit build --builder buildkit`` rendered it for this image: the matrix's
+    mirrors, the image's compression, FROM the base it names (the input digest keeps the base's
+    name either way)."""
     layers = image.layers
     compression: Literal["gzip", "zstd"] = "zstd" if layers and "zstd" in layers[-1].media_type else "gzip"
     if local_base_of(cell) is None:
         mirrored = apply_mirrors(cell.base_image, tuple(plan.matrix.mirrors.items()))
         cell = dataclasses.replace(cell, base_image=mirrored)
-    recorded = labels(image.config).get(naming.BASE_DIGEST_LABEL, "")
-    pinned = recorded if "@sha256:" in recorded and naming.is_reference(recorded) else None
+    # FROM the base's digest only where the build was (--pin-base-digests): the OCI labels name
+    # the FROM reference, so an unpinned build's image says the base's name, a pinned one its digest.
+    found = labels(image.config)
+    recorded = found.get(naming.BASE_DIGEST_LABEL, "")
+    pinned = (
+        recorded
+        if "@sha256:" in recorded
+        and naming.is_reference(recorded)
+        and any(recorded in value for key, value in found.items() if key != naming.BASE_DIGEST_LABEL)
+        else None
+    )
     renderer = Renderer(plan, build=BuildSettings(builder="buildkit", compression=compression))
     return renderer.render(cell, build_from=pinned)
 
