@@ -8,7 +8,10 @@ import gzip
 import hashlib
 import io
 import json
+import shutil
+import subprocess
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -211,3 +214,19 @@ def test_a_gzip_layer_is_listed_as_it_is_decompressed() -> None:
     blob = io.BytesIO(gzip.compress(tar(("a", b"x", 1)).getvalue()))
     with uncompressed(blob, GZIP) as stream:
         assert list(list_entries(stream).entries) == ["a"]
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="no zstd program")
+def test_a_zstd_layer_is_listed_through_the_zstd_program(tmp_path: Path) -> None:
+    plain = tmp_path / "layer.tar"
+    plain.write_bytes(tar(("a", b"x", 1)).getvalue())
+    subprocess.run(["zstd", "-q", str(plain)], check=True, timeout=30)
+    with (tmp_path / "layer.tar.zst").open("rb") as blob, uncompressed(blob, ZSTD) as stream:
+        assert list(list_entries(stream).entries) == ["a"]
+
+
+def test_a_zstd_layer_without_the_program_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_diff.shutil, "which", lambda _: None)
+    refused = pytest.raises(layer_diff.LayerUnreadable, match="no `zstd` program")
+    with refused, uncompressed(io.BytesIO(), ZSTD):
+        pass
