@@ -48,7 +48,7 @@ from imagekit.build.layer_diff import (
 )
 from imagekit.build.run_state import RunState
 from imagekit.core import naming, platforms
-from imagekit.core.errors import ImagekitError, InputError, InputsChanged, RegistryError
+from imagekit.core.errors import ImagekitError, InputError, InputsChanged, RegistryError, one_line
 from imagekit.core.limits import CONFIG_BYTES, LAYER_BYTES_MAX, MANIFEST_BYTES
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable, shown
@@ -227,7 +227,11 @@ def rebuilt_image(
             _build(
                 settings, request, rendered, output, f"{target.host}/{target.repository}:rebuild-check", write
             )
-        with tarfile.open(output) as oci:
+        try:
+            oci = tarfile.open(output)  # noqa: SIM115 (closed below, after the caller read its blobs)
+        except (tarfile.TarError, OSError) as exc:
+            raise ImagekitError(f"buildx wrote no readable OCI tar: {one_line(exc)}") from None
+        with oci:
             yield _oci_image(oci, rendered.cell.platform, target.reference), oci
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -289,6 +293,13 @@ def _blob(oci: tarfile.TarFile, digest: str) -> IO[bytes]:
 
 def _oci_image(oci: tarfile.TarFile, platform: str, where: str) -> Image:
     """The image buildx wrote (index.json's manifest; an index inside: ``platform``'s child)."""
+    try:
+        return _oci_manifest(oci, platform, where)
+    except (ValueError, tarfile.TarError, OSError) as exc:
+        raise ImagekitError(f"buildx's OCI tar cannot be read: {one_line(exc)}") from None
+
+
+def _oci_manifest(oci: tarfile.TarFile, platform: str, where: str) -> Image:
     handle = oci.extractfile("index.json")
     index: Any = parse_json(handle.read(MANIFEST_BYTES)) if handle else None
     entries = index.get("manifests") if isinstance(index, dict) else None
@@ -332,7 +343,6 @@ class Outcome:
     published: str  # the platform image's manifest digest
     rebuilt: str
     difference: Difference | None
-    inputs_changed: bool = False
 
     def lines(self) -> list[str]:
         if self.difference is None:

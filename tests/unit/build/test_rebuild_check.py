@@ -5,7 +5,9 @@ matrix that renders other inputs stopped with its own exit code, nothing built."
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from imagekit.build.layer_diff import Difference, Entry, EntryDifference
 from imagekit.build.rebuild_check import (
     Outcome,
     Target,
+    _oci_image,
     check_inputs,
     find_cell,
     parse_target,
@@ -23,7 +26,7 @@ from imagekit.build.rebuild_check import (
     render,
 )
 from imagekit.core import naming
-from imagekit.core.errors import ExitCode, InputError, InputsChanged
+from imagekit.core.errors import ExitCode, ImagekitError, InputError, InputsChanged
 from imagekit.plan.cells import Plan
 from imagekit.plan.matrix import load_plan
 from imagekit.registry.manifest import OCI_INDEX, OCI_MANIFEST
@@ -210,3 +213,33 @@ def test_the_verdict_lines_and_json() -> None:
     ]
     document = json.loads(outcome.json_text())
     assert document["verdict"] == "differs" and document["difference"]["entries"][0]["rebuilt"]["mtime"] == 2
+
+
+def _oci_tar(path: Path, files: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w") as out:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+
+
+def test_the_rebuilt_image_is_read_from_buildx_oci_tar_and_a_broken_one_is_one_line(tmp_path: Path) -> None:
+    config = json.dumps(_config({})).encode()
+    manifest = json.dumps(
+        {
+            "config": {"digest": digest_of(config), "size": len(config)},
+            "layers": [{"digest": DIGEST, "size": 3}],
+        }
+    ).encode()
+    index = json.dumps({"manifests": [{"digest": digest_of(manifest)}]}).encode()
+    blobs = {f"blobs/sha256/{digest_of(b).removeprefix('sha256:')}": b for b in (config, manifest)}
+    _oci_tar(tmp_path / "good.tar", {"index.json": index, **blobs})
+    with tarfile.open(tmp_path / "good.tar") as oci:
+        assert _oci_image(oci, "linux/amd64", "ref").manifest_digest == digest_of(manifest)
+    _oci_tar(tmp_path / "bad.tar", {"index.json": b"[[[\x1b", **blobs})
+    with (
+        tarfile.open(tmp_path / "bad.tar") as oci,
+        pytest.raises(ImagekitError, match="buildx's OCI tar") as bad,
+    ):
+        _oci_image(oci, "linux/amd64", "ref")
+    assert "\x1b" not in bad.value.message
