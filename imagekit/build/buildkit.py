@@ -37,6 +37,7 @@ from imagekit.engine.buildx import (
     Buildx,
     BuildxRequest,
     BuildxRun,
+    BuiltOci,
     PlainText,
     StepCached,
     StepFailed,
@@ -147,64 +148,80 @@ def build_image(
 
     ``cache``: the registry cache to read and to write (None: none). Raises StepError naming the
     failed step, BuildAborted when stopped (``running`` registers the process for that)."""
-    host_network = "--network=host" in _dockerfile_text(context, request.dockerfile)
-    context.seek(0)
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=settings.work_dir))
     try:
-        output, metadata = work / "image.oci.tar", work / "metadata.json"
-        argv = build_argv(
-            settings.buildx,
-            BuildxRequest(
-                dockerfile=request.dockerfile,
-                labels=request.labels,
-                build_args=request.build_args,
-                platform=request.platform,
-                output=output,
-                name=name,
-                compression=settings.compression,
-                epoch=REPRODUCIBLE_EPOCH,
-                network=request.network_mode or "none",
-                host_network=host_network,
-                secrets=settings.secrets,
-                cache_from=cache[0],
-                cache_to=cache[1],
-                no_cache=request.nocache,
-            ),
-            metadata,
-        )
-        run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)})
-        failed: StepFailed | None = None
-        text: list[str] = []
-        with running(run):
-            for event in run.events():
-                if isinstance(event, StepStarted):
-                    write(f"#{event.step}")
-                elif isinstance(event, StepCached):
-                    write(f"#{event.step}: CACHED")
-                elif isinstance(event, StepOutput):
-                    for line in event.text.splitlines():
-                        write(line)
-                elif isinstance(event, StepFailed):
-                    write(f"#{event.step}: ERROR {event.error}")
-                    # A missing cache is no failure, nor a failed cache write (registry_cache).
-                    if not event.step.startswith(("importing cache", "exporting cache")):
-                        failed = event
-                elif isinstance(event, PlainText):
-                    write(event.text)
-                    text.append(event.text)
-        if run.returncode != 0:
-            if failed is not None:
-                step = failed.step if len(failed.step) <= 100 else failed.step[:97] + "..."
-                raise JobFailed(f"step {step}: {failed.error}")
-            last = next((line for line in reversed(text) if line.strip()), f"exit status {run.returncode}")
-            raise JobFailed(f"docker buildx build failed: {last}")
-        built = read_metadata(metadata)
+        output = work / "image.oci.tar"
+        built = build_oci(settings, request, context, output, name, cache, write, running)
         write(f"built {built.manifest_digest} (config {built.config_digest}); loading it into the engine")
         _load(api, output)
         return built.manifest_digest
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def build_oci(
+    settings: BuildkitSettings,
+    request: BuildRequest,
+    context: IO[bytes],
+    output: Path,
+    name: str,
+    cache: tuple[str | None, str | None],
+    write: Write,
+    running: Register,
+) -> BuiltOci:
+    """Build ``request`` with buildx into the OCI tar ``output`` (and nothing else: no engine image,
+    no push); the digests buildx reports. Raises JobFailed naming the failed step."""
+    host_network = "--network=host" in _dockerfile_text(context, request.dockerfile)
+    context.seek(0)
+    metadata = output.with_name(output.name + ".metadata.json")
+    argv = build_argv(
+        settings.buildx,
+        BuildxRequest(
+            dockerfile=request.dockerfile,
+            labels=request.labels,
+            build_args=request.build_args,
+            platform=request.platform,
+            output=output,
+            name=name,
+            compression=settings.compression,
+            epoch=REPRODUCIBLE_EPOCH,
+            network=request.network_mode or "none",
+            host_network=host_network,
+            secrets=settings.secrets,
+            cache_from=cache[0],
+            cache_to=cache[1],
+            no_cache=request.nocache,
+        ),
+        metadata,
+    )
+    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)})
+    failed: StepFailed | None = None
+    text: list[str] = []
+    with running(run):
+        for event in run.events():
+            if isinstance(event, StepStarted):
+                write(f"#{event.step}")
+            elif isinstance(event, StepCached):
+                write(f"#{event.step}: CACHED")
+            elif isinstance(event, StepOutput):
+                for line in event.text.splitlines():
+                    write(line)
+            elif isinstance(event, StepFailed):
+                write(f"#{event.step}: ERROR {event.error}")
+                # A missing cache is no failure, nor a failed cache write (registry_cache).
+                if not event.step.startswith(("importing cache", "exporting cache")):
+                    failed = event
+            elif isinstance(event, PlainText):
+                write(event.text)
+                text.append(event.text)
+    if run.returncode != 0:
+        if failed is not None:
+            step = failed.step if len(failed.step) <= 100 else failed.step[:97] + "..."
+            raise JobFailed(f"step {step}: {failed.error}")
+        last = next((line for line in reversed(text) if line.strip()), f"exit status {run.returncode}")
+        raise JobFailed(f"docker buildx build failed: {last}")
+    return read_metadata(metadata)
 
 
 def _load(api: docker.APIClient, tar: Path) -> None:

@@ -20,6 +20,9 @@ class ExitCode(IntEnum):
     CELL_FAILED = 1  # a cell failed (build, verify) or `render --check` found drift
     INVALID_INPUT = 2  # malformed matrix, impossible request, bad usage
     ENVIRONMENT = 3  # Docker engine or registry unreachable, no GPU runtime
+    # `rebuild-check`'s two answers that are no error: a script tells them from a failure to check.
+    DIFFERS = 4  # the rebuilt image is not the published one (a layer, the config or the manifest)
+    INPUTS_CHANGED = 5  # the matrix renders other inputs than the image was built from; nothing built
 
 
 class ImagekitError(Exception):
@@ -69,3 +72,10 @@ class DriftError(ImagekitError):
 class RegistryError(ImagekitError):
     """The registry refused one request (4xx other than auth retries; not transient) or answered
     what cannot be used. One line, like every ImagekitError; exit 1 where it is not handled."""
+
+
+class InputsChanged(ImagekitError):
+    """``rebuild-check``: the cell renders another input digest than the image's label (templates,
+    wheelhouse, imagekit's version): a rebuild could not be the same image, so none was made."""
+
+    exit_code = ExitCode.INPUTS_CHANGED

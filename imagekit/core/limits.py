@@ -122,6 +122,18 @@ DEFAULT_MAX_LAYER_BYTES = 8 << 30
 STEP_CHARS = 200
 # A blob copied through imagekit whose manifest gives no size: the largest CUDA layers are ~5 GB.
 BLOB_BYTES = 64 << 30
+# `rebuild-check` lists the entries of the first differing layer, the published blob's and the
+# rebuilt one's, streaming each (a torch layer is ~200,000 entries and ~5 GB unpacked): at most
+# this many entries of each (~300 bytes a summary kept to compare) and this many unpacked bytes
+# read (content hashed, or skipped past); a hostile tar's absurd sizes or endless entries stop the
+# listing with a note, never the check.
+REBUILD_TAR_ENTRIES = 500_000
+REBUILD_TAR_BYTES = 32 << 30
+# What one tar header may take (tarfile reads a pax header or a GNU long name whole into memory):
+# a path is at most 4 KiB and a pax record set a few; 16 MiB is far past any real one.
+REBUILD_TAR_HEADER_BYTES = 16 << 20
+# Differing entries a verdict shows: the first few tell which step's output moved.
+REBUILD_SHOWN_ENTRIES = 10
 # $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
 DOCKER_CONFIG_BYTES = 1 << 20
 # One registry operation (a manifest, a tag, a token: small answers), retries included: five

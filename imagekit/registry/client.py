@@ -21,7 +21,7 @@ import json
 import re
 import tempfile
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, urljoin
 
 from requests.utils import parse_header_links
@@ -405,6 +405,23 @@ class Registry(Transport):
         self._copy_blob(repository, digest, source, urljoin(answer.url, location), scope, size)
         return "copied"
 
+    def read_blob(self, repository: str, digest: str, file: IO[bytes], size: int | None) -> None:
+        """A blob of any size streamed into ``file`` (never memory), at most ``size`` bytes (the
+        manifest's word for it; ``BLOB_BYTES`` without one), checked against its digest."""
+        spool = Spool(file)
+        answer = self._send(
+            "GET",
+            f"/v2/{repository}/blobs/{digest}",
+            _pull(repository),
+            limit=BLOB_BYTES if size is None else size,
+            sink=spool,
+            deadline_s=self.copy_deadline_s,
+        )
+        self._check(answer, f"GET blob {repository}@{digest}")
+        if spool.digest != digest:
+            raise RegistryError(f"registry {self.host}: blob {digest} came back with other content")
+        file.seek(0)
+
     def _copy_blob(
         self, repository: str, digest: str, source: str, location: str, scope: str, size: int | None
     ) -> None:
@@ -414,18 +431,7 @@ class Registry(Transport):
                 " not following"
             )
         with tempfile.TemporaryFile() as file:
-            spool = Spool(file)
-            answer = self._send(
-                "GET",
-                f"/v2/{source}/blobs/{digest}",
-                _pull(source),
-                limit=BLOB_BYTES if size is None else size,
-                sink=spool,
-                deadline_s=self.copy_deadline_s,
-            )
-            self._check(answer, f"GET blob {source}@{digest}")
-            if spool.digest != digest:
-                raise RegistryError(f"registry {self.host}: blob {digest} came back with other content")
+            self.read_blob(source, digest, file, size)
             separator = "&" if "?" in location else "?"
             put = self._send(
                 "PUT",
