@@ -283,7 +283,8 @@ class Renderer:
         # Dockerfile (a mirror or a pin renders the same cell twice) all read it.
         self._image_recipes: dict[ImageCell, Recipe] = {}
         self._frontend_recipes: dict[FrontendCell, FrontendRecipe] = {}
-        self._cell_wheels: dict[str, tuple[tuple[tuple[str, Path], ...], str | None]] = {}
+        # each cell's closure, or why it has none: a wheelhouse pip cannot satisfy is asked once
+        self._cell_wheels: dict[str, tuple[tuple[tuple[str, Path], ...], str | None] | InputError] = {}
 
     def _os_archives(self, cell: Cell) -> tuple[tuple[str, str], ...]:
         system = self.plan.compat.operating_systems.get(cell.os)
@@ -380,7 +381,13 @@ class Renderer:
         """``_cell_wheels``, once per cell (its Dockerfile and its context both read it)."""
         found = self._cell_wheels.get(cell.id)
         if found is None:
-            found = self._cell_wheels[cell.id] = self._resolve_cell_wheels(cell)
+            try:
+                found = self._resolve_cell_wheels(cell)
+            except InputError as exc:
+                found = exc
+            self._cell_wheels[cell.id] = found
+        if isinstance(found, InputError):
+            raise InputError(found.message) from None
         return found
 
     def _resolve_cell_wheels(self, cell: Cell) -> tuple[tuple[tuple[str, Path], ...], str | None]:

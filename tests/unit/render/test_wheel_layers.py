@@ -12,7 +12,7 @@ from imagekit.core.errors import InputError
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.schema import BuildSettings
 from imagekit.render.dockerfile import Renderer
-from imagekit.render.wheels import slice_closure, wheel_pin
+from imagekit.render.wheels import Request, WheelResolver, slice_closure, wheel_pin
 from tests.unit.projects import wheel
 
 MATRIX = """
@@ -92,3 +92,27 @@ def test_buildkit_installs_the_closure_in_shared_layers(write_matrix: Callable[[
         text = classic.render(cell).dockerfile
         assert "wheelhouse-cuda" not in text and "SOURCE_DATE_EPOCH" not in text
         assert "/var/log/dpkg.log" not in text and "--no-deps" not in text
+
+
+def test_a_wheelhouse_pip_cannot_satisfy_is_asked_once_per_cell(
+    write_matrix: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wheelhouse not filled yet (a checkout) renders a BuildKit Dockerfile with one install step;
+    pip's failed answer is kept, so the Dockerfile and the context do not each ask again."""
+    path = write_matrix(MATRIX)
+    (path.parent / "wheelhouse").mkdir()
+    renderer = Renderer(load_plan(path), build=BuildSettings(builder="buildkit"))
+    asked: list[str] = []
+    resolve = WheelResolver._resolve
+
+    def counted(self: WheelResolver, request: Request) -> tuple[Path, ...]:
+        asked.append(request.requirements[0])
+        return resolve(self, request)
+
+    monkeypatch.setattr(WheelResolver, "_resolve", counted)
+    cell = renderer.plan.cells[0]
+    for _ in range(3):
+        assert "pip check" not in renderer.dockerfile(cell)  # one step: nothing to slice
+    with pytest.raises(InputError, match=cell.id):
+        renderer.render(cell)  # the context cannot be made: named, as before
+    assert len(asked) == 1
