@@ -15,15 +15,19 @@ three layers: CUDA wheels, other dependencies, torch). Engines are private docke
 docker-registry with its access log on, so fetched bytes are the body bytes of every GET it answered.
 
 1. Pull cost. Per layout, both cells built cold on a fresh engine holding only the base image and
-   staged (`imagekit build --push --no-cache-from`), then pulled by digest (`docker pull`) on an
-   empty engine: fetched bytes (access log) against the manifests' distinct layer + config bytes
-   and imagekit's own pull cost (`imagekit.report.pullcost`, the report's `pull` line).
-2. Zstd. The new layout's 2.1.2 cell exported again with `--compression zstd` on the same engine
-   (every step cached), staged; the gzip and the zstd image each pulled on an empty engine, timed
-   (whether unpigz is on the engine's PATH is recorded: containerd uses it for gzip).
-3. Reproducibility. The new layout's 2.1.2 cell built once more on another empty engine: its
-   manifest digest and layer digests against the first build's; any layer that differs is named
-   with the files whose tar entries differ.
+   pushed: `docker buildx bake` of the targets `imagekit matrix --format bake` exports (imagekit's
+   contexts, build arguments and gzip OCI push output; its registry cache left out). Not
+   `imagekit build --push`: that writes the OCI tar, loads it and writes the registry cache too,
+   ~27 GB for one cell, more than this machine's disk holds beside the pulls. Then both pulled by
+   digest (`docker pull`) on an empty engine: fetched bytes (access log) against the manifests'
+   distinct layer + config bytes and imagekit's own pull cost (`imagekit.report.pullcost`).
+2. Zstd (`--skip zstd` leaves it out). The new layout's 2.1.2 cell exported again with zstd layers
+   on the same engine (every step cached), pushed; the gzip and the zstd image each pulled on an
+   empty engine, timed (whether unpigz is on the engine's PATH is recorded: containerd uses it).
+3. Reproducibility (`--skip repro`). The new layout's 2.1.2 cell built once more on another empty
+   engine: its manifest digest and layer digests against the first build's; any layer that differs
+   is named with the files whose tar entries differ. Without imagekit's rewrite-timestamp (dockerd
+   26's pushing image exporter refuses it, moby#51493) file times differ: this measures bake.
 
 Each engine is stopped (its data removed) as soon as its phase is measured: a CUDA image is ~6 GB
 unpacked. Needs root, /usr/bin/docker-registry and the engine of record's CLI with buildx.
@@ -151,8 +155,11 @@ def entry_differences(a: dict[str, tuple[object, ...]], b: dict[str, tuple[objec
 
 
 class Bench:
-    def __init__(self, project: Path, registry: LocalRegistry, old_tree: Path, out: Path) -> None:
+    def __init__(
+        self, project: Path, registry: LocalRegistry, old_tree: Path, out: Path, skip: list[str]
+    ) -> None:
         self.project = project
+        self.skip = skip
         self.registry = registry
         self.old_tree = old_tree
         self.out = out
@@ -177,10 +184,6 @@ class Bench:
         """The old layout runs the old tree's package, with this venv's Python."""
         return {"PYTHONPATH": str(self.old_tree)} if layout == "old" else {"PYTHONPATH": str(REPO)}
 
-    def ik(self, layout: str, engine: Engine | None, *args: str) -> float:
-        env = {**self.env(layout), **(engine.env() if engine else {})}
-        return timed(imagekit(*args), self.project, env)
-
     def check_layouts(self) -> None:
         """Each tree imports its own package and renders its own pip steps."""
         for layout in ("old", "new"):
@@ -197,17 +200,48 @@ class Bench:
             if not where.startswith(str(tree)):
                 raise SystemExit(f"the {layout} layout imports imagekit from {where}, not {tree}")
             ctx = f"ctx-{layout}"
-            self.ik(
-                layout, None, "matrix", "--matrix", "matrix.yaml", "--format", "bake", "--context-dir", ctx
-            )
+            bake = subprocess.run(
+                imagekit("matrix", "--matrix", "matrix.yaml", "--format", "bake", "--context-dir", ctx),
+                cwd=self.project,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            targets = json.loads(bake)
+            for target in targets["target"].values():
+                # no registry cache: its blobs would take the disk that the pulls need
+                target.pop("cache-from", None)
+                target.pop("cache-to", None)
+            (self.project / f"bake-{layout}.json").write_text(json.dumps(targets, indent=2))
             dockerfile = (self.project / ctx / CELLS[0] / "Dockerfile").read_text()
             self.result.setdefault("pip_install_steps", {})[layout] = len(
                 re.findall(r"pip install --", dockerfile)
             )
 
-    def staged(self, state: str) -> dict[str, str]:
-        cells = json.loads((self.project / state / "report.json").read_text())["cells"]
-        return {c["id"]: c["staged"]["digest"] for c in cells if c.get("staged")}
+    def bake(self, layout: str, engine: Engine, cell: str, *overrides: str) -> tuple[float, str]:
+        """The cell's bake target as imagekit exports it, pushed by BuildKit: (seconds, manifest digest)."""
+        meta = self.project / f"meta-{layout}-{cell}.json"
+        target = cell.replace(".", "_")
+        argv = [
+            DOCKER,
+            "-H",
+            engine.host,
+            "buildx",
+            "bake",
+            "--progress",
+            "plain",
+            "--metadata-file",
+            str(meta),
+        ]
+        argv += [
+            "-f",
+            f"bake-{layout}.json",
+            *(x for o in overrides for x in ("--set", f"{target}.{o}")),
+            target,
+        ]
+        seconds = timed(argv, self.project, {})
+        return seconds, json.loads(meta.read_text())[target]["containerimage.digest"]
 
     def manifest(self, digest: str) -> dict[str, Any]:
         """The amd64 image manifest of a staged digest (an index is followed to its child)."""
@@ -242,56 +276,28 @@ class Bench:
     # ---------------------------------------------------------------- phases
 
     def build(self, layout: str) -> None:
-        """Both cells cold on a fresh engine, staged; new: then 2.1.2 again with zstd layers."""
+        """Both cells cold on a fresh engine, pushed; new: then 2.1.2 again with zstd layers.
+
+        ``docker buildx bake`` of the targets imagekit exports (`imagekit matrix --format bake`: its
+        contexts, build arguments and push output), not ``imagekit build --push``: that one also
+        writes the OCI tar, loads it into the engine and writes the registry cache, about four
+        copies of a 3 GB image, which this machine's disk does not hold twice."""
         r = self.result.setdefault("build", {})
-        state = f"s-{layout}"
         with Engine(layout[0], base=True) as engine:
-            seconds = {}
+            seconds, staged = {}, {}
             for cell in CELLS:
-                # cell by cell: each run's report keeps the other cell's staged record
-                seconds[cell] = round(
-                    self.ik(
-                        layout,
-                        engine,
-                        "build",
-                        "--matrix",
-                        "matrix.yaml",
-                        "--only",
-                        cell,
-                        "--push",
-                        "--no-cache-from",
-                        "--state-dir",
-                        state,
-                    ),
-                    1,
-                )
+                took, staged[cell] = self.bake(layout, engine, cell)
+                seconds[cell] = round(took, 1)
                 if layout == "old":  # the old layout shares no install layer: keep the disk free
                     engine.empty()
-            r[layout] = {"seconds": seconds, "staged": self.staged(state)}
-            report = json.loads((self.project / state / "report.json").read_text())
-            r[layout]["report_pull"] = report.get("pull")
+            r[layout] = {"seconds": seconds, "staged": staged}
             self.save()
-            if layout == "new":
-                z = self.ik(
-                    layout,
-                    engine,
-                    "build",
-                    "--matrix",
-                    "matrix.yaml",
-                    "--only",
-                    CELLS[0],
-                    "--push",
-                    "--no-cache-from",
-                    "--force",
-                    "--compression",
-                    "zstd",
-                    "--state-dir",
-                    "s-zstd",
-                )
-                self.result["zstd"] = {
-                    "export_push_seconds": round(z, 1),
-                    "staged": self.staged("s-zstd")[CELLS[0]],
-                }
+            if layout == "new" and "zstd" not in self.skip:
+                name = f"{self.registry.host}/{STAGING}:zstd"
+                output = f"output=type=image,name={name},push=true,compression=zstd,force-compression=true"
+                output += ",oci-mediatypes=true"
+                took, digest = self.bake(layout, engine, CELLS[0], output)
+                self.result["zstd"] = {"export_push_seconds": round(took, 1), "staged": digest}
                 self.save()
 
     def pull(self, layout: str) -> None:
@@ -353,20 +359,7 @@ class Bench:
         """The new 2.1.2 cell again on another empty engine: the same manifest and layers?"""
         first = self.result["build"]["new"]["staged"][CELLS[0]]
         with Engine("r", base=True) as engine:
-            seconds = self.ik(
-                "new",
-                engine,
-                "build",
-                "--matrix",
-                "matrix.yaml",
-                "--only",
-                CELLS[0],
-                "--push",
-                "--no-cache-from",
-                "--state-dir",
-                "s-repro",
-            )
-        second = self.staged("s-repro")[CELLS[0]]
+            seconds, second = self.bake("new", engine, CELLS[0])
         a, b = self.manifest(first), self.manifest(second)
         differ = layer_diff(a["layers"], b["layers"])
         record: dict[str, Any] = {
@@ -449,7 +442,7 @@ def main() -> None:
         (project / "matrix.yaml").write_text(
             MATRIX.format(base=BASE, registry=registry.host, staging=STAGING)
         )
-        bench = Bench(project, registry, old_tree, args.out.resolve())
+        bench = Bench(project, registry, old_tree, args.out.resolve(), args.skip)
         bench.check_layouts()
         bench.save()
         bench.build("new")
