@@ -18,9 +18,10 @@ docker-registry with its access log on, so fetched bytes are the body bytes of e
    pushed: `docker buildx bake` of the targets `imagekit matrix --format bake` exports (imagekit's
    contexts, build arguments and gzip OCI push output; its registry cache left out). Not
    `imagekit build --push`: that writes the OCI tar, loads it and writes the registry cache too,
-   ~27 GB for one cell, more than this machine's disk holds beside the pulls. Then both pulled by
-   digest (`docker pull`) on an empty engine: fetched bytes (access log) against the manifests'
-   distinct layer + config bytes and imagekit's own pull cost (`imagekit.report.pullcost`).
+   24 GB for one cell before its load and push (measured), more than this disk holds beside the
+   pulls. Then both pulled by digest (`docker pull`) on an empty engine: fetched bytes (access
+   log) against the manifests' distinct layer + config bytes and imagekit's own pull cost
+   (`imagekit.report.pullcost`).
 2. Zstd (`--skip zstd` leaves it out). The new layout's 2.1.2 cell exported again with zstd layers
    on the same engine (every step cached), pushed; the gzip and the zstd image each pulled on an
    empty engine, timed (whether unpigz is on the engine's PATH is recorded: containerd uses it).
