@@ -1,6 +1,6 @@
 """What a fresh node fetches to run two CUDA-wheel cells, old layout against new (issue 36), in one run.
 
-    python bench/pull_cost.py [--out bench/results/pull_cost.json] [--old-commit b30061e]
+    python bench/pull_cost.py [--out bench/fixtures/pull-cost.json] [--old-commit b30061e]
 
 Cells: the cuda-wheels example (torch 2.1.2, CUDA 12.1 from PyPI's nvidia-*-cu12 wheels, on
 imagekit-local/debian-python:bookworm) and torch 2.1.1, which pins the same eleven nvidia wheels
@@ -418,7 +418,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "pull_cost.json")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "fixtures" / "pull-cost.json")
     parser.add_argument("--old-commit", default=OLD_COMMIT)
     parser.add_argument(
         "--skip", action="append", default=[], choices=("zstd", "repro"), help="leave a phase out"
