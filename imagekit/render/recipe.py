@@ -32,6 +32,7 @@ from imagekit.render.run_options import (
     WHEELHOUSE_CONTEXT,
     WHEELHOUSE_DIR,
     StepOptions,
+    wheel_dir,
 )
 from imagekit.render.wheels import ClosureSlices
 
@@ -76,7 +77,7 @@ def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLaye
         (WHEELHOUSE_CONTEXT, slices.top, ()),
     ):
         if files:
-            args = (*common, "--find-links", f"/tmp/{context}", *extra)
+            args = (*common, "--find-links", wheel_dir(context), *extra)
             layers.append(WheelLayer(context, options.wheel_slice(context), args, ClosureSlices.pins(files)))
     return tuple(layers)
 

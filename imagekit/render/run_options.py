@@ -38,8 +38,6 @@ APT_CLEAN_CONFIG = "/etc/apt/apt.conf.d/docker-clean"
 APT_PRELUDE = f"rm -f {APT_CLEAN_CONFIG} && "
 _FLAG_SEPARATOR = " \\\n    "
 WHEELHOUSE_CONTEXT = "wheelhouse"  # the wheelhouse's directory in a build context
-WHEELHOUSE_DIR = "/tmp/wheelhouse"  # where a step that installs from it finds it
-WHEELHOUSE_MOUNT = f"--mount=type=bind,source={WHEELHOUSE_CONTEXT},target={WHEELHOUSE_DIR}"
 # A closure installed in layers (``wheels.slice_closure``): the CUDA wheels and the other
 # dependencies each in a context directory of their own, so each step's cache key holds only its
 # slice and cells that pin the same wheels hit the same cache entry (one layer, one blob). The
@@ -55,9 +53,18 @@ APT_VOLATILE = (
 )
 
 
+def wheel_dir(context: str) -> str:
+    """Where a step finds a wheel directory of the build context: ``/tmp/<context>``."""
+    return f"/tmp/{context}"
+
+
 def wheelhouse_mount(context: str) -> str:
-    """The bind mount of a wheel directory of the build context, at ``/tmp/<context>``."""
-    return f"--mount=type=bind,source={context},target=/tmp/{context}"
+    """The bind mount of a wheel directory of the build context, where ``wheel_dir`` says."""
+    return f"--mount=type=bind,source={context},target={wheel_dir(context)}"
+
+
+WHEELHOUSE_DIR = wheel_dir(WHEELHOUSE_CONTEXT)  # where a step that installs from it finds it
+WHEELHOUSE_MOUNT = wheelhouse_mount(WHEELHOUSE_CONTEXT)
 
 
 def apt_cache_mounts(os_name: str) -> tuple[str, str]:
