@@ -88,15 +88,15 @@ def parse_target(ref: str) -> Target:
     if not naming.is_reference(ref):
         raise InputError(f"{shown(ref)}: not an image reference (REGISTRY/REPOSITORY@sha256:<64 hex>)")
     name, digest = naming.split_reference(ref)
-    host, _, path = name.partition("/")
     if digest is None or not naming.DIGEST.fullmatch(digest):
         raise InputError(f"{shown(ref)}: its digest is not sha256:<64 hex>")
-    if not path or not ("." in host or ":" in host or host == "localhost"):
+    named = naming.registry_and_path(name)
+    if named is None:
         raise InputError(
             f"{shown(ref)}: names no registry host; write it in full"
             " (like 127.0.0.1:5000/team/torch@sha256:...)"
         )
-    return Target(host, path, digest)
+    return Target(*named, digest)
 
 
 # -- the published image ------------------------------------------------------------------------------

@@ -81,10 +81,10 @@ def split_digest_reference(ref: str) -> tuple[str, str, str]:
         or not naming.is_reference(ref)
     ):
         raise InputError(f"{shown(ref)}: name the image by digest, REGISTRY/REPOSITORY@sha256:<64 hex>")
-    host, _, path = name.partition("/")
-    if not path or not ("." in host or ":" in host or host == "localhost"):
+    named = naming.registry_and_path(name)
+    if named is None:
         raise InputError(f"{shown(ref)}: name the registry (REGISTRY/REPOSITORY@sha256:...)")
-    return host, path, digest
+    return *named, digest
 
 
 @attest_app.command("verify")

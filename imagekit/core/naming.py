@@ -101,6 +101,15 @@ def split_reference(ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
+def registry_and_path(name: str) -> tuple[str, str] | None:
+    """(registry host, repository path) of ``name`` when its first component names a registry
+    (Docker's rule: a dot, a port or ``localhost``); None for a name without one (Docker Hub's)."""
+    host, _, path = name.partition("/")
+    if not path or not ("." in host or ":" in host or host == "localhost"):
+        return None
+    return host, path
+
+
 def is_reference(ref: str) -> bool:
     if len(ref) > MAX_REFERENCE or REFERENCE.fullmatch(ref) is None:
         return False

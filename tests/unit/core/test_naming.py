@@ -215,3 +215,13 @@ def test_render_publish_and_the_no_change_record_take_a_cells_tags_from_one_plac
     monkeypatch.setattr(naming.Tagging, "tags", lambda *_: ("owned", "owned-too"))
     assert every_way() == [("owned", "owned-too")] * 3
     assert group.tags == ("owned", "owned-too")
+
+
+def test_a_registry_is_the_first_component_with_a_dot_a_port_or_localhost() -> None:
+    from imagekit.core.naming import registry_and_path
+
+    assert registry_and_path("127.0.0.1:5000/team/torch") == ("127.0.0.1:5000", "team/torch")
+    assert registry_and_path("ghcr.io/imagekit/pytorch") == ("ghcr.io", "imagekit/pytorch")
+    assert registry_and_path("localhost/torch") == ("localhost", "torch")
+    assert registry_and_path("team/torch") is None  # Docker Hub's short form
+    assert registry_and_path("ghcr.io") is None  # a host, no repository
