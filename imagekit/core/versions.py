@@ -6,6 +6,7 @@ orders or buckets versions (compatibility rules, the HTML grid, tags) asks here.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 # Versions longer than this are no versions: refusing them keeps int() away from Python's
@@ -65,3 +66,9 @@ def variant_cuda(variant: str) -> str:
     """The CUDA minor of a wheel variant: ``"cu121" -> "12.1"``, ``"cu130" -> "13.0"``."""
     digits = variant.removeprefix("cu")
     return f"{digits[:-1]}.{digits[-1]}"
+
+
+def project_key(name: str) -> str:
+    """A project name as pip compares it (PEP 503): runs of ``-``, ``_`` and ``.`` are one ``-``,
+    case does not matter (``Torch_Vision`` and ``torch.vision`` are ``torch-vision``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()

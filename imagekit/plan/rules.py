@@ -18,7 +18,7 @@ from typing import Literal
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
-from imagekit.core.versions import cuda_variant, minor_of, variant_cuda, version_key
+from imagekit.core.versions import cuda_variant, minor_of, project_key, variant_cuda, version_key
 from imagekit.facts.compat import Compat, Stack, TorchRelease
 from imagekit.plan.schema import BuildSettings, Matrix
 
@@ -248,8 +248,7 @@ def pip_packages_leave_torch_alone(request: Request, compat: Compat) -> str | No
     time, after the download."""
     for requirement in request.pip_packages:
         name = _PROJECT_NAME.match(requirement)
-        # PEP 503: runs of '-', '_' and '.' are one '-', case does not matter
-        if name and re.sub(r"[-_.]+", "-", name.group(0)).lower() in _TORCH_PACKAGES:
+        if name and project_key(name.group(0)) in _TORCH_PACKAGES:
             return (
                 f"pip_packages lists {requirement}: torch, torchvision and torchaudio come from the"
                 " matrix (the torch axis, the torchvision and torchaudio keys), pinned to the cell's"

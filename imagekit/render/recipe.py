@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
+from imagekit.core.versions import project_key
 from imagekit.facts.probe_facts import wheel_arch_list
 from imagekit.plan.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
 from imagekit.plan.schema import BuildSettings, Matrix
@@ -207,7 +208,7 @@ def _extension_build(cell: StepInputs) -> tuple[str, ...]:
 
 def project_name(requirement: str) -> str:
     """The normalised project name of a pip requirement: ``Torch_Vision[x]>=1`` -> ``torch-vision``."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~;@ ]", requirement, maxsplit=1)[0]).lower()
+    return project_key(re.split(r"[\[<>=!~;@ ]", requirement, maxsplit=1)[0])
 
 
 def _requirements(cell: StepInputs) -> tuple[str, ...]:

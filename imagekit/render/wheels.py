@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from imagekit.core.paths import depends_on, read_regular_file
 from imagekit.core.platforms import DEFAULT as DEFAULT_PLATFORM
 from imagekit.core.platforms import PLATFORMS
 from imagekit.core.platforms import get as get_platform
+from imagekit.core.versions import project_key
 
 TIMEOUT_S = 300.0
 DOWNLOAD_TIMEOUT_S = 3600.0  # a download of CUDA wheels is GBs
@@ -312,6 +312,57 @@ def download(
         raise EnvironmentProblem(f"cannot run pip ({sys.executable}): {exc}") from None
 
 
+# -- a closure in layers (the BuildKit builder) -----------------------------------------------------
+
+# The projects whose wheels are CUDA's own: CUDA 12's nvidia-*-cu12, and CUDA 13's cuda-toolkit,
+# cuda-bindings and suffix-less nvidia-* (FACTS, late November). The one owner of that rule.
+CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
+# The top slice: a cell's own torch build and companions (what differs between torch releases).
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+
+
+def wheel_pin(filename: str) -> tuple[str, str]:
+    """(normalised project name, version) of a wheel file (PEP 427: ``{name}-{version}(-{build})?-
+    {python}-{abi}-{platform}.whl``; the name's ``_`` stand for any of ``-_.``)."""
+    parts = PurePosixPath(filename).name.split("-")
+    if len(parts) < 5 or not filename.endswith(".whl"):
+        raise InputError(f"{filename}: not a wheel file name (name-version-python-abi-platform.whl)")
+    return project_key(parts[0]), parts[1]
+
+
+@dataclass(frozen=True)
+class ClosureSlices:
+    """A cell's closure as three installs, bottom to top, each ``(project==version, ...)`` with its
+    files: what many cells share goes lowest (the CUDA wheels, then the other dependencies), the
+    cell's own torch family last. Each slice is a context directory of its own, so a step's cache
+    key holds only its own wheels."""
+
+    cuda: tuple[tuple[str, Path], ...]  # (file name, path)
+    deps: tuple[tuple[str, Path], ...]
+    top: tuple[tuple[str, Path], ...]
+
+    @staticmethod
+    def pins(files: Sequence[tuple[str, Path]]) -> tuple[str, ...]:
+        return tuple(sorted("==".join(wheel_pin(name)) for name, _ in files))
+
+
+def slice_closure(
+    files: Sequence[tuple[str, Path]], top_projects: Sequence[str] = TORCH_FAMILY
+) -> ClosureSlices:
+    """Splits closure ``files`` (their names as in the context) by project: CUDA's, ``top_projects``
+    (torch and its companions), the rest."""
+    cuda: list[tuple[str, Path]] = []
+    deps: list[tuple[str, Path]] = []
+    top: list[tuple[str, Path]] = []
+    for name, path in sorted(files, key=lambda f: PurePosixPath(f[0]).name):
+        project = wheel_pin(name)[0]
+        bucket = top if project in top_projects else deps
+        if project.startswith(CUDA_PROJECT_PREFIXES):
+            bucket = cuda
+        bucket.append((PurePosixPath(name).name, path))
+    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m imagekit.render.wheels download ...``: fill a wheelhouse for a target (setup scripts)."""
     import argparse  # this entry point's alone: a render imports this module and parses no argv
@@ -347,54 +398,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-# -- a closure in layers (the BuildKit builder) -----------------------------------------------------
-
-# The projects whose wheels are CUDA's own: CUDA 12's nvidia-*-cu12, and CUDA 13's cuda-toolkit,
-# cuda-bindings and suffix-less nvidia-* (FACTS, late November). The one owner of that rule.
-CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
-# The top slice: a cell's own torch build and companions (what differs between torch releases).
-TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
-
-
-def wheel_pin(filename: str) -> tuple[str, str]:
-    """(normalised project name, version) of a wheel file (PEP 427: ``{name}-{version}(-{build})?-
-    {python}-{abi}-{platform}.whl``; the name's ``_`` stand for any of ``-_.``)."""
-    parts = PurePosixPath(filename).name.split("-")
-    if len(parts) < 5 or not filename.endswith(".whl"):
-        raise InputError(f"{filename}: not a wheel file name (name-version-python-abi-platform.whl)")
-    return re.sub(r"[-_.]+", "-", parts[0]).lower(), parts[1]
-
-
-@dataclass(frozen=True)
-class ClosureSlices:
-    """A cell's closure as three installs, bottom to top, each ``(project==version, ...)`` with its
-    files: what many cells share goes lowest (the CUDA wheels, then the other dependencies), the
-    cell's own torch family last. Each slice is a context directory of its own, so a step's cache
-    key holds only its own wheels."""
-
-    cuda: tuple[tuple[str, Path], ...]  # (file name, path)
-    deps: tuple[tuple[str, Path], ...]
-    top: tuple[tuple[str, Path], ...]
-
-    @staticmethod
-    def pins(files: Sequence[tuple[str, Path]]) -> tuple[str, ...]:
-        return tuple(sorted("==".join(wheel_pin(name)) for name, _ in files))
-
-
-def slice_closure(
-    files: Sequence[tuple[str, Path]], top_projects: Sequence[str] = TORCH_FAMILY
-) -> ClosureSlices:
-    """Splits closure ``files`` (their names as in the context) by project: CUDA's, ``top_projects``
-    (torch and its companions), the rest."""
-    cuda: list[tuple[str, Path]] = []
-    deps: list[tuple[str, Path]] = []
-    top: list[tuple[str, Path]] = []
-    for name, path in sorted(files, key=lambda f: PurePosixPath(f[0]).name):
-        project = wheel_pin(name)[0]
-        bucket = top if project in top_projects else deps
-        if project.startswith(CUDA_PROJECT_PREFIXES):
-            bucket = cuda
-        bucket.append((PurePosixPath(name).name, path))
-    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top))
