@@ -78,11 +78,18 @@ ACCESS = re.compile(r'"(GET|HEAD|PUT|POST|PATCH) (\S+) HTTP/[\d.]+" (\d{3}) (\d+
 
 
 class Engine:
-    """A private dockerd 26 beside the engine of record, holding only the base image."""
+    """A private dockerd 26 beside the engine of record, holding only ``base`` (none: empty)."""
 
-    def __init__(self, name: str, store: str = "containerd") -> None:
+    def __init__(
+        self,
+        name: str,
+        store: str = "containerd",
+        base: str | None = BASE,
+        setup: str = "ARM64_BASE=0 examples/offline/setup.sh",  # what makes ``base``
+    ) -> None:
         self.name = name
         self.store = store  # containerd | overlay2 (IMAGEKIT_IMAGE_STORE of scripts/engine.sh)
+        self.base, self.setup = base, setup
         self.host = f"unix:///run/imagekit-engine-{name}/docker.sock"
 
     def __enter__(self) -> Engine:
@@ -92,10 +99,11 @@ class Engine:
             check=True,
             capture_output=True,
         )
-        saved = subprocess.Popen([DOCKER, "save", BASE], stdout=subprocess.PIPE)
-        subprocess.run([DOCKER, "-H", self.host, "load", "-q"], stdin=saved.stdout, check=True)
-        if saved.wait() != 0:
-            raise SystemExit(f"docker save {BASE} failed: run ARM64_BASE=0 examples/offline/setup.sh")
+        if self.base is not None:
+            saved = subprocess.Popen([DOCKER, "save", self.base], stdout=subprocess.PIPE)
+            subprocess.run([DOCKER, "-H", self.host, "load", "-q"], stdin=saved.stdout, check=True)
+            if saved.wait() != 0:
+                raise SystemExit(f"docker save {self.base} failed: run {self.setup}")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -56,7 +56,8 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.buildkit import ENGINE_SH, fetched
+from bench.buildkit import Engine as SecondEngine
+from bench.buildkit import fetched
 from bench.cache_from import imagekit, timed
 from tests.integration.registry_server import LocalRegistry
 
@@ -95,28 +96,11 @@ ACCEPT = ", ".join(
 )
 
 
-class Engine:
+class Engine(SecondEngine):
     """A private dockerd 26 (containerd store); ``base`` loads the cell's base image into it."""
 
     def __init__(self, name: str, base: bool) -> None:
-        self.name = f"pc{RUN}{name}"
-        self.base = base
-        self.host = f"unix:///run/imagekit-engine-{self.name}/docker.sock"
-
-    def __enter__(self) -> Engine:
-        subprocess.run(["bash", str(ENGINE_SH), "second", self.name], check=True, capture_output=True)
-        if self.base:
-            saved = subprocess.Popen([DOCKER, "save", BASE], stdout=subprocess.PIPE)
-            subprocess.run([DOCKER, "-H", self.host, "load", "-q"], stdin=saved.stdout, check=True)
-            if saved.wait() != 0:
-                raise SystemExit(f"docker save {BASE} failed: run examples/cuda-wheels/setup.sh")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        subprocess.run(["bash", str(ENGINE_SH), "stop-second", self.name], check=False, capture_output=True)
-
-    def env(self) -> dict[str, str]:
-        return {"DOCKER_HOST": self.host}
+        super().__init__(f"pc{RUN}{name}", base=BASE if base else None, setup="examples/cuda-wheels/setup.sh")
 
     def empty(self) -> None:
         """Every image but the base, and the whole build cache (this engine is the bench's own)."""
