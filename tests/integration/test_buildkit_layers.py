@@ -101,3 +101,22 @@ def test_cells_with_the_same_cuda_wheels_share_their_layers(sliced: Project, api
     assert first[cuda] == second[cuda]  # one CUDA layer for both cells
     assert first[deps] == second[deps]
     assert first[top] != second[top]  # torch 2.1.1's and 2.1.2's own
+
+    # The same flow again on this engine, every step cached: each cell's tags still name the image
+    # of its own torch (two cells share three layers; a cache hit must not hand one the other's top).
+    images = {cell: str(result["image_id"]) for cell, result in sliced.report().items()}
+    again = sliced.build("--builder", "buildkit", "--force")
+    assert again.returncode == 0, again.stderr
+    for cell, result in sorted(sliced.report().items()):
+        assert str(result["image_id"]) == images[cell], cell  # the same inputs, the same image
+        release = next(r for r in RELEASES if f"torch{r}-" in cell)
+        assert result["tags"], cell
+        for tag in result["tags"]:
+            listed = subprocess.run(
+                ["docker", "run", "--rm", "--network=none", str(tag), "pip", "list", "--format=freeze"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout.split()
+            assert f"torch=={release}" in listed, (cell, tag, listed)
