@@ -6,7 +6,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,6 +26,9 @@ from imagekit.core.clock import today
 from imagekit.core.errors import EnvironmentProblem, InputError, RegistryError, one_line
 from imagekit.core.text import counted
 from imagekit.report.state import DEFAULT_STATE_DIR
+
+if TYPE_CHECKING:
+    from docker import APIClient
 
 
 @app.command("bake-import")
@@ -91,15 +94,24 @@ def _lookups(
             say("warning", f"bake-import: {what} ({one_line(exc)}); recorded from the metadata file alone")
         problems.append(what)
 
-    try:
-        api = connect(pool_size=2)
-    except EnvironmentProblem as exc:
-        noted("no engine to ask which image id it shows", exc)
-        api = None
+    # The engine is reached on the first question, not before: a metadata file that names no cell
+    # (or is refused) asks it nothing and warns of nothing.
+    engines: list[APIClient | None] = []
+
+    def engine() -> APIClient | None:
+        if not engines:
+            try:
+                engines.append(connect(pool_size=2))
+            except EnvironmentProblem as exc:
+                noted("no engine to ask which image id it shows", exc)
+                engines.append(None)
+        return engines[0]
+
     client = open_registry(registry) if registry is not None else None
 
     def holds(digest: str) -> bool:
         try:
+            api = engine()
             return api is not None and inspect_image(api, digest) is not None
         except (DockerException, requests.RequestException, OSError) as exc:
             noted("the engine did not answer", exc)
@@ -117,8 +129,9 @@ def _lookups(
     finally:
         if client is not None:
             client.close()
-        if api is not None:
-            api.close()
+        for api in engines:
+            if api is not None:
+                api.close()
 
 
 @app.command("merge-reports")
