@@ -65,15 +65,16 @@ def _admits(predicate_type: str) -> str:
             terms.append(f"{field} == {_cel(allowed[0])}")
         else:
             terms.append(f"{field} in [{', '.join(_cel(v) for v in allowed)}]")
-    return "(" + " && ".join(terms) + ")"
+    return "(" + "\n    && ".join(terms) + ")"
 
 
 def admission_expression(predicate_type: str) -> str:
     """The validation's CEL: every image the policy matched (``images`` maps containers,
     initContainers and ephemeralContainers to their references) is admitted by one of the
     attestation types a policy asking for ``predicate_type`` admits."""
-    either = " || ".join(_admits(kind) for kind in admitted_types(predicate_type))
-    return f"images.all(kind, images[kind].all(image, {either}))"
+    either = "\n  || ".join(_admits(kind) for kind in admitted_types(predicate_type))
+    # one term a line: the YAML shows it as a literal block, as it would be typed
+    return f"images.all(kind, images[kind].all(image,\n  {either}))\n"
 
 
 def image_globs(repositories: Sequence[str]) -> list[str]:
