@@ -123,8 +123,8 @@ def test_what_each_policy_admits_evaluated_in_cel(name: str) -> None:
         policy = image_validating_policy([REPOSITORY], PUB, predicate_type)
         assert admitted(policy, registry, pod) is expected, (name, predicate_type)
         # `imagekit attest verify` with the same policy reaches the same verdict on the same Statement
-        policy_name = "checked" if predicate_type == attest.CHECKED_PREDICATE else "validated"
-        requirement = attest.Requirement(policy_name)  # type: ignore[arg-type]
+        checked = predicate_type == attest.CHECKED_PREDICATE
+        requirement = attest.Requirement("checked") if checked else attest.Requirement("validated")
         digest = image.rsplit("@", 1)[1]
         signed_by_key = CASES[name][2] == "key"
         judged = signed_by_key and attest.judge(statement, digest, requirement, NOW) is None
