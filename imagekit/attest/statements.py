@@ -407,6 +407,24 @@ class Requirement:
         return (VALIDATED_PREDICATE,)
 
 
+def admitted_types(predicate_type: str) -> tuple[str, ...]:
+    """The verification predicate types a policy asking for ``predicate_type`` admits, as
+    ``Requirement`` has them: validated is stronger than checked, so asking for checked admits
+    a gpu-validated attestation too; asking for validated admits nothing else."""
+    if predicate_type not in VERIFICATION_PREDICATES.values():
+        raise InputError(f"{shown(predicate_type)} is not a verification predicate type")
+    return Requirement("checked" if predicate_type == CHECKED_PREDICATE else "validated").predicate_types
+
+
+# What each verification predicate type's predicate must say to count (field path -> the values
+# allowed), as ``_verdict_problem`` checks it: the admission policies (``imagekit.k8s``) write
+# their conditions from this, in CUE and in CEL.
+PREDICATE_CONDITIONS: Mapping[str, Mapping[str, tuple[object, ...]]] = {
+    VALIDATED_PREDICATE: {"verdict": ("validated",), "gpu.visible": (True,)},
+    CHECKED_PREDICATE: {"verdict": ("checked",)},
+}
+
+
 def _object(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 

@@ -322,9 +322,11 @@ def k8s(
         list[str] | None,
         typer.Option(
             "--policy",
-            help="kyverno (a Kyverno ClusterPolicy) or sigstore (a Sigstore policy-controller"
-            " ClusterImagePolicy), repeatable: also write an admission policy admitting only images of"
-            " the published repository whose digest carries an imagekit attestation signed by --key.",
+            help="kyverno (a Kyverno ImageValidatingPolicy, Kyverno 1.17+), kyverno-legacy (the"
+            " deprecated Kyverno ClusterPolicy, for an older Kyverno; validated only) or sigstore (a"
+            " Sigstore policy-controller ClusterImagePolicy), repeatable: also write an admission policy"
+            " admitting only images of the published repository whose digest carries an imagekit"
+            " attestation signed by --key.",
         ),
     ] = None,
     key: Annotated[
@@ -392,7 +394,7 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
-    policy_key = _policy_key(policy, key)
+    policy_key = _policy_key(policy, key, attestation_policy)
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
 
@@ -488,18 +490,11 @@ def _command_argv(command: str | None) -> tuple[str, ...]:
     return argv
 
 
-def _policy_key(policies: Sequence[str] | None, key: Path | None) -> Path | None:
+def _policy_key(policies: Sequence[str] | None, key: Path | None, attestation_policy: str) -> Path | None:
     """The public key of --policy; None without --policy."""
-    from imagekit.k8s.admission import POLICIES
+    from imagekit.k8s.admission import check_policies
 
-    for policy in policies or ():
-        if policy not in POLICIES:
-            raise InputError(f"--policy {policy!r}: use {' or '.join(POLICIES)}")
-    if policies and key is None:
-        raise InputError(
-            f"--policy {policies[0]} needs --key PUB (the public key the attestations are signed with)"
-        )
-    return key if policies else None
+    return check_policies(policies, key, attestation_policy)
 
 
 def _admission_policies(
@@ -510,25 +505,13 @@ def _admission_policies(
     attestation_policy: str,
 ) -> dict[str, str]:
     """The admission policy files (file name -> YAML) admitting the published repositories'
-    attested digests: a Kyverno ClusterPolicy, a policy-controller ClusterImagePolicy."""
-    from imagekit.attest.statements import CHECKED_PREDICATE, VALIDATED_PREDICATE, load_public_key
+    attested digests (``imagekit.k8s.admission``)."""
+    from imagekit.attest.statements import VERIFICATION_PREDICATES, load_public_key
     from imagekit.core import naming
-    from imagekit.k8s.admission import (
-        KYVERNO_POLICY_FILE,
-        SIGSTORE_POLICY_FILE,
-        kyverno_policy,
-        render_policy,
-        sigstore_policy,
-    )
+    from imagekit.k8s.admission import policy_files
 
     pem = load_public_key(key).pem()
     repositories = sorted({e.repository for e in entries.values()}) or [
         naming.repository(publish.registry, publish.repository)
     ]
-    kind = CHECKED_PREDICATE if attestation_policy == "checked" else VALIDATED_PREDICATE
-    files: dict[str, str] = {}
-    if "kyverno" in policies:
-        files[KYVERNO_POLICY_FILE] = render_policy(kyverno_policy(repositories, pem, kind))
-    if "sigstore" in policies:
-        files[SIGSTORE_POLICY_FILE] = render_policy(sigstore_policy(repositories, pem, kind))
-    return files
+    return policy_files(policies, repositories, pem, VERIFICATION_PREDICATES[attestation_policy])

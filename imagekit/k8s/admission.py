@@ -1,9 +1,10 @@
-"""Admission on a cluster: a Kyverno ClusterPolicy (`imagekit k8s --policy kyverno`) or a Sigstore
-policy-controller ClusterImagePolicy (`--policy sigstore`) that admits only images carrying a valid
-imagekit attestation (``imagekit.attest.statements``), written next to the Job manifests
-(``imagekit.k8s.manifests``).
+"""Admission on a cluster, written next to the Job manifests (``imagekit.k8s.manifests``) by
+`imagekit k8s --policy`: a Kyverno ImageValidatingPolicy (``kyverno``), the deprecated Kyverno
+ClusterPolicy (``kyverno-legacy``; both in ``imagekit.k8s.kyverno``) or a Sigstore policy-controller
+ClusterImagePolicy (``sigstore``). Each admits only images carrying a valid imagekit attestation
+(``imagekit.attest.statements``).
 
-Both check the digest a pod pulls: an image's manifest digest, or for a group of platforms the
+All check the digest a pod pulls: an image's manifest digest, or for a group of platforms the
 index digest, whose attestation has the same predicate type and the same ``verdict`` and
 ``gpu.visible`` (``imagekit.attest.index``), so one policy admits both.
 """
@@ -12,104 +13,76 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from imagekit.attest.statements import CHECKED_PREDICATE, VALIDATED_PREDICATE
+from imagekit.attest.statements import PREDICATE_CONDITIONS, VERIFICATION_PREDICATES, admitted_types
+from imagekit.core.errors import InputError
+from imagekit.core.text import shown
+from imagekit.k8s.kyverno import (
+    KYVERNO_LEGACY_POLICY_FILE,
+    KYVERNO_POLICY_FILE,
+    image_validating_policy,
+    legacy_cluster_policy,
+    legacy_problem,
+)
 
-KYVERNO_POLICY_FILE = "imagekit-attestation-policy.kyverno.yaml"
-KYVERNO_POLICY_NAME = "imagekit-verified-images"
 SIGSTORE_POLICY_FILE = "imagekit-attestation-policy.sigstore.yaml"
 SIGSTORE_POLICY_NAME = "imagekit-verified-images"
-POLICIES = ("kyverno", "sigstore")  # what `imagekit k8s --policy` writes
+POLICIES = ("kyverno", "kyverno-legacy", "sigstore")  # what `imagekit k8s --policy` writes
 
 
-def kyverno_policy(repositories: Sequence[str], public_pem: str, predicate_type: str) -> dict[str, Any]:
-    """A Kyverno ClusterPolicy that admits a Pod's image from ``repositories`` only when its
-    digest carries a DSSE attestation of ``predicate_type`` signed by ``public_pem`` (cosign's
-    key-based layout, which imagekit writes), whose predicate says validated on a visible GPU.
-    Kyverno resolves a tag to its digest and pins it (``mutateDigest``)."""
-    references = sorted({f"{r}{suffix}" for r in repositories for suffix in (":*", "@*")})
-    conditions = [
-        {"key": "{{ verdict }}", "operator": "Equals", "value": "validated"},
-        {"key": "{{ gpu.visible }}", "operator": "Equals", "value": True},
-    ]
-    if predicate_type.endswith("/checked-without-gpu/v1"):
-        conditions = [{"key": "{{ verdict }}", "operator": "AnyIn", "value": ["validated", "checked"]}]
+def check_policies(policies: Sequence[str] | None, key: Path | None, attestation_policy: str) -> Path | None:
+    """The public key of ``--policy``, None without one; before anything is fetched or written,
+    an InputError for a policy name imagekit does not write, a policy without ``--key``, and the
+    legacy Kyverno policy asked to admit checked images (it cannot admit validated ones beside)."""
+    for policy in policies or ():
+        if policy not in POLICIES:
+            raise InputError(f"--policy {shown(policy)}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
+    if not policies:
+        return None
+    if key is None:
+        raise InputError(
+            f"--policy {policies[0]} needs --key PUB (the public key the attestations are signed with)"
+        )
+    predicate_type = VERIFICATION_PREDICATES.get(attestation_policy)
+    if predicate_type is None:
+        raise InputError(f"--attestation-policy {shown(attestation_policy)}: use validated or checked")
+    problem = legacy_problem(predicate_type)
+    if "kyverno-legacy" in policies and problem is not None:
+        raise InputError(problem)
+    return key
+
+
+def policy_files(
+    policies: Sequence[str], repositories: Sequence[str], public_pem: str, predicate_type: str
+) -> dict[str, str]:
+    """The admission policy files (file name -> YAML) ``policies`` name, each admitting the
+    ``repositories``' digests whose attestation ``public_pem`` verifies and ``predicate_type``'s
+    policy accepts."""
+    writers = {
+        "kyverno": (KYVERNO_POLICY_FILE, image_validating_policy),
+        "kyverno-legacy": (KYVERNO_LEGACY_POLICY_FILE, legacy_cluster_policy),
+        "sigstore": (SIGSTORE_POLICY_FILE, sigstore_policy),
+    }
     return {
-        "apiVersion": "kyverno.io/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {
-            "name": KYVERNO_POLICY_NAME,
-            "annotations": {
-                "policies.kyverno.io/title": "imagekit: verified GPU images only",
-                "policies.kyverno.io/description": (
-                    "Admits images of the published repository only by a digest that carries an"
-                    f" imagekit verification attestation ({predicate_type}) signed by the given key."
-                ),
-            },
-        },
-        "spec": {
-            "validationFailureAction": "Enforce",
-            "background": False,
-            "webhookTimeoutSeconds": 30,
-            "rules": [
-                {
-                    "name": "imagekit-verification-attestation",
-                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                    "verifyImages": [
-                        {
-                            "imageReferences": references,
-                            "required": True,
-                            "verifyDigest": True,
-                            "mutateDigest": True,
-                            "attestations": [
-                                {
-                                    "type": predicate_type,
-                                    "attestors": [
-                                        {
-                                            "count": 1,
-                                            "entries": [
-                                                {
-                                                    "keys": {
-                                                        "publicKeys": public_pem.strip(),
-                                                        "signatureAlgorithm": "sha256",
-                                                        "rekor": {"ignoreTlog": True},
-                                                        "ctlog": {"ignoreSCT": True},
-                                                    }
-                                                }
-                                            ],
-                                        }
-                                    ],
-                                    "conditions": [{"all": conditions}],
-                                }
-                            ],
-                        }
-                    ],
-                }
-            ],
-        },
+        name: render_policy(write(repositories, public_pem, predicate_type))
+        for policy, (name, write) in writers.items()
+        if policy in policies
     }
 
 
 # -- Sigstore policy-controller ----------------------------------------------------------------------------
 
-# What each predicate type's admission requires of the predicate: field path -> the values allowed.
-# The CUE each ClusterImagePolicy evaluates is written from these (``cue_policy``), so the tests
-# can hold real Statements (an image's, an index's) to the same conditions.
-ADMISSION_CONDITIONS: Mapping[str, Mapping[str, tuple[object, ...]]] = {
-    VALIDATED_PREDICATE: {"verdict": ("validated",), "gpu.visible": (True,)},
-    CHECKED_PREDICATE: {"verdict": ("checked",)},
-}
-
 
 def cue_policy(predicate_type: str) -> str:
     """The CUE policy-controller unifies with the attestation's in-toto Statement (its decoded
-    payload): the predicate type, and each of ``ADMISSION_CONDITIONS`` (a disjunction where more
+    payload): the predicate type, and each of its ``PREDICATE_CONDITIONS`` (a disjunction where more
     than one value is allowed). A Statement that does not unify is refused."""
     lines = [f"predicateType: {json.dumps(predicate_type)}", "predicate: {"]
-    for path, allowed in ADMISSION_CONDITIONS[predicate_type].items():
+    for path, allowed in PREDICATE_CONDITIONS[predicate_type].items():
         value = " | ".join(json.dumps(v) for v in allowed)
         lines.append(f"  {': '.join(path.split('.'))}: {value}")
     lines.append("}")
@@ -133,7 +106,7 @@ def sigstore_policy(repositories: Sequence[str], public_pem: str, predicate_type
     gpu-validated attestation is accepted too: a second authority (authorities are alternatives,
     an image passes when one of them does). No ``ctlog``: imagekit signs with a key and writes no
     transparency-log entry, so the controller does not look for one."""
-    kinds = [VALIDATED_PREDICATE] + ([CHECKED_PREDICATE] if predicate_type == CHECKED_PREDICATE else [])
+    kinds = admitted_types(predicate_type)
     authorities = [
         {
             "name": f"imagekit-{kind.rstrip('/').split('/')[-2]}",

@@ -19,7 +19,7 @@ Where each Job runs:
   that could not pass would otherwise wait unscheduled forever, while the probe's arch and driver
   checks say why the image does not serve that product, which is the finding to record.
 
-The pod is the restricted one every imagekit workload is (``imagekit.k8s.manifests``): uid 1000, no
+The pod is the restricted one every imagekit workload is (``imagekit.k8s.manifests``): uid 10001, no
 capability, a read-only root with /tmp and /dev/shm as emptyDirs. ``imagekit verify`` runs the
 probe as the image's user (root in a plain image) without capabilities; the probe needs neither
 root nor a user of its own (tests/unit/probe/test_nonroot.py runs it as uid 65534 and as a uid no

@@ -16,7 +16,7 @@ Expectations come from the image's labels, passed as arguments or environment (a
 
     --frontend jupyter|ssh    IMAGEKIT_FRONTEND (the image's ENV)   label imagekit.frontend
     --expect-user dev         IMAGEKIT_EXPECT_USER                  label imagekit.frontend-user
-    --expect-uid 1000         IMAGEKIT_EXPECT_UID                   label imagekit.frontend-uid
+    --expect-uid 10001        IMAGEKIT_EXPECT_UID                   label imagekit.frontend-uid
     --expect-jupyterlab 4.6.6 IMAGEKIT_EXPECT_JUPYTERLAB            label imagekit.jupyterlab
 
 Checks, both front ends: user (non-root, the expected name and uid, home /workspace), init (PID 1

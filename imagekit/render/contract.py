@@ -34,7 +34,12 @@ class FrontendLayout:
     """Where every front-end image keeps what: its templates and checks read these."""
 
     user: str = "dev"  # non-root: the server and the login user
-    uid: int = 1000  # numeric USER, so Kubernetes can enforce runAsNonRoot
+    # Numeric USER, so Kubernetes can enforce runAsNonRoot; 10000 and above so that no host user
+    # has it (what checkov's CKV_K8S_40 asks of a pod, where no user namespace maps uids away).
+    # 10001: an ordinary login uid (within login.defs' UID_MIN..UID_MAX, 1000..60000), which
+    # useradd and sshd treat as a user like any other, and no base image or distro assigns
+    # (Ubuntu 24.04's own `ubuntu` user is 1000); not 65532, distroless' shared "nonroot".
+    uid: int = 10001
     workspace: str = "/workspace"  # home and working directory; code, data and checkpoints below
     workspace_dirs: tuple[str, ...] = ("code", "data", "checkpoints")
     state_dir: str = "/var/lib/imagekit-frontend"  # host keys and tokens at run time; empty in the image

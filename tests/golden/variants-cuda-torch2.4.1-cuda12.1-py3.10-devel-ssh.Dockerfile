@@ -49,7 +49,7 @@ RUN set -eu; \
       rm -rf /var/lib/apt/lists/*; \
     fi; \
     rm -f /etc/ssh/ssh_host_*; \
-    uid=1000; \
+    uid=10001; \
     user=dev; \
     existing=$(getent passwd "$uid" || true); \
     existing=${existing%%:*}; \
@@ -71,7 +71,7 @@ COPY frontend/profile.sh /etc/profile.d/imagekit-frontend.sh
 COPY frontend-check.py /opt/imagekit/frontend_check.py
 ENV IMAGEKIT_FRONTEND=ssh \
     SHELL=/bin/bash
-USER 1000:1000
+USER 10001:10001
 WORKDIR /workspace
 EXPOSE 2222
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
@@ -84,7 +84,7 @@ LABEL org.opencontainers.image.title="pytorch-2.4.1-cuda12.1-cudnn9-devel-ubuntu
       imagekit.cell="cuda-torch2.4.1-cuda12.1-py3.10-devel-ssh" \
       imagekit.frontend="ssh" \
       imagekit.frontend-user="dev" \
-      imagekit.frontend-uid="1000" \
+      imagekit.frontend-uid="10001" \
       imagekit.frontend-port="2222" \
       imagekit.frontend-check="/opt/imagekit/frontend_check.py" \
       imagekit.workspace="/workspace" \

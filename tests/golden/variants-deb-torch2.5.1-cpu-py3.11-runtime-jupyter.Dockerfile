@@ -40,7 +40,7 @@ FROM imagekit/pytorch:2.5.1-cpu-runtime-debian12
 # its subdirectories) and the entrypoint's state directory, empty here. Every bash (also the one
 # of `ssh HOST command`) reads /etc/bash.bashrc: its first line loads the container environment.
 RUN set -eu; \
-    uid=1000; \
+    uid=10001; \
     user=dev; \
     existing=$(getent passwd "$uid" || true); \
     existing=${existing%%:*}; \
@@ -62,7 +62,7 @@ COPY frontend/profile.sh /etc/profile.d/imagekit-frontend.sh
 COPY frontend-check.py /opt/imagekit/frontend_check.py
 ENV IMAGEKIT_FRONTEND=jupyter \
     SHELL=/bin/bash
-USER 1000:1000
+USER 10001:10001
 WORKDIR /workspace
 EXPOSE 8888
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
@@ -75,7 +75,7 @@ LABEL org.opencontainers.image.title="pytorch-2.5.1-cpu-runtime-debian12-jupyter
       imagekit.cell="deb-torch2.5.1-cpu-py3.11-runtime-jupyter" \
       imagekit.frontend="jupyter" \
       imagekit.frontend-user="dev" \
-      imagekit.frontend-uid="1000" \
+      imagekit.frontend-uid="10001" \
       imagekit.frontend-port="8888" \
       imagekit.frontend-check="/opt/imagekit/frontend_check.py" \
       imagekit.workspace="/workspace" \

@@ -247,12 +247,13 @@ def test_published_digests_carry_signed_attestations_and_sboms(
     )  # fmt: skip
     assert kube.returncode == 0, kube.stderr
     policy = yaml.safe_load((out / "imagekit-attestation-policy.kyverno.yaml").read_text())
-    assert policy["kind"] == "ClusterPolicy" and policy["apiVersion"] == "kyverno.io/v1"
-    rule = policy["spec"]["rules"][0]["verifyImages"][0]
-    assert rule["imageReferences"] == sorted(f"{gpu['repository']}{s}" for s in (":*", "@*"))
-    attestation = rule["attestations"][0]
-    assert attestation["type"] == VALIDATED
-    assert attestation["attestors"][0]["entries"][0]["keys"]["publicKeys"] == public.read_text().strip()
+    assert policy["kind"] == "ImageValidatingPolicy" and policy["apiVersion"] == "policies.kyverno.io/v1"
+    spec = policy["spec"]
+    assert [m["glob"] for m in spec["matchImageReferences"]] == [
+        f"{gpu['repository']}{s}" for s in (":*", "@*")
+    ]
+    assert [a["intoto"]["type"] for a in spec["attestations"]] == [VALIDATED]
+    assert spec["attestors"][0]["cosign"]["key"]["data"].strip() == public.read_text().strip()
     no_cpu = project.run(
         "k8s", "--matrix", "matrix.yaml", "--only", cpu_cell, "--require-attestation", str(public),
         "--out", str(tmp_path / "k8s-cpu"),

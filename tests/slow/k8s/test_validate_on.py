@@ -58,7 +58,7 @@ def test_one_job_per_cell_and_product_its_platform_runs_on() -> None:
         assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
         security = container["securityContext"]
         assert (
-            security["runAsNonRoot"] and security["runAsUser"] == 1000 and security["readOnlyRootFilesystem"]
+            security["runAsNonRoot"] and security["runAsUser"] == 10001 and security["readOnlyRootFilesystem"]
         )
         assert {"name": "HOME", "value": "/tmp"} in container["env"]
         assert manifest["metadata"]["namespace"] == "ml" == job.namespace

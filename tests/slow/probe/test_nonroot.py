@@ -1,9 +1,9 @@
 """The probe needs no root: why the validate-on Jobs (and every Job `imagekit k8s` writes) run it as
-uid 1000 under Pod Security "restricted", where `imagekit verify` runs it as the image's user (root
+uid 10001 under Pod Security "restricted", where `imagekit verify` runs it as the image's user (root
 in a plain image, without capabilities).
 
 The whole probe (the real torch CPU wheel: torch.compile, a C++ extension, a training step) runs
-through setpriv as uid 65534 and as a uid no /etc/passwd names (what uid 1000 is in a plain image:
+through setpriv as uid 65534 and as a uid no /etc/passwd names (what uid 10001 is in a plain image:
 a user that getpass and `~` cannot resolve), with HOME and TMPDIR on a scratch directory as the
 Job's /tmp emptyDir; then the collectives' processes and sockets (the nccl check's machinery, on
 gloo) as uid 65534. Every check passes, and nothing is left behind.

@@ -1,9 +1,9 @@
-"""The admission policies `imagekit k8s --policy` writes: a Kyverno ClusterPolicy and a Sigstore
-policy-controller ClusterImagePolicy. kubernetes-validate cannot know either CRD: the tests are
-structural (the YAML parses, it names the key and the predicate type, its image patterns match
-the published repository only), and the CUE policy-controller evaluates is held, line by line, to
-real Statements: an image's and an index's verification attestation pass it, a checked or an
-edited one does not."""
+"""The admission policies `imagekit k8s --policy` writes: here the Sigstore policy-controller
+ClusterImagePolicy and the CLI (the Kyverno ones: test_kyverno.py, their CRD schemas:
+test_crd_schemas.py). The tests are structural (the YAML parses, it names the key and the predicate
+type, its image patterns match the published repository only), and the CUE policy-controller
+evaluates is held, line by line, to real Statements: an image's and an index's verification
+attestation pass it, a checked or an edited one does not."""
 
 from __future__ import annotations
 
@@ -18,15 +18,8 @@ import yaml
 
 from imagekit.attest import statements as attest
 from imagekit.attest.index import PlatformProof, index_predicate
-from imagekit.k8s.admission import (
-    ADMISSION_CONDITIONS,
-    KYVERNO_POLICY_FILE,
-    SIGSTORE_POLICY_FILE,
-    cue_policy,
-    kyverno_policy,
-    render_policy,
-    sigstore_policy,
-)
+from imagekit.k8s.admission import SIGSTORE_POLICY_FILE, cue_policy, render_policy, sigstore_policy
+from imagekit.k8s.kyverno import KYVERNO_LEGACY_POLICY_FILE, KYVERNO_POLICY_FILE
 from imagekit.plan.matrix import load_plan
 from imagekit.report.lockfile import merge_lock
 from tests.conftest import REPO, run_cli
@@ -128,21 +121,6 @@ def test_a_checked_policy_admits_checked_and_validated_digests() -> None:
     assert not admitted(policy, failed)
 
 
-def test_the_kyverno_conditions_read_the_same_fields_on_an_index() -> None:
-    rule = kyverno_policy([REPOSITORY], PEM, attest.VALIDATED_PREDICATE)["spec"]["rules"][0]
-    (attestation,) = rule["verifyImages"][0]["attestations"]
-    conditions = {c["key"].strip("{} "): c["value"] for c in attestation["conditions"][0]["all"]}
-    assert conditions == {"verdict": "validated", "gpu.visible": True}
-    for statement in (image_statement(), index_statement("validated", "validated")):
-        predicate = statement["predicate"]
-        assert statement["predicateType"] == attestation["type"]
-        assert (predicate["verdict"], predicate["gpu"]["visible"]) == ("validated", True)
-    assert ADMISSION_CONDITIONS[attest.VALIDATED_PREDICATE] == {
-        "verdict": ("validated",),
-        "gpu.visible": (True,),
-    }
-
-
 @pytest.mark.parametrize(
     ("repository", "globs"),
     [
@@ -160,24 +138,51 @@ def test_the_globs_match_the_repository_by_its_resolved_name(repository: str, gl
     assert not pattern.fullmatch(f"{name}-staging:x") and not pattern.fullmatch(f"{name}/other:x")
 
 
-def test_k8s_writes_both_policies_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+def test_k8s_writes_every_policy_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     cell = load_plan(REPO / "matrix.yaml").cells[0].id
     lock = tmp_path / "images.lock.json"
     merge_lock(lock, {cell: replace(lock_entry(cell), repository="ghcr.io/imagekit/pytorch")})
     (tmp_path / "k.pub").write_text(PEM)
     base = ("k8s", "-m", str(REPO / "matrix.yaml"), "--only", cell, "--lock", str(lock))
     out = tmp_path / "k8s"
-    policies = ("--policy", "kyverno", "--policy", "sigstore", "--key", str(tmp_path / "k.pub"))
+    key = ("--key", str(tmp_path / "k.pub"))
+    policies = ("--policy", "kyverno", "--policy", "kyverno-legacy", "--policy", "sigstore", *key)
     done = run_cli(*base, "--out", str(out), *policies)
     assert done.exit_code == 0, done.stderr
     sigstore = yaml.safe_load((out / SIGSTORE_POLICY_FILE).read_text())
     assert sigstore["spec"]["authorities"][0]["key"]["data"] == PEM
     assert sigstore["spec"]["images"][0]["glob"] == "ghcr.io/imagekit/pytorch:*"
     kyverno = yaml.safe_load((out / KYVERNO_POLICY_FILE).read_text())
-    assert kyverno["kind"] == "ClusterPolicy"
-    unknown = run_cli(
-        *base, "--out", str(tmp_path / "k8s-2"), "--policy", "gatekeeper", "--key", str(tmp_path / "k.pub")
-    )
-    assert unknown.exit_code == 2 and "--policy 'gatekeeper': use kyverno or sigstore" in unknown.stderr
+    assert (kyverno["apiVersion"], kyverno["kind"]) == ("policies.kyverno.io/v1", "ImageValidatingPolicy")
+    assert kyverno["spec"]["attestors"][0]["cosign"]["key"]["data"] == PEM
+    legacy = yaml.safe_load((out / KYVERNO_LEGACY_POLICY_FILE).read_text())
+    assert (legacy["apiVersion"], legacy["kind"]) == ("kyverno.io/v1", "ClusterPolicy")
+    only_new = run_cli(*base, "--out", str(tmp_path / "k8s-1"), "--policy", "kyverno", *key)
+    assert only_new.exit_code == 0, only_new.stderr
+    assert not (tmp_path / "k8s-1" / KYVERNO_LEGACY_POLICY_FILE).exists()
+    unknown = run_cli(*base, "--out", str(tmp_path / "k8s-2"), "--policy", "gatekeeper", *key)
+    assert unknown.exit_code == 2 and not (tmp_path / "k8s-2").exists()
+    assert "--policy 'gatekeeper': use kyverno, kyverno-legacy or sigstore" in unknown.stderr
     keyless = run_cli(*base, "--out", str(tmp_path / "k8s-3"), "--policy", "sigstore")
     assert keyless.exit_code == 2 and "--policy sigstore needs --key PUB" in keyless.stderr
+
+
+def test_the_legacy_kyverno_policy_is_refused_for_checked_images(tmp_path: Path) -> None:
+    """A ClusterPolicy cannot admit either attestation type: one line, exit 2, nothing written."""
+    cell = load_plan(REPO / "matrix.yaml").cells[0].id
+    lock = tmp_path / "images.lock.json"
+    merge_lock(lock, {cell: replace(lock_entry(cell), repository="ghcr.io/imagekit/pytorch")})
+    (tmp_path / "k.pub").write_text(PEM)
+    base = ("k8s", "-m", str(REPO / "matrix.yaml"), "--only", cell, "--lock", str(lock))
+    out = tmp_path / "k8s"
+    checked = ("--attestation-policy", "checked", "--key", str(tmp_path / "k.pub"))
+    refused = run_cli(*base, "--out", str(out), "--policy", "kyverno-legacy", *checked)
+    assert refused.exit_code == 2 and not out.exists()
+    (line,) = refused.stderr.strip().splitlines()
+    assert "--policy kyverno-legacy cannot admit checked images" in line and "--policy kyverno" in line
+    admitted = run_cli(*base, "--out", str(out), "--policy", "kyverno", "--policy", "sigstore", *checked)
+    assert admitted.exit_code == 0, admitted.stderr
+    bad = run_cli(*base, "--out", str(tmp_path / "k8s-2"), "--policy", "kyverno", "--attestation-policy",
+                  "gpu", "--key", str(tmp_path / "k.pub"))  # fmt: skip
+    assert bad.exit_code == 2 and "--attestation-policy 'gpu': use validated or checked" in bad.stderr
+    assert not (tmp_path / "k8s-2").exists()

@@ -111,7 +111,7 @@ def test_a_front_end_is_a_deployment_with_its_service_and_workspace(frontend: st
     (container,) = pod["containers"]
     assert container["image"] == f"ghcr.io/acme/pytorch@{DIGEST}"  # by digest, never a tag
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1 and pod["runtimeClassName"] == "nvidia"
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     # the secret comes from a Secret reference, never inline
     secret_volume = next(v for v in pod["volumes"] if v["name"] == "secret")
     assert secret_volume["secret"]["secretName"].endswith("-secret")
@@ -345,8 +345,8 @@ RESTRICTED_CONTAINER = {
     "privileged": False,
     "readOnlyRootFilesystem": True,
     "runAsNonRoot": True,
-    "runAsUser": 1000,
-    "runAsGroup": 1000,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
@@ -358,7 +358,7 @@ def test_every_pod_meets_pod_security_restricted(frontend: str | None) -> None:
     cell = f"c-{frontend}" if frontend else "c"
     (text,) = render({cell: entry(cell, frontend=frontend)}, JobOptions(gpus=8)).values()
     pod = _pod_of(text)
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     assert pod["automountServiceAccountToken"] is False

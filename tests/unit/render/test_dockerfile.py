@@ -173,7 +173,7 @@ def test_template_decisions(tmp_path: Path) -> None:
         "COPY wheelhouse/ /tmp/wheelhouse/" in jupyter
         and "COPY --from=frontend-build /tmp/frontend-root/ /" in jupyter
     )
-    assert "USER 1000:1000" in jupyter and "EXPOSE 8888" in jupyter and 'CMD ["start-jupyter"]' in jupyter
+    assert "USER 10001:10001" in jupyter and "EXPOSE 8888" in jupyter and 'CMD ["start-jupyter"]' in jupyter
     assert "HEALTHCHECK" in jupyter and "JUPYTER_TOKEN" not in jupyter  # never a token in the image
     ssh = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel-ssh"]
     assert "rm -f /etc/ssh/ssh_host_*" in ssh and "jupyterlab" not in ssh and "EXPOSE 2222" in ssh

@@ -1,0 +1,220 @@
+"""Kyverno admission policies `imagekit k8s --policy` writes (``imagekit.k8s.admission`` has the
+other kind and the CLI's choices):
+
+- ``kyverno``: an ``ImageValidatingPolicy`` (``policies.kyverno.io/v1``, served since Kyverno 1.17),
+  its checks CEL expressions over the verified attestation's in-toto Statement;
+- ``kyverno-legacy``: the ``ClusterPolicy`` (``kyverno.io/v1``, deprecated since Kyverno 1.17, its
+  removal planned), for clusters on an older Kyverno, its enforcement set per rule (``failureAction``),
+  not by the deprecated spec-level ``validationFailureAction``.
+
+Both admit an image of the published repositories only by a digest carrying a verification
+attestation signed by the key, whose predicate says what its type claims
+(``statements.PREDICATE_CONDITIONS``). A policy asking for checked admits a gpu-validated digest
+too (``statements.admitted_types``): the ImageValidatingPolicy says "this type, or that one" in one
+CEL expression. The ClusterPolicy cannot (every attestation a rule lists must be found, and every
+rule must pass), so it is written for the validated policy only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from imagekit.attest.statements import PREDICATE_CONDITIONS, VERIFICATION_PREDICATES, admitted_types
+from imagekit.core.errors import InputError
+
+KYVERNO_POLICY_FILE = "imagekit-attestation-policy.kyverno.yaml"
+KYVERNO_LEGACY_POLICY_FILE = "imagekit-attestation-policy.kyverno-legacy.yaml"
+KYVERNO_POLICY_NAME = "imagekit-verified-images"
+ATTESTOR = "imagekit"  # the attestor's name in the ImageValidatingPolicy, as CEL refers to it
+WEBHOOK_TIMEOUT_S = 30  # verifying fetches the attestations from the registry
+
+# The attestation's name in the ImageValidatingPolicy (a CEL identifier) per predicate type:
+# the verdict it stands for.
+_ATTESTATION_NAMES = {kind: verdict for verdict, kind in VERIFICATION_PREDICATES.items()}
+
+
+def _description(predicate_type: str) -> str:
+    return (
+        "Admits images of the published repository only by a digest that carries an imagekit"
+        f" verification attestation ({' or '.join(admitted_types(predicate_type))}) signed by the given key."
+    )
+
+
+def _cel(value: object) -> str:
+    """A CEL literal for a condition's value: JSON's strings and booleans are CEL's too."""
+    if not isinstance(value, str | bool):
+        raise TypeError(f"no CEL literal for {value!r}")
+    return json.dumps(value)
+
+
+def _admits(predicate_type: str) -> str:
+    """CEL, over one image reference ``image``: its digest carries an attestation of
+    ``predicate_type`` that the key verifies, and the Statement says what its type claims.
+    ``&&`` stops at the first false term, so no payload is read from an unverified attestation."""
+    name = f"attestations.{_ATTESTATION_NAMES[predicate_type]}"
+    payload = f"extractPayload(image, {name})"
+    terms = [
+        f"verifyAttestationSignatures(image, {name}, [attestors.{ATTESTOR}]) > 0",
+        f"{payload}.predicateType == {_cel(predicate_type)}",
+    ]
+    for path, allowed in PREDICATE_CONDITIONS[predicate_type].items():
+        field = f"{payload}.predicate.{path}"
+        if len(allowed) == 1:
+            terms.append(f"{field} == {_cel(allowed[0])}")
+        else:
+            terms.append(f"{field} in [{', '.join(_cel(v) for v in allowed)}]")
+    return "(" + "\n    && ".join(terms) + ")"
+
+
+def admission_expression(predicate_type: str) -> str:
+    """The validation's CEL: every image the policy matched (``images`` maps containers,
+    initContainers and ephemeralContainers to their references) is admitted by one of the
+    attestation types a policy asking for ``predicate_type`` admits."""
+    either = "\n  || ".join(_admits(kind) for kind in admitted_types(predicate_type))
+    # one term a line: the YAML shows it as a literal block, as it would be typed
+    return f"images.all(kind, images[kind].all(image,\n  {either}))\n"
+
+
+def image_globs(repositories: Sequence[str]) -> list[str]:
+    """matchImageReferences' globs: the repository's tags and digests (``repo:*``, ``repo@*``; a
+    literal ``:`` or ``@`` follows the name, so ``repo-staging`` is not matched). Kyverno matches
+    the reference as the pod spells it, so a Docker Hub repository is matched by every spelling."""
+    names: set[str] = set()
+    for repository in repositories:
+        names.add(repository)
+        if repository.startswith("docker.io/"):
+            path = repository.removeprefix("docker.io/")
+            names.update({f"index.docker.io/{path}", path})
+            if path.startswith("library/"):
+                names.add(path.removeprefix("library/"))
+    return [f"{name}{suffix}" for name in sorted(names) for suffix in (":*", "@*")]
+
+
+def image_validating_policy(
+    repositories: Sequence[str], public_pem: str, predicate_type: str
+) -> dict[str, Any]:
+    """A Kyverno ImageValidatingPolicy admitting a Pod's images of ``repositories`` only by a
+    digest whose attestation (cosign's key-based layout, which imagekit writes) ``public_pem``
+    verifies and whose Statement passes ``admission_expression``. Kyverno resolves a tag to its
+    digest and pins it (``mutateDigest``); imagekit writes no transparency-log entry, so none is
+    looked for."""
+    kinds = admitted_types(predicate_type)
+    return {
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "ImageValidatingPolicy",
+        "metadata": {
+            "name": KYVERNO_POLICY_NAME,
+            "annotations": {
+                "policies.kyverno.io/title": "imagekit: verified GPU images only",
+                "policies.kyverno.io/description": _description(predicate_type),
+            },
+        },
+        "spec": {
+            "validationActions": ["Deny"],
+            "failurePolicy": "Fail",
+            "webhookConfiguration": {"timeoutSeconds": WEBHOOK_TIMEOUT_S},
+            "evaluation": {"background": {"enabled": False}},
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "matchImageReferences": [{"glob": glob} for glob in image_globs(repositories)],
+            "validationConfigurations": {"required": True, "verifyDigest": True, "mutateDigest": True},
+            "attestors": [
+                {
+                    "name": ATTESTOR,
+                    "cosign": {
+                        "key": {"data": public_pem.strip() + "\n", "hashAlgorithm": "sha256"},
+                        "ctlog": {"insecureIgnoreTlog": True, "insecureIgnoreSCT": True},
+                    },
+                }
+            ],
+            "attestations": [{"name": _ATTESTATION_NAMES[kind], "intoto": {"type": kind}} for kind in kinds],
+            "validations": [
+                {
+                    "expression": admission_expression(predicate_type),
+                    "message": (
+                        "an image of the published repository is admitted only by a digest carrying an"
+                        f" imagekit verification attestation ({' or '.join(kinds)}) signed by the"
+                        " policy's key; run `imagekit attest verify IMAGE --key PUB` to see why not"
+                    ),
+                }
+            ],
+        },
+    }
+
+
+def legacy_problem(predicate_type: str) -> str | None:
+    """Why the ClusterPolicy cannot be written for ``predicate_type``'s policy; None when it can."""
+    if admitted_types(predicate_type) == (predicate_type,):
+        return None
+    return (
+        "--policy kyverno-legacy cannot admit checked images: a Kyverno ClusterPolicy cannot accept"
+        " either attestation type, so it would refuse gpu-validated ones; use --policy kyverno"
+        " (ImageValidatingPolicy, Kyverno 1.17+) or sigstore, or --attestation-policy validated"
+    )
+
+
+def legacy_cluster_policy(
+    repositories: Sequence[str], public_pem: str, predicate_type: str
+) -> dict[str, Any]:
+    """The deprecated Kyverno ClusterPolicy, for a policy that admits one attestation type (the
+    validated one; ``legacy_problem``), enforcing per rule: ``verifyImages[].failureAction``."""
+    problem = legacy_problem(predicate_type)
+    if problem is not None:
+        raise InputError(problem)
+    conditions = [
+        {"key": f"{{{{ {path} }}}}", "operator": "Equals", "value": allowed[0]}
+        for path, allowed in PREDICATE_CONDITIONS[predicate_type].items()
+    ]
+    references = sorted({f"{r}{suffix}" for r in repositories for suffix in (":*", "@*")})
+    key = {
+        "publicKeys": public_pem.strip(),
+        "signatureAlgorithm": "sha256",
+        "rekor": {"ignoreTlog": True},
+        "ctlog": {"ignoreSCT": True},
+    }
+    verify = {
+        "imageReferences": references,
+        "failureAction": "Enforce",
+        "required": True,
+        "verifyDigest": True,
+        "mutateDigest": True,
+        "attestations": [
+            {
+                "type": predicate_type,
+                "attestors": [{"count": 1, "entries": [{"keys": key}]}],
+                "conditions": [{"all": conditions}],
+            }
+        ],
+    }
+    return {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {
+            "name": KYVERNO_POLICY_NAME,
+            "annotations": {
+                "policies.kyverno.io/title": "imagekit: verified GPU images only",
+                "policies.kyverno.io/description": _description(predicate_type),
+            },
+        },
+        "spec": {
+            "background": False,
+            "webhookTimeoutSeconds": WEBHOOK_TIMEOUT_S,
+            "rules": [
+                {
+                    "name": "imagekit-verification-attestation",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [verify],
+                }
+            ],
+        },
+    }
