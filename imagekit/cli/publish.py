@@ -33,9 +33,10 @@ from imagekit.core.text import counted
 from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
+    from imagekit.k8s.manifests import JobOptions
     from imagekit.plan.schema import Publish
     from imagekit.publish.promote import PublishRun
-    from imagekit.report.lockfile import LockEntry, LockIndex
+    from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 
 RequireAttestationOption = Annotated[
     Path | None,
@@ -341,6 +342,16 @@ def k8s(
             " `imagekit k8s-results`.",
         ),
     ] = None,
+    compute_domain: Annotated[
+        int | None,
+        typer.Option(
+            "--compute-domain",
+            help="N nodes (1-18): instead of the workloads, for each selected linux/arm64 cell built for"
+            " GB200/GB300, a ComputeDomain (NVIDIA's DRA driver), an Indexed Job of N pods (one a node,"
+            " one NVLink clique) claiming its IMEX channel and --gpus each, and a headless Service"
+            " for the rendezvous env (MASTER_ADDR, NODE_RANK, ...).",
+        ),
+    ] = None,
     prepull: Annotated[
         bool,
         typer.Option(
@@ -363,6 +374,7 @@ def k8s(
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
     Example: imagekit k8s --prepull --namespace ml --node-selector pool=training
+    Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --out rack
     """
     from imagekit.k8s import manifests as kube
     from imagekit.plan.cells import frontend_of
@@ -397,7 +409,9 @@ def k8s(
         from imagekit.cli.attest import require_attested
 
         require_attested(published, require_attestation, attestation_policy)
-    if validate_on:
+    if compute_domain is not None:
+        files = _compute_domains(published, options, compute_domain, bool(validate_on))
+    elif validate_on:
         from imagekit.k8s.validate_on import parse_products, render_validation
 
         rendered = render_validation(published, options, parse_products(validate_on))
@@ -419,6 +433,21 @@ def k8s(
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {counted(len(files), 'manifest')} in {out}", err=True)
+
+
+def _compute_domains(published: Lock, options: JobOptions, nodes: int, validate_on: bool) -> dict[str, str]:
+    """``--compute-domain``'s files, the cells left out said as notes."""
+    from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
+
+    if validate_on:
+        raise InputError(
+            "--validate-on with --compute-domain: the probe's nccl check runs within one node so far;"
+            " run --compute-domain alone (each pod runs the check script) or --validate-on alone"
+        )
+    rendered = render_domains(published, options, ComputeDomainOptions(nodes))
+    for line in rendered.left_out:
+        say("note", f"no compute-domain Job for {line}")
+    return rendered.files
 
 
 @app.command("k8s-results")
