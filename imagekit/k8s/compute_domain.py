@@ -57,6 +57,7 @@ from imagekit.k8s.manifests import (
     workload_pod,
 )
 from imagekit.plan.coverage import capability, families, family_machines, serves
+from imagekit.probe import protocol
 from imagekit.report.lockfile import Lock, LockEntry
 
 API_VERSION = "resource.nvidia.com/v1beta1"
@@ -162,14 +163,14 @@ def rendezvous_env(name: str, domain: ComputeDomainOptions, gpus: int) -> list[d
     """What torch.distributed's env:// and torchrun need, by their names: pod 0 is the master;
     NODE_RANK is the pod's completion index; WORLD_SIZE counts processes, one per GPU."""
     values = {
-        "MASTER_ADDR": f"{name}-0.{name}",  # pod 0 in the Service's subdomain, this namespace
-        "MASTER_PORT": str(RENDEZVOUS_PORT),
-        "NNODES": str(domain.nodes),
-        "NPROC_PER_NODE": str(gpus),
-        "WORLD_SIZE": str(domain.nodes * gpus),
+        protocol.MASTER_ADDR: f"{name}-0.{name}",  # pod 0 in the Service's subdomain, this namespace
+        protocol.MASTER_PORT: str(RENDEZVOUS_PORT),
+        protocol.NNODES: str(domain.nodes),
+        protocol.NPROC_PER_NODE: str(gpus),
+        protocol.WORLD_SIZE: str(domain.nodes * gpus),
     }
     env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
-    env.append({"name": "NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}})
+    env.append({"name": protocol.NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}})
     return env
 
 
