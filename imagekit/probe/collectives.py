@@ -26,6 +26,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _meeting(world: int, rendezvous: Rendezvous | None) -> tuple[list[int], int, int, dict[str, str]]:
+    """(this node's ranks, the world's size, the store's port, what workers are told): all of
+    ``world`` here on a free port, or this node's ranks of ``rendezvous``."""
+    if rendezvous is None:
+        return list(range(world)), world, _free_port(), {}
+    return rendezvous.ranks(), rendezvous.world, rendezvous.port, worker_env(rendezvous)
+
+
 def run_collectives(
     world: int,
     backend: str,
@@ -40,10 +48,8 @@ def run_collectives(
     Each rank returns its result in its own file (--result-file); its stdout and stderr go to files
     too (not pipes: a rank blocked on a full pipe while another waits for it in a collective would
     hang until the timeout), and are only quoted when a rank wrote no result."""
-    ranks = list(range(world)) if rendezvous is None else rendezvous.ranks()
-    port = _free_port() if rendezvous is None else rendezvous.port
-    total = world if rendezvous is None else rendezvous.world
-    extra_env = {**(extra_env or {}), **(worker_env(rendezvous) if rendezvous else {})}
+    ranks, total, port, told = _meeting(world, rendezvous)
+    extra_env = {**(extra_env or {}), **told}
     procs: list[subprocess.Popen[bytes]] = []
     outputs: list[dict[str, Any]] = []
     timed_out = False
