@@ -141,6 +141,14 @@ def _validate_on(options: JobOptions) -> dict[str, str]:
     return {name: text for name, text in files.items() if name != PLAN_NAME}
 
 
+def _compute_domains(options: JobOptions) -> dict[str, str]:
+    """The --compute-domain files (ComputeDomain, Service, Job) of the shipped matrix's rack cells."""
+    from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
+    from tests.unit.k8s.test_compute_domain import shipped_lock
+
+    return render_domains(shipped_lock(), options, ComputeDomainOptions(4)).files
+
+
 def test_the_readme_lists_every_accepted_finding() -> None:
     readme = (REPO / "README.md").read_text()
     listed = {**ACCEPTED, **UNSIZED, **NAMESPACED}
