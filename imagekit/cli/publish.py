@@ -349,7 +349,8 @@ def k8s(
             help="N nodes (1-18): instead of the workloads, for each selected linux/arm64 cell built for"
             " GB200/GB300, a ComputeDomain (NVIDIA's DRA driver), an Indexed Job of N pods (one a node,"
             " one NVLink clique) claiming its IMEX channel and --gpus each, and a headless Service"
-            " for the rendezvous env (MASTER_ADDR, NODE_RANK, ...).",
+            " for the rendezvous env (MASTER_ADDR, NODE_RANK, ...). With --validate-on: the probe on"
+            " N nodes of each product, its nccl check across all of them.",
         ),
     ] = None,
     prepull: Annotated[
@@ -375,6 +376,7 @@ def k8s(
     Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
     Example: imagekit k8s --prepull --namespace ml --node-selector pool=training
     Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --out rack
+    Example: imagekit k8s --only '*arm64*' --compute-domain 2 --gpus 4 --validate-on NVIDIA-GB200
     """
     from imagekit.k8s import manifests as kube
     from imagekit.plan.cells import frontend_of
@@ -410,7 +412,7 @@ def k8s(
 
         require_attested(published, require_attestation, attestation_policy)
     if compute_domain is not None:
-        files = _compute_domains(published, options, compute_domain, bool(validate_on))
+        files = _compute_domains(published, options, compute_domain, validate_on or [])
     elif validate_on:
         from imagekit.k8s.validate_on import parse_products, render_validation
 
@@ -435,19 +437,26 @@ def k8s(
     typer.echo(f"imagekit: {counted(len(files), 'manifest')} in {out}", err=True)
 
 
-def _compute_domains(published: Lock, options: JobOptions, nodes: int, validate_on: bool) -> dict[str, str]:
-    """``--compute-domain``'s files, the cells left out said as notes."""
+def _compute_domains(
+    published: Lock, options: JobOptions, nodes: int, validate_on: Sequence[str]
+) -> dict[str, str]:
+    """``--compute-domain``'s files (with ``--validate-on``: the probe's, and the plan), the cells
+    left out said as notes."""
     from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
 
+    domain = ComputeDomainOptions(nodes)
     if validate_on:
-        raise InputError(
-            "--validate-on with --compute-domain: the probe's nccl check runs within one node so far;"
-            " run --compute-domain alone (each pod runs the check script) or --validate-on alone"
-        )
-    rendered = render_domains(published, options, ComputeDomainOptions(nodes))
-    for line in rendered.left_out:
+        from imagekit.k8s.domain_validation import render_domain_validation
+        from imagekit.k8s.validate_on import parse_products
+
+        validation = render_domain_validation(published, options, parse_products(validate_on), domain)
+        files, left_out = validation.files, validation.left_out
+    else:
+        rendered = render_domains(published, options, domain)
+        files, left_out = rendered.files, rendered.left_out
+    for line in left_out:
         say("note", f"no compute-domain Job for {line}")
-    return rendered.files
+    return files
 
 
 @app.command("k8s-results")

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from imagekit.core import platforms
+from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES
 from imagekit.core.versions import cuda_variant
@@ -198,16 +198,31 @@ def placement(entry: LockEntry, options: JobOptions, name: str, gpus: GpuAttachm
     }
 
 
+@dataclass(frozen=True)
+class DomainRun:
+    """What a domain's Job is called and runs: by default the cell's checks under its own name; a
+    validate-on run names the product its pods are pinned to."""
+
+    name: str
+    args: tuple[str, ...]
+    component: str = COMPONENT
+    product: str | None = None
+
+
 def domain_manifests(
     entry: LockEntry,
     options: JobOptions,
     domain: ComputeDomainOptions,
     attach: GpuAttach = device_plugin_gpus,
+    run: DomainRun | None = None,
 ) -> list[dict[str, Any]]:
     """The ComputeDomain, the GPUs' own objects, the Service and the Job for ``entry``; each pod
-    runs ``--command``, else the image's check script."""
-    name = job_name(entry.cell)
-    metadata = object_metadata(name, entry, options, COMPONENT)
+    runs ``--command``, else the image's check script, unless ``run`` says otherwise."""
+    run = run or DomainRun(job_name(entry.cell), tuple(options.command or check_command(entry, options.gpus)))
+    name, args = run.name, list(run.args)
+    metadata = object_metadata(name, entry, options, run.component)
+    if run.product is not None:
+        metadata["annotations"][naming.annotation("gpu-product")] = run.product
     gpus = attach(name, entry, options)
     # the GPUs are the attachment's: the container gets no device-plugin limit of its own
     container = workload_container("check", entry, replace(options, gpus=0), entry.reference)
@@ -216,8 +231,7 @@ def domain_manifests(
     claims = ((CHANNEL_CLAIM, channel_template(name)), *gpus.claims)
     container["resources"]["claims"] = [{"name": claim} for claim, _ in claims]
     container["env"] += [{"name": "HOME", "value": "/tmp"}, *rendezvous_env(name, domain, options.gpus)]
-    # `args`, never `command`: the image's ENTRYPOINT runs first, as in verification
-    container["args"] = list(options.command) or check_command(entry, options.gpus)
+    container["args"] = args  # `args`, never `command`: the image's ENTRYPOINT runs first
     container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
     # index None: the image by its own digest, held to its platform's nodes (the Grace hosts)
     pod = workload_pod(container, options, [], entry, None)

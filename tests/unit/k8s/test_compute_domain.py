@@ -256,7 +256,10 @@ def _lock_file(tmp_path: Path) -> Path:
             ["--only", OLD_ARM, "--compute-domain", "2"],
             f"--compute-domain: {OLD_ARM}: its torch has no kernels",
         ),
-        (["--only", FIT, "--compute-domain", "2", "--validate-on", "NVIDIA-GB200"], "--validate-on with"),
+        (
+            ["--only", "*-arm64", "--compute-domain", "2", "--validate-on", "NVIDIA-H100-80GB-HBM3"],
+            "no selected cell runs on GB200/GB300 racks with hosts of NVIDIA-H100-80GB-HBM3 (x86_64)",
+        ),
     ],
 )
 def test_the_command_refuses_bad_input_in_one_line_writing_nothing(
