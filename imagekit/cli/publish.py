@@ -33,9 +33,10 @@ from imagekit.core.text import counted
 from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
+    from imagekit.k8s.manifests import JobOptions
     from imagekit.plan.schema import Publish
     from imagekit.publish.promote import PublishRun
-    from imagekit.report.lockfile import LockEntry, LockIndex
+    from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 
 RequireAttestationOption = Annotated[
     Path | None,
@@ -343,6 +344,17 @@ def k8s(
             " `imagekit k8s-results`.",
         ),
     ] = None,
+    compute_domain: Annotated[
+        int | None,
+        typer.Option(
+            "--compute-domain",
+            help="N nodes (1-18): instead of the workloads, for each selected linux/arm64 cell built for"
+            " GB200/GB300, a ComputeDomain (NVIDIA's DRA driver), an Indexed Job of N pods (one a node,"
+            " one NVLink clique) claiming its IMEX channel and --gpus each, and a headless Service"
+            " for the rendezvous env (MASTER_ADDR, NODE_RANK, ...). With --validate-on: the probe on"
+            " N nodes of each product, its nccl check across all of them.",
+        ),
+    ] = None,
     prepull: Annotated[
         bool,
         typer.Option(
@@ -365,6 +377,8 @@ def k8s(
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
     Example: imagekit k8s --prepull --namespace ml --node-selector pool=training
+    Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --out rack
+    Example: imagekit k8s --only '*arm64*' --compute-domain 2 --gpus 4 --validate-on NVIDIA-GB200
     """
     from imagekit.k8s import manifests as kube
     from imagekit.plan.cells import frontend_of
@@ -399,7 +413,9 @@ def k8s(
         from imagekit.cli.attest import require_attested
 
         require_attested(published, require_attestation, attestation_policy)
-    if validate_on:
+    if compute_domain is not None:
+        files = _compute_domains(published, options, compute_domain, validate_on or [])
+    elif validate_on:
         from imagekit.k8s.validate_on import parse_products, render_validation
 
         rendered = render_validation(published, options, parse_products(validate_on))
@@ -421,6 +437,28 @@ def k8s(
     for path in kube.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {counted(len(files), 'manifest')} in {out}", err=True)
+
+
+def _compute_domains(
+    published: Lock, options: JobOptions, nodes: int, validate_on: Sequence[str]
+) -> dict[str, str]:
+    """``--compute-domain``'s files (with ``--validate-on``: the probe's, and the plan), the cells
+    left out said as notes."""
+    from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
+
+    domain = ComputeDomainOptions(nodes)
+    if validate_on:
+        from imagekit.k8s.domain_validation import render_domain_validation
+        from imagekit.k8s.validate_on import parse_products
+
+        validation = render_domain_validation(published, options, parse_products(validate_on), domain)
+        files, left_out = validation.files, validation.left_out
+    else:
+        rendered = render_domains(published, options, domain)
+        files, left_out = rendered.files, rendered.left_out
+    for line in left_out:
+        say("note", f"no compute-domain Job for {line}")
+    return files
 
 
 @app.command("k8s-results")

@@ -53,6 +53,12 @@ MAX_INT32 = 2**31 - 1
 # past a few dozen the node's disk fills and it evicts workloads. The shipped matrix has 19 amd64
 # cells; hundreds of init containers are a missing --only.
 MAX_PREPULL_IMAGES = 32
+# Nodes (one pod each) of one `imagekit k8s --compute-domain` Job: the nodes of one multi-node
+# NVLink domain. NVIDIA's DRA driver caps an IMEX domain at maxNodesPerIMEXDomain, default 18 ("On
+# GB200 and GB300 the limit is 18": an NVL72 rack's 18 compute trays of 4 GPUs;
+# kubernetes-sigs/dra-driver-nvidia-gpu v0.4.0, cmd/compute-domain-controller/main.go); a daemon
+# past it gets no place in its clique. The CRD's numNodes has no maximum of its own.
+MAX_COMPUTE_DOMAIN_NODES = 18
 
 # -- state files: report.json, images.lock.json, bake metadata ---------------------------------------
 

@@ -39,7 +39,7 @@ import yaml
 
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
-from imagekit.core.limits import MAX_GPUS, MAX_RECORDS
+from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES, MAX_GPUS, MAX_RECORDS
 from imagekit.core.platforms import PlatformName
 from imagekit.core.safetypes import (
     RECORD_CONFIG,
@@ -55,6 +55,7 @@ from imagekit.core.safetypes import (
     validate_json,
 )
 from imagekit.core.text import shown
+from imagekit.k8s.compute_domain import NAME_CHARS as DOMAIN_NAME_CHARS
 from imagekit.k8s.manifests import (
     ARCH_LABEL,
     JobOptions,
@@ -161,6 +162,8 @@ class PlannedJob:
     expect: Mapping[ExpectationName, Expectation] = field(default_factory=dict)
     index_digest: ImageDigest | None = None
     namespace: DnsLabel | None = None
+    # --compute-domain: the Job's pods (one a node, one NVLink domain); None: one pod
+    nodes: Annotated[int, Number(1, MAX_COMPUTE_DOMAIN_NODES, integer=True)] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ def _check_identity(job: PlannedJob, source: str, fix: str) -> None:
     """An entry is the Job its name was made for: the name carries the cell, the product and the
     digest (``job_name``), the image pulls that digest. An edited digest would credit another
     image with the Job's run."""
-    made_for = job_name(job.cell, job.product, job.digest)
+    made_for = job_name(job.cell, job.product, job.digest, DOMAIN_NAME_CHARS if job.nodes else 63)
     if job.job != made_for:
         raise InputError(
             f"{source}: {job.job}: the entry names {job.cell} on {job.product} at {job.digest}, but"
@@ -213,11 +216,12 @@ def _check_identity(job: PlannedJob, source: str, fix: str) -> None:
 # -- the Jobs --------------------------------------------------------------------------------------
 
 
-def job_name(cell: str, product: str, digest: str) -> str:
+def job_name(cell: str, product: str, digest: str, chars: int = 63) -> str:
     """The Job's name: readable where it fits, and distinct per cell, product AND digest (a Job's
-    pod template cannot change: the next image's Job is a new object, not a failed `apply`)."""
+    pod template cannot change: the next image's Job is a new object, not a failed `apply`);
+    ``chars`` at most (a compute domain's Job leaves room for its pods' index)."""
     tag = hashlib.sha256(f"{cell}\0{product}\0{digest}".encode()).hexdigest()[:8]
-    return f"{dns_name('imagekit-validate', f'{product}-{cell}')[: 63 - 9].rstrip('-')}-{tag}"
+    return f"{dns_name('imagekit-validate', f'{product}-{cell}')[: chars - 9].rstrip('-')}-{tag}"
 
 
 def probe_arguments(entry: LockEntry, gpus: int, host_machine: str) -> list[str]:
@@ -253,7 +257,7 @@ def validate_job(entry: LockEntry, product: Product, options: JobOptions) -> dic
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 
 
-def _check(options: JobOptions) -> None:
+def check_options(options: JobOptions) -> None:
     """Refuse options a validate-on Job cannot carry, before anything is written."""
     for flag, value in (("--runtime-class", options.runtime_class), ("--namespace", options.namespace)):
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
@@ -282,7 +286,7 @@ class Rendered:
 def render_validation(published: Lock, options: JobOptions, products: Sequence[Product]) -> Rendered:
     """One Job per selected cell and product its platform can run on, and the plan naming them;
     raises before anything is written."""
-    _check(options)
+    check_options(options)
     if not products:
         raise InputError("--validate-on: name at least one GPU product")
     files: dict[str, str] = {}

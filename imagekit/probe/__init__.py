@@ -132,5 +132,6 @@ status still says fail when far below the floor. Timed with CUDA events over at 
 PERF_MIN_SECONDS after a warm-up, on every device, bf16 (fp16 below compute capability 8.0); floors
 are looked up by the EXACT device name and scaled by the SM fraction for MIG slices.
 nccl: all-reduce and broadcast across the GPUs in worker processes, each returning its result in
-its own file, so library output (NCCL_DEBUG=INFO) cannot break it.
+its own file, so library output (NCCL_DEBUG=INFO) cannot break it. In each pod of a multi-node Job
+(NNODES above 1: `imagekit k8s --compute-domain`), one world across every pod's GPUs (rendezvous.py).
 """

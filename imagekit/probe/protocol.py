@@ -213,3 +213,12 @@ GUARD_TORCH_OPTION = "--torch"  # the torch version the cell installs
 GUARD_CUDA_OPTION = "--cuda"  # the CUDA minor torch must be built for (12.1), or "cpu"
 GUARD_EXACT_OPTION = "--exact"  # compare the whole version, local part too (a stack's own build)
 PINS_EXTRA_OPTION = "--extra"  # a requirement line added to the pins (a NumPy cap); repeatable
+
+# The multi-node rendezvous each pod of an `imagekit k8s --compute-domain` Job is given, by the
+# names torch.distributed's env:// and torchrun read; the nccl check reads them (rendezvous.py).
+MASTER_ADDR = "MASTER_ADDR"  # pod 0's DNS name: its rank 0 serves the store
+MASTER_PORT = "MASTER_PORT"
+NNODES = "NNODES"  # pods, one a node
+NODE_RANK = "NODE_RANK"  # this pod's index
+NPROC_PER_NODE = "NPROC_PER_NODE"  # ranks a pod: one a GPU
+WORLD_SIZE = "WORLD_SIZE"  # ranks in all: NNODES x NPROC_PER_NODE

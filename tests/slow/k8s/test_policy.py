@@ -15,6 +15,7 @@ from tests.unit.k8s.test_policy import (
     NAMESPACED,
     OPTIONS,
     UNSIZED,
+    _compute_domains,
     _findings,
     _kinds,
     _manifests,
@@ -52,3 +53,20 @@ def test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_pat
     write_jobs(files, tmp_path)
     found = {f"{f['check_id']} {f['resource']}" for f in _findings(tmp_path) if f["check_id"] not in ACCEPTED}
     assert not found, "\n".join(sorted(found))
+
+
+def test_compute_domain_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_path: Path) -> None:
+    options = JobOptions(
+        gpus=4, namespace="ml", cpu="16", memory="256Gi", tolerations=(Toleration.parse("gpu"),)
+    )
+    files = _compute_domains(options)
+    assert _kinds(files) == {"ComputeDomain", "Service", "Job"}
+    for text in files.values():
+        for manifest in yaml.safe_load_all(text):
+            if manifest["kind"] != "ComputeDomain":  # a CRD's: tests/unit/k8s/test_compute_domain.py
+                kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+    write_jobs(files, tmp_path)
+    findings = _findings(tmp_path)
+    found = {f"{f['check_id']} {f['resource']}" for f in findings if f["check_id"] not in ACCEPTED}
+    assert not found, "\n".join(sorted(found))
+    assert {f["check_id"] for f in findings} == {"CKV_K8S_40", "CKV2_K8S_6"}  # the scanner saw the Jobs

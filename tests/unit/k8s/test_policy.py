@@ -139,6 +139,14 @@ def _validate_on(options: JobOptions) -> dict[str, str]:
     return {name: text for name, text in files.items() if name != PLAN_NAME}
 
 
+def _compute_domains(options: JobOptions) -> dict[str, str]:
+    """The --compute-domain files (ComputeDomain, Service, Job) of the shipped matrix's rack cells."""
+    from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
+    from tests.unit.k8s.test_compute_domain import shipped_lock
+
+    return render_domains(shipped_lock(), options, ComputeDomainOptions(4)).files
+
+
 def test_the_readme_lists_every_accepted_finding_and_no_other() -> None:
     """README's table of what checkov still reports names exactly these checks: one no longer
     found (CKV_K8S_40 since the uid is 10001) leaves the table too."""

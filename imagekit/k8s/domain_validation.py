@@ -1,0 +1,95 @@
+"""``imagekit k8s --validate-on PRODUCT --compute-domain N``: the image's probe on N nodes of a product
+at once, its nccl check across all of them.
+
+For each selected cell that runs on GB200/GB300 racks (``imagekit.k8s.compute_domain``) and each
+product whose hosts are of its machine: the compute domain's objects (ComputeDomain, Service,
+Indexed Job), the pods pinned to the product as a validate-on Job's are (``imagekit.k8s.validate_on``)
+and running the probe as it does, with the rendezvous variables that turn the probe's nccl check
+into one all-reduce across every pod's GPUs (``imagekit/probe/rendezvous.py``). The plan names each
+Job with its node count; ``imagekit k8s-results`` reads one pod's output per Job (``kubectl logs
+job/NAME``): each pod's probe reports the whole domain's collective from its own ranks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+
+import yaml
+
+from imagekit.core import platforms
+from imagekit.core.errors import InputError
+from imagekit.k8s import compute_domain, validate_on
+from imagekit.k8s.compute_domain import ComputeDomainOptions, DomainRun, GpuAttach, device_plugin_gpus
+from imagekit.k8s.manifests import JobOptions, ManifestDumper
+from imagekit.k8s.validate_on import PLAN_NAME, Plan, PlannedJob, Product, Rendered
+from imagekit.report.lockfile import Lock
+
+
+def render_domain_validation(
+    published: Lock,
+    options: JobOptions,
+    products: Sequence[Product],
+    domain: ComputeDomainOptions,
+    attach: GpuAttach = device_plugin_gpus,
+) -> Rendered:
+    """One compute-domain validation per selected rack cell and product of its machine, and the
+    plan naming them; raises before anything is written where there is none."""
+    validate_on.check_options(options)
+    compute_domain.check_options(options)
+    if not products:
+        raise InputError("--validate-on: name at least one GPU product")
+    files: dict[str, str] = {}
+    jobs: list[PlannedJob] = []
+    left_out: list[str] = []
+    for cell in sorted(published.images):
+        entry = published.images[cell]
+        reason = compute_domain.unfit_reason(entry)
+        if reason is not None:
+            left_out.append(f"{cell}: {reason}")
+            continue
+        machine = platforms.get(entry.platform).machine
+        index = published.index_of(cell)
+        for product in products:
+            if product.machine != machine:
+                left_out.append(
+                    f"{cell} ({entry.platform}) on {product.label}: its hosts are {product.machine}"
+                )
+                continue
+            name = validate_on.job_name(cell, product.label, entry.digest, compute_domain.NAME_CHARS)
+            args = validate_on.probe_arguments(entry, options.gpus, product.machine)
+            pinned = replace(
+                options,
+                node_selector=(*options.node_selector, (validate_on.PRODUCT_LABEL, product.label)),
+                gpu_affinity=False,  # pinned to a product: the probe says why a cell cannot serve it
+            )
+            run = DomainRun(name, tuple(args), validate_on.COMPONENT, product.label)
+            manifests = compute_domain.domain_manifests(entry, pinned, domain, attach, run)
+            files[f"{name}.yaml"] = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
+            jobs.append(
+                PlannedJob(
+                    job=name,
+                    cell=cell,
+                    product=product.label,
+                    platform=entry.platform,
+                    image=entry.reference,
+                    digest=entry.digest,
+                    image_id=entry.image_id,
+                    host_machine=product.machine,
+                    gpus=options.gpus,
+                    expect=dict(entry.expect),
+                    index_digest=index.digest if index is not None else None,
+                    namespace=options.namespace,
+                    nodes=domain.nodes,
+                )
+            )
+    if not jobs:
+        raise InputError(
+            "--validate-on with --compute-domain: no selected cell runs on GB200/GB300 racks with hosts of "
+            + ", ".join(f"{p.label} ({p.machine})" for p in products)
+            + (f" ({left_out[0]})" if len(left_out) == 1 else "")
+        )
+    plan = Plan(tuple(jobs))
+    files[PLAN_NAME] = json.dumps(plan.as_json(), indent=2, sort_keys=True) + "\n"
+    return Rendered(files, plan, tuple(left_out))

@@ -1,0 +1,289 @@
+"""`imagekit k8s --compute-domain N`: a ComputeDomain, an Indexed Job of N pods claiming its channel,
+and a headless Service, for the shipped matrix's cells that run on GB200/GB300 racks.
+
+The ComputeDomain is checked with check-jsonschema against the CRD schemas NVIDIA's DRA driver
+publishes (tests/fixtures/crds/dra-driver-nvidia-gpu/NOTES.md says where from), closed as
+`kubectl apply`'s strict field validation closes them; the Job and the Service with
+kubernetes-validate's strict schemas of Kubernetes 1.34 to 1.37."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from imagekit.core import naming
+from imagekit.core.errors import InputError
+from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES
+from imagekit.k8s.compute_domain import (
+    CHANNEL_CLAIM,
+    CLIQUE_LABEL,
+    INDEX_FIELD,
+    ComputeDomainOptions,
+    GpuAttachment,
+    job_name,
+    rack_families,
+    render_domains,
+)
+from imagekit.k8s.manifests import JobOptions
+from imagekit.plan.matrix import load_plan
+from imagekit.report.lockfile import Lock, LockEntry, merge_lock
+from tests.conftest import REPO, run_cli
+from tests.unit.report_samples import lock_entry
+
+CRDS = sorted((REPO / "tests/fixtures/crds/dra-driver-nvidia-gpu").glob("computedomains-*.yaml"))
+KUBERNETES = ("1.34.0", "1.35.0", "1.36.0", "1.37.0")
+FIT = "cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel-arm64"  # cu132 aarch64: sm_100
+OLD_ARM = "cuda-ubuntu22.04-torch2.14.1-cuda12.6-py3.10-devel-arm64"  # cu126 aarch64: sm_80/sm_90
+
+
+def shipped_lock() -> Lock:
+    """A lock entry for every cell of the shipped matrix, with its own platform and versions."""
+    plan = load_plan(REPO / "matrix.yaml")
+    repository = f"{plan.matrix.publish.registry}/{plan.matrix.publish.repository}"
+    entries: dict[str, LockEntry] = {}
+    for n, c in enumerate(plan.cells, start=1):
+        entry = lock_entry(c.id, digest=f"sha256:{n:064x}")
+        expect = {**entry.expect, "torch": c.torch, "cuda": c.cuda}
+        entries[c.id] = replace(entry, repository=repository, platform=c.platform, expect=expect)
+    return Lock(entries)
+
+
+def documents(files: dict[str, str]) -> list[dict[str, Any]]:
+    return [d for _, text in sorted(files.items()) for d in yaml.safe_load_all(text)]
+
+
+def closed(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with every object that lists its properties closed to others: the API server's
+    strict field validation (kubectl's default) refuses an unknown field a plain schema would pass."""
+    out = dict(schema)
+    if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["properties"] = {k: closed(v) for k, v in out["properties"].items()}
+        out.setdefault("additionalProperties", False)
+    if "items" in out:
+        out["items"] = closed(out["items"])
+    return out
+
+
+def check_jsonschema(crd: Path, documents: list[dict[str, Any]], tmp_path: Path) -> tuple[int, str]:
+    """check-jsonschema's exit status and output for ``documents`` (files doc0.json, ...)."""
+    (version,) = yaml.safe_load(crd.read_text())["spec"]["versions"]
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(closed(version["schema"]["openAPIV3Schema"])))
+    instances = [tmp_path / f"doc{n}.json" for n in range(len(documents))]
+    for path, document in zip(instances, documents, strict=True):
+        path.write_text(json.dumps(document))
+    done = subprocess.run(  # a fixed argument list
+        [sys.executable, "-m", "check_jsonschema", "--schemafile", str(schema), *map(str, instances)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_only_grace_blackwell_cells_get_a_domain_the_rest_are_said() -> None:
+    lock = shipped_lock()
+    rendered = render_domains(lock, JobOptions(gpus=4), ComputeDomainOptions(4))
+    made = {
+        d["metadata"]["annotations"][naming.annotation("cell")]
+        for d in documents(rendered.files)
+        if d["kind"] == "Job"
+    }
+    assert FIT in made and OLD_ARM not in made
+    assert made == {c for c, e in lock.images.items() if rack_families(e)}
+    assert all(lock.images[c].platform == "linux/arm64" for c in made)
+    assert len(made) + len(rendered.left_out) == len(lock.images)
+    said = "\n".join(rendered.left_out)
+    assert f"{OLD_ARM}: its torch has no kernels for the racks' GPUs (GB200 10.0, GB300 10.3)" in said
+    assert "its image is linux/amd64, the racks' Grace hosts are aarch64" in said
+
+
+def test_the_domain_job_and_service_fit_together() -> None:
+    lock = shipped_lock().only([FIT])
+    (text,) = render_domains(lock, JobOptions(gpus=4, namespace="ml"), ComputeDomainOptions(4)).files.values()
+    domain, service, job = yaml.safe_load_all(text)
+    name = job_name(FIT)
+    assert [domain["kind"], service["kind"], job["kind"]] == ["ComputeDomain", "Service", "Job"]
+    assert domain["metadata"]["name"] == service["metadata"]["name"] == job["metadata"]["name"] == name
+    assert domain["spec"] == {
+        "numNodes": 4,
+        "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}},
+    }
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 4, 4)
+    pod = spec["template"]["spec"]
+    assert pod["resourceClaims"] == [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": f"{name}-channel"}]
+    (container,) = pod["containers"]
+    assert container["resources"]["claims"] == [{"name": CHANNEL_CLAIM}]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}  # as the single-node Jobs ask
+    assert container["image"] == lock.images[FIT].reference  # by digest
+    # the pods' names: <job>-<index>.<subdomain>, the Service selecting exactly them
+    assert pod["subdomain"] == name and service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["MASTER_ADDR"] == f"{name}-0.{name}" and env["MASTER_PORT"] == "29500"
+    assert (env["NNODES"], env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("4", "4", "16")
+    assert env["NODE_RANK"] == {"fieldRef": {"fieldPath": INDEX_FIELD}}
+    # Grace hosts in one NVLink clique, one pod a node, GPUs the wheel has kernels for
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms and all({"key": CLIQUE_LABEL, "operator": "Exists"} in t["matchExpressions"] for t in terms)
+    assert any(e["key"] == "nvidia.com/gpu.compute.major" for t in terms for e in t["matchExpressions"])
+    (together,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (apart,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert together["topologyKey"] == CLIQUE_LABEL and apart["topologyKey"] == "kubernetes.io/hostname"
+    assert together["labelSelector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_a_long_cell_leaves_room_for_the_pod_index_in_the_hostname() -> None:
+    names = {job_name("x" * 80), job_name("x" * 81)}
+    assert len(names) == 2
+    assert all(len(f"{n}-{MAX_COMPUTE_DOMAIN_NODES - 1}") <= 63 for n in names)
+
+
+def test_the_gpu_part_is_one_swappable_call() -> None:
+    """What a DRA GPU request plugs in: claims and their template instead of the limit."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t"},
+    }
+
+    def dra(name: str, entry: LockEntry, options: JobOptions) -> GpuAttachment:
+        return GpuAttachment(
+            claims=(("gpus", f"{name}-gpus"),), documents=(template,), feature_discovery=False
+        )
+
+    lock = shipped_lock().only([FIT])
+    (text,) = render_domains(lock, JobOptions(gpus=4), ComputeDomainOptions(2), dra).files.values()
+    kinds = [d["kind"] for d in yaml.safe_load_all(text)]
+    assert kinds == ["ComputeDomain", "ResourceClaimTemplate", "Service", "Job"]
+    job = list(yaml.safe_load_all(text))[-1]
+    pod = job["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["resourceClaims"]] == [CHANNEL_CLAIM, "gpus"]
+    container = pod["containers"][0]
+    assert container["resources"]["claims"] == [{"name": CHANNEL_CLAIM}, {"name": "gpus"}]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term == {"matchExpressions": [{"key": CLIQUE_LABEL, "operator": "Exists"}]}
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=[p.stem for p in CRDS])
+def test_the_compute_domain_is_valid_for_the_drivers_crd(crd: Path, tmp_path: Path) -> None:
+    assert len(CRDS) == 2
+    rendered = render_domains(shipped_lock(), JobOptions(gpus=4, namespace="ml"), ComputeDomainOptions(18))
+    domains = [d for d in documents(rendered.files) if d["kind"] == "ComputeDomain"]
+    assert domains
+    status, output = check_jsonschema(crd, domains, tmp_path)
+    assert status == 0, output
+    # the check can fail: a field the CRD lacks, a value it refuses
+    typo = {**domains[0], "spec": {**domains[0]["spec"], "numnodes": 4}}
+    mode = {
+        **domains[0],
+        "spec": {
+            **domains[0]["spec"],
+            "channel": {**domains[0]["spec"]["channel"], "allocationMode": "Some"},
+        },
+    }
+    status, output = check_jsonschema(crd, [typo, mode], tmp_path)
+    assert status == 1 and "doc0.json" in output and "doc1.json" in output, output
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+def test_the_job_and_service_are_strictly_valid(version: str) -> None:
+    options = JobOptions(gpus=4, namespace="ml", cpu="16", memory="256Gi")
+    rendered = render_domains(shipped_lock(), options, ComputeDomainOptions(4))
+    checked = 0
+    for document in documents(rendered.files):
+        if document["kind"] in ("Job", "Service"):
+            kubernetes_validate.validate(document, version, strict=True)
+            checked += 1
+    assert checked == 2 * len(rendered.files)
+
+
+@pytest.mark.parametrize(
+    ("options", "nodes", "message"),
+    [
+        (JobOptions(), 0, f"--compute-domain 0: give 1 to {MAX_COMPUTE_DOMAIN_NODES} nodes"),
+        (
+            JobOptions(),
+            MAX_COMPUTE_DOMAIN_NODES + 1,
+            f"--compute-domain 19: give 1 to {MAX_COMPUTE_DOMAIN_NODES}",
+        ),
+        (JobOptions(gpus=0), 2, "give --gpus 1 or more"),
+        (JobOptions(gpu_resource="nvidia.com/mig-1g.10gb"), 2, "leave --gpu-resource out"),
+    ],
+)
+def test_bad_options_are_refused(options: JobOptions, nodes: int, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        render_domains(shipped_lock(), options, ComputeDomainOptions(nodes))
+
+
+def test_a_cell_that_cannot_run_on_a_rack_alone_is_refused_with_its_reason() -> None:
+    with pytest.raises(InputError, match=re.escape(f"--compute-domain: {OLD_ARM}: its torch has no kernels")):
+        render_domains(shipped_lock().only([OLD_ARM]), JobOptions(), ComputeDomainOptions(2))
+    amd64 = [c for c, e in shipped_lock().images.items() if e.platform == "linux/amd64"]
+    with pytest.raises(InputError, match=f"none of the {len(amd64)} selected cells runs on GB200/GB300"):
+        render_domains(shipped_lock().only(amd64), JobOptions(), ComputeDomainOptions(2))
+
+
+def _lock_file(tmp_path: Path) -> Path:
+    lock = tmp_path / "images.lock.json"
+    merge_lock(lock, shipped_lock().images)
+    return lock
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--only", FIT, "--compute-domain", "0"], "--compute-domain 0: give 1 to 18 nodes"),
+        (["--only", FIT, "--compute-domain", "19"], "--compute-domain 19: give 1 to 18 nodes"),
+        (
+            ["--only", OLD_ARM, "--compute-domain", "2"],
+            f"--compute-domain: {OLD_ARM}: its torch has no kernels",
+        ),
+        (
+            ["--only", "*-arm64", "--compute-domain", "2", "--validate-on", "NVIDIA-H100-80GB-HBM3"],
+            "no selected cell runs on GB200/GB300 racks with hosts of NVIDIA-H100-80GB-HBM3 (x86_64)",
+        ),
+    ],
+)
+def test_the_command_refuses_bad_input_in_one_line_writing_nothing(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    out = tmp_path / "k8s"
+    lock = _lock_file(tmp_path)
+    result = run_cli(
+        "k8s", "--matrix", str(REPO / "matrix.yaml"), "--lock", str(lock), "--out", str(out), *flags
+    )
+    assert result.exit_code == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert message in line
+    assert not out.exists()
+
+
+def test_the_command_writes_the_domain_files_and_notes_the_cells_left_out(tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    lock = _lock_file(tmp_path)
+    flags = ["--only", "*-arm64", "--compute-domain", "2", "--gpus", "4", "--namespace", "ml"]
+    result = run_cli(
+        "k8s", "--matrix", str(REPO / "matrix.yaml"), "--lock", str(lock), "--out", str(out), *flags
+    )
+    assert result.exit_code == 0, result.stderr
+    written = sorted(p.name for p in out.iterdir())
+    assert f"{job_name(FIT)}.yaml" in written and f"{job_name(OLD_ARM)}.yaml" not in written
+    assert f"imagekit: note: no compute-domain Job for {OLD_ARM}" in result.stderr
