@@ -56,7 +56,6 @@ from imagekit.core.safetypes import (
 )
 from imagekit.core.text import shown
 from imagekit.k8s.manifests import (
-    ARCH_LABEL,
     JobOptions,
     ManifestDumper,
     check_gpu_resource,
@@ -66,6 +65,7 @@ from imagekit.k8s.manifests import (
     workload_container,
     workload_pod,
 )
+from imagekit.k8s.placement import ARCH_LABEL
 from imagekit.render.contract import CHECK_SCRIPT_PATH
 from imagekit.report.lockfile import Lock, LockEntry
 from imagekit.report.verification import DnsLabel, GpuProduct
