@@ -523,7 +523,10 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
             raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
+    from imagekit.k8s.dra import check_gpu_request, claim_gpus  # dra builds on this module
+
     check_gpu_resource(options)
+    check_gpu_request(options)
     shm_size(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}
@@ -538,14 +541,12 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
         check_mounts(options, frontend is not None)
         entry = entries[cell]
         index = published.index_of(cell)
-        if frontend:
-            manifests = frontend_manifests(entry, options, index)
-            name = manifests[0]["metadata"]["name"]
-            text = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
-        else:
-            manifest = job_manifest(entry, options, index)
-            name = manifest["metadata"]["name"]
-            text = yaml.dump(manifest, Dumper=ManifestDumper, sort_keys=False)
+        manifests = (
+            frontend_manifests(entry, options, index) if frontend else [job_manifest(entry, options, index)]
+        )
+        name = manifests[0]["metadata"]["name"]
+        manifests = claim_gpus(manifests, entry, options)  # with DRA, the claim template first
+        text = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
         if name in made_by:  # one object would silently replace the other in the cluster
             raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
         made_by[name] = cell

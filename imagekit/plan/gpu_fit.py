@@ -65,14 +65,23 @@ class Kernels:
         )
 
     def ranges(self) -> tuple[tuple[Capability, Capability | None], ...]:
-        """The capabilities served, as [low, below) ranges (below None: no end): a cubin's major
-        from its lowest minor on, and the PTX's capability and everything after it."""
+        """The capabilities served, as [low, below) ranges (below None: no end), in order, ranges
+        that meet joined: a cubin's major from its lowest minor on, and the PTX's capability and
+        everything after it."""
         spans: list[tuple[Capability, Capability | None]] = [
             ((major, minor), (major + 1, 0)) for major, minor in self.cubins
         ]
         if self.ptx is not None:
             spans.append((self.ptx, None))
-        return tuple(spans)
+        joined: list[tuple[Capability, Capability | None]] = []
+        for low, below in sorted(spans, key=lambda span: span[0]):
+            if joined and (joined[-1][1] is None or low <= joined[-1][1]):
+                last_low, last_below = joined[-1]
+                end = None if last_below is None or below is None else max(last_below, below)
+                joined[-1] = (last_low, end)
+            else:
+                joined.append((low, below))
+        return tuple(joined)
 
 
 @dataclass(frozen=True)
