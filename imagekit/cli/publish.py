@@ -311,7 +311,8 @@ def k8s(
         typer.Option(
             "--gpu-affinity/--no-gpu-affinity",
             help="Node affinity on GPU feature discovery's labels (compute capability, driver) and"
-            " the platform, from each cell; off for clusters without feature discovery.",
+            " the platform, from each cell (with --gpu-request dra: the claim's CEL selectors); off"
+            " for clusters without feature discovery.",
         ),
     ] = True,
     secret: Annotated[

@@ -84,7 +84,6 @@ def device_request(entry: LockEntry, options: JobOptions, product_name: str | No
         selectors.append(mig_profile_selector(profile))
     exactly: dict[str, Any] = {
         "deviceClassName": MIG_CLASS if profile is not None else GPU_CLASS,
-        "allocationMode": "ExactCount",
         "count": options.gpus,
     }
     if selectors:

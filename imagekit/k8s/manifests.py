@@ -138,7 +138,7 @@ class JobOptions:
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
-    gpu_affinity: bool = True  # node affinity on GPU feature discovery's labels, from the cell
+    gpu_affinity: bool = True  # placement from the cell: GFD node affinity, or with DRA the CEL selectors
     secret: str | None = None  # front ends: the Secret with the token / authorized keys
     workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
     workspace_size: str = "50Gi"
