@@ -256,6 +256,15 @@ def k8s(
             " such as nvidia.com/mig-1g.10gb.",
         ),
     ] = "nvidia.com/gpu",
+    gpu_request: Annotated[
+        str,
+        typer.Option(
+            "--gpu-request",
+            help="device-plugin (an nvidia.com/gpu limit, feature-discovery affinity) or dra (Kubernetes"
+            " 1.34+ with NVIDIA's DRA driver: a ResourceClaimTemplate per workload whose CEL selects"
+            " the GPUs the cell serves; --validate-on then takes the productName, 'NVIDIA H100 80GB HBM3').",
+        ),
+    ] = "device-plugin",
     node_selector: Annotated[
         list[str] | None, typer.Option("--node-selector", help="key=value (repeatable).")
     ] = None,
@@ -303,7 +312,8 @@ def k8s(
         typer.Option(
             "--gpu-affinity/--no-gpu-affinity",
             help="Node affinity on GPU feature discovery's labels (compute capability, driver) and"
-            " the platform, from each cell; off for clusters without feature discovery.",
+            " the platform, from each cell (with --gpu-request dra: the claim's CEL selectors); off"
+            " for clusters without feature discovery.",
         ),
     ] = True,
     secret: Annotated[
@@ -379,8 +389,10 @@ def k8s(
     Example: imagekit k8s --prepull --namespace ml --node-selector pool=training
     Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --out rack
     Example: imagekit k8s --only '*arm64*' --compute-domain 2 --gpus 4 --validate-on NVIDIA-GB200
+    Example: imagekit k8s --gpu-request dra --validate-on 'NVIDIA H100 80GB HBM3' --out validate
     """
     from imagekit.k8s import manifests as kube
+    from imagekit.k8s.dra import parse_gpu_request
     from imagekit.plan.cells import frontend_of
     from imagekit.report.lockfile import entries_for, read_lock
 
@@ -392,6 +404,7 @@ def k8s(
     options = kube.JobOptions(
         gpus=gpus,
         gpu_resource=gpu_resource,
+        gpu_request=parse_gpu_request(gpu_request),
         node_selector=kube.parse_node_selector(node_selector or []),
         tolerations=tuple(kube.Toleration.parse(t) for t in toleration or []),
         runtime_class=runtime_class,
@@ -418,7 +431,9 @@ def k8s(
     elif validate_on:
         from imagekit.k8s.validate_on import parse_products, render_validation
 
-        rendered = render_validation(published, options, parse_products(validate_on))
+        rendered = render_validation(
+            published, options, parse_products(validate_on, options.gpu_request == "dra")
+        )
         files = rendered.files
         for line in rendered.left_out:
             say("note", f"no Job for {line}")

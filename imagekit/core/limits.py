@@ -186,3 +186,9 @@ INVENTORY_ITEMS = 20_000
 # per soname (the probe lists at most 8: a library is seldom in more than 3 places).
 MAX_DUPLICATE_SONAMES = 200
 MAX_DUPLICATE_PATHS = 8
+
+# -- Kubernetes DRA -----------------------------------------------------------------------------------
+
+# A GPU's product name as NVML reports it and NVIDIA's DRA driver publishes it (productName):
+# NVML's own buffer for a device name is 96 bytes (NVML_DEVICE_NAME_V2_BUFFER_SIZE).
+MAX_PRODUCT_NAME = 96

@@ -18,23 +18,24 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
-from imagekit.core.versions import cuda_variant, version_key
-from imagekit.facts.compat import load_compat
-from imagekit.facts.probe_facts import wheel_arch_list
-from imagekit.plan.coverage import architectures
+from imagekit.k8s.placement import ARCH_LABEL, entry_fit, gfd_affinity
 from imagekit.render.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 from imagekit.verify.gpus import GpuRequest
 from imagekit.verify.invocation import check_arguments
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# How a pod asks for its GPUs: the device plugin's extended resource (a limit), or a DRA claim
+# (resource.k8s.io/v1, Kubernetes 1.34+, NVIDIA's DRA driver: imagekit.k8s.dra).
+GpuRequestKind = Literal["device-plugin", "dra"]
+GPU_REQUESTS: tuple[GpuRequestKind, ...] = ("device-plugin", "dra")
 # What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
 # and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`).
 _GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]{1,3}gb(\.me)?)")
@@ -124,6 +125,7 @@ class Claim:
 class JobOptions:
     gpus: int = 1
     gpu_resource: str = GPU_RESOURCE  # or a MIG slice, nvidia.com/mig-1g.10gb
+    gpu_request: GpuRequestKind = "device-plugin"
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     runtime_class: str | None = None
@@ -136,7 +138,7 @@ class JobOptions:
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
-    gpu_affinity: bool = True  # node affinity on GPU feature discovery's labels, from the cell
+    gpu_affinity: bool = True  # placement from the cell: GFD node affinity, or with DRA the CEL selectors
     secret: str | None = None  # front ends: the Secret with the token / authorized keys
     workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
     workspace_size: str = "50Gi"
@@ -212,53 +214,15 @@ def check_gpu_resource(options: JobOptions) -> None:
         )
 
 
-# -- where a cell's image can run: node affinity from the cell ------------------------------------
-
-# GPU feature discovery's node labels (NVIDIA GPU operator); kubernetes.io/arch is the kubelet's.
-ARCH_LABEL = "kubernetes.io/arch"
-COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
-COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
-DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
-
-
-def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
-    return {"key": key, "operator": operator, "values": [str(v) for v in values]}
+# -- where a cell's image can run: node affinity from the cell (imagekit.k8s.placement) -------------
 
 
 def node_affinity(entry: LockEntry, options: JobOptions) -> dict[str, Any] | None:
-    """Node affinity from the cell: its platform; with GPUs, the compute capabilities its torch
-    has kernels for (the arch table, by the cell's CUDA variant) and a driver at or above the
-    CUDA minor's minor-version-compatibility floor (the compat data; by driver major, the
-    granularity of the label). None with ``--no-gpu-affinity`` (no feature discovery)."""
-    if not options.gpu_affinity:
+    """Node affinity on feature discovery's labels from the cell's fit; None with
+    ``--no-gpu-affinity`` (no feature discovery) and with DRA (the claim selects the GPU)."""
+    if not options.gpu_affinity or options.gpu_request == "dra":
         return None
-    common = [_requirement(ARCH_LABEL, "In", platforms.get(entry.platform).arch)]
-    capabilities: list[list[dict[str, Any]]] = [[]]
-    cuda = entry.expect.get("cuda")
-    if options.gpus and cuda and cuda != "cpu":
-        release = load_compat().cuda_release(cuda)
-        if release is not None:
-            floor = version_key(release.driver_minor_floor)[0]
-            common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
-        machine = platforms.get(entry.platform).machine
-        listed = wheel_arch_list(cuda_variant(cuda), entry.expect.get("torch"), machine)
-        arch = architectures(listed) if listed is not None else None
-        if arch is not None:
-            cubins, ptx = arch
-            whole = [major for major, minor in cubins if minor == 0]
-            capabilities = [[_requirement(COMPUTE_MAJOR, "In", *whole)]] if whole else []
-            for major, minor in cubins:  # a major whose first cubin is past X.0: X.Y and later
-                if minor:
-                    capabilities.append(
-                        [
-                            _requirement(COMPUTE_MAJOR, "In", major),
-                            _requirement(COMPUTE_MINOR, "Gt", minor - 1),
-                        ]
-                    )
-            if ptx is not None:  # the driver compiles the PTX for every later major
-                capabilities.append([_requirement(COMPUTE_MAJOR, "Gt", max(ptx[0], *(m for m, _ in cubins)))])
-    terms = [{"matchExpressions": [*common, *extra]} for extra in capabilities]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    return gfd_affinity(entry_fit(entry), options.gpus)
 
 
 def dns_name(prefix: str, cell: str) -> str:
@@ -323,7 +287,7 @@ def workload_container(name: str, entry: LockEntry, options: JobOptions, image: 
     'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
     limits: dict[str, str | int] = {}
     requests: dict[str, str | int] = {}
-    if options.gpus:
+    if options.gpus and options.gpu_request == "device-plugin":  # DRA: the pod's claim instead
         limits[options.gpu_resource] = options.gpus  # extended resources: request == limit
         requests[options.gpu_resource] = options.gpus
     if options.cpu:
@@ -559,7 +523,10 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
         if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
             raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
     check_quantity("--workspace-size", options.workspace_size)
+    from imagekit.k8s.dra import check_gpu_request, claim_gpus  # dra builds on this module
+
     check_gpu_resource(options)
+    check_gpu_request(options)
     shm_size(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}
@@ -574,14 +541,12 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
         check_mounts(options, frontend is not None)
         entry = entries[cell]
         index = published.index_of(cell)
-        if frontend:
-            manifests = frontend_manifests(entry, options, index)
-            name = manifests[0]["metadata"]["name"]
-            text = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
-        else:
-            manifest = job_manifest(entry, options, index)
-            name = manifest["metadata"]["name"]
-            text = yaml.dump(manifest, Dumper=ManifestDumper, sort_keys=False)
+        manifests = (
+            frontend_manifests(entry, options, index) if frontend else [job_manifest(entry, options, index)]
+        )
+        name = manifests[0]["metadata"]["name"]
+        manifests = claim_gpus(manifests, entry, options)  # with DRA, the claim template first
+        text = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
         if name in made_by:  # one object would silently replace the other in the cluster
             raise InputError(f"{made_by[name]} and {cell} would both be the Kubernetes object {name}")
         made_by[name] = cell

@@ -36,8 +36,6 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_PREPULL_IMAGES
 from imagekit.core.text import shown
 from imagekit.k8s.manifests import (
-    ARCH_LABEL,
-    COMPUTE_MAJOR,
     CONTAINER_SECURITY,
     POD_SECURITY,
     JobOptions,
@@ -47,6 +45,7 @@ from imagekit.k8s.manifests import (
     image_of,
     render_jobs,
 )
+from imagekit.k8s.placement import ARCH_LABEL, COMPUTE_MAJOR
 from imagekit.report.lockfile import Lock
 
 COMPONENT = "prepull"  # app.kubernetes.io/component: `kubectl get ds -l app.kubernetes.io/component=prepull`

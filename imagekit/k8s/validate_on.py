@@ -1,7 +1,8 @@
 """Validate-on Jobs: each published image's own probe, run on each GPU product of a cluster.
 
 ``imagekit k8s --validate-on PRODUCT`` writes, for every selected cell and every product, one Job
-pinned to that product (GPU feature discovery's ``nvidia.com/gpu.product`` node label) that runs
+pinned to that product (GPU feature discovery's ``nvidia.com/gpu.product`` node label; with
+``--gpu-request dra``, a claim whose CEL selects the DRA driver's ``productName``) that runs
 ``/opt/imagekit/check.py`` with the GPU required, as ``imagekit verify`` runs it; and a plan
 (``validate-on.plan``) that names each Job's cell, product and digest, which ``imagekit
 k8s-results`` reads back with the Jobs' outputs (``imagekit.k8s.results``).
@@ -56,8 +57,9 @@ from imagekit.core.safetypes import (
 )
 from imagekit.core.text import shown
 from imagekit.k8s.compute_domain import NAME_CHARS as DOMAIN_NAME_CHARS
+from imagekit.k8s.dra import check_gpu_request, claim_gpus
+from imagekit.k8s.dra_cel import checked_product_name
 from imagekit.k8s.manifests import (
-    ARCH_LABEL,
     JobOptions,
     ManifestDumper,
     check_gpu_resource,
@@ -67,6 +69,7 @@ from imagekit.k8s.manifests import (
     workload_container,
     workload_pod,
 )
+from imagekit.k8s.placement import ARCH_LABEL
 from imagekit.render.contract import CHECK_SCRIPT_PATH
 from imagekit.report.lockfile import Lock, LockEntry
 from imagekit.report.verification import DnsLabel, GpuProduct
@@ -106,33 +109,38 @@ def _product_machines() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Product:
-    """One ``--validate-on`` value: the product label and the machine (uname -m) of its hosts."""
+    """One ``--validate-on`` value: the product label and the machine (uname -m) of its hosts;
+    with DRA also the name the driver publishes (productName), of which the label is the form."""
 
     label: str
     machine: str
+    product_name: str | None = None  # --gpu-request dra: NVML's name, which the claim selects
 
     @classmethod
-    def parse(cls, text: str) -> Product:
-        """``PRODUCT`` or ``PRODUCT:ARCH`` (amd64, arm64) for a product gpus.yaml does not place."""
-        label, sep, arch = text.partition(":")
+    def parse(cls, text: str, dra: bool = False) -> Product:
+        """``PRODUCT`` or ``PRODUCT:ARCH`` (amd64, arm64) for a product gpus.yaml does not place;
+        with ``dra``, PRODUCT is the productName the DRA driver publishes (NVIDIA H100 80GB HBM3)."""
+        name, sep, arch = text.partition(":")
+        label = label_form(checked_product_name(name)) if dra else name
         if not _LABEL_VALUE.fullmatch(label) or len(label) > 63:
             raise InputError(
                 f"--validate-on {shown(text)}: not a {PRODUCT_LABEL} label value (like NVIDIA-H100-80GB-HBM3;"
                 " `kubectl get nodes -L nvidia.com/gpu.product` lists a cluster's)"
             )
         known = _product_machines().get(product_base(label))
+        product_name = name if dra else None
         if not sep:
-            return cls(label, known or platforms.get(platforms.DEFAULT).machine)
+            return cls(label, known or platforms.get(platforms.DEFAULT).machine, product_name)
         given = platforms.of_machine(arch) if arch in ("amd64", "arm64") else None
         if given is None:
             raise InputError(f"--validate-on {shown(text)}: the part after ':' is amd64 or arm64")
         if known is not None and known != given.machine:
             raise InputError(f"--validate-on {shown(text)}: {label}'s hosts are {known} (gpus.yaml)")
-        return cls(label, given.machine)
+        return cls(label, given.machine, product_name)
 
 
-def parse_products(texts: Sequence[str]) -> tuple[Product, ...]:
-    products = tuple(Product.parse(t) for t in texts)
+def parse_products(texts: Sequence[str], dra: bool = False) -> tuple[Product, ...]:
+    products = tuple(Product.parse(t, dra) for t in texts)
     labels = [p.label for p in products]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
@@ -236,9 +244,9 @@ def probe_arguments(entry: LockEntry, gpus: int, host_machine: str) -> list[str]
 def validate_job(entry: LockEntry, product: Product, options: JobOptions) -> dict[str, Any]:
     """The Job that runs ``entry``'s probe on a node of ``product``."""
     name = job_name(entry.cell, product.label, entry.digest)
-    pinned = replace(
-        options, node_selector=(*options.node_selector, (PRODUCT_LABEL, product.label)), gpu_affinity=False
-    )
+    # the product: feature discovery's label, or with DRA the claim's productName selector
+    by_label = () if options.gpu_request == "dra" else ((PRODUCT_LABEL, product.label),)
+    pinned = replace(options, node_selector=(*options.node_selector, *by_label), gpu_affinity=False)
     metadata = object_metadata(name, entry, pinned, COMPONENT)
     metadata["annotations"][naming.annotation("gpu-product")] = product.label
     container = workload_container("check", entry, pinned, entry.reference)
@@ -257,6 +265,16 @@ def validate_job(entry: LockEntry, product: Product, options: JobOptions) -> dic
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 
 
+def _claimed(
+    manifest: dict[str, Any], entry: LockEntry, product: Product, options: JobOptions
+) -> list[dict[str, Any]]:
+    """The Job, and with DRA its claim template first: the product's productName selected, no
+    selector from the cell (as no affinity from it: the probe's findings say why it cannot run)."""
+    if options.gpu_request == "dra" and product.product_name is None:
+        raise InputError(f"--validate-on {product.label}: with --gpu-request dra, name the productName")
+    return claim_gpus([manifest], entry, replace(options, gpu_affinity=False), product.product_name)
+
+
 def check_options(options: JobOptions) -> None:
     """Refuse options a validate-on Job cannot carry, before anything is written."""
     for flag, value in (("--runtime-class", options.runtime_class), ("--namespace", options.namespace)):
@@ -273,6 +291,7 @@ def check_options(options: JobOptions) -> None:
             f"--node-selector {PRODUCT_LABEL} / {ARCH_LABEL}: --validate-on sets both from each product"
         )
     check_gpu_resource(options)
+    check_gpu_request(options)
     shm_size(options)
 
 
@@ -304,7 +323,8 @@ def render_validation(published: Lock, options: JobOptions, products: Sequence[P
                 continue
             manifest = validate_job(entry, product, options)
             name = manifest["metadata"]["name"]
-            files[f"{name}.yaml"] = yaml.dump(manifest, Dumper=ManifestDumper, sort_keys=False)
+            documents = _claimed(manifest, entry, product, options)
+            files[f"{name}.yaml"] = yaml.dump_all(documents, Dumper=ManifestDumper, sort_keys=False)
             jobs.append(
                 PlannedJob(
                     job=name,

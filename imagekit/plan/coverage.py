@@ -5,45 +5,38 @@ below the GPU's capability (a cubin for X.Y runs on X.Z, Z >= Y), or PTX at or b
 driver compiles PTX for any later capability). The wheels' architectures are the
 TORCH_CUDA_ARCH_LIST PyTorch built each variant with (``imagekit/data/gpus.yaml``, the one table
 of them); the driver a cell needs at least is its CUDA major's minor-version-compatibility floor
-(``compat.yaml``). Facts only: nothing here runs a GPU.
+(``compat.yaml``). Which GPUs a cell can run is ``imagekit.plan.gpu_fit``'s answer (the same one
+Kubernetes placement is written from); this module applies it to a fleet. Facts only: nothing here
+runs a GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imagekit.core import platforms
-from imagekit.core.versions import version_key
-from imagekit.facts.probe_facts import load_gpus, wheel_arch_list
+from imagekit.facts.compat import Compat
+from imagekit.facts.probe_facts import load_gpus
 from imagekit.plan.cells import Cell, FrontendCell, Plan, StackCell
+from imagekit.plan.gpu_fit import Capability, GpuFit, Kernels, architectures, capability, gpu_fit
 
-Capability = tuple[int, int]
-
-
-def capability(text: str) -> Capability:
-    major, minor = (*version_key(text), 0, 0)[:2]
-    return major, minor
-
-
-def architectures(arch_list: str) -> tuple[tuple[Capability, ...], Capability | None]:
-    """A TORCH_CUDA_ARCH_LIST (``"7.0;8.0;8.6;9.0+PTX"``) as (the lowest capability of each major
-    with a cubin, the PTX's capability or None)."""
-    lowest: dict[int, int] = {}
-    ptx: Capability | None = None
-    for item in arch_list.split(";"):
-        major, minor = capability(item.removesuffix("+PTX"))
-        lowest[major] = min(lowest.get(major, minor), minor)
-        if item.endswith("+PTX"):
-            ptx = (major, minor)
-    return tuple(sorted(lowest.items())), ptx
+# Capability, architectures and capability are gpu_fit's, named here too for this module's readers
+__all__ = [
+    "Capability",
+    "FamilyCoverage",
+    "Served",
+    "architectures",
+    "capability",
+    "cell_fit",
+    "families",
+    "family_machines",
+    "fleet_coverage",
+    "serves",
+]
 
 
 def serves(arch_list: str, gpu: Capability) -> bool:
     """Whether wheels built for ``arch_list`` carry a kernel for a GPU of capability ``gpu``."""
-    cubins, ptx = architectures(arch_list)
-    return any(major == gpu[0] and minor <= gpu[1] for major, minor in cubins) or (
-        ptx is not None and ptx <= gpu
-    )
+    return Kernels.of(arch_list).serve(gpu)
 
 
 @dataclass(frozen=True)
@@ -71,12 +64,15 @@ def family_machines(family: str) -> tuple[str, ...]:
     return tuple(str(m) for m in table.get(family, table["default"]))
 
 
-def arch_list_of(cell: Cell) -> str | None:
-    """The architectures the cell's torch carries kernels for; None for a CPU build, a stack with
-    its own build (NGC: not in the table), or a variant the table does not know."""
-    if not cell.is_cuda or isinstance(cell, StackCell):
-        return None
-    return wheel_arch_list(cell.variant, cell.torch, platforms.get(cell.platform).machine)
+def cell_fit(cell: Cell, compat: Compat) -> GpuFit:
+    """The cell's fit; a stack with its own build (NGC) has no arch list in the table."""
+    return gpu_fit(
+        cell.platform,
+        cell.cuda if cell.is_cuda else None,
+        cell.torch,
+        compat,
+        known_list=not isinstance(cell, StackCell),
+    )
 
 
 def fleet_coverage(plan: Plan) -> tuple[FamilyCoverage, ...]:
@@ -89,10 +85,8 @@ def fleet_coverage(plan: Plan) -> tuple[FamilyCoverage, ...]:
         machines = family_machines(family)
         served: list[Served] = []
         for cell in images:
-            arch = arch_list_of(cell)
-            if platforms.get(cell.platform).machine not in machines or arch is None or not serves(arch, gpu):
-                continue
-            release = plan.compat.cuda_release(cell.cuda)
-            served.append(Served(cell.id, release.driver_minor_floor if release else None))
+            fit = cell_fit(cell, plan.compat)
+            if fit.platform.machine in machines and fit.runs_on(gpu):
+                served.append(Served(cell.id, fit.driver_floor))
         out.append(FamilyCoverage(family, text, machines, tuple(served)))
     return tuple(out)

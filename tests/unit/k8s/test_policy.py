@@ -78,6 +78,8 @@ OPTIONS = {
         memory="512Gi",
     ),
     "a MIG slice": JobOptions(gpus=1, gpu_resource="nvidia.com/mig-1g.10gb"),
+    # GPUs claimed through DRA: a ResourceClaimTemplate beside each workload, no GPU limit
+    "DRA claims": JobOptions(gpus=2, gpu_request="dra", namespace="ml"),
 }
 
 
