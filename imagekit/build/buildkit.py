@@ -46,7 +46,7 @@ from imagekit.engine.buildx import (
     build_argv,
     read_metadata,
 )
-from imagekit.engine.client import BuildRequest
+from imagekit.engine.client import BuildRequest, load
 
 Write = Callable[[str], None]
 Register = Callable[[BuildxRun], contextlib.AbstractContextManager[None]]
@@ -227,8 +227,8 @@ def build_oci(
 def _load(api: docker.APIClient, tar: Path) -> None:
     try:
         with tar.open("rb") as handle:
-            for line in api.load_image(handle):  # type: ignore[no-untyped-call]
-                if isinstance(line, dict) and line.get("error"):
+            for line in load(api, handle):
+                if line.get("error"):
                     raise ImagekitError(f"the engine refused the built image: {line['error']}")
     except (OSError, docker.errors.DockerException) as exc:
         raise ImagekitError(f"loading the built image into the engine failed: {one_line(exc)}") from None

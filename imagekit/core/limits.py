@@ -160,6 +160,12 @@ ENGINE_ANSWER_BYTES = 64 << 20
 # sets a longer timeout of its own (a check container's `wait`, bounded by --verify-timeout) gets
 # that timeout and then this deadline.
 ENGINE_CALL_DEADLINE_S = 120.0
+# How long the engine may stay silent while it loads a built image (`POST /images/load`): it answers
+# only once it has read the whole OCI archive and unpacked every layer into its store. docker-py's
+# 60 s per-read timeout cut the load of a 3 GB CUDA-wheel cell on a 2-CPU machine (measured: no
+# byte within 60 s), so `imagekit build --push` of a real CUDA cell failed; an hour covers a
+# 20 GB image on a slow disk, and still ends a load from an engine that hangs.
+ENGINE_LOAD_SILENCE_S = 3600.0
 # A `docker buildx version|inspect` answer: local, or one round trip to a remote builder. A builder
 # that has not answered in this long is down (a remote one behind a dead network path).
 BUILDX_QUERY_DEADLINE_S = 60.0

@@ -23,7 +23,7 @@ from docker.utils.json_stream import json_stream
 
 from imagekit.core.cutoff import before, cut_at, shut_down
 from imagekit.core.errors import EnvironmentProblem
-from imagekit.core.limits import ENGINE_ANSWER_BYTES, ENGINE_CALL_DEADLINE_S
+from imagekit.core.limits import ENGINE_ANSWER_BYTES, ENGINE_CALL_DEADLINE_S, ENGINE_LOAD_SILENCE_S
 from imagekit.core.naming import reference, split_reference
 from imagekit.engine.raw_socket import engine_address
 
@@ -309,6 +309,29 @@ def push_as(
 
 
 # -- builds -----------------------------------------------------------------------------------------
+
+
+def load(api: docker.APIClient, archive: IO[bytes]) -> Iterator[dict[str, Any]]:
+    """``docker load`` of an image archive: the engine's answer lines. Not docker-py's load_image,
+    which keeps the client's 60 s per-read timeout: the engine answers only once it has unpacked
+    every layer (ENGINE_LOAD_SILENCE_S says how long it may take). Raises APIError on a refusal."""
+    url = f"{api.base_url}/v{api.api_version}/images/load"
+    response = api.post(
+        url,
+        data=archive,
+        params={"quiet": "1"},
+        headers={"Content-Type": "application/x-tar"},
+        stream=True,
+        timeout=ENGINE_LOAD_SILENCE_S,
+    )
+    try:
+        if response.status_code >= 400:
+            raise APIError(response.text[:1000], response=response)
+        for line in json_stream(response.iter_content(chunk_size=None, decode_unicode=True)):
+            if isinstance(line, dict):
+                yield line
+    finally:
+        response.close()
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
@@ -234,6 +235,41 @@ def test_a_wait_longer_than_the_call_deadline_is_bounded_by_its_own_timeout(
         # an answer with no longer timeout of its own still ends at the call deadline
         with pytest.raises(requests.ConnectionError, match=r"no whole answer within 0\.3s"):
             api._result(api._post(api._url("/containers/c/stop")), json=False)
+    finally:
+        api.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_load_outlasts_the_clients_read_timeout_and_reads_the_engines_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine answers `POST /images/load` once every layer is unpacked (over a minute for a CUDA
+    cell): the client's per-read timeout must not cut it, ENGINE_LOAD_SILENCE_S bounds it. docker-py's
+    load_image with this client's timeout fails here (the first assertion's twin, below)."""
+    monkeypatch.setattr(client, "ENGINE_LOAD_SILENCE_S", 5.0)
+    received: list[int] = []
+
+    class Handler(QuietHandler):
+        def do_POST(self) -> None:
+            received.append(len(self.rfile.read(int(self.headers["Content-Length"]))))
+            time.sleep(1.0)  # unpacking: silent past the client's (shortened) read timeout
+            body = b'{"stream": "Loaded image ID: sha256:ab"}\r\n{"error": "no space left"}\r\n'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    serve(server)
+    api = client._Client(base_url=f"tcp://127.0.0.1:{server.server_address[1]}", version="1.41", timeout=0.3)
+    try:
+        lines = list(client.load(api, io.BytesIO(b"x" * 1000)))
+        assert received == [1000]
+        assert lines == [{"stream": "Loaded image ID: sha256:ab"}, {"error": "no space left"}]
+        with pytest.raises(requests.Timeout):  # what the build's load did before
+            list(api.load_image(io.BytesIO(b"x" * 1000)))
     finally:
         api.close()
         server.shutdown()
