@@ -466,7 +466,8 @@ def _compute_domains(
         from imagekit.k8s.domain_validation import render_domain_validation
         from imagekit.k8s.validate_on import parse_products
 
-        validation = render_domain_validation(published, options, parse_products(validate_on), domain)
+        products = parse_products(validate_on, options.gpu_request == "dra")
+        validation = render_domain_validation(published, options, products, domain)
         files, left_out = validation.files, validation.left_out
     else:
         rendered = render_domains(published, options, domain)

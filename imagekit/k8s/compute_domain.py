@@ -26,14 +26,14 @@ Which cells: an image of the Grace hosts' platform (linux/arm64) whose torch has
 family's compute capability (GB200: 10.0, GB300: 10.3; ``imagekit/data/gpus.yaml``), as
 ``imagekit.plan.coverage`` decides it for ``plan --coverage``.
 
-How a pod gets its GPUs is one function (``GpuAttach``); the default asks the device plugin for
-``--gpus`` of ``--gpu-resource``, as the single-node Jobs do.
+How a pod gets its GPUs is ``--gpu-request``'s, as for the single-node Jobs: the device plugin's
+``--gpus`` of ``--gpu-resource``, or a DRA claim (``imagekit.k8s.dra``) whose template is written
+beside the Job and whose selectors replace feature discovery's node affinity.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES
 from imagekit.core.versions import cuda_variant
 from imagekit.facts.probe_facts import wheel_arch_list
+from imagekit.k8s.dra import check_gpu_request, gpu_claim
 from imagekit.k8s.manifests import (
     JobOptions,
     ManifestDumper,
@@ -89,13 +90,20 @@ class GpuAttachment:
     feature_discovery: bool = True
 
 
-# (Job name, cell, options) -> the GPUs of each pod: the one part a DRA GPU request replaces.
-GpuAttach = Callable[[str, LockEntry, JobOptions], GpuAttachment]
-
-
-def device_plugin_gpus(name: str, entry: LockEntry, options: JobOptions) -> GpuAttachment:
-    """``--gpus`` of ``--gpu-resource`` (request == limit), as every single-node Job asks."""
-    return GpuAttachment(limits=((options.gpu_resource, options.gpus),))
+def requested_gpus(
+    name: str, entry: LockEntry, options: JobOptions, metadata: dict[str, Any], product_name: str | None
+) -> GpuAttachment:
+    """Each pod's GPUs as ``--gpu-request`` asks: ``--gpus`` of ``--gpu-resource`` from the device
+    plugin (request == limit), or the DRA claim of the Job ``name`` (``product_name`` selected for a
+    validate-on run), whose selectors stand in for feature discovery's affinity."""
+    if options.gpu_request != "dra":
+        return GpuAttachment(limits=((options.gpu_resource, options.gpus),))
+    claim = gpu_claim(name, entry, options, metadata, product_name)
+    return GpuAttachment(
+        claims=tuple((c["name"], c["resourceClaimTemplateName"]) for c in claim.pod_claims),
+        documents=(claim.template,),
+        feature_discovery=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -206,14 +214,14 @@ class DomainRun:
     name: str
     args: tuple[str, ...]
     component: str = COMPONENT
-    product: str | None = None
+    product: str | None = None  # feature discovery's label of the product
+    product_name: str | None = None  # with --gpu-request dra: the productName its claim selects
 
 
 def domain_manifests(
     entry: LockEntry,
     options: JobOptions,
     domain: ComputeDomainOptions,
-    attach: GpuAttach = device_plugin_gpus,
     run: DomainRun | None = None,
 ) -> list[dict[str, Any]]:
     """The ComputeDomain, the GPUs' own objects, the Service and the Job for ``entry``; each pod
@@ -223,7 +231,7 @@ def domain_manifests(
     metadata = object_metadata(name, entry, options, run.component)
     if run.product is not None:
         metadata["annotations"][naming.annotation("gpu-product")] = run.product
-    gpus = attach(name, entry, options)
+    gpus = requested_gpus(name, entry, options, metadata, run.product_name)
     # the GPUs are the attachment's: the container gets no device-plugin limit of its own
     container = workload_container("check", entry, replace(options, gpus=0), entry.reference)
     for resource, count in gpus.limits:
@@ -280,6 +288,7 @@ def check_options(options: JobOptions) -> None:
             " leave --gpu-resource out (nvidia.com/gpu)"
         )
     check_gpu_resource(options)
+    check_gpu_request(options)
     shm_size(options)
 
 
@@ -293,7 +302,6 @@ def render_domains(
     published: Lock,
     options: JobOptions,
     domain: ComputeDomainOptions,
-    attach: GpuAttach = device_plugin_gpus,
 ) -> Rendered:
     """One compute-domain file per selected cell that runs on the racks; raises before anything is
     written where none does (naming the reason for one cell alone)."""
@@ -306,7 +314,7 @@ def render_domains(
         if reason is not None:
             left_out.append(f"{cell}: {reason}")
             continue
-        manifests = domain_manifests(entry, options, domain, attach)
+        manifests = domain_manifests(entry, options, domain)
         files[f"{job_name(cell)}.yaml"] = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
     if not files:
         if len(left_out) == 1:

@@ -21,7 +21,7 @@ import yaml
 from imagekit.core import platforms
 from imagekit.core.errors import InputError
 from imagekit.k8s import compute_domain, validate_on
-from imagekit.k8s.compute_domain import ComputeDomainOptions, DomainRun, GpuAttach, device_plugin_gpus
+from imagekit.k8s.compute_domain import ComputeDomainOptions, DomainRun
 from imagekit.k8s.manifests import JobOptions, ManifestDumper
 from imagekit.k8s.validate_on import PLAN_NAME, Plan, PlannedJob, Product, Rendered
 from imagekit.report.lockfile import Lock
@@ -32,7 +32,6 @@ def render_domain_validation(
     options: JobOptions,
     products: Sequence[Product],
     domain: ComputeDomainOptions,
-    attach: GpuAttach = device_plugin_gpus,
 ) -> Rendered:
     """One compute-domain validation per selected rack cell and product of its machine, and the
     plan naming them; raises before anything is written where there is none."""
@@ -61,11 +60,11 @@ def render_domain_validation(
             args = validate_on.probe_arguments(entry, options.gpus, product.machine)
             pinned = replace(
                 options,
-                node_selector=(*options.node_selector, (validate_on.PRODUCT_LABEL, product.label)),
+                node_selector=(*options.node_selector, *validate_on.product_selector(product, options)),
                 gpu_affinity=False,  # pinned to a product: the probe says why a cell cannot serve it
             )
-            run = DomainRun(name, tuple(args), validate_on.COMPONENT, product.label)
-            manifests = compute_domain.domain_manifests(entry, pinned, domain, attach, run)
+            run = DomainRun(name, tuple(args), validate_on.COMPONENT, product.label, product.product_name)
+            manifests = compute_domain.domain_manifests(entry, pinned, domain, run)
             files[f"{name}.yaml"] = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
             jobs.append(
                 PlannedJob(

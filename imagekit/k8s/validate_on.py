@@ -241,12 +241,21 @@ def probe_arguments(entry: LockEntry, gpus: int, host_machine: str) -> list[str]
     return ["python3", script, *check_arguments(labels, request, host_machine)]
 
 
+def product_selector(product: Product, options: JobOptions) -> tuple[tuple[str, str], ...]:
+    """The node selector that pins a Job to ``product``: feature discovery's label; none with
+    ``--gpu-request dra``, whose claim selects the productName instead (which it must then know)."""
+    if options.gpu_request != "dra":
+        return ((PRODUCT_LABEL, product.label),)
+    if product.product_name is None:
+        raise InputError(f"--validate-on {product.label}: with --gpu-request dra, name the productName")
+    return ()
+
+
 def validate_job(entry: LockEntry, product: Product, options: JobOptions) -> dict[str, Any]:
     """The Job that runs ``entry``'s probe on a node of ``product``."""
     name = job_name(entry.cell, product.label, entry.digest)
-    # the product: feature discovery's label, or with DRA the claim's productName selector
-    by_label = () if options.gpu_request == "dra" else ((PRODUCT_LABEL, product.label),)
-    pinned = replace(options, node_selector=(*options.node_selector, *by_label), gpu_affinity=False)
+    selector = (*options.node_selector, *product_selector(product, options))
+    pinned = replace(options, node_selector=selector, gpu_affinity=False)
     metadata = object_metadata(name, entry, pinned, COMPONENT)
     metadata["annotations"][naming.annotation("gpu-product")] = product.label
     container = workload_container("check", entry, pinned, entry.reference)
@@ -270,8 +279,6 @@ def _claimed(
 ) -> list[dict[str, Any]]:
     """The Job, and with DRA its claim template first: the product's productName selected, no
     selector from the cell (as no affinity from it: the probe's findings say why it cannot run)."""
-    if options.gpu_request == "dra" and product.product_name is None:
-        raise InputError(f"--validate-on {product.label}: with --gpu-request dra, name the productName")
     return claim_gpus([manifest], entry, replace(options, gpu_affinity=False), product.product_name)
 
 

@@ -28,7 +28,6 @@ from imagekit.k8s.compute_domain import (
     CLIQUE_LABEL,
     INDEX_FIELD,
     ComputeDomainOptions,
-    GpuAttachment,
     job_name,
     rack_families,
     render_domains,
@@ -153,33 +152,41 @@ def test_a_long_cell_leaves_room_for_the_pod_index_in_the_hostname() -> None:
     assert all(len(f"{n}-{MAX_COMPUTE_DOMAIN_NODES - 1}") <= 63 for n in names)
 
 
-def test_the_gpu_part_is_one_swappable_call() -> None:
-    """What a DRA GPU request plugs in: claims and their template instead of the limit."""
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "t"},
-    }
-
-    def dra(name: str, entry: LockEntry, options: JobOptions) -> GpuAttachment:
-        return GpuAttachment(
-            claims=(("gpus", f"{name}-gpus"),), documents=(template,), feature_discovery=False
-        )
-
+def test_a_dra_request_claims_the_gpus_beside_the_channel() -> None:
+    """With --gpu-request dra each pod claims its GPUs from a template written beside the Job (the
+    cell's selectors in it) instead of the device plugin's limit and feature discovery's affinity."""
     lock = shipped_lock().only([FIT])
-    (text,) = render_domains(lock, JobOptions(gpus=4), ComputeDomainOptions(2), dra).files.values()
-    kinds = [d["kind"] for d in yaml.safe_load_all(text)]
-    assert kinds == ["ComputeDomain", "ResourceClaimTemplate", "Service", "Job"]
-    job = list(yaml.safe_load_all(text))[-1]
+    options = JobOptions(gpus=4, gpu_request="dra")
+    (text,) = render_domains(lock, options, ComputeDomainOptions(2)).files.values()
+    documents = list(yaml.safe_load_all(text))
+    assert [d["kind"] for d in documents] == ["ComputeDomain", "ResourceClaimTemplate", "Service", "Job"]
+    template, job = documents[1], documents[-1]
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com" and request["exactly"]["count"] == 4
+    assert request["exactly"]["selectors"]  # the cell's compute capability and driver floor
     pod = job["spec"]["template"]["spec"]
-    assert [c["name"] for c in pod["resourceClaims"]] == [CHANNEL_CLAIM, "gpus"]
+    claims = [c["name"] for c in pod["resourceClaims"]]
+    assert claims[0] == CHANNEL_CLAIM and len(claims) == 2
+    assert pod["resourceClaims"][1]["resourceClaimTemplateName"] == template["metadata"]["name"]
     container = pod["containers"][0]
-    assert container["resources"]["claims"] == [{"name": CHANNEL_CLAIM}, {"name": "gpus"}]
+    assert container["resources"]["claims"] == [{"name": c} for c in claims]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
     assert term == {"matchExpressions": [{"key": CLIQUE_LABEL, "operator": "Exists"}]}
+    # the device plugin's Job, for contrast: a limit, and feature discovery's terms
+    (plain,) = render_domains(lock, JobOptions(gpus=4), ComputeDomainOptions(2)).files.values()
+    pod = list(yaml.safe_load_all(plain))[-1]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert (
+        len(
+            pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ][0]["matchExpressions"]
+        )
+        > 1
+    )
 
 
 @pytest.mark.parametrize("crd", CRDS, ids=[p.stem for p in CRDS])

@@ -107,3 +107,24 @@ def test_the_command_writes_the_jobs_and_the_plan(tmp_path: Path) -> None:
     assert {j.nodes for j in plan.jobs} == {2}
     assert sorted(p.name for p in out.iterdir()) == sorted([PLAN_NAME, *(f"{j.job}.yaml" for j in plan.jobs)])
     assert f"imagekit: note: no compute-domain Job for {OLD_ARM}" in done.stderr
+
+
+def test_with_dra_the_claim_selects_the_product_and_no_label_pins_it() -> None:
+    """--gpu-request dra: the pods' GPU claim selects the productName as NVML spells it; feature
+    discovery's product label is not asked for (a DRA cluster need not run feature discovery)."""
+    options = JobOptions(gpus=4, namespace="ml", gpu_request="dra")
+    done = render_domain_validation(
+        shipped_lock(), options, parse_products(["NVIDIA GB200"], dra=True), ComputeDomainOptions(2)
+    )
+    plan = parse_plan(done.files[PLAN_NAME].encode(), "plan")
+    assert plan.jobs and {j.product for j in plan.jobs} == {GB200}
+    for job in plan.jobs:
+        kinds = [d["kind"] for d in yaml.safe_load_all(done.files[f"{job.job}.yaml"])]
+        assert kinds == ["ComputeDomain", "ResourceClaimTemplate", "Service", "Job"]
+        _, template, _, manifest = yaml.safe_load_all(done.files[f"{job.job}.yaml"])
+        (request,) = template["spec"]["spec"]["devices"]["requests"]
+        expressions = [s["cel"]["expression"] for s in request["exactly"]["selectors"]]
+        assert expressions == ["device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'"]
+        pod = manifest["spec"]["template"]["spec"]
+        assert PRODUCT_LABEL not in pod.get("nodeSelector", {})
+        assert pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
