@@ -66,23 +66,7 @@ def render_domain_validation(
             run = DomainRun(name, tuple(args), validate_on.COMPONENT, product.label, product.product_name)
             manifests = compute_domain.domain_manifests(entry, pinned, domain, run)
             files[f"{name}.yaml"] = yaml.dump_all(manifests, Dumper=ManifestDumper, sort_keys=False)
-            jobs.append(
-                PlannedJob(
-                    job=name,
-                    cell=cell,
-                    product=product.label,
-                    platform=entry.platform,
-                    image=entry.reference,
-                    digest=entry.digest,
-                    image_id=entry.image_id,
-                    host_machine=product.machine,
-                    gpus=options.gpus,
-                    expect=dict(entry.expect),
-                    index_digest=index.digest if index is not None else None,
-                    namespace=options.namespace,
-                    nodes=domain.nodes,
-                )
-            )
+            jobs.append(validate_on.planned_job(name, entry, product, options, index, domain.nodes))
     if not jobs:
         raise InputError(
             "--validate-on with --compute-domain: no selected cell runs on GB200/GB300 racks with hosts of "

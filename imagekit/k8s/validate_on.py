@@ -71,7 +71,7 @@ from imagekit.k8s.manifests import (
 )
 from imagekit.k8s.placement import ARCH_LABEL
 from imagekit.render.contract import CHECK_SCRIPT_PATH
-from imagekit.report.lockfile import Lock, LockEntry
+from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 from imagekit.report.verification import DnsLabel, GpuProduct
 from imagekit.verify.gpus import GpuRequest
 from imagekit.verify.invocation import check_arguments
@@ -172,6 +172,32 @@ class PlannedJob:
     namespace: DnsLabel | None = None
     # --compute-domain: the Job's pods (one a node, one NVLink domain); None: one pod
     nodes: Annotated[int, Number(1, MAX_COMPUTE_DOMAIN_NODES, integer=True)] | None = None
+
+
+def planned_job(
+    name: str,
+    entry: LockEntry,
+    product: Product,
+    options: JobOptions,
+    index: LockIndex | None,
+    nodes: int | None,
+) -> PlannedJob:
+    """The plan's record of the Job ``name`` running ``entry``'s probe on ``product``."""
+    return PlannedJob(
+        job=name,
+        cell=entry.cell,
+        product=product.label,
+        platform=entry.platform,
+        image=entry.reference,
+        digest=entry.digest,
+        image_id=entry.image_id,
+        host_machine=product.machine,
+        gpus=options.gpus,
+        expect=dict(entry.expect),
+        index_digest=index.digest if index is not None else None,
+        namespace=options.namespace,
+        nodes=nodes,
+    )
 
 
 @dataclass(frozen=True)
@@ -332,22 +358,7 @@ def render_validation(published: Lock, options: JobOptions, products: Sequence[P
             name = manifest["metadata"]["name"]
             documents = _claimed(manifest, entry, product, options)
             files[f"{name}.yaml"] = yaml.dump_all(documents, Dumper=ManifestDumper, sort_keys=False)
-            jobs.append(
-                PlannedJob(
-                    job=name,
-                    cell=cell,
-                    product=product.label,
-                    platform=entry.platform,
-                    image=entry.reference,
-                    digest=entry.digest,
-                    image_id=entry.image_id,
-                    host_machine=product.machine,
-                    gpus=options.gpus,
-                    expect=dict(entry.expect),
-                    index_digest=index.digest if index is not None else None,
-                    namespace=options.namespace,
-                )
-            )
+            jobs.append(planned_job(name, entry, product, options, index, None))
     if not jobs:
         raise InputError(
             "--validate-on: no selected cell runs on the hosts of "
