@@ -65,6 +65,9 @@ ENGINE_CACHE=/var/cache/imagekit-engine
 IMAGE_STORE="${IMAGEKIT_IMAGE_STORE:-containerd}"
 BUILD_CACHE_KEEP="${IMAGEKIT_BUILD_CACHE_KEEP:-8GB}"
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
+# Where an engine started here reads CDI specs (CDI's own defaults: the GPU operator and
+# `nvidia-ctk cdi generate` write /etc/cdi or /var/run/cdi).
+CDI_SPEC_DIRS_JSON='"/etc/cdi", "/var/run/cdi"'
 
 log() { printf '[engine] %s\n' "$*" >&2; }
 die() { printf '[engine] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -366,9 +369,11 @@ start_engine() {
         > "$CONF_DIR/containerd.toml"
     # --config-file: otherwise dockerd reads the host's /etc/docker/daemon.json. The build cache
     # is collected down to BUILD_CACHE_KEEP after builds: dockerd's own default keeps a share of the
-    # disk, and one CUDA-wheel cell left 20 GB of BuildKit cache here.
-    printf '{"features": {"containerd-snapshotter": %s}, "builder": {"gc": {"enabled": true, "defaultKeepStorage": "%s"}}}\n' \
-        "$snapshotter" "$BUILD_CACHE_KEEP" > "$CONF_DIR/daemon.json"
+    # disk, and one CUDA-wheel cell left 20 GB of BuildKit cache here. CDI (`--device
+    # nvidia.com/gpu=all`, imagekit's `verify --gpus cdi:...`) is behind a feature flag on 25-27;
+    # its spec directories are CDI's defaults, named so that `docker info` and a reader see them.
+    printf '{"features": {"containerd-snapshotter": %s, "cdi": true}, "cdi-spec-dirs": [%s], "builder": {"gc": {"enabled": true, "defaultKeepStorage": "%s"}}}\n' \
+        "$snapshotter" "$CDI_SPEC_DIRS_JSON" "$BUILD_CACHE_KEEP" > "$CONF_DIR/daemon.json"
     local path="$ENGINE_PREFIX/usr/bin:$ENGINE_PREFIX/usr/sbin:$PATH" i
     if ! pid_alive "$RUN_DIR/containerd.pid"; then
         rm -f "$RUN_DIR/containerd.sock"

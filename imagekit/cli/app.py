@@ -211,7 +211,9 @@ LockOption = Annotated[
 GpusOption = Annotated[
     str,
     typer.Option(
-        "--gpus", help="GPUs for the check containers, as docker takes it: all, none, 2, device=0,1."
+        "--gpus",
+        help="GPUs for the check containers, as docker takes it: all, none, 2, device=0,1; or CDI"
+        " devices (an engine with CDI on): cdi:nvidia.com/gpu=all, cdi:nvidia.com/gpu=0,1.",
     ),
 ]
 VerifyTimeoutOption = Annotated[

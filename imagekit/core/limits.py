@@ -75,6 +75,14 @@ TEXT_CHARS = 65_536  # one free-text value: an error, a log line, a check's deta
 SHORT_CHARS = 1_024  # a name, a timestamp, a path, a metric's key
 MAX_ITEMS = 1_000  # a record's checks, tags, log lines or metrics
 MAX_GPUS = 64  # GPUs one verification reports figures for; a node holds 8 or 16
+# A --gpus value as given and recorded: 16 CDI device names by UUID (nvidia.com/gpu=GPU-<36>, 55
+# characters) fit; device=IDS and counts are far shorter.
+GPUS_TEXT_CHARS = 1_024
+# An engine's CDI spec directories looked through for NVIDIA's spec (only to say what to pass
+# instead of --gpus all): a node has one spec per vendor, a few at most; `kind` is among a spec's
+# first lines (nvidia-ctk writes cdiVersion, then kind).
+MAX_CDI_SPEC_FILES = 64
+CDI_SPEC_HEAD_BYTES = 4_096
 # One Job's output as `kubectl logs` prints it: the probe's document is a few hundred kilobytes
 # (its inventory lists every package), after the entrypoint's banner and the libraries' warnings.
 JOB_OUTPUT_BYTES = 16 << 20

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from imagekit.core import naming
+from imagekit.core.cdi import CDI_REQUEST_PATTERN
 from imagekit.core.clock import time_problem
 from imagekit.core.errors import InputError
 from imagekit.core.limits import (
+    GPUS_TEXT_CHARS,
     LOGIN_CHARS,
     MAX_ITEMS,
     NAME_CHARS,
@@ -394,10 +396,10 @@ Timestamp = Annotated[
 GpuText = Annotated[
     str,
     SafeString(
-        r"all|none|-1|[0-9]{1,4}|device=[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*",
+        rf"all|none|-1|[0-9]{{1,4}}|device=[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*|{CDI_REQUEST_PATTERN}",
         "a --gpus value",
         "all",
-        max_length=256,
+        max_length=GPUS_TEXT_CHARS,
     ),
 ]
 # The check script inside an image: an absolute path; no component starts with '.' (so no '..').

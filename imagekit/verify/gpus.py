@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from imagekit.core import cdi
 from imagekit.core.errors import InputError
-from imagekit.core.limits import MAX_GPUS
+from imagekit.core.limits import GPUS_TEXT_CHARS, MAX_GPUS
 from imagekit.core.text import shown
 from imagekit.probe import protocol
 
@@ -34,11 +35,14 @@ NVIDIA_SMI_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class GpuRequest:
-    """``--gpus`` as docker takes it: ``all``, a count, ``device=0,1``, or ``none``."""
+    """``--gpus`` as docker takes it: ``all``, a count, ``device=0,1``, or ``none``; or CDI device
+    names (``cdi:nvidia.com/gpu=all``), which the engine's CDI driver injects instead of the NVIDIA
+    hook (Docker 25+ with CDI on: ``docker run --device nvidia.com/gpu=all``)."""
 
     text: str
     count: int  # -1 all, 0 none, N
     device_ids: tuple[str, ...] = ()
+    cdi_devices: tuple[str, ...] = ()  # qualified CDI names (imagekit.core.cdi), each once
 
     @classmethod
     def parse(cls, text: str) -> GpuRequest:
@@ -54,13 +58,33 @@ class GpuRequest:
             ids = tuple(part for part in value.removeprefix("device=").split(",") if part)
             if ids and all(re.fullmatch(r"[A-Za-z0-9-]+", part) for part in ids):
                 return cls(value, len(ids), ids)
+        if value.startswith(cdi.CDI_PREFIX):
+            return cls.parse_cdi(text, value.removeprefix(cdi.CDI_PREFIX))
         raise InputError(
-            f"--gpus {shown(text)}: use all, none, a count (2) or device=0,1 (as docker takes it)"
+            f"--gpus {shown(text)}: use all, none, a count (2), device=0,1 (as docker takes it) or"
+            " CDI device names, cdi:nvidia.com/gpu=all"
         )
 
     @classmethod
+    def parse_cdi(cls, text: str, names_text: str) -> GpuRequest:
+        """``cdi:NAME[,NAME...]``: ``all`` holds whatever GPUs the engine's spec gives it; explicit
+        names hold that many (a MIG device counts as one)."""
+        names = cdi.qualified_names(names_text) if len(text) <= GPUS_TEXT_CHARS else None
+        if not names or len(names) > MAX_GPUS:
+            raise InputError(
+                f"--gpus {shown(text)}: CDI devices are vendor/class=name, comma-separated (at most"
+                f" {MAX_GPUS}, {GPUS_TEXT_CHARS} characters): cdi:nvidia.com/gpu=all, cdi:nvidia.com/gpu=0,1,"
+                " cdi:nvidia.com/gpu=0:1 (a MIG device); `nvidia-ctk cdi list` names the devices"
+            )
+        every = any(cdi.device_of(name) == cdi.ALL_DEVICES for name in names)
+        return cls(cdi.CDI_PREFIX + ",".join(names), -1 if every else len(names), cdi_devices=names)
+
+    @classmethod
     def pinned(cls, device: str) -> GpuRequest:
-        """Exactly one device, by its index (or UUID) as nvidia-smi names it."""
+        """Exactly one device: by its index (or UUID) as nvidia-smi names it, or a CDI name (what
+        ``runner_devices`` gives for a CDI request)."""
+        if cdi.is_qualified_name(device):
+            return cls(cdi.CDI_PREFIX + device, 1, cdi_devices=(device,))
         return cls(f"device={device}", 1, (device,))
 
     @property
@@ -72,6 +96,9 @@ class GpuRequest:
 
         if not self.requested:
             return []
+        if self.cdi_devices:
+            # Driver "cdi": the engine resolves the names in its CDI specs (no capabilities needed)
+            return [DeviceRequest(driver="cdi", device_ids=list(self.cdi_devices))]
         if self.device_ids:
             return [DeviceRequest(device_ids=list(self.device_ids), capabilities=[["gpu"]])]
         return [DeviceRequest(count=self.count, capabilities=[["gpu"]])]
@@ -84,7 +111,7 @@ class GpuRequest:
         return None if runner is None else len(runner)
 
 
-def _local_engine(environ: Mapping[str, str]) -> bool:
+def local_engine(environ: Mapping[str, str]) -> bool:
     """Whether the engine runs on this host: only then are this host's GPUs the containers'."""
     host = environ.get("DOCKER_HOST", "")
     return not host or host.startswith("unix://")
@@ -114,16 +141,26 @@ def runner_devices(
 ) -> tuple[str, ...] | None:
     """The devices ``request`` covers on this runner, as docker's device requests name them: the
     ids given, ``0..N-1`` for a count (docker's NVIDIA driver takes the first N), and for ``all``
-    the host's nvidia-smi indexes when the engine is local; None when they cannot be known."""
+    the host's nvidia-smi indexes when the engine is local (CDI: the names given, and for
+    ``nvidia.com/gpu=all`` a name per index); None when they cannot be known."""
     if not request.requested:
         return ()
+    if request.cdi_devices and request.count > 0:
+        return request.cdi_devices  # each pins as a CDI request of its own (GpuRequest.pinned)
     if request.device_ids:
         return request.device_ids
     if request.count > 0:
         return tuple(str(i) for i in range(request.count))
-    if not _local_engine(os.environ if environ is None else environ):
+    nvidia_all = (f"{cdi.NVIDIA_GPU_KIND}={cdi.ALL_DEVICES}",)
+    if request.cdi_devices and request.cdi_devices != nvidia_all:
+        return None  # another vendor's `all`, or `all` beside other names: not nvidia-smi's to count
+    if not local_engine(os.environ if environ is None else environ):
         return None
-    return _nvidia_smi_indexes(run)
+    indexes = _nvidia_smi_indexes(run)
+    if indexes is None or not request.cdi_devices:
+        return indexes
+    # NVIDIA's CDI spec names each GPU by its nvidia-smi index
+    return tuple(f"{cdi.NVIDIA_GPU_KIND}={index}" for index in indexes)
 
 
 @dataclass(frozen=True)

@@ -63,16 +63,11 @@ from imagekit.probe import protocol
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.render.contract import packaged_check_script
 from imagekit.report.verification import Inventory, RunPlatform, Verification, gemm_figures
-from imagekit.verify.gpus import CheckPass, GpuRequest, runner_devices
+from imagekit.verify.gpu_support import refusal_problem
+from imagekit.verify.gpus import CheckPass, GpuRequest, local_engine, runner_devices
 from imagekit.verify.invocation import check_invocation, verdict_of
 
 INJECTED_SCRIPT_DIR = "/opt/imagekit-injected"
-NO_GPU_DRIVER = "could not select device driver"
-GPU_FIX = (
-    "the Docker engine has no GPU support ({detail}): install nvidia-container-toolkit, run"
-    " `nvidia-ctk runtime configure --runtime=docker` and restart the engine; or pass --gpus none"
-    " to run the checks that need no GPU"
-)
 
 
 # CI variables that name the machine a job ran on, first found wins: GitHub Actions, GitLab CI,
@@ -262,6 +257,13 @@ class Harness:
         another cell's thread), and ``remove_all`` must find every container there will be."""
         self._stopped.set()
 
+    def _info(self) -> Mapping[str, Any]:
+        """docker info, or nothing when the engine does not answer it (the caller's line says less)."""
+        try:
+            return dict(self.api.info())
+        except (DockerException, requests.RequestException, OSError):
+            return {}
+
     def host_machine(self) -> str:
         """The engine host's machine (docker info's Architecture), asked once."""
         if self._host_machine is None:
@@ -397,8 +399,9 @@ class Harness:
             return replace(verification, image_digest=digest, input_digest=_built_from(labels))
         except APIError as exc:
             text = " ".join(str(exc.explanation or exc).split())
-            if NO_GPU_DRIVER in text:
-                raise EnvironmentProblem(GPU_FIX.format(detail=text)) from None
+            gpu_problem = refusal_problem(text, self.gpus, self._info, local_engine(os.environ))
+            if gpu_problem is not None:
+                raise gpu_problem from None
             if is_engine_failure(exc):
                 raise unreachable(exc) from None
             why = f"the engine refused the check container: {text}"

@@ -1,0 +1,121 @@
+"""What an engine's refusal of a check container's GPU request means, said as what to do.
+
+Docker registers its GPU device drivers at start: the NVIDIA one when the NVIDIA hook
+(``nvidia-container-runtime-hook``) is on its PATH, the CDI one when CDI is on (``"features":
+{"cdi": true}`` on Docker 25-27; ``docker info`` then lists its ``CDISpecDirs``, else none). A
+request no registered driver takes is refused with ``could not select device driver "<driver>" with
+capabilities: ...``; a CDI name that no spec defines with ``unresolvable CDI devices <names>``.
+Hosts set up the CDI way (the GPU operator since 25.10, ``nvidia-ctk cdi generate``) have no hook,
+so ``--gpus all`` fails there while ``--gpus cdi:nvidia.com/gpu=all`` works: the line says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from imagekit.core import cdi
+from imagekit.core.errors import EnvironmentProblem
+from imagekit.core.limits import CDI_SPEC_HEAD_BYTES, MAX_CDI_SPEC_FILES
+from imagekit.verify.gpus import GpuRequest
+
+NO_GPU_DRIVER = "could not select device driver"
+UNRESOLVABLE_CDI = "unresolvable CDI devices"
+GENERATE_SPEC = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+GPU_FIX = (
+    "the Docker engine has no GPU support ({detail}): install nvidia-container-toolkit, run"
+    " `nvidia-ctk runtime configure --runtime=docker` and restart the engine; or pass --gpus none"
+    " to run the checks that need no GPU"
+)
+NO_HOOK_BUT_CDI = (
+    "the Docker engine has no NVIDIA hook for --gpus {gpus} ({detail}) but takes CDI devices"
+    " (its CDI spec dirs: {dirs}): pass --gpus {instead}{spec}"
+)
+SPEC_MISSING = f" once a spec lists the GPUs (`{GENERATE_SPEC}`; `nvidia-ctk cdi list` names them)"
+CDI_OFF = (
+    "the Docker engine does not take CDI devices ({detail}): turn CDI on in its daemon.json"
+    ' ("features": {{"cdi": true}} on Docker 25-27; scripts/engine.sh does) and restart it, or pass'
+    " --gpus all for the NVIDIA hook"
+)
+CDI_UNKNOWN = (
+    "--gpus {gpus}: the engine's CDI specs (in {dirs}) define no {names}: `nvidia-ctk cdi list` names"
+    f" the devices there (none: `{GENERATE_SPEC}`)"
+)
+
+# a spec's kind, as YAML (kind: nvidia.com/gpu) or JSON ("kind": "nvidia.com/gpu") writes it
+_NVIDIA_KIND = re.compile(
+    rb"""^\s*"?kind"?\s*:\s*["']?""" + re.escape(cdi.NVIDIA_GPU_KIND.encode()) + rb"""["']?\s*,?\s*$""",
+    re.MULTILINE,
+)
+_SPEC_SUFFIXES = (".json", ".yaml", ".yml")  # the files CDI reads from a spec dir
+
+
+def spec_dirs(info: Mapping[str, Any]) -> tuple[str, ...]:
+    """The engine's CDI spec directories (``docker info``'s CDISpecDirs): none when CDI is off."""
+    found = info.get("CDISpecDirs")
+    if not isinstance(found, list):
+        return ()
+    return tuple(d for d in found[:MAX_CDI_SPEC_FILES] if isinstance(d, str) and d)
+
+
+def _head(path: Path) -> bytes:
+    try:
+        # O_NONBLOCK: a FIFO named like a spec must not hold the run; only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, CDI_SPEC_HEAD_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def nvidia_spec_present(dirs: Iterable[str]) -> bool:
+    """Whether a spec of kind nvidia.com/gpu is in ``dirs`` (on this host: a local engine's)."""
+    for directory in dirs:
+        try:
+            # a bounded look: a spec dir holds a spec per vendor, not thousands of files
+            paths = list(itertools.islice(Path(directory).iterdir(), MAX_CDI_SPEC_FILES))
+        except OSError:
+            continue
+        if any(p.suffix in _SPEC_SUFFIXES and _NVIDIA_KIND.search(_head(p)) for p in paths):
+            return True
+    return False
+
+
+def refusal_problem(
+    text: str, gpus: GpuRequest, info: Callable[[], Mapping[str, Any]], local_engine: bool
+) -> EnvironmentProblem | None:
+    """The line for an engine's refusal ``text`` of ``gpus`` (None: not a GPU refusal). ``info``
+    is asked only when the answer depends on it; ``local_engine``: the engine's spec dirs are this
+    host's, so whether NVIDIA's spec is there can be looked at."""
+    if UNRESOLVABLE_CDI in text and gpus.cdi_devices:
+        missing = text.split(UNRESOLVABLE_CDI, 1)[1].strip() or ", ".join(gpus.cdi_devices)
+        where = ", ".join(spec_dirs(info())) or "none"
+        return EnvironmentProblem(CDI_UNKNOWN.format(gpus=gpus.text, dirs=where, names=missing))
+    if NO_GPU_DRIVER not in text:
+        return None
+    if gpus.cdi_devices:
+        return EnvironmentProblem(CDI_OFF.format(detail=text))
+    dirs = spec_dirs(info())
+    if not dirs:
+        return EnvironmentProblem(GPU_FIX.format(detail=text))
+    spec = "" if not local_engine or nvidia_spec_present(dirs) else SPEC_MISSING
+    line = NO_HOOK_BUT_CDI.format(
+        gpus=gpus.text, detail=text, dirs=", ".join(dirs), instead=cdi_equivalent(gpus), spec=spec
+    )
+    return EnvironmentProblem(line)
+
+
+def cdi_equivalent(gpus: GpuRequest) -> str:
+    """``--gpus`` for the NVIDIA hook said as NVIDIA's CDI names: ``all``, the ids given, or the
+    first N GPUs by index (what the hook's count takes)."""
+    ids = gpus.device_ids or tuple(str(i) for i in range(max(gpus.count, 0)))
+    return f"{cdi.CDI_PREFIX}{cdi.NVIDIA_GPU_KIND}={','.join(ids) if ids else cdi.ALL_DEVICES}"
