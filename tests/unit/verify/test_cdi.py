@@ -1,0 +1,211 @@
+"""CDI device requests without an engine: the --gpus grammar, the device request docker-py sends,
+the GPUs a request covers, and the line an engine's refusal becomes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagekit.core import cdi, safetypes
+from imagekit.core.errors import EnvironmentProblem, ExitCode, InputError
+from imagekit.core.limits import MAX_GPUS
+from imagekit.verify import gpu_support
+from imagekit.verify.gpu_support import refusal_problem
+from imagekit.verify.gpus import CheckPass, GpuRequest, runner_devices
+from tests.conftest import run_cli
+
+UUID = "GPU-5f3c2a10-9b1e-4d7a-8c2e-0123456789ab"
+
+
+@pytest.mark.parametrize(
+    ("text", "names", "count"),
+    [
+        ("cdi:nvidia.com/gpu=all", ("nvidia.com/gpu=all",), -1),
+        ("cdi:nvidia.com/gpu=0", ("nvidia.com/gpu=0",), 1),
+        ("cdi:nvidia.com/gpu=0:1", ("nvidia.com/gpu=0:1",), 1),  # a MIG device counts as one
+        (f"cdi:nvidia.com/gpu={UUID}", (f"nvidia.com/gpu={UUID}",), 1),
+        ("cdi:nvidia.com/gpu=MIG-5f3c2a10-9b1e", ("nvidia.com/gpu=MIG-5f3c2a10-9b1e",), 1),
+        ("cdi:nvidia.com/gpu=0,nvidia.com/gpu=1", ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), 2),
+        ("cdi:nvidia.com/gpu=0,1", ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), 2),  # the kind carries on
+        ("cdi:nvidia.com/gpu=1,1", ("nvidia.com/gpu=1",), 1),  # each once
+        ("cdi:nvidia.com/gpu=0,all", ("nvidia.com/gpu=0", "nvidia.com/gpu=all"), -1),
+        ("cdi:vendor.example/fpga_x.1=dev_0", ("vendor.example/fpga_x.1=dev_0",), 1),
+        (" cdi:a/b=c ", ("a/b=c",), 1),
+    ],
+)
+def test_cdi_names_parse_into_a_cdi_device_request(text: str, names: tuple[str, ...], count: int) -> None:
+    request = GpuRequest.parse(text)
+    assert (request.cdi_devices, request.count, request.device_ids) == (names, count, ())
+    assert request.requested and request.text == cdi.CDI_PREFIX + ",".join(names)
+    (device_request,) = request.device_requests()
+    # driver "cdi" and the names as device ids: what `docker run --device NAME` sends (Docker 25+)
+    assert device_request["Driver"] == "cdi" and device_request["DeviceIDs"] == list(names)
+    assert device_request["Capabilities"] == [] and device_request["Count"] == 0
+    assert safetypes.GpuText.__metadata__[0].problem(request.text) is None  # a report records it
+
+
+def test_nvidia_hook_requests_are_unchanged() -> None:
+    (hook,) = GpuRequest.parse("all").device_requests()
+    assert hook["Driver"] == "" and hook["Capabilities"] == [["gpu"]] and hook["Count"] == -1
+    assert GpuRequest.parse("all").cdi_devices == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cdi:",
+        "cdi:nvidia.com/gpu",  # no name
+        "cdi:nvidia.com/gpu=",
+        "cdi:gpu=0",  # no vendor
+        "cdi:0",  # a bare device first: no kind to carry on
+        "cdi:nvidia.com/=0",
+        "cdi:/gpu=0",
+        "cdi:nvidia.com/gpu/x=0",  # a class holds no '/'
+        "cdi:1vendor/gpu=0",  # vendor starts with a letter
+        "cdi:nvidia.com-/gpu=0",  # and ends with a letter or digit
+        "cdi:nvidia.com/gpu=-0",  # a name starts with a letter or digit
+        "cdi:nvidia.com/gpu=0:",  # and ends with one
+        "cdi:nvidia.com/gpu=0;rm -rf /",
+        "cdi:nvidia.com/gpu=0 1",
+        "cdi:nvidia.com/gpu=0,,1",
+        "cdi:nvidia.com/gpu=\u0661",  # ASCII only
+        "cdi:nvidia.com/gpu=0\nnvidia.com/gpu=1",
+        "cdi:nvidia.com/gpu=" + ",".join(str(i) for i in range(MAX_GPUS + 1)),
+        "cdi:nvidia.com/gpu=" + "0" * 5_000,
+        "CDI:nvidia.com/gpu=all",
+    ],
+)
+def test_a_cdi_name_that_is_not_vendor_class_name_is_bad_input(text: str) -> None:
+    with pytest.raises(InputError, match=r"^--gpus .*(vendor/class=name|cdi:nvidia.com/gpu=all)") as caught:
+        GpuRequest.parse(text)
+    assert caught.value.exit_code == ExitCode.INVALID_INPUT
+    assert "\n" not in caught.value.message and len(caught.value.message) < 500
+
+
+def test_qualified_name_grammar() -> None:
+    assert cdi.is_qualified_name("nvidia.com/gpu=0:1") and cdi.is_qualified_name("a/b=c")
+    assert not cdi.is_qualified_name("0") and not cdi.is_qualified_name("nvidia.com/gpu")
+    assert cdi.kind_of("nvidia.com/gpu=0") == "nvidia.com/gpu"
+    assert cdi.device_of("nvidia.com/gpu=0:1") == "0:1"
+
+
+def smi(out: str, rc: int = 0) -> Any:
+    return lambda *a, **k: subprocess.CompletedProcess(a, rc, out, "")
+
+
+def test_runner_devices_of_a_cdi_request() -> None:
+    # explicit names: the names (each pins as a CDI request of its own)
+    two = GpuRequest.parse("cdi:nvidia.com/gpu=0,1")
+    assert runner_devices(two) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert two.held(runner_devices(two)) == 2
+    # NVIDIA's all: a name per nvidia-smi index of a local engine's host
+    every = GpuRequest.parse("cdi:nvidia.com/gpu=all")
+    assert runner_devices(every, {}, smi("0\n1\n")) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert runner_devices(every, {}, smi("", 9)) is None
+    assert runner_devices(every, {"DOCKER_HOST": "tcp://gpu-box:2376"}, smi("0\n")) is None
+    # another vendor's all is not nvidia-smi's to count
+    assert runner_devices(GpuRequest.parse("cdi:vendor.example/gpu=all"), {}, smi("0\n")) is None
+    assert every.held(None) is None
+
+
+def test_a_cdi_device_pins_as_a_cdi_request() -> None:
+    one = CheckPass.one_gpu("nvidia.com/gpu=1").gpus
+    assert one == GpuRequest("cdi:nvidia.com/gpu=1", 1, cdi_devices=("nvidia.com/gpu=1",))
+    assert one.device_requests()[0]["Driver"] == "cdi"
+    hook = CheckPass.one_gpu("1").gpus  # an nvidia-smi index stays a hook request
+    assert hook.device_requests()[0]["DeviceIDs"] == ["1"] and hook.device_requests()[0]["Driver"] == ""
+
+
+HOOKLESS = 'could not select device driver "" with capabilities: [[gpu]]'
+CDI_OFF = 'could not select device driver "cdi" with capabilities: []'
+
+
+def info_of(dirs: list[str] | None) -> Any:
+    calls: list[int] = []
+
+    def info() -> dict[str, Any]:
+        calls.append(1)
+        return {} if dirs is None else {"CDISpecDirs": dirs}
+
+    info.calls = calls  # type: ignore[attr-defined]
+    return info
+
+
+def test_gpus_all_on_an_engine_with_cdi_and_no_hook_says_what_to_pass(tmp_path: Path) -> None:
+    (tmp_path / "nvidia.yaml").write_text("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")
+    problem = refusal_problem(HOOKLESS, GpuRequest.parse("all"), info_of([str(tmp_path)]), local_engine=True)
+    assert isinstance(problem, EnvironmentProblem) and problem.exit_code == ExitCode.ENVIRONMENT
+    assert "pass --gpus cdi:nvidia.com/gpu=all" in problem.message and str(tmp_path) in problem.message
+    assert "generate" not in problem.message  # the spec is there
+    assert problem.message.endswith("pass --gpus cdi:nvidia.com/gpu=all")
+    # the same for the hook's counts and ids
+    two = refusal_problem(HOOKLESS, GpuRequest.parse("2"), info_of(["/etc/cdi"]), local_engine=False)
+    assert two is not None and "pass --gpus cdi:nvidia.com/gpu=0,1" in two.message
+    ids = refusal_problem(HOOKLESS, GpuRequest.parse("device=3"), info_of(["/etc/cdi"]), local_engine=False)
+    assert ids is not None and "pass --gpus cdi:nvidia.com/gpu=3" in ids.message
+
+
+def test_no_nvidia_spec_in_a_local_engines_spec_dirs_says_how_to_write_one(tmp_path: Path) -> None:
+    (tmp_path / "other.json").write_text('{"cdiVersion": "0.6.0", "kind": "vendor.example/fpga"}')
+    (tmp_path / "nvidia.yaml.bak").write_text("kind: nvidia.com/gpu\n")  # CDI reads no such file
+    problem = refusal_problem(HOOKLESS, GpuRequest.parse("all"), info_of([str(tmp_path)]), local_engine=True)
+    assert problem is not None and "cdi:nvidia.com/gpu=all once a spec lists the GPUs" in problem.message
+    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in problem.message
+    (tmp_path / "nvidia.json").write_text('{\n  "cdiVersion": "0.6.0",\n  "kind": "nvidia.com/gpu",\n}')
+    assert gpu_support.nvidia_spec_present([str(tmp_path), "/nonexistent"])
+
+
+def test_a_spec_dir_that_is_odd_is_looked_at_safely(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "fifo.yaml")  # never read: no writer would ever come
+    (tmp_path / "dir.json").mkdir()
+    assert not gpu_support.nvidia_spec_present([str(tmp_path), str(tmp_path / "missing")])
+
+
+def test_gpus_all_on_an_engine_without_cdi_keeps_the_toolkit_fix() -> None:
+    problem = refusal_problem(HOOKLESS, GpuRequest.parse("all"), info_of([]), local_engine=True)
+    assert problem is not None and "install nvidia-container-toolkit" in problem.message
+    # Docker before 25 reports no CDISpecDirs at all
+    older = refusal_problem(HOOKLESS, GpuRequest.parse("all"), info_of(None), local_engine=True)
+    assert older is not None and "install nvidia-container-toolkit" in older.message
+
+
+def test_a_cdi_request_on_an_engine_with_cdi_off_says_how_to_turn_it_on() -> None:
+    info = info_of([])
+    problem = refusal_problem(CDI_OFF, GpuRequest.parse("cdi:nvidia.com/gpu=all"), info, local_engine=True)
+    assert problem is not None and '"features": {"cdi": true}' in problem.message
+    assert info.calls == []  # the engine's own words decide
+
+
+def test_an_unknown_cdi_device_is_one_line_naming_it() -> None:
+    text = "CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=7"
+    request = GpuRequest.parse("cdi:nvidia.com/gpu=7")
+    problem = refusal_problem(text, request, info_of(["/etc/cdi", "/var/run/cdi"]), local_engine=True)
+    assert problem is not None and problem.exit_code == ExitCode.ENVIRONMENT
+    assert "define no nvidia.com/gpu=7" in problem.message and "/etc/cdi, /var/run/cdi" in problem.message
+    assert "nvidia-ctk cdi list" in problem.message
+
+
+def test_other_refusals_are_not_gpu_problems() -> None:
+    request = GpuRequest.parse("cdi:nvidia.com/gpu=0")
+    assert refusal_problem("No such image: x", request, info_of([]), local_engine=True) is None
+    hook = GpuRequest.parse("all")  # a hook request never reads as an unknown CDI device
+    assert refusal_problem("unresolvable CDI devices x", hook, info_of([]), local_engine=True) is None
+
+
+@pytest.mark.parametrize("gpus", ["cdi:gpu=0", "cdi:nvidia.com/gpu=0;reboot", "cdi:nvidia.com/gpu"])
+def test_verify_with_a_bad_cdi_name_is_one_line_exit_2_and_starts_nothing(
+    gpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an engine that is asked anything answers "unreachable" (exit 3): exit 2 shows none was asked
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("verify", "imagekit-test/none:latest", "--gpus", gpus)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith("imagekit: error: --gpus ") and result.stderr.count("\n") == 1
+    assert "vendor/class=name" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no state dir, no log
