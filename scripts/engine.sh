@@ -21,6 +21,10 @@
 # tini (its static one is docker-init). The buildx plugin is linked into /usr/local/lib/docker/
 # cli-plugins, where every docker CLI looks; the CLI into /usr/local/bin when there is none.
 # An engine already answering on /var/run/docker.sock is used as it is (a user's docker-ce, say).
+# An engine started here has CDI on (daemon.json "features": {"cdi": true}, which Docker 25-27 need;
+# spec dirs /etc/cdi and /var/run/cdi, CDI's defaults, also for `second`): what `docker run
+# --device nvidia.com/gpu=all` and `imagekit verify --gpus cdi:nvidia.com/gpu=all` use on a host
+# whose GPUs are set up the CDI way (`nvidia-ctk cdi generate`, the GPU operator since 25.10).
 #
 # Idempotent: re-running does not start a second dockerd / registry.
 #
@@ -330,6 +334,14 @@ instance() {
     ENGINE_LOG=${DOCKERD_LOG%.log}$suffix.log
 }
 
+# note_cdi_off SOCKET: an engine started before this script turned CDI on keeps it off until it
+# restarts; it is not restarted here (others may be using it), only named.
+note_cdi_off() {
+    if [[ $(docker_cli -H "unix://$1" info -f '{{len .CDISpecDirs}}' 2>/dev/null || echo 0) == 0 ]]; then
+        log "CDI is off on the engine at $1 (verify --gpus cdi:... needs it): stop that engine, then rerun this script"
+    fi
+}
+
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 wait_for_socket() {
@@ -355,6 +367,7 @@ start_engine() {
         die "IMAGEKIT_BUILD_CACHE_KEEP: '$BUILD_CACHE_KEEP' is not a size such as 8GB"
     if docker_cli -H "unix://$SOCKET" version >/dev/null 2>&1; then
         log "dockerd already answers on $SOCKET ($(docker_cli -H "unix://$SOCKET" info -f 'server {{.ServerVersion}}, store {{.Driver}}'))"
+        note_cdi_off "$SOCKET"
         return 0
     fi
     pid_alive "$RUN_DIR/dockerd.pid" &&
@@ -431,6 +444,7 @@ stop_engine() {
 start_docker() {
     if docker_up; then
         log "dockerd already running ($(docker_cli info -f 'server {{.ServerVersion}}, store {{.Driver}}' 2>/dev/null))"
+        note_cdi_off /var/run/docker.sock
         return 0
     fi
     install_engine
@@ -548,7 +562,7 @@ show_status() {
 }
 
 usage() {
-    sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 main() {

@@ -11,13 +11,15 @@ Never shipped: this file lives under tests/ only.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -27,9 +29,12 @@ ENGINE_PREFIX = Path("/opt/imagekit-engine")
 
 
 class PrivateEngine:
-    def __init__(self, root: Path, extra_path: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, extra_path: Path | None = None, config: Mapping[str, Any] | None = None
+    ) -> None:
         self.root = root  # a short path: unix sockets are limited to 108 bytes
         self.extra_path = extra_path  # put first on dockerd's PATH (a fake NVIDIA hook, say)
+        self.config = dict(config or {})  # more daemon.json settings (CDI on, its spec dirs)
         self.socket = root / "docker.sock"
         self.host = f"unix://{self.socket}"
         self.log_path = root / "dockerd.log"
@@ -43,7 +48,8 @@ class PrivateEngine:
         # The shared engine's image store, so an image keeps its id (the manifest digest) here;
         # its own file, so the host's /etc/docker/daemon.json is never read.
         config = self.root / "daemon.json"
-        config.write_text('{"features": {"containerd-snapshotter": true}}\n')
+        features = {"containerd-snapshotter": True, **self.config.get("features", {})}
+        config.write_text(json.dumps({**self.config, "features": features}) + "\n")
         dockerd = ENGINE_PREFIX / "usr" / "sbin" / "dockerd"
         with self.log_path.open("a") as log:
             self.daemon = subprocess.Popen(
@@ -126,9 +132,12 @@ class PrivateEngine:
 
 @contextlib.contextmanager
 def private_engine(
-    root: Path, images: tuple[str, ...], extra_path: Path | None = None
+    root: Path,
+    images: tuple[str, ...],
+    extra_path: Path | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Iterator[PrivateEngine]:
-    engine = PrivateEngine(root, extra_path)
+    engine = PrivateEngine(root, extra_path, config)
     try:
         engine.start()
         for image in images:
