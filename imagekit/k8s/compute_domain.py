@@ -42,8 +42,6 @@ import yaml
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES
-from imagekit.core.versions import cuda_variant
-from imagekit.facts.probe_facts import wheel_arch_list
 from imagekit.k8s.dra import check_gpu_request, gpu_claim
 from imagekit.k8s.manifests import (
     JobOptions,
@@ -57,7 +55,8 @@ from imagekit.k8s.manifests import (
     workload_container,
     workload_pod,
 )
-from imagekit.plan.coverage import capability, families, family_machines, serves
+from imagekit.k8s.placement import entry_fit
+from imagekit.plan.coverage import capability, families, family_machines
 from imagekit.probe import protocol
 from imagekit.report.lockfile import Lock, LockEntry
 
@@ -120,19 +119,14 @@ class ComputeDomainOptions:
 
 
 def rack_families(entry: LockEntry) -> tuple[str, ...]:
-    """The rack families whose GPUs ``entry``'s image has kernels for, on those racks' hosts."""
-    machine = platforms.get(entry.platform).machine
-    cuda = entry.expect.get("cuda")
-    if not cuda or cuda == "cpu":
-        return ()
-    listed = wheel_arch_list(cuda_variant(cuda), entry.expect.get("torch"), machine)
-    if listed is None:
-        return ()
+    """The rack families whose GPUs ``entry``'s image has kernels for, on those racks' hosts (its
+    fit: ``imagekit.plan.gpu_fit``, as for every placement)."""
+    fit = entry_fit(entry)
     table = families()
     return tuple(
         family
         for family in RACK_FAMILIES
-        if machine in family_machines(family) and serves(listed, capability(table[family]))
+        if fit.platform.machine in family_machines(family) and fit.runs_on(capability(table[family]))
     )
 
 
