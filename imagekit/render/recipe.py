@@ -35,6 +35,7 @@ from imagekit.render.run_options import (
     StepOptions,
     wheel_dir,
 )
+from imagekit.render.wheel_toolkit import COMPILER_REQUIREMENT, WheelToolkit, wheel_toolkit
 from imagekit.render.wheels import ClosureSlices
 
 
@@ -125,6 +126,8 @@ class Recipe:
     # The closure installed in layers (BuildKit, a resolved wheelhouse closure: the renderer
     # fills it in, ``wheel_layers``); empty: one install step.
     wheel_layers: tuple[WheelLayer, ...] = ()
+    # devel with `nvcc: wheels`: the toolkit the compiler wheels make (``imagekit.render.wheel_toolkit``)
+    wheel_toolkit: WheelToolkit | None = None
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -150,6 +153,7 @@ class StepInputs(NamedTuple):
     platform: PlatformName
     os: str  # names its apt cache mounts
     base_carries_cuda: bool
+    nvcc_from_wheels: bool  # devel: the compiler from NVIDIA's wheels at torch's CUDA pins
     pip_packages: tuple[str, ...]
     apt_packages: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
@@ -175,6 +179,7 @@ def step_inputs(cell: ImageCell, os_archives: tuple[tuple[str, str], ...]) -> St
         platform=cell.platform,
         os=cell.os,
         base_carries_cuda=cell.base_carries_cuda,
+        nvcc_from_wheels=isinstance(cell, WheelCell) and cell.nvcc_from_wheels,
         pip_packages=cell.pip_packages,
         apt_packages=cell.apt_packages,
         env=cell.env,
@@ -442,6 +447,8 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
     devel_tools = cell.flavour == "devel" and (toolchain or toolchain_if_missing)
     if devel_tools and "ninja" not in {project_name(r) for r in extras}:
         extras.append("ninja")  # torch.utils.cpp_extension refuses to build without it
+    if cell.nvcc_from_wheels:
+        extras.append(COMPILER_REQUIREMENT)
     return {
         "apt_packages": tuple(apt_packages),
         "apt_mirror": matrix.sources.apt.mirror,
@@ -477,6 +484,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "apt_clean_lists": options.apt_clean_lists,
         "apt_cleanup": options.apt_cleanup,
         "reproducible": options.buildkit,
+        "wheel_toolkit": wheel_toolkit(cell.python, cell.cuda) if cell.nvcc_from_wheels else None,
     }
 
 
