@@ -28,6 +28,7 @@ from imagekit.render.contract import (
     FrontendLayout,
 )
 from imagekit.render.run_options import (
+    COMPILER_WHEELS_CONTEXT,
     CUDA_WHEELS_CONTEXT,
     DEPS_WHEELS_CONTEXT,
     WHEELHOUSE_CONTEXT,
@@ -66,15 +67,17 @@ class WheelLayer:
 
 
 def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLayer, ...]:
-    """The installs of a cell's closure, bottom to top: its CUDA wheels, its other dependencies,
-    torch and its companions (each skipped when empty). ``--no-deps`` everywhere: each slice is
-    exactly what the closure says, and pip never re-resolves a lower one (an upgrade in a higher
-    layer would leave whiteouts and a second copy); the template runs ``pip check`` after the
-    last. The CUDA wheels are not byte-compiled: they hold no module worth it."""
+    """The installs of a cell's closure, bottom to top: its CUDA wheels, CUDA's compiler wheels (a
+    devel cell's `nvcc: wheels`), its other dependencies, torch and its companions (each skipped
+    when empty). ``--no-deps`` everywhere: each slice is exactly what the closure says, and pip
+    never re-resolves a lower one (an upgrade in a higher layer would leave whiteouts and a second
+    copy); the template runs ``pip check`` after the last. The CUDA wheels are not byte-compiled:
+    they hold no module worth it."""
     common = ("--disable-pip-version-check", "--no-index", "--no-deps")
     layers: list[WheelLayer] = []
     for context, files, extra in (
         (CUDA_WHEELS_CONTEXT, slices.cuda, ("--no-compile",)),
+        (COMPILER_WHEELS_CONTEXT, slices.compiler, ("--no-compile",)),
         (DEPS_WHEELS_CONTEXT, slices.deps, ()),
         (WHEELHOUSE_CONTEXT, slices.top, ()),
     ):

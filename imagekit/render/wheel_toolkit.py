@@ -24,6 +24,10 @@ from imagekit.render.contract import VENV
 # What a devel cell adds to its requirements; the version comes from the constraints file (torch's
 # pin), and the layered closure resolves it together with torch (the same single version).
 COMPILER_REQUIREMENT = "cuda-toolkit[nvcc,crt,nvvm,cccl]"
+# The projects those extras add to torch's own CUDA wheels (nvidia-cuda-runtime, which the `nvcc`
+# extra names too, is torch's `cudart` already): a layer of their own above the CUDA wheels, so a
+# devel cell's CUDA layer stays the one its runtime twin and other cells of that torch share.
+COMPILER_PROJECTS = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,17 @@ from pathlib import Path
 
 from imagekit.plan.cells import WheelCell
 from imagekit.plan.matrix import load_plan
+from imagekit.plan.schema import BuildSettings
 from imagekit.render.dockerfile import Renderer
+from imagekit.render.recipe import wheel_layers
+from imagekit.render.run_options import (
+    COMPILER_WHEELS_CONTEXT,
+    CUDA_WHEELS_CONTEXT,
+    WHEELHOUSE_CONTEXT,
+    StepOptions,
+)
 from imagekit.render.wheel_toolkit import COMPILER_REQUIREMENT, wheel_toolkit
+from imagekit.render.wheels import slice_closure
 
 MATRIX = """
 axes:
@@ -62,3 +71,34 @@ def test_cuda_12_is_refused_with_the_reason(write_matrix: Callable[[str], Path])
     assert {c.flavour for c in plan.cells} == {"runtime"}
     reasons = {r.reason for r in plan.refused}
     assert any("hold ptxas and libnvvm but no nvcc" in r for r in reasons), reasons
+
+
+def test_the_compiler_wheels_are_a_slice_of_their_own(write_matrix: Callable[[str], Path]) -> None:
+    """A devel cell's CUDA slice stays its runtime twin's (one shared layer); the compiler goes above
+    it, and nvidia-cuda-runtime, which torch's cudart extra installs too, stays in the CUDA slice."""
+    names = (
+        "nvidia_cublas-13.4.1.3-py3-none-manylinux_2_27_x86_64.whl",
+        "nvidia_cuda_runtime-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        "cuda_toolkit-13.2.2-py2.py3-none-any.whl",
+        "nvidia_cuda_nvcc-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        "nvidia_cuda_crt-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        "nvidia_nvvm-13.2.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl",
+        "nvidia_cuda_cccl-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+    )
+    devel = slice_closure([(f"wheelhouse/{n}", Path(n)) for n in names])
+    runtime = slice_closure([(f"wheelhouse/{n}", Path(n)) for n in names if "nvcc" not in n and "crt" not in n
+                             and "nvvm" not in n and "cccl" not in n])  # fmt: skip
+    assert devel.cuda == runtime.cuda and runtime.compiler == ()
+    assert devel.pins(devel.compiler) == (
+        "nvidia-cuda-cccl==13.2.86",
+        "nvidia-cuda-crt==13.2.86",
+        "nvidia-cuda-nvcc==13.2.86",
+        "nvidia-nvvm==13.2.86",
+    )
+    layers = wheel_layers(
+        devel, StepOptions.of(load_plan(write_matrix(MATRIX)).matrix, BuildSettings(builder="buildkit"))
+    )
+    assert [layer.context for layer in layers] == [
+        CUDA_WHEELS_CONTEXT, COMPILER_WHEELS_CONTEXT, WHEELHOUSE_CONTEXT,
+    ]  # fmt: skip
