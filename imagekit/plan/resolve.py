@@ -229,6 +229,7 @@ class Resolver:
             cuda_written=merged.get("cuda"),
             cuda_full=str(merged["cuda_full"]) if merged.get("cuda_full") else None,
             carries_cuda=carries_cuda,
+            nvcc_from_wheels=spec.nvcc == "wheels",
             base_python=spec.python,
             base_flavours=tuple(spec.flavours) if spec.flavours is not None else None,
             os=os_name,
@@ -277,6 +278,9 @@ class Resolver:
             **common,
             local_base=self.local_base(request.base, spec, platforms.get(request.platform)),
             python_from_base=request.base_python is not None,
+            nvcc_from_wheels=request.nvcc_from_wheels
+            and request.flavour == "devel"
+            and request.cuda != "cpu",
             unknown=patch is None,
             numpy_cap=release.numpy if release else None,
             **self._additions(merged),
@@ -324,8 +328,9 @@ class Resolver:
             "cudnn_tag": cudnn_tag,
             "flavour": flavour,
             # nvidia/cuda's own flavours: a runtime cell needs only `base` (the NVIDIA environment
-            # and cudart), since torch's wheel brings every other CUDA library itself
-            "image_flavour": "devel" if flavour == "devel" else "base",
+            # and cudart), since torch's wheel brings every other CUDA library itself; so does a
+            # devel cell whose nvcc comes from NVIDIA's wheels (`nvcc: wheels`)
+            "image_flavour": "devel" if flavour == "devel" and not request.nvcc_from_wheels else "base",
             "os": os_name,
             "python": python,
             "arch": platform.arch,

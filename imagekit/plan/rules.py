@@ -39,6 +39,7 @@ class Request:
     cuda_written: str | None = None  # the cuda value as written ("12.1.1"), when one was given
     cuda_full: str | None = None  # an explicit cuda_full
     carries_cuda: bool = False  # the base image has a CUDA toolkit
+    nvcc_from_wheels: bool = False  # the base's `nvcc: wheels`: a devel cell's compiler from NVIDIA's wheels
     base_python: str | None = None  # the Python the base brings, if it brings one
     base_flavours: tuple[str, ...] | None = None
     os: str = ""
@@ -132,15 +133,39 @@ def torch_in_table(request: Request, compat: Compat) -> str | None:
 def base_matches_accelerator(request: Request, compat: Compat) -> str | None:
     """A CUDA base carries CUDA builds. A plain base carries CPU builds, and runtime images of a
     CUDA wheel (the wheel brings CUDA's libraries, the container toolkit the driver), but no
-    devel image: that needs nvcc at the cell's CUDA, which only a CUDA base has."""
+    devel image: that needs nvcc at the cell's CUDA, which only a CUDA base has, unless the base
+    takes its nvcc from NVIDIA's wheels (``nvcc_wheels_hold_nvcc``)."""
     if request.carries_cuda and request.cuda == "cpu":
         return f"base {request.base} carries CUDA; a cpu build belongs on a base without it"
-    if not request.carries_cuda and request.cuda != "cpu" and request.flavour == "devel":
+    on_plain = not request.carries_cuda and not request.nvcc_from_wheels
+    if on_plain and request.cuda != "cpu" and request.flavour == "devel":
         return (
             f"base {request.base} has no CUDA toolkit, and a devel image needs nvcc {request.cuda};"
-            " use flavour runtime (the wheel brings CUDA's libraries) or a CUDA devel base"
+            " use flavour runtime (the wheel brings CUDA's libraries), a CUDA devel base, or"
+            " `nvcc: wheels` on the base (CUDA 13 and later)"
         )
     return None
+
+
+# The first CUDA major whose PyPI compiler wheel holds nvcc itself: nvidia-cuda-nvcc-cu12 12.0.76 to
+# 12.9.86 hold ptxas, libnvvm and libdevice only (their file lists, read 2026-12-03), while
+# nvidia-cuda-nvcc 13.x holds bin/nvcc, cudafe++, fatbinary, nvlink and ptxas, with cicc and the
+# crt headers in nvidia-nvvm and nvidia-cuda-crt of the same release (cuda-toolkit's extras).
+NVCC_WHEELS_FROM_CUDA = 13
+
+
+def nvcc_wheels_hold_nvcc(request: Request, compat: Compat) -> str | None:
+    """`nvcc: wheels` gives a devel cell the compiler of the CUDA release torch pins, from NVIDIA's
+    PyPI wheels; no such wheel holds nvcc before CUDA 13."""
+    if not request.nvcc_from_wheels or request.flavour != "devel" or request.cuda == "cpu":
+        return None
+    if int(request.cuda.split(".", maxsplit=1)[0]) >= NVCC_WHEELS_FROM_CUDA:
+        return None
+    return (
+        f"bases.{request.base}.nvcc: wheels: NVIDIA's CUDA {request.cuda.split('.')[0]} compiler wheels"
+        " (nvidia-cuda-nvcc-cu12) hold ptxas and libnvvm but no nvcc; use `nvcc: base` on a -devel base"
+        f" for CUDA {request.cuda}, or a torch built for CUDA {NVCC_WHEELS_FROM_CUDA}"
+    )
 
 
 def torch_has_cuda_wheel(request: Request, compat: Compat) -> str | None:
@@ -486,6 +511,7 @@ WHEEL_RULES: tuple[Rule, ...] = (
     torch_in_table,
     pip_packages_leave_torch_alone,
     base_matches_accelerator,
+    nvcc_wheels_hold_nvcc,
     torch_has_cuda_wheel,
     torch_has_platform_wheel,
     pypi_serves_one_variant,

@@ -359,6 +359,11 @@ class BaseSpec(StrictModel):
     cuda: bool | None = Field(
         None, description="whether the base carries CUDA (default: image uses {cuda...})"
     )
+    nvcc: Literal["base", "wheels"] = Field(
+        "base",
+        description="a devel cell's nvcc: the base's toolkit, or NVIDIA's compiler wheels resolved with"
+        " torch's own CUDA pins (each CUDA library once; CUDA 13+; on a -base or plain image)",
+    )
     build: LocalBuild | None = None
     flavours: list[Flavour] | None = Field(None, description="flavours this base serves")
     tag: TagPattern | None = Field(None, description="readable tag pattern for this base's cells")

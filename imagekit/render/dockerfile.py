@@ -42,7 +42,12 @@ from imagekit.render.contract import (
     packaged_frontend_check,
 )
 from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes, uses_wheelhouse, wheel_layers
-from imagekit.render.run_options import CUDA_WHEELS_CONTEXT, DEPS_WHEELS_CONTEXT, WHEELHOUSE_CONTEXT
+from imagekit.render.run_options import (
+    COMPILER_WHEELS_CONTEXT,
+    CUDA_WHEELS_CONTEXT,
+    DEPS_WHEELS_CONTEXT,
+    WHEELHOUSE_CONTEXT,
+)
 from imagekit.render.template_code import load_template
 from imagekit.render.wheels import ClosureSlices, Request, WheelResolver, platform_tags, slice_closure
 
@@ -451,6 +456,7 @@ class Renderer:
         if slices is not None:
             for directory, files in (
                 (CUDA_WHEELS_CONTEXT, slices.cuda),
+                (COMPILER_WHEELS_CONTEXT, slices.compiler),
                 (DEPS_WHEELS_CONTEXT, slices.deps),
                 (WHEELHOUSE_CONTEXT, slices.top),
             ):

@@ -28,6 +28,7 @@ from imagekit.render.contract import (
     FrontendLayout,
 )
 from imagekit.render.run_options import (
+    COMPILER_WHEELS_CONTEXT,
     CUDA_WHEELS_CONTEXT,
     DEPS_WHEELS_CONTEXT,
     WHEELHOUSE_CONTEXT,
@@ -35,6 +36,7 @@ from imagekit.render.run_options import (
     StepOptions,
     wheel_dir,
 )
+from imagekit.render.wheel_toolkit import COMPILER_REQUIREMENT, WheelToolkit, wheel_toolkit
 from imagekit.render.wheels import ClosureSlices
 
 
@@ -65,15 +67,17 @@ class WheelLayer:
 
 
 def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLayer, ...]:
-    """The installs of a cell's closure, bottom to top: its CUDA wheels, its other dependencies,
-    torch and its companions (each skipped when empty). ``--no-deps`` everywhere: each slice is
-    exactly what the closure says, and pip never re-resolves a lower one (an upgrade in a higher
-    layer would leave whiteouts and a second copy); the template runs ``pip check`` after the
-    last. The CUDA wheels are not byte-compiled: they hold no module worth it."""
+    """The installs of a cell's closure, bottom to top: its CUDA wheels, CUDA's compiler wheels (a
+    devel cell's `nvcc: wheels`), its other dependencies, torch and its companions (each skipped
+    when empty). ``--no-deps`` everywhere: each slice is exactly what the closure says, and pip
+    never re-resolves a lower one (an upgrade in a higher layer would leave whiteouts and a second
+    copy); the template runs ``pip check`` after the last. The CUDA wheels are not byte-compiled:
+    they hold no module worth it."""
     common = ("--disable-pip-version-check", "--no-index", "--no-deps")
     layers: list[WheelLayer] = []
     for context, files, extra in (
         (CUDA_WHEELS_CONTEXT, slices.cuda, ("--no-compile",)),
+        (COMPILER_WHEELS_CONTEXT, slices.compiler, ("--no-compile",)),
         (DEPS_WHEELS_CONTEXT, slices.deps, ()),
         (WHEELHOUSE_CONTEXT, slices.top, ()),
     ):
@@ -125,6 +129,8 @@ class Recipe:
     # The closure installed in layers (BuildKit, a resolved wheelhouse closure: the renderer
     # fills it in, ``wheel_layers``); empty: one install step.
     wheel_layers: tuple[WheelLayer, ...] = ()
+    # devel with `nvcc: wheels`: the toolkit the compiler wheels make (``imagekit.render.wheel_toolkit``)
+    wheel_toolkit: WheelToolkit | None = None
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -150,6 +156,7 @@ class StepInputs(NamedTuple):
     platform: PlatformName
     os: str  # names its apt cache mounts
     base_carries_cuda: bool
+    nvcc_from_wheels: bool  # devel: the compiler from NVIDIA's wheels at torch's CUDA pins
     pip_packages: tuple[str, ...]
     apt_packages: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
@@ -175,6 +182,7 @@ def step_inputs(cell: ImageCell, os_archives: tuple[tuple[str, str], ...]) -> St
         platform=cell.platform,
         os=cell.os,
         base_carries_cuda=cell.base_carries_cuda,
+        nvcc_from_wheels=isinstance(cell, WheelCell) and cell.nvcc_from_wheels,
         pip_packages=cell.pip_packages,
         apt_packages=cell.apt_packages,
         env=cell.env,
@@ -442,6 +450,8 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
     devel_tools = cell.flavour == "devel" and (toolchain or toolchain_if_missing)
     if devel_tools and "ninja" not in {project_name(r) for r in extras}:
         extras.append("ninja")  # torch.utils.cpp_extension refuses to build without it
+    if cell.nvcc_from_wheels:
+        extras.append(COMPILER_REQUIREMENT)
     return {
         "apt_packages": tuple(apt_packages),
         "apt_mirror": matrix.sources.apt.mirror,
@@ -477,6 +487,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "apt_clean_lists": options.apt_clean_lists,
         "apt_cleanup": options.apt_cleanup,
         "reproducible": options.buildkit,
+        "wheel_toolkit": wheel_toolkit(cell.python, cell.cuda) if cell.nvcc_from_wheels else None,
     }
 
 

@@ -43,6 +43,7 @@ WHEELHOUSE_CONTEXT = "wheelhouse"  # the wheelhouse's directory in a build conte
 # slice and cells that pin the same wheels hit the same cache entry (one layer, one blob). The
 # mount targets are the same in every cell: a mount point's stub is part of the step's layer.
 CUDA_WHEELS_CONTEXT = "wheelhouse-cuda"
+COMPILER_WHEELS_CONTEXT = "wheelhouse-cuda-compiler"  # a devel cell's `nvcc: wheels`
 DEPS_WHEELS_CONTEXT = "wheelhouse-deps"
 # What an apt step deletes in its own RUN (a later RUN would leave the bytes below a whiteout):
 # logs with the time of the build, and ldconfig's aux-cache, which holds inode numbers

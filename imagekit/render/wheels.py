@@ -52,6 +52,7 @@ from imagekit.core.platforms import DEFAULT as DEFAULT_PLATFORM
 from imagekit.core.platforms import PLATFORMS
 from imagekit.core.platforms import get as get_platform
 from imagekit.core.versions import project_key
+from imagekit.render.wheel_toolkit import COMPILER_PROJECTS
 
 TIMEOUT_S = 300.0
 DOWNLOAD_TIMEOUT_S = 3600.0  # a download of CUDA wheels is GBs
@@ -340,6 +341,8 @@ class ClosureSlices:
     cuda: tuple[tuple[str, Path], ...]  # (file name, path)
     deps: tuple[tuple[str, Path], ...]
     top: tuple[tuple[str, Path], ...]
+    # CUDA's compiler wheels (a devel cell's `nvcc: wheels`), installed right above ``cuda``
+    compiler: tuple[tuple[str, Path], ...] = ()
 
     @staticmethod
     def pins(files: Sequence[tuple[str, Path]]) -> tuple[str, ...]:
@@ -349,18 +352,19 @@ class ClosureSlices:
 def slice_closure(
     files: Sequence[tuple[str, Path]], top_projects: Sequence[str] = TORCH_FAMILY
 ) -> ClosureSlices:
-    """Splits closure ``files`` (their names as in the context) by project: CUDA's, ``top_projects``
-    (torch and its companions), the rest."""
+    """Splits closure ``files`` (their names as in the context) by project: CUDA's, CUDA's compiler
+    (``wheel_toolkit.COMPILER_PROJECTS``), ``top_projects`` (torch and its companions), the rest."""
     cuda: list[tuple[str, Path]] = []
+    compiler: list[tuple[str, Path]] = []
     deps: list[tuple[str, Path]] = []
     top: list[tuple[str, Path]] = []
     for name, path in sorted(files, key=lambda f: PurePosixPath(f[0]).name):
         project = wheel_pin(name)[0]
         bucket = top if project in top_projects else deps
         if project.startswith(CUDA_PROJECT_PREFIXES):
-            bucket = cuda
+            bucket = compiler if project in COMPILER_PROJECTS else cuda
         bucket.append((PurePosixPath(name).name, path))
-    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top))
+    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top), tuple(compiler))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

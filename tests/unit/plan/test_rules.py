@@ -78,6 +78,19 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(WHEEL, cuda="cpu", carries_cuda=False),
     ),
     (
+        rules.base_matches_accelerator,
+        replace(WHEEL, carries_cuda=False),
+        "has no CUDA toolkit, and a devel image needs nvcc 12.1",
+        replace(WHEEL, carries_cuda=False, nvcc_from_wheels=True),
+    ),
+    (
+        rules.nvcc_wheels_hold_nvcc,
+        replace(WHEEL, carries_cuda=False, nvcc_from_wheels=True),
+        "bases.cuda.nvcc: wheels: NVIDIA's CUDA 12 compiler wheels (nvidia-cuda-nvcc-cu12) hold ptxas and"
+        " libnvvm but no nvcc",
+        replace(WHEEL, torch="2.15.0", cuda="13.2", carries_cuda=False, nvcc_from_wheels=True),
+    ),
+    (
         rules.torch_has_cuda_wheel,
         replace(WHEEL, torch="2.6.0", cuda="12.1"),
         "torch 2.6 has no CUDA 12.1 wheel",
