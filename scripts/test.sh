@@ -115,9 +115,11 @@ export IMAGEKIT_HYPOTHESIS_PROFILE="${IMAGEKIT_HYPOTHESIS_PROFILE:-ci}"
 # after the other the suite took 61.6 minutes here, side by side 54.9 (BENCHMARKS.md, "Test tiers").
 # The fast and slow tiers' output is printed after the integration tier's. The multiarch tier
 # (tests/integration/multiarch: linux/arm64 under QEMU, ~40 minutes here, beyond CI's budget beside
-# the rest) only with IMAGEKIT_MULTIARCH=1.
-integration='integration and not multiarch'
-[[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] && integration=integration
+# the rest) only with IMAGEKIT_MULTIARCH=1; the cuda13 tier (tests/integration/cuda13: torch 2.15's
+# CUDA 13 wheels and the wheels' nvcc, ~4 GB fetched and a ~30 minute build) only with IMAGEKIT_CUDA13=1.
+integration='integration'
+[[ ${IMAGEKIT_MULTIARCH:-0} == 1 ]] || integration+=' and not multiarch'
+[[ ${IMAGEKIT_CUDA13:-0} == 1 ]] || integration+=' and not cuda13'
 # The offline demo's base and wheelhouse: the slow tier runs the probe on its torch CPU wheel and
 # plans the demo (its arm64 cell too), the integration tier builds it (idempotent; without the arm64
 # base, the multiarch tier's).

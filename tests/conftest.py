@@ -76,11 +76,15 @@ def _cap_examples(item: pytest.Item) -> None:
 #   tests/integration/multiarch/   multiarch: linux/arm64 under QEMU (the emulated Debian base, ~8 min;
 #                                  examples/multiarch end to end, ~30 min): beyond CI's budget beside the
 #                                  rest, so scripts/test.sh runs it only with IMAGEKIT_MULTIARCH=1
-# The whole suite runs every tier but multiarch.
+#   tests/integration/cuda13/      cuda13: torch 2.15's CUDA 13 wheels with the compiler from NVIDIA's
+#                                  wheels (examples/nvcc-wheels: ~4 GB downloaded, a ~30 min BuildKit
+#                                  build, ~40 GB of disk): beyond CI's budget too, IMAGEKIT_CUDA13=1
+# The whole suite runs every tier but multiarch and cuda13.
 TESTS_DIR = Path(__file__).parent  # as pytest spells paths: absolute, links kept
-TIERS = {  # a test takes the mark of every tier folder it is in (multiarch is integration too)
+TIERS = {  # a test takes the mark of every tier folder it is in (multiarch and cuda13 are integration too)
     TESTS_DIR / "integration": "integration",
     TESTS_DIR / "integration" / "multiarch": "multiarch",
+    TESTS_DIR / "integration" / "cuda13": "cuda13",
     TESTS_DIR / "slow": "slow",
 }
 
