@@ -176,6 +176,26 @@ def remove_built(api: docker.APIClient, root: Path) -> None:
     _remove_images(api, {cell["image_id"] for cell in cells if cell.get("image_id")})
 
 
+def example_project(example: Path, root: Path, image: str, repository: str) -> Path:
+    """``root`` made a copy of the wheel example ``example``: its setup.sh run (idempotent, cached
+    downloads), its wheelhouse hard-linked (copied across file systems) and its matrix naming the
+    test's own ``repository`` instead of ``image``, so a user's image keeps its tags."""
+    setup = subprocess.run(
+        [str(example / "setup.sh")], capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert setup.returncode == 0, f"{example.name}/setup.sh failed:\n{setup.stderr[-3000:]}"
+    (root / "wheelhouse").mkdir()
+    for wheel in (example / "wheelhouse").iterdir():
+        try:
+            os.link(wheel, root / "wheelhouse" / wheel.name)
+        except OSError:
+            shutil.copy(wheel, root / "wheelhouse" / wheel.name)
+    text = (example / "matrix.yaml").read_text()
+    assert image in text
+    (root / "matrix.yaml").write_text(text.replace(image, repository))
+    return root
+
+
 def _local_base(api: docker.APIClient, image: str, which: str) -> str:
     """``image`` from scripts/base-images.sh (``which``), built on first use, kept for later runs."""
     try:

@@ -14,8 +14,6 @@ copying this 5.4 GB image into a private engine for it cost 4 more minutes and 8
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ import docker
 import pytest
 
 from tests.conftest import imagekit
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, remove_built
+from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, example_project, remove_built
 
 EXAMPLE = REPO_ROOT / "examples" / "cuda-wheels"
 
@@ -40,21 +38,12 @@ def cuda_wheels(
     api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """The example's matrix, built under the test's own image name (a user's image keeps its tags)."""
-    setup = subprocess.run(
-        [str(EXAMPLE / "setup.sh")], capture_output=True, text=True, timeout=1800, check=False
+    root = example_project(
+        EXAMPLE,
+        tmp_path_factory.mktemp("cuda-wheels"),
+        "imagekit-examples/pytorch-cuda-wheels",
+        f"imagekit-test/cuda-wheels-{RUN_ID}",
     )
-    assert setup.returncode == 0, f"examples/cuda-wheels/setup.sh failed:\n{setup.stderr[-3000:]}"
-    root = tmp_path_factory.mktemp("cuda-wheels")
-    (root / "wheelhouse").mkdir()
-    for wheel in (EXAMPLE / "wheelhouse").iterdir():
-        try:
-            os.link(wheel, root / "wheelhouse" / wheel.name)
-        except OSError:
-            shutil.copy(wheel, root / "wheelhouse" / wheel.name)
-    text = (EXAMPLE / "matrix.yaml").read_text()
-    name = "imagekit-examples/pytorch-cuda-wheels"
-    assert name in text
-    (root / "matrix.yaml").write_text(text.replace(name, f"imagekit-test/cuda-wheels-{RUN_ID}"))
     done = imagekit(
         "build", "--matrix", "matrix.yaml", "--builder", "buildkit", "--compression", "zstd",
         "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=1800,

@@ -9,8 +9,6 @@ no CUDA library's soname in two files of the image.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import docker
 import pytest
 
 from tests.conftest import imagekit
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, remove_built
+from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, example_project, remove_built
 from tests.integration.test_cuda_wheels import checks_of
 
 EXAMPLE = REPO_ROOT / "examples" / "nvcc-wheels"
@@ -67,22 +65,12 @@ def nvcc_wheels(
     api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Path, str]]:
     """The example's matrix built under the test's own image name; (its directory, the image)."""
-    setup = subprocess.run(
-        [str(EXAMPLE / "setup.sh")], capture_output=True, text=True, timeout=1800, check=False
+    root = example_project(
+        EXAMPLE,
+        tmp_path_factory.mktemp("nvcc-wheels"),
+        "imagekit-examples/pytorch-nvcc-wheels",
+        f"imagekit-test/nvcc-wheels-{RUN_ID}",
     )
-    assert setup.returncode == 0, f"examples/nvcc-wheels/setup.sh failed:\n{setup.stderr[-3000:]}"
-    root = tmp_path_factory.mktemp("nvcc-wheels")
-    (root / "wheelhouse").mkdir()
-    for wheel in (EXAMPLE / "wheelhouse").iterdir():
-        try:
-            os.link(wheel, root / "wheelhouse" / wheel.name)
-        except OSError:
-            shutil.copy(wheel, root / "wheelhouse" / wheel.name)
-    text = (EXAMPLE / "matrix.yaml").read_text()
-    name = "imagekit-examples/pytorch-nvcc-wheels"
-    assert name in text
-    repository = f"imagekit-test/nvcc-wheels-{RUN_ID}"
-    (root / "matrix.yaml").write_text(text.replace(name, repository))
     done = imagekit(
         "build", "--matrix", "matrix.yaml", "--builder", "buildkit",
         "--label", f"{TEST_LABEL}={RUN_ID}", cwd=root, timeout=1800,
