@@ -41,7 +41,8 @@ from imagekit.render.contract import (
     packaged_check_script,
     packaged_frontend_check,
 )
-from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes, uses_wheelhouse, wheel_layers
+from imagekit.render.layers import wheel_layers
+from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes, uses_wheelhouse
 from imagekit.render.run_options import (
     COMPILER_WHEELS_CONTEXT,
     CUDA_WHEELS_CONTEXT,

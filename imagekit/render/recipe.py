@@ -27,17 +27,13 @@ from imagekit.render.contract import (
     VENV,
     FrontendLayout,
 )
+from imagekit.render.layers import WheelLayer, index_cuda_layer
 from imagekit.render.run_options import (
-    COMPILER_WHEELS_CONTEXT,
-    CUDA_WHEELS_CONTEXT,
-    DEPS_WHEELS_CONTEXT,
     WHEELHOUSE_CONTEXT,
     WHEELHOUSE_DIR,
     StepOptions,
-    wheel_dir,
 )
 from imagekit.render.wheel_toolkit import COMPILER_REQUIREMENT, WheelToolkit, wheel_toolkit
-from imagekit.render.wheels import ClosureSlices
 
 
 @dataclass(frozen=True)
@@ -53,38 +49,6 @@ class ImageRuns:
     guard: str  # the build guard and the pins
     extra: str  # installs the cell's pip packages
     extension: str  # builds the extension check's modules
-
-
-@dataclass(frozen=True)
-class WheelLayer:
-    """One ``pip install --no-deps`` of a slice of the cell's resolved closure (BuildKit): its own
-    step, so its own layer, shared by every cell that installs the same slice."""
-
-    context: str  # the slice's directory in the build context
-    run: str  # what follows RUN: offline, the slice's directory bound
-    pip_args: tuple[str, ...]
-    requirements: tuple[str, ...]  # project==version, by name: a path would write direct_url.json
-
-
-def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLayer, ...]:
-    """The installs of a cell's closure, bottom to top: its CUDA wheels, CUDA's compiler wheels (a
-    devel cell's `nvcc: wheels`), its other dependencies, torch and its companions (each skipped
-    when empty). ``--no-deps`` everywhere: each slice is exactly what the closure says, and pip
-    never re-resolves a lower one (an upgrade in a higher layer would leave whiteouts and a second
-    copy); the template runs ``pip check`` after the last. The CUDA wheels are not byte-compiled:
-    they hold no module worth it."""
-    common = ("--disable-pip-version-check", "--no-index", "--no-deps")
-    layers: list[WheelLayer] = []
-    for context, files, extra in (
-        (CUDA_WHEELS_CONTEXT, slices.cuda, ("--no-compile",)),
-        (COMPILER_WHEELS_CONTEXT, slices.compiler, ("--no-compile",)),
-        (DEPS_WHEELS_CONTEXT, slices.deps, ()),
-        (WHEELHOUSE_CONTEXT, slices.top, ()),
-    ):
-        if files:
-            args = (*common, "--find-links", wheel_dir(context), *extra)
-            layers.append(WheelLayer(context, options.wheel_slice(context), args, ClosureSlices.pins(files)))
-    return tuple(layers)
 
 
 @dataclass(frozen=True)
@@ -131,6 +95,12 @@ class Recipe:
     wheel_layers: tuple[WheelLayer, ...] = ()
     # devel with `nvcc: wheels`: the toolkit the compiler wheels make (``imagekit.render.wheel_toolkit``)
     wheel_toolkit: WheelToolkit | None = None
+    # torch from an index: the CUDA wheels its build pins exactly (``imagekit.facts.cuda_wheels``),
+    # installed in a step of their own below torch; empty: one install step
+    cuda_wheels: tuple[str, ...] = ()
+    # the build ("torch 2.5.1 cu118 on x86_64") whose CUDA wheels the table lacks, for the
+    # Dockerfile to say why it installs in one step; None: nothing is missing
+    cuda_wheels_missing: str | None = None
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -488,6 +458,11 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "apt_cleanup": options.apt_cleanup,
         "reproducible": options.buildkit,
         "wheel_toolkit": wheel_toolkit(cell.python, cell.cuda) if cell.nvcc_from_wheels else None,
+        **(
+            index_cuda_layer(cell.torch, cell.variant, cell.platform)
+            if cell.is_cuda and not (cell.stack or wheelhouse or matrix.sources.pip.no_index)
+            else {}
+        ),
     }
 
 

@@ -52,6 +52,7 @@ from imagekit.core.platforms import DEFAULT as DEFAULT_PLATFORM
 from imagekit.core.platforms import PLATFORMS
 from imagekit.core.platforms import get as get_platform
 from imagekit.core.versions import project_key
+from imagekit.facts.cuda_wheels import is_cuda_project
 from imagekit.render.wheel_toolkit import COMPILER_PROJECTS
 
 TIMEOUT_S = 300.0
@@ -315,9 +316,6 @@ def download(
 
 # -- a closure in layers (the BuildKit builder) -----------------------------------------------------
 
-# The projects whose wheels are CUDA's own: CUDA 12's nvidia-*-cu12, and CUDA 13's cuda-toolkit,
-# cuda-bindings and suffix-less nvidia-* (FACTS, late November). The one owner of that rule.
-CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
 # The top slice: a cell's own torch build and companions (what differs between torch releases).
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 
@@ -361,7 +359,7 @@ def slice_closure(
     for name, path in sorted(files, key=lambda f: PurePosixPath(f[0]).name):
         project = wheel_pin(name)[0]
         bucket = top if project in top_projects else deps
-        if project.startswith(CUDA_PROJECT_PREFIXES):
+        if is_cuda_project(project):
             bucket = compiler if project in COMPILER_PROJECTS else cuda
         bucket.append((PurePosixPath(name).name, path))
     return ClosureSlices(tuple(cuda), tuple(deps), tuple(top), tuple(compiler))

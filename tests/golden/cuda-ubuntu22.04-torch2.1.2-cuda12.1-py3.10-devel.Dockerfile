@@ -9,9 +9,26 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
-RUN python3.10 -m venv /opt/venv \
- && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 \
-      torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2'
+# CUDA's libraries in a layer of their own, below torch: the wheels torch 2.1.2 (cu121) pins
+# exactly (imagekit/data/cuda_wheels.yaml), the same layer in every cell that pins the same ones.
+# torch's step names them again: an index that resolves other versions fails the build instead
+# of installing a second copy above them.
+RUN python3.10 -m venv /opt/venv
+RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 --no-deps --no-compile \
+      nvidia-cublas-cu12==12.1.3.1 \
+      nvidia-cuda-cupti-cu12==12.1.105 \
+      nvidia-cuda-nvrtc-cu12==12.1.105 \
+      nvidia-cuda-runtime-cu12==12.1.105 \
+      nvidia-cudnn-cu12==8.9.2.26 \
+      nvidia-cufft-cu12==11.0.2.54 \
+      nvidia-curand-cu12==10.3.2.106 \
+      nvidia-cusolver-cu12==11.4.5.107 \
+      nvidia-cusparse-cu12==12.1.0.106 \
+      nvidia-nccl-cu12==2.18.1 \
+      nvidia-nvtx-cu12==12.1.105
+RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 \
+      torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2' \
+      nvidia-cublas-cu12==12.1.3.1 nvidia-cuda-cupti-cu12==12.1.105 nvidia-cuda-nvrtc-cu12==12.1.105 nvidia-cuda-runtime-cu12==12.1.105 nvidia-cudnn-cu12==8.9.2.26 nvidia-cufft-cu12==11.0.2.54 nvidia-curand-cu12==10.3.2.106 nvidia-cusolver-cu12==11.4.5.107 nvidia-cusparse-cu12==12.1.0.106 nvidia-nccl-cu12==2.18.1 nvidia-nvtx-cu12==12.1.105
 # The probe runs the build steps below; it comes in after any install, so a change to the probe
 # leaves the torch layer cached.
 COPY imagekit-check.py /opt/imagekit/check.py

@@ -9,6 +9,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
+# One install step for torch and CUDA's libraries: imagekit/data/cuda_wheels.yaml does not know
+# which CUDA wheels torch 2.5.1 cu118 on x86_64 pins (`scripts/refresh-cuda-wheels.py --write`
+# reads them from the index).
 RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu118 \
       torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1

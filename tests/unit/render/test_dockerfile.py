@@ -137,7 +137,18 @@ def test_template_decisions(tmp_path: Path) -> None:
     current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
     assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
     # 2.15's companions are stable-ABI wheels paired by their own torch requirement
-    assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1\n" in current
+    assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \\\n" in current
+    # CUDA's wheels first, in a step of their own, at the pins the table read from torch's metadata
+    # (CUDA 13: cuda-toolkit and what its extras pin); torch's step names them again
+    cuda_step = "--index-url https://download.pytorch.org/whl/cu132 --no-deps --no-compile \\\n"
+    cuda_step += "      cuda-toolkit==13.2.2 \\\n      nvidia-cublas==13.4.1.3 \\\n"
+    assert cuda_step in current
+    assert current.index(cuda_step) < current.index("torch==2.15.0 torchvision")
+    assert "torchaudio==2.11.1 \\\n      cuda-toolkit==13.2.2 nvidia-cublas==13.4.1.3 " in current
+    assert "RUN python3.12 -m venv /opt/venv\n" in current
+    # a build the table does not know installs in one step, and says why
+    assert "cuda_wheels.yaml does not know\n# which CUDA wheels torch 2.5.1 cu118 on x86_64 pins" in runtime
+    assert "--no-deps" not in runtime
     assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'\n" in current  # CUDA 13: no Volta
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"

@@ -10,7 +10,7 @@ from imagekit.plan.cells import WheelCell
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.schema import BuildSettings
 from imagekit.render.dockerfile import Renderer
-from imagekit.render.recipe import wheel_layers
+from imagekit.render.layers import wheel_layers
 from imagekit.render.run_options import (
     COMPILER_WHEELS_CONTEXT,
     CUDA_WHEELS_CONTEXT,
@@ -63,7 +63,7 @@ def test_a_devel_cell_gets_the_compiler_wheels_and_its_cuda_home(write_matrix: C
     for flavour_runtime in (cells["plain", "runtime"], cells["nvidia", "runtime"]):
         assert isinstance(flavour_runtime, WheelCell) and not flavour_runtime.nvcc_from_wheels
         text = renderer.dockerfile(flavour_runtime)
-        assert "cuda-toolkit" not in text and "CUDA_HOME" not in text
+        assert COMPILER_REQUIREMENT not in text and "CUDA_HOME" not in text
 
 
 def test_cuda_12_is_refused_with_the_reason(write_matrix: Callable[[str], Path]) -> None:

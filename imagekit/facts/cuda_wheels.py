@@ -1,0 +1,99 @@
+"""CUDA's library wheels that each torch build pins exactly: the facts of ``imagekit/data/cuda_wheels.yaml``.
+
+A cell that installs torch from an index (PyPI, PyTorch's index, a mirror of either) installs these
+first, in a step of their own (``imagekit.render.recipe``): one layer below torch that every cell
+pinning the same wheels shares. They are the wheels reached from torch through exact pins only
+(``nvidia-cudnn-cu12==8.9.2.26``; CUDA 13's ``cuda-toolkit[cublas,...]==13.2.2`` and the
+``nvidia-cublas==...`` its extras pin): those are on every index that can install that torch at
+all. A dependency left open (torch 2.1.2's cuSOLVER asks for any ``nvidia-nvjitlink-cu12``) is not
+among them: which version an index serves is not a fact of the build, so torch's own step resolves
+it, as before.
+
+``scripts/refresh-cuda-wheels.py`` writes the file from pip's dry-run reports; a torch build it has
+no entry for installs in one step, as before, and its Dockerfile says why. The file is validated
+when it is read: a hand edit that would put a non-CUDA project or an open version into the layer
+fails loudly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from imagekit.core.platforms import PLATFORMS
+from imagekit.facts.compat import read_data
+
+DATA_FILE = "cuda_wheels.yaml"
+# The projects whose wheels are CUDA's own: CUDA 12's nvidia-*-cu12, and CUDA 13's cuda-toolkit,
+# cuda-bindings and suffix-less nvidia-* (FACTS, late November). The one owner of that rule: the
+# wheelhouse closure's slices (``imagekit.render.wheels``) and this table both use it.
+CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
+MACHINES = tuple(sorted({p.machine for p in PLATFORMS.values()}))
+_TORCH = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+_VARIANT = re.compile(r"^cu[0-9]{3}$")
+# project==version, the project normalised (PEP 503) and the version a plain release (PEP 440)
+_PIN = re.compile(r"^([a-z0-9]+(?:-[a-z0-9]+)*)==([0-9]+(?:\.[0-9]+)*(?:\.post[0-9]+)?)$")
+
+
+def is_cuda_project(project: str) -> bool:
+    """Whether the (normalised) project is one of CUDA's own wheels."""
+    return project.startswith(CUDA_PROJECT_PREFIXES)
+
+
+@dataclass(frozen=True)
+class CudaWheels:
+    """The table: (torch patch, variant, machine) -> its exact CUDA pins, sorted."""
+
+    pins: Mapping[tuple[str, str, str], tuple[str, ...]]
+    checked_on: str
+
+    def pinned(self, torch: str, variant: str, machine: str) -> tuple[str, ...] | None:
+        """The CUDA wheels torch ``torch`` of ``variant`` pins on ``machine``; None: not known."""
+        return self.pins.get((torch, variant, machine))
+
+
+def _fail(where: str, problem: str) -> ValueError:
+    return ValueError(f"imagekit/data/{DATA_FILE}: {where}: {problem}")
+
+
+def _pin_list(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise _fail(where, "expected a non-empty list of project==version")
+    for pin in value:
+        match = _PIN.match(pin) if isinstance(pin, str) else None
+        if match is None:
+            raise _fail(where, f"{pin!r} is not project==version (normalised name, plain version)")
+        if not is_cuda_project(match.group(1)):
+            raise _fail(where, f"{pin!r} is not one of CUDA's wheels ({', '.join(CUDA_PROJECT_PREFIXES)}*)")
+    if value != sorted(set(value)):
+        raise _fail(where, "the pins must be sorted, each once (the refresh script writes them so)")
+    return tuple(value)
+
+
+def parse_cuda_wheels(raw: Mapping[str, Any]) -> CudaWheels:
+    """The data file's mapping as a table; ValueError names the first malformed entry."""
+    pins: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    wheels = raw.get("wheels")
+    if not isinstance(wheels, dict):
+        raise _fail("wheels", "expected a mapping of torch patch -> variant -> machine -> pins")
+    for torch, variants in wheels.items():
+        if not isinstance(torch, str) or not _TORCH.match(torch) or not isinstance(variants, dict):
+            raise _fail(f"wheels.{torch}", "expected a torch patch (2.1.2) mapping variants")
+        for variant, machines in variants.items():
+            if not isinstance(variant, str) or not _VARIANT.match(variant) or not isinstance(machines, dict):
+                raise _fail(f"wheels.{torch}.{variant}", "expected a CUDA variant (cu121) mapping machines")
+            for machine, value in machines.items():
+                where = f"wheels.{torch}.{variant}.{machine}"
+                if machine not in MACHINES:
+                    raise _fail(where, f"machine must be one of {', '.join(MACHINES)}")
+                pins[(torch, variant, machine)] = _pin_list(where, value)
+    return CudaWheels(pins, str(raw.get("checked_on", "")))
+
+
+@cache
+def load_cuda_wheels() -> CudaWheels:
+    """The packaged table (read once per process, when first asked for)."""
+    return parse_cuda_wheels(read_data(DATA_FILE))

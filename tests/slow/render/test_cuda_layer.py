@@ -1,0 +1,152 @@
+"""The CUDA layer of an index-installed cell, run: the two `pip install` steps of its rendered
+Dockerfile, as written there, against a package index on disk (slow: pip runs four times, ~2 s each).
+
+The index holds small stand-in wheels with the real projects' names and the Requires-Dist shape of
+torch 2.1.2's CUDA 12.1 build (its eleven exact nvidia-*-cu12 pins; cuSOLVER asking for any
+nvjitlink), so the pins are the ones imagekit/data/cuda_wheels.yaml holds for that build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagekit.facts.cuda_wheels import load_cuda_wheels
+from imagekit.plan.matrix import load_plan
+from imagekit.render.dockerfile import Renderer
+from tests.unit.projects import wheel
+
+PINS = load_cuda_wheels().pinned("2.1.2", "cu121", "x86_64")
+MATRIX = """\
+version: 1
+axes:
+  torch: ["2.1.2"]
+  cuda: ["12.1"]
+  base: [cuda]
+  flavour: [runtime]
+bases:
+  cuda:
+    image: "nvidia/cuda:{cuda_full}-{image_flavour}-ubuntu22.04"
+    os: ubuntu22.04
+sources:
+  pip:
+    torch_index_url: "INDEX/{variant}"
+"""
+
+
+def make_index(root: Path, cudnn_for_torch: str = "8.9.2.26") -> Path:
+    """A PEP 503 index on disk (``root/cu121/<project>/index.html``) of stand-in wheels."""
+    assert PINS is not None
+    files = root / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    made = [wheel(files, "nvidia_nvjitlink_cu12", "12.9.86")]
+    for pin in PINS:
+        name, _, version = pin.partition("==")
+        requires = ("nvidia-nvjitlink-cu12",) if name == "nvidia-cusolver-cu12" else ()
+        made.append(wheel(files, name.replace("-", "_"), version, requires))
+    made.append(wheel(files, "nvidia_cudnn_cu12", "8.9.2.27"))  # another cuDNN the index also serves
+    torch_requires = tuple(p for p in PINS if not p.startswith("nvidia-cudnn-cu12=="))
+    made.append(wheel(files, "torch", "2.1.2", (*torch_requires, f"nvidia-cudnn-cu12=={cudnn_for_torch}")))
+    made.append(wheel(files, "torchvision", "0.16.2", ("torch==2.1.2",)))
+    made.append(wheel(files, "torchaudio", "2.1.2", ("torch==2.1.2",)))
+    made.append(wheel(files, "numpy", "1.26.4"))
+    by_project: dict[str, list[Path]] = {}
+    for path in made:
+        by_project.setdefault(path.name.split("-")[0].replace("_", "-").lower(), []).append(path)
+    for project, paths in by_project.items():
+        page = root / "cu121" / project
+        page.mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="../../files/{p.name}">{p.name}</a>\n' for p in paths)
+        (page / "index.html").write_text(f"<html><body>\n{links}</body></html>\n", encoding="utf-8")
+    return root
+
+
+def pip_steps(dockerfile: str) -> list[list[str]]:
+    """The arguments of each ``RUN pip install`` of the Dockerfile, continuation lines joined."""
+    steps: list[list[str]] = []
+    lines = iter(dockerfile.splitlines())
+    for line in lines:
+        if not line.startswith("RUN pip install "):
+            continue
+        text = line
+        while text.endswith("\\"):
+            text = text[:-1] + next(lines)
+        steps.append(shlex.split(text)[2:])  # after RUN pip: install and its arguments
+    return steps
+
+
+def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull  # the host's find-links and extra indexes are not the image's
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def installed(venv: Path) -> dict[str, str]:
+    listing = json.loads(pip(venv, "list", "--format", "json").stdout)
+    return {
+        p["name"].lower().replace("_", "-"): p["version"]
+        for p in listing
+        if p["name"] not in ("pip", "setuptools")
+    }
+
+
+def render(tmp_path: Path, index: Path) -> list[list[str]]:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX.replace("INDEX", index.as_uri()), encoding="utf-8")
+    plan = load_plan(path)
+    (cell,) = plan.cells
+    return pip_steps(Renderer(plan).dockerfile(cell))
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    where = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    return where
+
+
+def test_the_cuda_step_installs_the_pins_and_torch_installs_none_again(tmp_path: Path, venv: Path) -> None:
+    assert PINS is not None and len(PINS) == 11
+    cuda_step, torch_step = render(tmp_path, make_index(tmp_path / "index"))
+    done = pip(venv, *cuda_step)
+    assert done.returncode == 0, done.stderr
+    assert installed(venv) == dict(pin.split("==") for pin in PINS)  # exactly the pins: --no-deps
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    before = {p.name: p.stat().st_mtime_ns for p in site.glob("nvidia_*.dist-info")}
+    done = pip(venv, *torch_step)
+    assert done.returncode == 0, done.stderr
+    after = installed(venv)
+    # torch's step adds torch, its companions and what the pins leave open (nvjitlink)...
+    added = {k: v for k, v in after.items() if f"{k}=={v}" not in PINS}
+    assert added == {
+        "torch": "2.1.2",
+        "torchvision": "0.16.2",
+        "torchaudio": "2.1.2",
+        "numpy": "1.26.4",
+        "nvidia-nvjitlink-cu12": "12.9.86",
+    }
+    # ...and rewrites no CUDA wheel of the layer below (a reinstall would be a second copy)
+    assert {
+        p.name: p.stat().st_mtime_ns for p in site.glob("nvidia_*.dist-info") if p.name in before
+    } == before
+
+
+def test_an_index_whose_torch_pins_another_cuda_wheel_fails_the_build(tmp_path: Path, venv: Path) -> None:
+    cuda_step, torch_step = render(tmp_path, make_index(tmp_path / "index", cudnn_for_torch="8.9.2.27"))
+    assert pip(venv, *cuda_step).returncode == 0
+    done = pip(venv, *torch_step)
+    assert done.returncode != 0 and "nvidia-cudnn-cu12" in done.stderr
+    assert installed(venv)["nvidia-cudnn-cu12"] == "8.9.2.26"  # nothing was swapped in above it

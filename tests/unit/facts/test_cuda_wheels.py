@@ -1,0 +1,81 @@
+"""imagekit/data/cuda_wheels.yaml as typed facts: what a lookup answers, and a bad edit refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from imagekit.facts.compat import load_compat
+from imagekit.facts.cuda_wheels import is_cuda_project, load_cuda_wheels, parse_cuda_wheels
+
+
+def table(pins: Any) -> dict[str, Any]:
+    return {"checked_on": "2026-12-03", "wheels": {"2.1.2": {"cu121": {"x86_64": pins}}}}
+
+
+def test_the_packaged_table_answers_per_build_and_machine() -> None:
+    wheels = load_cuda_wheels()
+    old = wheels.pinned("2.1.2", "cu121", "x86_64")
+    assert old is not None and "nvidia-cudnn-cu12==8.9.2.26" in old and len(old) == 11
+    # an open requirement (cuSOLVER's nvjitlink) is left to torch's own step
+    assert not any(p.startswith("nvidia-nvjitlink") for p in old)
+    current = wheels.pinned("2.15.0", "cu132", "aarch64")
+    assert current is not None and "cuda-toolkit==13.2.2" in current and "nvidia-cublas==13.4.1.3" in current
+    assert wheels.pinned("2.1.2", "cu118", "x86_64") is None  # not read: PyPI serves only cu121
+    assert wheels.pinned("2.9.1", "cu128", "aarch64") is None  # PyPI's aarch64 2.9.1 is a CPU build
+
+
+def test_the_table_agrees_with_compat_yaml_where_both_name_a_library() -> None:
+    """Two files, one fact: the cuDNN, NCCL and cudart versions compat.yaml records for a variant
+    must be the ones the CUDA layer installs (a refresh of one alone fails here)."""
+    compat = load_compat()
+    checked = 0
+    for (torch, variant, machine), pins in load_cuda_wheels().pins.items():
+        release = compat.torch_release(torch)
+        libraries = release.libraries.get(variant) if release else None
+        if libraries is None or machine != "x86_64" or release is None or release.latest.torch != torch:
+            continue
+        versions = {pin.split("==")[0]: pin.split("==")[1] for pin in pins}
+        suffix = "" if variant.startswith("cu13") else f"-{variant[:4]}"
+        assert versions[f"nvidia-cudnn{suffix or '-cu13'}"] == libraries.cudnn, (torch, variant)
+        if libraries.nccl:
+            assert versions[f"nvidia-nccl{suffix or '-cu13'}"] == libraries.nccl, (torch, variant)
+        if libraries.cudart:
+            assert versions[f"nvidia-cuda-runtime{suffix}"] == libraries.cudart, (torch, variant)
+        checked += 1
+    assert checked >= 5
+
+
+@pytest.mark.parametrize(
+    ("pins", "problem"),
+    [
+        ([], "non-empty list"),
+        ("nvidia-cublas-cu12==12.1.3.1", "non-empty list"),
+        (["triton==2.1.0"], "not one of CUDA's wheels"),
+        (["nvidia-cublas-cu12>=12"], "not project==version"),
+        (["nvidia-cublas-cu12==12.1.3.1; rm -rf /"], "not project==version"),
+        (["nvidia_cublas_cu12==12.1.3.1"], "not project==version"),
+        (["nvidia-nccl-cu12==2.18.1", "nvidia-cublas-cu12==12.1.3.1"], "sorted"),
+    ],
+)
+def test_a_bad_entry_is_refused_naming_it(pins: Any, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem) as caught:
+        parse_cuda_wheels(table(pins))
+    assert "wheels.2.1.2.cu121.x86_64" in str(caught.value)
+
+
+def test_bad_keys_are_refused() -> None:
+    with pytest.raises(ValueError, match="machine must be one of"):
+        parse_cuda_wheels({"wheels": {"2.1.2": {"cu121": {"riscv64": ["nvidia-x==1"]}}}})
+    with pytest.raises(ValueError, match="CUDA variant"):
+        parse_cuda_wheels({"wheels": {"2.1.2": {"cpu": {"x86_64": ["nvidia-x==1"]}}}})
+    with pytest.raises(ValueError, match="torch patch"):
+        parse_cuda_wheels({"wheels": {"2.1": {"cu121": {"x86_64": ["nvidia-x==1"]}}}})
+    with pytest.raises(ValueError, match="mapping"):
+        parse_cuda_wheels({"wheels": ["nvidia-x==1"]})
+
+
+def test_cuda_projects() -> None:
+    assert is_cuda_project("nvidia-cudnn-cu12") and is_cuda_project("cuda-toolkit")
+    assert not is_cuda_project("triton") and not is_cuda_project("torch")

@@ -1,0 +1,100 @@
+"""scripts/refresh-cuda-wheels.py, offline on the pip reports recorded in tests/fixtures/cuda_wheels/."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "refresh-cuda-wheels.py"
+FIXTURES = REPO / "tests" / "fixtures" / "cuda_wheels"
+
+
+def load_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("refresh_cuda_wheels", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["refresh_cuda_wheels"] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+
+
+def report(*installs: tuple[str, str, list[str]], machine: str = "x86_64") -> dict[str, Any]:
+    environment = {"platform_machine": machine, "platform_system": "Linux", "sys_platform": "linux"}
+    environment |= {"python_version": "3.12", "python_full_version": "3.12.0", "os_name": "posix"}
+    environment |= {"implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    environment |= {"platform_release": "", "platform_version": "", "implementation_version": "3.12.0"}
+    return {
+        "environment": environment,
+        "install": [{"metadata": {"name": n, "version": v, "requires_dist": r}} for n, v, r in installs],
+    }
+
+
+def test_the_shipped_table_is_what_the_recorded_reports_give(tmp_path: Path) -> None:
+    out = tmp_path / "cuda_wheels.yaml"
+    out.write_text('checked_on: ""\nwheels: {}\n', encoding="utf-8")
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert tool.main(["--from-reports", str(FIXTURES), "--data", str(out), "--today", "2026-12-03",
+                          "--index-url", "https://pypi.org/simple", "--write"]) == 0  # fmt: skip
+    shipped = (REPO / "imagekit" / "data" / "cuda_wheels.yaml").read_text(encoding="utf-8")
+    assert out.read_text(encoding="utf-8") == shipped
+    # PyPI's other builds are refused by name, never recorded under the cell's variant
+    assert (
+        "torch-2.5.1-cu121-x86_64: https://pypi.org/simple serves torch 2.5.1 as a cu124 build"
+        in stderr.getvalue()
+    )
+    assert (
+        "torch-2.9.1-cu128-aarch64: https://pypi.org/simple serves torch 2.9.1 as a cpu build"
+        in stderr.getvalue()
+    )
+
+
+def test_only_exact_pins_reached_from_torch_are_kept() -> None:
+    found = tool.exact_cuda_pins(
+        report(
+            ("torch", "2.15.0", ["cuda-toolkit[cublas]==13.2.2; platform_system == 'Linux'",
+                                 "nvidia-nccl-cu13==2.30.7", "triton==3.6.0", "cuda-bindings<14,>=13.0.3",
+                                 "nvidia-cufile==1.0; platform_machine == 'riscv64'"]),
+            ("cuda-toolkit", "13.2.2", ["nvidia-cublas==13.4.1.3.*; extra == 'cublas'",
+                                        "nvidia-cufft==12.2.0.57.*; extra == 'cufft'"]),
+            ("nvidia-cublas", "13.4.1.3", ["nvidia-cuda-nvrtc"]),
+            ("nvidia-cuda-nvrtc", "13.2.86", []),
+            ("nvidia-nccl-cu13", "2.30.7", []),
+            ("triton", "3.6.0", []),
+            ("cuda-bindings", "13.5.0", []),
+        )
+    )  # fmt: skip
+    # the extra asked for is followed, the other is not; a range, a non-CUDA pin and a marker for
+    # another machine are left to torch's own step
+    assert found == ("cuda-toolkit==13.2.2", "nvidia-cublas==13.4.1.3", "nvidia-nccl-cu13==2.30.7")
+
+
+def test_a_report_that_contradicts_a_pin_is_refused() -> None:
+    bad = report(("torch", "2.1.2", ["nvidia-cudnn-cu12==8.9.2.26"]), ("nvidia-cudnn-cu12", "9.1.0.70", []))
+    with pytest.raises(tool.RefreshError, match="does not install"):
+        tool.exact_cuda_pins(bad)
+    with pytest.raises(tool.RefreshError, match="not a pip installation report"):
+        tool.exact_cuda_pins({"install": [{"name": "torch"}]})
+
+
+def test_the_build_is_read_from_its_cuda_runtime() -> None:
+    build = tool.Build("2.5.1", "cu121", "x86_64", "3.10", "2.35", "https://pypi.org/simple")
+    pypi = report(
+        ("torch", "2.5.1", ["nvidia-cuda-runtime-cu12==12.4.127"]),
+        ("nvidia-cuda-runtime-cu12", "12.4.127", []),
+    )
+    assert tool.built_for(pypi) == "cu124"
+    with pytest.raises(tool.RefreshError, match="as a cu124 build, not cu121"):
+        tool.pins_of(build, pypi)
+    assert tool.built_for(report(("torch", "2.9.1", []))) == "cpu"
