@@ -50,7 +50,7 @@ RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/ima
       ninja
 # CUDA extensions build for the wheel's own architectures where no GPU is visible (a `docker build`
 # has none; without this torch's _get_cuda_arch_flags fails: pytorch issue 137261).
-ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'
+ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0'
 ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 # The extension check's modules, built now with no GPU (CUDA's for the image's arch list):
 # verification only loads and runs them. A missing compiler, Python.h, ninja or arch list fails
@@ -73,5 +73,5 @@ LABEL org.opencontainers.image.title="pytorch-2.15.0-cuda13.2-cudnn9-devel-ubunt
       imagekit.os="ubuntu24.04" \
       imagekit.base-image="nvidia/cuda:13.2.1-devel-ubuntu24.04" \
       imagekit.variant="cu132" \
-      imagekit.cuda-archs="7.5;8.0;8.6;9.0;10.0;12.0+PTX" \
+      imagekit.cuda-archs="7.5;8.0;8.6;9.0;10.0;12.0" \
       imagekit.check-script="/opt/imagekit/check.py"

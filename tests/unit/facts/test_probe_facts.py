@@ -83,11 +83,12 @@ def test_wheel_arch_lists_per_variant_and_release() -> None:
     assert probe_facts.wheel_arch_list("cu126") == "5.0;6.0;7.0;7.5;8.0;8.6;9.0"
     assert probe_facts.wheel_arch_list("cu128", "2.8.0") == "7.0;7.5;8.0;8.6;9.0;10.0;12.0"
     assert probe_facts.wheel_arch_list("cu128", "2.7.1") == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    assert probe_facts.wheel_arch_list("cu130") == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"  # no Volta in CUDA 13
     assert probe_facts.wheel_arch_list("cpu") is None
-    # read in 2.11.0's images (torch._C._cuda_getArchFlags()): no PTX on x86_64, Thor on aarch64
-    assert probe_facts.wheel_arch_list("cu130", "2.11.0") == "7.5;8.0;8.6;9.0;10.0;12.0"
-    assert probe_facts.wheel_arch_list("cu130", "2.11.0", "aarch64") == "8.0;9.0;10.0;11.0;12.0"
+    # read from the wheels' arch flags (and 2.11.0's images): no Volta in CUDA 13, no PTX on
+    # x86_64, Thor (11.0) on aarch64
+    for variant, torch in (("cu130", "2.11.0"), ("cu130", "2.14.1"), ("cu132", "2.15.0")):
+        assert probe_facts.wheel_arch_list(variant, torch) == "7.5;8.0;8.6;9.0;10.0;12.0"
+        assert probe_facts.wheel_arch_list(variant, torch, "aarch64") == "8.0;9.0;10.0;11.0;12.0"
 
 
 def test_every_cuda_wheel_variant_has_an_arch_list() -> None:

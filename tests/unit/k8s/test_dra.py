@@ -221,7 +221,7 @@ X86 |= {"node-h100", "node-h100-r575", "node-b200", "node-rtx-pro"}
             "cuda-ubuntu22.04-torch2.5.1-cuda12.1-py3.10-runtime",
             X86 - {"node-b200", "node-rtx-pro", "node-a100-r470", "node-a100-r525-early"},
         ),
-        # CUDA 13.2: sm_75 up, 12.0+PTX; driver >= 580.65.06: no V100, no R575 and older
+        # CUDA 13.2: sm_75 to sm_120, no PTX; driver >= 580.65.06: no V100, no R575 and older
         ("cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-runtime", {"node-h100", "node-b200", "node-rtx-pro"}),
         # aarch64 cu126: sm_80 and sm_90 only: GH200 (with R570 too), not GB200 nor Thor
         ("cuda-ubuntu22.04-torch2.14.1-cuda12.6-py3.10-runtime-arm64", {"node-gh200", "node-gh200-r570"}),

@@ -149,7 +149,7 @@ def test_template_decisions(tmp_path: Path) -> None:
     # a build the table does not know installs in one step, and says why
     assert "cuda_wheels.yaml does not know\n# which CUDA wheels torch 2.5.1 cu118 on x86_64 pins" in runtime
     assert "--no-deps" not in runtime
-    assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0+PTX'\n" in current  # CUDA 13: no Volta
+    assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0'\n" in current  # CUDA 13: no Volta, no PTX
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
     assert "check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12.2 --exact" in ngc  # its own build
