@@ -8,7 +8,6 @@ the CUDA wheels its build pins exactly (``imagekit.facts.cuda_wheels``), install
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from imagekit.core import platforms
 from imagekit.core.platforms import PlatformName
@@ -56,13 +55,27 @@ def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLaye
     return tuple(layers)
 
 
-def index_cuda_layer(torch: str, variant: str, platform: PlatformName) -> dict[str, Any]:
-    """The recipe fields of a CUDA cell that installs torch from an index into its venv: the CUDA
-    wheels its build pins (``cuda_wheels``, a step of their own below torch) where the table knows
-    them, else the build it lacks (``cuda_wheels_missing``: one install step, and the Dockerfile
-    says why)."""
+@dataclass(frozen=True)
+class PinnedCudaWheels:
+    """torch from an index, its build's CUDA wheels in the table: a step of their own below torch."""
+
+    pins: tuple[str, ...]  # project==version, sorted
+
+
+@dataclass(frozen=True)
+class UnknownCudaWheels:
+    """torch from an index, its build not in the table: one install step, and the Dockerfile says why."""
+
+    build: str  # "torch 2.5.1 cu118 on x86_64"
+
+
+IndexCudaWheels = PinnedCudaWheels | UnknownCudaWheels
+
+
+def index_cuda_wheels(torch: str, variant: str, platform: PlatformName) -> IndexCudaWheels:
+    """What the table says of the CUDA wheels of a CUDA cell that installs torch from an index."""
     machine = platforms.get(platform).machine
     pins = load_cuda_wheels().pinned(torch, variant, machine)
-    if pins is None:
-        return {"cuda_wheels_missing": f"torch {torch} {variant} on {machine}"}
-    return {"cuda_wheels": pins}
+    return (
+        UnknownCudaWheels(f"torch {torch} {variant} on {machine}") if pins is None else PinnedCudaWheels(pins)
+    )

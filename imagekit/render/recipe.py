@@ -27,7 +27,13 @@ from imagekit.render.contract import (
     VENV,
     FrontendLayout,
 )
-from imagekit.render.layers import WheelLayer, index_cuda_layer
+from imagekit.render.layers import (
+    IndexCudaWheels,
+    PinnedCudaWheels,
+    UnknownCudaWheels,
+    WheelLayer,
+    index_cuda_wheels,
+)
 from imagekit.render.run_options import (
     WHEELHOUSE_CONTEXT,
     WHEELHOUSE_DIR,
@@ -95,12 +101,21 @@ class Recipe:
     wheel_layers: tuple[WheelLayer, ...] = ()
     # devel with `nvcc: wheels`: the toolkit the compiler wheels make (``imagekit.render.wheel_toolkit``)
     wheel_toolkit: WheelToolkit | None = None
-    # torch from an index: the CUDA wheels its build pins exactly (``imagekit.facts.cuda_wheels``),
-    # installed in a step of their own below torch; empty: one install step
-    cuda_wheels: tuple[str, ...] = ()
-    # the build ("torch 2.5.1 cu118 on x86_64") whose CUDA wheels the table lacks, for the
-    # Dockerfile to say why it installs in one step; None: nothing is missing
-    cuda_wheels_missing: str | None = None
+    # a CUDA cell with torch from an index: the CUDA wheels its build pins exactly, when the table
+    # (``imagekit.facts.cuda_wheels``) knows them; None: torch from a wheelhouse, a stack, or CPU
+    index_cuda_wheels: IndexCudaWheels | None = None
+
+    @property
+    def cuda_wheels(self) -> tuple[str, ...]:
+        """The pins installed in a step of their own below torch; empty: one install step."""
+        found = self.index_cuda_wheels
+        return found.pins if isinstance(found, PinnedCudaWheels) else ()
+
+    @property
+    def cuda_wheels_missing(self) -> str | None:
+        """The build whose CUDA wheels the table lacks, for the Dockerfile to say so."""
+        found = self.index_cuda_wheels
+        return found.build if isinstance(found, UnknownCudaWheels) else None
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -458,10 +473,10 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "apt_cleanup": options.apt_cleanup,
         "reproducible": options.buildkit,
         "wheel_toolkit": wheel_toolkit(cell.python, cell.cuda) if cell.nvcc_from_wheels else None,
-        **(
-            index_cuda_layer(cell.torch, cell.variant, cell.platform)
+        "index_cuda_wheels": (
+            index_cuda_wheels(cell.torch, cell.variant, cell.platform)
             if cell.is_cuda and not (cell.stack or wheelhouse or matrix.sources.pip.no_index)
-            else {}
+            else None
         ),
     }
 

@@ -13,12 +13,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import requests
 
-from tests.quiet_http import QuietHandler, serve
+from tests.quiet_http import QuietHandler, QuietServer, serve
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 
@@ -180,7 +179,7 @@ class FlakyProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
         serve(self.server)

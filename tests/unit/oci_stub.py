@@ -10,13 +10,12 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.manifest import OCI_MANIFEST, Manifest
-from tests.quiet_http import QuietHandler, serve
+from tests.quiet_http import QuietHandler, QuietServer, serve
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -49,7 +48,7 @@ class OciStub:
 
             do_GET = do_PUT = do_HEAD = do_POST = handle_any
 
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
         serve(self.server)
 
@@ -111,12 +110,6 @@ class OciStub:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-answer (a bounded read refusing the rest) is expected here;
-        socketserver would print its traceback to stderr, the very stream under test."""
 
 
 def _split(path: str) -> tuple[str, str, str]:

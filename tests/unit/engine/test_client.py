@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from docker.errors import APIError
 
 from imagekit.engine import client
 from imagekit.engine.client import RetryPolicy, is_transient, pull
-from tests.quiet_http import QuietHandler, serve
+from tests.quiet_http import QuietHandler, QuietServer, serve
 
 # -- is_transient ----------------------------------------------------------------------------------------
 
@@ -227,7 +226,7 @@ def test_a_wait_longer_than_the_call_deadline_is_bounded_by_its_own_timeout(
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietServer(("127.0.0.1", 0), Handler)
     serve(server)
     api = client._Client(base_url=f"tcp://127.0.0.1:{server.server_address[1]}", version="1.41", timeout=60)
     try:
@@ -261,7 +260,7 @@ def test_a_load_outlasts_the_clients_read_timeout_and_reads_the_engines_lines(
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietServer(("127.0.0.1", 0), Handler)
     serve(server)
     api = client._Client(base_url=f"tcp://127.0.0.1:{server.server_address[1]}", version="1.41", timeout=0.3)
     try:

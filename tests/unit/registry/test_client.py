@@ -9,7 +9,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from imagekit.core.errors import EnvironmentProblem, ImagekitError, RegistryErro
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.credentials import Credentials, find_credentials
 from imagekit.registry.transport import is_local
-from tests.quiet_http import QuietHandler, serve
+from tests.quiet_http import QuietHandler, QuietServer, serve
 
 
 def test_local_registries_speak_http() -> None:
@@ -124,7 +123,7 @@ class Stub:
 
             do_GET = do_PUT = do_HEAD = do_POST = handle_any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
         serve(self.server)
 
@@ -269,7 +268,7 @@ class Scripted:
 
             do_GET = do_PUT = do_HEAD = do_POST = do_PATCH = handle_any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.host = f"127.0.0.1:{self.port}"
         serve(self.server)
