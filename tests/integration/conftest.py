@@ -196,6 +196,32 @@ def example_project(example: Path, root: Path, image: str, repository: str) -> P
     return root
 
 
+def install_steps_template(branch: str) -> str:
+    """A test template holding the shipped template's install steps of one branch verbatim (cut from
+    dockerfiles/templates/_pip.j2 from ``{% <branch> %}`` to the next ``{% else %}``) and nothing
+    of its build guard (it would import a stand-in torch): the steps under test are the product's."""
+    shipped = (REPO_ROOT / "dockerfiles" / "templates" / "_pip.j2").read_text()
+    steps = re.search(r"\{% " + re.escape(branch) + r" %\}\n(.*?)\{% else %\}", shipped, re.DOTALL)
+    assert steps is not None, f"dockerfiles/templates/_pip.j2 has no {{% {branch} %}} branch any more"
+    labels = '{% for name, value in recipe.labels %}{{ name }}="{{ value }}" {% endfor %}'
+    return (
+        "FROM {{ cell.base_image }}\nARG SOURCE_DATE_EPOCH\n"
+        "ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH\n"
+        f"{steps.group(1)}LABEL {labels}\n"
+    )
+
+
+def pip_freeze(image: str) -> list[str]:
+    """``pip list --format=freeze`` in a container of ``image`` (no network)."""
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network=none", image, "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+
+
 def _local_base(api: docker.APIClient, image: str, which: str) -> str:
     """``image`` from scripts/base-images.sh (``which``), built on first use, kept for later runs."""
     try:

@@ -12,8 +12,6 @@ under test are the product's.
 
 from __future__ import annotations
 
-import re
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -21,16 +19,9 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import DEBIAN_PYTHON, REPO_ROOT, Project
+from tests.integration.conftest import DEBIAN_PYTHON, Project, install_steps_template, pip_freeze
 
-_SHIPPED = (REPO_ROOT / "dockerfiles" / "templates" / "_pip.j2").read_text()
-_LAYERS = re.search(r"\{% if recipe.wheel_layers %\}\n(.*?)\{% else %\}", _SHIPPED, re.DOTALL)
-assert _LAYERS is not None, "dockerfiles/templates/_pip.j2 no longer installs recipe.wheel_layers"
-LABELS = '{% for name, value in recipe.labels %}{{ name }}="{{ value }}" {% endfor %}'
-TEMPLATE = (
-    "FROM {{ cell.base_image }}\nARG SOURCE_DATE_EPOCH\nENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH\n"
-    f"{_LAYERS.group(1)}LABEL {LABELS}\n"
-)
+TEMPLATE = install_steps_template("if recipe.wheel_layers")
 RELEASES = ("2.1.1", "2.1.2")
 
 
@@ -84,13 +75,7 @@ def test_cells_with_the_same_cuda_wheels_share_their_layers(sliced: Project, api
     for cell, result in sorted(sliced.report().items()):
         image = str(result["image_id"])
         layers[cell] = api.inspect_image(image)["RootFS"]["Layers"]
-        listed = subprocess.run(
-            ["docker", "run", "--rm", "--network=none", image, "pip", "list", "--format=freeze"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout.split()
+        listed = pip_freeze(image)
         assert {"nvidia-fake-cu12==1.0", "fakedep==1.0", "numpy==1.0"} <= set(listed), listed
     assert len(layers) == 2, layers
     first, second = layers.values()
@@ -112,11 +97,5 @@ def test_cells_with_the_same_cuda_wheels_share_their_layers(sliced: Project, api
         release = next(r for r in RELEASES if f"torch{r}-" in cell)
         assert result["tags"], cell
         for tag in result["tags"]:
-            listed = subprocess.run(
-                ["docker", "run", "--rm", "--network=none", str(tag), "pip", "list", "--format=freeze"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout.split()
+            listed = pip_freeze(str(tag))
             assert f"torch=={release}" in listed, (cell, tag, listed)

@@ -3,15 +3,31 @@ the variants matrix every template branch depends on, and wheels."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import textwrap
 import zipfile
 from datetime import date
 from pathlib import Path
+from types import ModuleType
 
+from imagekit.facts.cuda_wheels import load_cuda_wheels
 from imagekit.plan.cells import Plan
 from imagekit.plan.matrix import load_plan
 
 TODAY = date(2024, 5, 17)
+CUDA_PINS_2_1_2 = load_cuda_wheels().pinned("2.1.2", "cu121", "x86_64") or ()
+
+
+def load_script(path: Path) -> ModuleType:
+    """One of scripts/*.py (a file name with dashes, not importable) as a module of its own name."""
+    name = path.stem.replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
 
 
 TEMPLATE = "FROM {{ cell.base_image }}\nRUN echo {{ cell.id }}\n"
@@ -114,3 +130,32 @@ def wheel(
         archive.writestr(f"{info}/WHEEL", wheel_file)
         archive.writestr(f"{info}/RECORD", "")
     return path
+
+
+def cuda_index(root: Path, cudnn_for_torch: str = "8.9.2.26") -> Path:
+    """A PEP 503 index on disk (``root/cu121/<project>/index.html``) of stand-in wheels with the
+    real projects' names and the Requires-Dist shape of torch 2.1.2's CUDA 12.1 build: its eleven
+    exact nvidia-*-cu12 pins (those of imagekit/data/cuda_wheels.yaml), cuSOLVER asking for any
+    nvjitlink, and another cuDNN beside the pinned one; ``cudnn_for_torch`` is the one torch pins."""
+    files = root / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    made = [wheel(files, "nvidia_nvjitlink_cu12", "12.9.86")]
+    for pin in CUDA_PINS_2_1_2:
+        name, _, version = pin.partition("==")
+        requires = ("nvidia-nvjitlink-cu12",) if name == "nvidia-cusolver-cu12" else ()
+        made.append(wheel(files, name.replace("-", "_"), version, requires))
+    made.append(wheel(files, "nvidia_cudnn_cu12", "8.9.2.27"))  # another cuDNN the index also serves
+    torch_requires = tuple(p for p in CUDA_PINS_2_1_2 if not p.startswith("nvidia-cudnn-cu12=="))
+    made.append(wheel(files, "torch", "2.1.2", (*torch_requires, f"nvidia-cudnn-cu12=={cudnn_for_torch}")))
+    made.append(wheel(files, "torchvision", "0.16.2", ("torch==2.1.2",)))
+    made.append(wheel(files, "torchaudio", "2.1.2", ("torch==2.1.2",)))
+    made.append(wheel(files, "numpy", "1.26.4"))
+    by_project: dict[str, list[Path]] = {}
+    for path in made:
+        by_project.setdefault(path.name.split("-")[0].replace("_", "-").lower(), []).append(path)
+    for project, paths in by_project.items():
+        page = root / "cu121" / project
+        page.mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="../../files/{p.name}">{p.name}</a>\n' for p in paths)
+        (page / "index.html").write_text(f"<html><body>\n{links}</body></html>\n", encoding="utf-8")
+    return root

@@ -8,18 +8,18 @@ before the refresh (compat-before.yaml). PyTorch's own index was not reachable w
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.projects import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "refresh-compat.py"
@@ -27,16 +27,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "compat"
 TODAY = "2026-11-30"
 
 
-def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("refresh_compat", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["refresh_compat"] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = load_tool()
+tool = load_script(SCRIPT)
 
 
 def arguments(compat: Path, args: tuple[str, ...], reports: Path) -> list[str]:

@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.unit.projects import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "refresh-cuda-wheels.py"
 FIXTURES = REPO / "tests" / "fixtures" / "cuda_wheels"
 
 
-def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("refresh_cuda_wheels", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["refresh_cuda_wheels"] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = load_tool()
+tool = load_script(SCRIPT)
 
 
 def report(*installs: tuple[str, str, list[str]], machine: str = "x86_64") -> dict[str, Any]:

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.facts.cuda_wheels import load_cuda_wheels
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer
-from tests.unit.projects import wheel
+from tests.unit.projects import CUDA_PINS_2_1_2 as PINS
+from tests.unit.projects import cuda_index
 
-PINS = load_cuda_wheels().pinned("2.1.2", "cu121", "x86_64")
 MATRIX = """\
 version: 1
 axes:
@@ -38,33 +37,6 @@ sources:
   pip:
     torch_index_url: "INDEX/{variant}"
 """
-
-
-def make_index(root: Path, cudnn_for_torch: str = "8.9.2.26") -> Path:
-    """A PEP 503 index on disk (``root/cu121/<project>/index.html``) of stand-in wheels."""
-    assert PINS is not None
-    files = root / "files"
-    files.mkdir(parents=True, exist_ok=True)
-    made = [wheel(files, "nvidia_nvjitlink_cu12", "12.9.86")]
-    for pin in PINS:
-        name, _, version = pin.partition("==")
-        requires = ("nvidia-nvjitlink-cu12",) if name == "nvidia-cusolver-cu12" else ()
-        made.append(wheel(files, name.replace("-", "_"), version, requires))
-    made.append(wheel(files, "nvidia_cudnn_cu12", "8.9.2.27"))  # another cuDNN the index also serves
-    torch_requires = tuple(p for p in PINS if not p.startswith("nvidia-cudnn-cu12=="))
-    made.append(wheel(files, "torch", "2.1.2", (*torch_requires, f"nvidia-cudnn-cu12=={cudnn_for_torch}")))
-    made.append(wheel(files, "torchvision", "0.16.2", ("torch==2.1.2",)))
-    made.append(wheel(files, "torchaudio", "2.1.2", ("torch==2.1.2",)))
-    made.append(wheel(files, "numpy", "1.26.4"))
-    by_project: dict[str, list[Path]] = {}
-    for path in made:
-        by_project.setdefault(path.name.split("-")[0].replace("_", "-").lower(), []).append(path)
-    for project, paths in by_project.items():
-        page = root / "cu121" / project
-        page.mkdir(parents=True, exist_ok=True)
-        links = "".join(f'<a href="../../files/{p.name}">{p.name}</a>\n' for p in paths)
-        (page / "index.html").write_text(f"<html><body>\n{links}</body></html>\n", encoding="utf-8")
-    return root
 
 
 def pip_steps(dockerfile: str) -> list[list[str]]:
@@ -120,7 +92,7 @@ def venv(tmp_path: Path) -> Path:
 
 def test_the_cuda_step_installs_the_pins_and_torch_installs_none_again(tmp_path: Path, venv: Path) -> None:
     assert PINS is not None and len(PINS) == 11
-    cuda_step, torch_step = render(tmp_path, make_index(tmp_path / "index"))
+    cuda_step, torch_step = render(tmp_path, cuda_index(tmp_path / "index"))
     done = pip(venv, *cuda_step)
     assert done.returncode == 0, done.stderr
     assert installed(venv) == dict(pin.split("==") for pin in PINS)  # exactly the pins: --no-deps
@@ -145,7 +117,7 @@ def test_the_cuda_step_installs_the_pins_and_torch_installs_none_again(tmp_path:
 
 
 def test_an_index_whose_torch_pins_another_cuda_wheel_fails_the_build(tmp_path: Path, venv: Path) -> None:
-    cuda_step, torch_step = render(tmp_path, make_index(tmp_path / "index", cudnn_for_torch="8.9.2.27"))
+    cuda_step, torch_step = render(tmp_path, cuda_index(tmp_path / "index", cudnn_for_torch="8.9.2.27"))
     assert pip(venv, *cuda_step).returncode == 0
     done = pip(venv, *torch_step)
     assert done.returncode != 0 and "nvidia-cudnn-cu12" in done.stderr

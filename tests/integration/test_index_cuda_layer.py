@@ -1,0 +1,97 @@
+"""The CUDA layer of an index-installed cell for real (issue 36, "Share", the shipped matrix's layout):
+two cells of torch 2.1.2 (cu121) on two different bases, built with BuildKit from a package index
+served on 127.0.0.1, get the very same CUDA layer (one diff_id) although the layers below differ.
+
+The index holds stand-in wheels with the real projects' names and torch 2.1.2's pins
+(tests/unit/projects.cuda_index), so the build takes seconds. The cells use this test's own template,
+which holds the shipped template's install steps for this case verbatim (cut from
+dockerfiles/templates/_pip.j2) and nothing of its build guard (it would import the stand-in torch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from tests.integration.conftest import DEBIAN_PYTHON, RUN_ID, Project, install_steps_template, pip_freeze
+from tests.quiet_http import QuietServer, serve
+from tests.unit.projects import CUDA_PINS_2_1_2, cuda_index
+
+TEMPLATE = install_steps_template("elif recipe.cuda_wheels")
+OTHER_BASE = f"imagekit-test/other-base:{RUN_ID}"
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        """Requests are the test's to assert, not stderr's to print."""
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[str]:
+    root = cuda_index(tmp_path / "index")
+    server = QuietServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    serve(server)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def two_bases(project: Project, debian_python: str, index: str, api: docker.APIClient) -> Iterator[Project]:
+    (project.root / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
+    other = project.root / "other"
+    other.mkdir()
+    (other / "Dockerfile").write_text(f"FROM {DEBIAN_PYTHON}\nRUN echo other > /etc/imagekit-test-other\n")
+    base = {"os": "debian12", "python": "3.11", "cuda": False}
+    document = {
+        "version": 1,
+        "templates": "templates",
+        "build": {"builder": "buildkit"},
+        "publish": {"repository": project.repository, "tags": {"readable": "{base}-{torch}"}},
+        "defaults": {"torchvision": "none", "torchaudio": "none"},
+        "axes": {"torch": ["2.1.2"], "cuda": ["12.1"], "base": ["debian", "other"], "flavour": ["runtime"]},
+        "bases": {
+            "debian": {"image": DEBIAN_PYTHON, **base},
+            "other": {"image": OTHER_BASE, **base, "build": {"context": "other"}},
+        },
+        "sources": {"pip": {"torch_index_url": index + "/{variant}"}},
+    }
+    (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    try:
+        yield project
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            api.remove_image(OTHER_BASE, force=True)
+
+
+def test_cells_on_two_bases_share_the_cuda_layer(two_bases: Project, api: docker.APIClient) -> None:
+    assert len(CUDA_PINS_2_1_2) == 11
+    done = two_bases.build("--builder", "buildkit")
+    assert done.returncode == 0, done.stderr
+    cells = {cell: r for cell, r in two_bases.report().items() if "torch2.1.2" in cell}
+    assert len(cells) == 2, cells
+    tops: dict[str, list[str]] = {}
+    for cell, result in sorted(cells.items()):
+        image = str(result["image_id"])
+        listed = pip_freeze(image)
+        assert set(CUDA_PINS_2_1_2) | {"torch==2.1.2", "nvidia-nvjitlink-cu12==12.9.86"} <= set(listed), (
+            listed
+        )
+        layers = api.inspect_image(image)["RootFS"]["Layers"]
+        tops[cell] = layers[-3:]  # the venv, the CUDA wheels, torch: nothing else makes a layer here
+    (debian_cell, debian), (other_cell, other) = sorted(tops.items())
+    assert "debian" in debian_cell and "other" in other_cell
+    below = len(api.inspect_image(DEBIAN_PYTHON)["RootFS"]["Layers"])
+    assert len(api.inspect_image(str(cells[other_cell]["image_id"]))["RootFS"]["Layers"]) == below + 4
+    # the bases differ (one more layer under `other`), the CUDA layer's bytes do not: one blob for both
+    assert debian[1] == other[1]
+    assert debian[0] == other[0]  # the venv is the same too
