@@ -161,7 +161,16 @@ def render(
         build = build.model_copy(update={"builder": builder.value})
     target = output_dir(the_plan, out)
     # Everything is rendered (and so validated) before the first file is touched.
-    expected = expected_files(the_plan, Renderer(the_plan, build=build), target)
+    renderer = Renderer(the_plan, build=build)
+    expected = expected_files(the_plan, renderer, target)
+    unlayered = renderer.unlayered_cuda_builds()
+    if unlayered and not as_json:
+        typer.echo(
+            f"imagekit: {len(unlayered)} torch builds install CUDA's wheels with torch, in one step:"
+            f" imagekit/data/cuda_wheels.yaml lacks their pins ({'; '.join(unlayered)});"
+            " scripts/refresh-cuda-wheels.py reads them from the index",
+            err=True,
+        )
     drift = check_drift(expected, target) if check else write_rendered(expected, target)
     if as_json:
         document = {

@@ -320,6 +320,16 @@ class Renderer:
             self._image_recipes[cell] = found
         return found
 
+    def unlayered_cuda_builds(self) -> tuple[str, ...]:
+        """The torch builds of the plan's index-installed CUDA cells whose CUDA wheels the table
+        lacks (each installs them with torch, in one step), sorted."""
+        missing = {
+            self.image_recipe(cell).cuda_wheels_missing
+            for cell in self.plan.cells
+            if not isinstance(cell, FrontendCell)
+        }
+        return tuple(sorted(m for m in missing if m))
+
     def frontend_recipe(self, cell: FrontendCell) -> FrontendRecipe:
         found = self._frontend_recipes.get(cell)
         if found is None:
