@@ -110,5 +110,6 @@ def test_verify_reads_the_wheels_nvcc_and_one_copy(nvcc_wheels: tuple[Path, str]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _result, checks = checks_of(done)
     assert (checks["nvcc"]["status"], checks["nvcc"]["actual"][:4]) == ("pass", "13.2"), checks["nvcc"]
-    assert checks["nvcc"]["detail"]["path"] == f"{HOME}/bin/nvcc"
+    # a report holds a check's detail as JSON text
+    assert json.loads(checks["nvcc"]["detail"])["path"] == f"{HOME}/bin/nvcc"
     assert checks["libraries_once"]["status"] == "pass", checks["libraries_once"]
