@@ -198,10 +198,10 @@ def example_project(example: Path, root: Path, image: str, repository: str) -> P
 
 def install_steps_template(branch: str) -> str:
     """A test template holding the shipped template's install steps of one branch verbatim (cut from
-    dockerfiles/templates/_pip.j2 from ``{% <branch> %}`` to the next ``{% else %}``) and nothing
+    dockerfiles/templates/_pip.j2 from ``{% <branch> %}`` to the next ``{% elif``/``{% else``) and nothing
     of its build guard (it would import a stand-in torch): the steps under test are the product's."""
     shipped = (REPO_ROOT / "dockerfiles" / "templates" / "_pip.j2").read_text()
-    steps = re.search(r"\{% " + re.escape(branch) + r" %\}\n(.*?)\{% else %\}", shipped, re.DOTALL)
+    steps = re.search(r"\{% " + re.escape(branch) + r" %\}\n(.*?)\{% el(?:if|se)\b", shipped, re.DOTALL)
     assert steps is not None, f"dockerfiles/templates/_pip.j2 has no {{% {branch} %}} branch any more"
     labels = '{% for name, value in recipe.labels %}{{ name }}="{{ value }}" {% endfor %}'
     return (
