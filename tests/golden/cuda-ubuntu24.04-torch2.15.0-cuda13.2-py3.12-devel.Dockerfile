@@ -2,7 +2,7 @@
 # Change those and run `imagekit render --matrix matrix.yaml`; CI fails when this file drifts.
 # Cell cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel: torch 2.15.0, CUDA 13.2.1, Python 3.12, devel.
 # Build context: this Dockerfile, imagekit-check.py (`imagekit build` assembles it).
-FROM nvidia/cuda:13.2.1-devel-ubuntu24.04
+FROM nvidia/cuda:13.2.1-base-ubuntu24.04
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3.12 python3.12-venv ca-certificates g++ python3.12-dev \
@@ -47,7 +47,13 @@ RUN python3 /opt/imagekit/check.py build-guard --torch 2.15.0 --cuda 13.2 \
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
 RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/imagekit/constraints.txt \
-      ninja
+      ninja 'cuda-toolkit[nvcc,crt,nvvm,cccl]' \
+ && ln -sf libcudart.so.13 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so
+# nvcc comes from NVIDIA's wheels, of the CUDA release torch pins: their prefix is the toolkit. Set
+# only now, after the installs, so a devel cell's steps up to here are its runtime twin's (the same
+# layers, even for the classic builder on one engine).
+ENV CUDA_HOME=/opt/venv/lib/python3.12/site-packages/nvidia/cu13 \
+    PATH=/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH
 # CUDA extensions build for the wheel's own architectures where no GPU is visible (a `docker build`
 # has none; without this torch's _get_cuda_arch_flags fails: pytorch issue 137261).
 ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0'
@@ -57,9 +63,9 @@ ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
 # the build here, named as the check would name it.
 RUN python3 /opt/imagekit/check.py build-extensions
 LABEL org.opencontainers.image.title="pytorch-2.15.0-cuda13.2-cudnn9-devel-ubuntu24.04" \
-      org.opencontainers.image.description="PyTorch 2.15.0 CUDA 13.2.1 Python 3.12 (devel) on nvidia/cuda:13.2.1-devel-ubuntu24.04" \
+      org.opencontainers.image.description="PyTorch 2.15.0 CUDA 13.2.1 Python 3.12 (devel) on nvidia/cuda:13.2.1-base-ubuntu24.04" \
       org.opencontainers.image.version="2.15.0-cuda13.2-cudnn9-devel-ubuntu24.04" \
-      org.opencontainers.image.base.name="nvidia/cuda:13.2.1-devel-ubuntu24.04" \
+      org.opencontainers.image.base.name="nvidia/cuda:13.2.1-base-ubuntu24.04" \
       org.opencontainers.image.vendor="imagekit" \
       imagekit.cell="cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel" \
       imagekit.torch="2.15.0" \
@@ -71,7 +77,7 @@ LABEL org.opencontainers.image.title="pytorch-2.15.0-cuda13.2-cudnn9-devel-ubunt
       imagekit.python="3.12" \
       imagekit.flavour="devel" \
       imagekit.os="ubuntu24.04" \
-      imagekit.base-image="nvidia/cuda:13.2.1-devel-ubuntu24.04" \
+      imagekit.base-image="nvidia/cuda:13.2.1-base-ubuntu24.04" \
       imagekit.variant="cu132" \
       imagekit.cuda-archs="7.5;8.0;8.6;9.0;10.0;12.0" \
       imagekit.check-script="/opt/imagekit/check.py"

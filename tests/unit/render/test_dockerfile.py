@@ -135,7 +135,18 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "python3.10 python3.10-venv ca-certificates g++ python3.10-dev" in runtime
     assert "ninja" not in runtime and "nvcc" not in runtime and "TORCH_CUDA_ARCH_LIST" not in runtime
     current = cases["cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-devel"]
-    assert "FROM nvidia/cuda:13.2.1-devel-ubuntu24.04\n" in current and "whl/cu132" in current
+    # `nvcc: wheels`: the toolkit-less `base` image, the compiler from NVIDIA's wheels, and
+    # CUDA_HOME set after the installs, so its steps up to the pins are its runtime twin's
+    assert "FROM nvidia/cuda:13.2.1-base-ubuntu24.04\n" in current and "whl/cu132" in current
+    generated = REPO / "dockerfiles" / "generated" / "cuda-ubuntu24.04-torch2.15.0-cuda13.2-py3.12-runtime"
+    twin = (generated / "Dockerfile").read_text(encoding="utf-8")  # drift-checked below
+    shared = current[
+        current.index("FROM") : current.index(
+            "RUN pip install --no-cache-dir --disable-pip-version-check --constraint"
+        )
+    ]
+    assert shared.count("RUN ") == 5 and shared in twin
+    assert "cuda-toolkit[nvcc,crt,nvvm,cccl]" in current and current.index("ENV CUDA_HOME=") > len(shared)
     # 2.15's companions are stable-ABI wheels paired by their own torch requirement
     assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \\\n" in current
     # CUDA's wheels first, in a step of their own, at the pins the table read from torch's metadata
