@@ -40,6 +40,7 @@ PLATFORMS: dict[str, Platform] = {
     "linux/arm64": Platform("linux/arm64", "arm64", "aarch64", "-arm64"),
 }
 NAMES: tuple[PlatformName, ...] = ("linux/amd64", "linux/arm64")
+MACHINES = tuple(sorted({p.machine for p in PLATFORMS.values()}))  # uname -m: aarch64, x86_64
 _BY_MACHINE = {p.machine: p for p in PLATFORMS.values()} | {p.arch: p for p in PLATFORMS.values()}
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from imagekit.core.platforms import PLATFORMS
+from imagekit.core.platforms import MACHINES
 from imagekit.facts.compat import read_data
 
 DATA_FILE = "cuda_wheels.yaml"
@@ -31,7 +31,6 @@ DATA_FILE = "cuda_wheels.yaml"
 # cuda-bindings and suffix-less nvidia-* (FACTS, late November). The one owner of that rule: the
 # wheelhouse closure's slices (``imagekit.render.wheels``) and this table both use it.
 CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
-MACHINES = tuple(sorted({p.machine for p in PLATFORMS.values()}))
 _TORCH = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 _VARIANT = re.compile(r"^cu[0-9]{3}$")
 # project==version, the project normalised (PEP 503) and the version a plain release (PEP 440)

@@ -49,7 +49,7 @@ from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.core.limits import CLOSURE_CACHE_BYTES
 from imagekit.core.paths import depends_on, read_regular_file
 from imagekit.core.platforms import DEFAULT as DEFAULT_PLATFORM
-from imagekit.core.platforms import PLATFORMS
+from imagekit.core.platforms import MACHINES
 from imagekit.core.platforms import get as get_platform
 from imagekit.core.versions import project_key
 from imagekit.facts.cuda_wheels import is_cuda_project
@@ -58,7 +58,6 @@ from imagekit.render.wheel_toolkit import COMPILER_PROJECTS
 TIMEOUT_S = 300.0
 DOWNLOAD_TIMEOUT_S = 3600.0  # a download of CUDA wheels is GBs
 DEFAULT_MACHINE = get_platform(DEFAULT_PLATFORM).machine  # what every matrix without a platform means
-MACHINES = tuple(sorted({p.machine for p in PLATFORMS.values()}))
 DEFAULT_GLIBC = "2.28"  # what PyTorch's own manylinux_2_28 wheels need, for an OS the table lacks
 CACHE_ENV = "IMAGEKIT_CACHE_DIR"
 CACHE_VERSION = 2  # 2: the target machine is part of the key; markers are the target's
