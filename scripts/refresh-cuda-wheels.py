@@ -30,6 +30,7 @@ import datetime as dt
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -178,7 +179,41 @@ def exact_cuda_pins(report: Mapping[str, Any]) -> tuple[str, ...]:
                 raise RefreshError(f"{name} pins {text!r}, which the report does not install")
             pins[child] = str(resolved["version"])
             queue.append((child, frozenset(requirement.extras)))
+    for name, version in _toolkit_components(installs, environment, pins).items():
+        pins.setdefault(name, version)
     return tuple(sorted(f"{name}=={version}" for name, version in pins.items()))
+
+
+def _toolkit_components(
+    installs: Mapping[str, Mapping[str, Any]], environment: dict[str, str], pins: Mapping[str, str]
+) -> dict[str, str]:
+    """CUDA 13: the CUDA wheels the install holds through an open requirement (nvshmem's any
+    ``nvidia-cuda-cccl``) that the pinned ``cuda-toolkit`` release names exactly under one of its
+    extras, at the toolkit's version. Left open, torch's step takes the index's newest (cccl 13.3
+    beside toolkit 13.2.2), and a devel cell's compiler, ``cuda-toolkit[nvcc,crt,nvvm,cccl]`` at
+    torch's pin, then cannot be installed under the image's constraints; pinned, the headers,
+    nvcc and the libraries are one release."""
+    toolkit = installs.get("cuda-toolkit")
+    if toolkit is None or "cuda-toolkit" not in pins:
+        return {}
+    found: dict[str, str] = {}
+    for text in toolkit.get("requires_dist") or ():
+        requirement = Requirement(text)
+        child = canonicalize_name(requirement.name)
+        pinned = _exact_version(requirement)
+        if pinned is None or child in pins or child not in installs or not is_cuda_project(child):
+            continue
+        extras = [e for e in _extras_named(requirement.marker) if e != "all"]
+        if any(_applies(requirement.marker, environment, frozenset({e})) for e in extras):
+            found.setdefault(child, pinned)
+    return found
+
+
+def _extras_named(marker: Marker | None) -> list[str]:
+    """The extras a requirement's marker names (``extra == 'cccl'``)."""
+    if marker is None:
+        return []
+    return re.findall(r"""extra\s*==\s*['"]([^'"]+)['"]""", str(marker))
 
 
 def _exact_version(requirement: Requirement) -> str | None:

@@ -7,7 +7,10 @@ pinning the same wheels shares. They are the wheels reached from torch through e
 ``nvidia-cublas==...`` its extras pin): those are on every index that can install that torch at
 all. A dependency left open (torch 2.1.2's cuSOLVER asks for any ``nvidia-nvjitlink-cu12``) is not
 among them: which version an index serves is not a fact of the build, so torch's own step resolves
-it, as before.
+it, as before. One exception keeps CUDA 13 images one release: an open requirement on a component
+the pinned ``cuda-toolkit`` names exactly under one of its extras (nvshmem's any
+``nvidia-cuda-cccl``; the toolkit's ``cccl`` extra pins 13.2.86) is pinned at the toolkit's version,
+so a devel cell's compiler (``cuda-toolkit[nvcc,crt,nvvm,cccl]``) installs under the image's pins.
 
 ``scripts/refresh-cuda-wheels.py`` writes the file from pip's dry-run reports; a torch build it has
 no entry for installs in one step, as before, and its Dockerfile says why. The file is validated

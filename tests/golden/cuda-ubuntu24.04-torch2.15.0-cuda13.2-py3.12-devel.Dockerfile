@@ -17,6 +17,7 @@ RUN python3.12 -m venv /opt/venv
 RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu132 --no-deps --no-compile \
       cuda-toolkit==13.2.2 \
       nvidia-cublas==13.4.1.3 \
+      nvidia-cuda-cccl==13.2.86 \
       nvidia-cuda-cupti==13.2.86 \
       nvidia-cuda-nvrtc==13.2.86 \
       nvidia-cuda-runtime==13.2.86 \
@@ -31,7 +32,7 @@ RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://d
       nvidia-nvtx==13.2.86
 RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu132 \
       torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \
-      cuda-toolkit==13.2.2 nvidia-cublas==13.4.1.3 nvidia-cuda-cupti==13.2.86 nvidia-cuda-nvrtc==13.2.86 nvidia-cuda-runtime==13.2.86 nvidia-cudnn-cu13==9.26.0.51 nvidia-cufft==12.2.0.57 nvidia-cufile==1.17.1.22 nvidia-cusolver==12.2.0.11 nvidia-cusparse==12.7.10.12 nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2 nvidia-nvtx==13.2.86
+      cuda-toolkit==13.2.2 nvidia-cublas==13.4.1.3 nvidia-cuda-cccl==13.2.86 nvidia-cuda-cupti==13.2.86 nvidia-cuda-nvrtc==13.2.86 nvidia-cuda-runtime==13.2.86 nvidia-cudnn-cu13==9.26.0.51 nvidia-cufft==12.2.0.57 nvidia-cufile==1.17.1.22 nvidia-cusolver==12.2.0.11 nvidia-cusparse==12.7.10.12 nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2 nvidia-nvtx==13.2.86
 # The probe runs the build steps below; it comes in after any install, so a change to the probe
 # leaves the torch layer cached.
 COPY imagekit-check.py /opt/imagekit/check.py

@@ -88,3 +88,32 @@ def test_the_build_is_read_from_its_cuda_runtime() -> None:
     with pytest.raises(tool.RefreshError, match="as a cu124 build, not cu121"):
         tool.pins_of(build, pypi)
     assert tool.built_for(report(("torch", "2.9.1", []))) == "cpu"
+
+
+def test_an_open_requirement_takes_the_pinned_toolkits_own_version() -> None:
+    """nvshmem asks for any cccl and the index's newest is 13.3; cuda-toolkit 13.2.2 pins 13.2.86 under
+    its `cccl` extra: the layer gets the toolkit's, so the devel cell's compiler extras fit the pins.
+    A range in the toolkit (nvjitlink) leaves the requirement open."""
+    found = tool.exact_cuda_pins(
+        report(
+            ("torch", "2.15.0", ["cuda-toolkit[cufft]==13.2.2", "nvidia-nvshmem-cu13==3.7.2"]),
+            ("cuda-toolkit", "13.2.2", ["nvidia-cufft==12.2.0.57.*; extra == 'cufft'",
+                                        "nvidia-nvjitlink<14,>=13.2.86; extra == 'cufft'",
+                                        "nvidia-cuda-cccl==13.2.86.*; extra == 'cccl'",
+                                        "nvidia-cuda-nvcc==13.2.86.*; extra == 'nvcc'",
+                                        "nvidia-cudla==13.2.86.*; platform_machine == 'aarch64'"
+                                        " and extra == 'cudla'"]),
+            ("nvidia-cufft", "12.2.0.57", ["nvidia-nvjitlink"]),
+            ("nvidia-nvjitlink", "13.5.37", []),
+            ("nvidia-nvshmem-cu13", "3.7.2", ["nvidia-cuda-cccl"]),
+            ("nvidia-cuda-cccl", "13.3.5.0.6", []),
+            ("nvidia-cudla", "13.2.86", []),  # as if a dependency had brought it
+        )
+    )  # fmt: skip
+    # nvcc is not installed (the compiler is the devel cell's own step); cudla is for another machine
+    assert found == (
+        "cuda-toolkit==13.2.2",
+        "nvidia-cuda-cccl==13.2.86",
+        "nvidia-cufft==12.2.0.57",
+        "nvidia-nvshmem-cu13==3.7.2",
+    )
