@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.save_reports.mkdir(parents=True, exist_ok=True)
                     atomic_write(args.save_reports / f"{build.key}.json", json.dumps(report, indent=1) + "\n")
             pins = pins_of(build, report)
-        except (RefreshError, OSError) as exc:
+        except (RefreshError, OSError, ValueError) as exc:  # ValueError: a report that is not JSON
             kept = table.get(build.torch, {}).get(build.variant, {}).get(build.machine)
             print(f"not read: {exc}{'; the entry is kept' if kept else ''}", file=sys.stderr)
             continue
