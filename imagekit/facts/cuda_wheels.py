@@ -50,7 +50,6 @@ class CudaWheels:
     """The table: (torch patch, variant, machine) -> its exact CUDA pins, sorted."""
 
     pins: Mapping[tuple[str, str, str], tuple[str, ...]]
-    checked_on: str
 
     def pinned(self, torch: str, variant: str, machine: str) -> tuple[str, ...] | None:
         """The CUDA wheels torch ``torch`` of ``variant`` pins on ``machine``; None: not known."""
@@ -92,7 +91,7 @@ def parse_cuda_wheels(raw: Mapping[str, Any]) -> CudaWheels:
                 if machine not in MACHINES:
                     raise _fail(where, f"machine must be one of {', '.join(MACHINES)}")
                 pins[(torch, variant, machine)] = _pin_list(where, value)
-    return CudaWheels(pins, str(raw.get("checked_on", "")))
+    return CudaWheels(pins)
 
 
 @cache
