@@ -103,7 +103,7 @@ build_busybox() {
     local bb=/bin/busybox
     [[ -x $bb ]] || bb=$(command -v busybox 2>/dev/null || true)
     [[ -n $bb && -x $bb ]] || die "busybox not found (apt-get install busybox-static)"
-    if ldd "$bb" 2>&1 | grep -q '=>'; then
+    if [[ $(ldd "$bb" 2>&1) == *'=>'* ]]; then
         die "$bb is dynamically linked; install busybox-static"
     fi
     local t0=$SECONDS old

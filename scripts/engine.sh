@@ -7,6 +7,7 @@
 #   scripts/engine.sh registry [PORT] [DIR]  # start docker-registry on 127.0.0.1:PORT
 #   scripts/engine.sh all [PORT] [DIR]       # both
 #   scripts/engine.sh install                # only install what is missing
+#   scripts/engine.sh install-engine         # only unpack the engine into its prefix (no links, no apt)
 #   scripts/engine.sh status                 # show what is running
 #   scripts/engine.sh emulation              # run linux/arm64 containers here (QEMU), then prove it
 #   scripts/engine.sh second NAME            # a second dockerd 26 of its own + Docker context imagekit-NAME
@@ -48,7 +49,11 @@
 #   IMAGEKIT_IMAGE_STORE     containerd (default) | overlay2: the image store of an engine started here
 #   IMAGEKIT_BUILD_CACHE_KEEP BuildKit cache an engine started here keeps after its garbage
 #                            collection (default 8GB; MB or GB)
-#   IMAGEKIT_ENGINE_SUITE    the Debian release whose engine is installed (default trixie)
+#   IMAGEKIT_ENGINE_SUITE    the Debian releases whose engine is tried, newest first (default
+#                            "sid trixie": the first whose dockerd, containerd, CLI and buildx run on
+#                            this libc is installed; "trixie" alone gives dockerd 26.1.5)
+#   IMAGEKIT_ENGINE_PREFIX   where the engine is unpacked (default /opt/imagekit-engine)
+#   IMAGEKIT_ENGINE_CACHE    its apt lists and .debs, per suite (default /var/cache/imagekit-engine)
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -61,11 +66,12 @@ REGISTRY_TIMEOUT="${IMAGEKIT_REGISTRY_TIMEOUT:-30}"
 PACKAGES=(runc docker-registry busybox-static debootstrap curl procps)
 
 # The engine of record, unpacked from Debian 13's packages (see the header).
-ENGINE_SUITE="${IMAGEKIT_ENGINE_SUITE:-trixie}"
+# The suites tried, newest first: the first whose engine runs on this libc is installed.
+read -r -a ENGINE_SUITES <<<"${IMAGEKIT_ENGINE_SUITE:-sid trixie}"
 ENGINE_MIRROR="${IMAGEKIT_ENGINE_MIRROR:-http://deb.debian.org/debian}"
 ENGINE_PACKAGES=(docker.io docker-cli docker-buildx containerd tini)
-ENGINE_PREFIX=/opt/imagekit-engine
-ENGINE_CACHE=/var/cache/imagekit-engine
+ENGINE_PREFIX="${IMAGEKIT_ENGINE_PREFIX:-/opt/imagekit-engine}"
+ENGINE_CACHE="${IMAGEKIT_ENGINE_CACHE:-/var/cache/imagekit-engine}"
 IMAGE_STORE="${IMAGEKIT_IMAGE_STORE:-containerd}"
 BUILD_CACHE_KEEP="${IMAGEKIT_BUILD_CACHE_KEEP:-8GB}"
 PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
@@ -89,7 +95,7 @@ package_present() {
         curl)            command -v curl >/dev/null 2>&1 ;;
         procps)          command -v pgrep >/dev/null 2>&1 ;;
         qemu-user-static) [[ -f $BINFMT_CONF && -e $(binfmt_interpreter) ]] ;;
-        *) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed' ;;
+        *) [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == 'install ok installed' ]] ;;
     esac
 }
 
@@ -98,7 +104,7 @@ static_busybox() {
     local bb=/bin/busybox
     [[ -x $bb ]] || bb=$(command -v busybox 2>/dev/null || true)
     [[ -n $bb && -x $bb ]] || return 1
-    ! ldd "$bb" 2>&1 | grep -q '=>'
+    [[ $(ldd "$bb" 2>&1) != *'=>'* ]]
 }
 
 # install_packages [PACKAGE...]: the given ones (default: PACKAGES) that are missing.
@@ -144,7 +150,7 @@ BINFMT_CONF=/usr/lib/binfmt.d/qemu-aarch64.conf
 BINFMT_ENTRY=$BINFMT_DIR/qemu-aarch64
 ARM64_PROBE_IMAGE=imagekit-test/uname-m:arm64
 
-binfmt_line() { grep -v '^[[:space:]]*\(#\|$\)' "$BINFMT_CONF" | head -n1; }
+binfmt_line() { awk '!/^[[:space:]]*(#|$)/ {print; exit}' "$BINFMT_CONF"; }
 binfmt_interpreter() { [[ -f $BINFMT_CONF ]] && binfmt_line | cut -d: -f7; }
 binfmt_mounted() { awk -v d="$BINFMT_DIR" '$2 == d && $3 == "binfmt_misc" {f = 1} END {exit !f}' /proc/mounts; }
 
@@ -265,14 +271,50 @@ docker_cli() {
 
 docker_up() { docker_cli info >/dev/null 2>&1; }
 
-# install_engine: trixie's engine packages into ENGINE_PREFIX, with a private apt state.
-install_engine() {
-    if [[ -f $ENGINE_PREFIX/.complete && $(cat "$ENGINE_PREFIX/.complete") == "$ENGINE_SUITE ${ENGINE_PACKAGES[*]}" ]]; then
-        return 0
-    fi
-    local apt=$ENGINE_CACHE/apt
-    mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$ENGINE_PREFIX"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $ENGINE_MIRROR $ENGINE_SUITE main" \
+# engine_fits PREFIX: whether the engine's own binaries run on this libc (ldd finds every versioned
+# symbol). sid's builds move to a newer glibc from time to time; then the next suite is used.
+engine_fits() {
+    local bin
+    for bin in "$1/usr/sbin/dockerd" "$1/usr/bin/containerd" "$1/usr/bin/docker" \
+               "$1/usr/libexec/docker/cli-plugins/docker-buildx"; do
+        [[ -x $bin ]] || { log "no $bin in the packages"; return 1; }
+        if [[ $(ldd "$bin" 2>&1) == *"version"*"not found"* ]]; then
+            log "$(basename "$bin") needs a newer glibc than this system's ($(ldd --version 2>&1 | awk 'NR == 1 {print $NF}'))"
+            return 1
+        fi
+    done
+}
+
+# engine_running_from PREFIX: whether a dockerd or containerd started here runs a binary of PREFIX.
+engine_running_from() {
+    local f pid exe
+    for f in /run/imagekit-engine*/dockerd.pid /run/imagekit-engine*/containerd.pid; do
+        [[ -f $f ]] || continue
+        pid=$(<"$f")
+        [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || continue
+        exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+        [[ $exe == "$1"/* ]] && return 0
+    done
+    return 1
+}
+
+# engine_versions PREFIX: what was installed, one line (dockerd, containerd, buildx).
+engine_versions() {
+    local d c b
+    d=$("$1/usr/sbin/dockerd" --version 2>/dev/null) || d="dockerd ?"
+    c=$("$1/usr/bin/containerd" --version 2>/dev/null) || c="containerd ?"
+    b=$("$1/usr/libexec/docker/cli-plugins/docker-buildx" version 2>/dev/null) || b="buildx ?"
+    # "Docker version 28.5.2+dfsg1, build ..." -> 28.5.2+dfsg1; containerd and buildx likewise
+    printf 'dockerd %s, containerd %s, buildx %s\n' "$(awk '{print $3}' <<<"$d" | tr -d ,)" \
+        "$(awk '{print $3}' <<<"$c")" "$(awk '{print $2}' <<<"$b")"
+}
+
+# unpack_suite SUITE DEST: SUITE's engine packages unpacked into DEST, with a private apt state
+# (lists and .debs cached per suite in ENGINE_CACHE for reruns; the host's apt is not touched).
+unpack_suite() {
+    local suite=$1 dest=$2 apt=$ENGINE_CACHE/$1
+    mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$dest"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $ENGINE_MIRROR $suite main" \
         > "$apt/sources.list"
     : > "$apt/status"  # an empty dpkg status: nothing resolves against the host's packages
     local opts=(
@@ -282,35 +324,66 @@ install_engine() {
         -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1"
         -o "APT::Sandbox::User=root"  # the cache is root's: no "_apt couldn't access" warning
     )
-    log "resolving $ENGINE_SUITE's ${ENGINE_PACKAGES[*]} (private apt lists in $apt)"
-    apt-get "${opts[@]}" update -qq >&2 || die "apt-get update of $ENGINE_SUITE failed"
-    local pkg version arch deb
+    log "resolving $suite's ${ENGINE_PACKAGES[*]} (private apt lists in $apt)"
+    apt-get "${opts[@]}" update -qq >&2 || { log "apt-get update of $suite failed"; return 1; }
+    local pkg version arch deb policy show
     for pkg in "${ENGINE_PACKAGES[@]}"; do
-        version=$(apt-cache "${opts[@]}" policy "$pkg" | awk '/Candidate:/ {print $2}')
-        [[ -n $version && $version != "(none)" ]] || die "$ENGINE_SUITE has no $pkg"
-        arch=$(apt-cache "${opts[@]}" show "$pkg=$version" | awk '/^Architecture:/ {print $2; exit}')
+        # Each answer is read whole before it is parsed: a reader that stops early (awk's exit,
+        # head, grep -q) kills the writer with SIGPIPE, and under pipefail the step then fails
+        # at random (141). tests/unit/test_shell_scripts.py refuses such pipelines everywhere.
+        policy=$(apt-cache "${opts[@]}" policy "$pkg") || { log "apt-cache policy $pkg failed"; return 1; }
+        version=$(awk '/Candidate:/ {v = $2} END {print v}' <<<"$policy")
+        [[ -n $version && $version != "(none)" ]] || { log "$suite has no $pkg"; return 1; }
+        show=$(apt-cache "${opts[@]}" show "$pkg=$version") || { log "apt-cache show $pkg=$version failed"; return 1; }
+        arch=$(awk '/^Architecture:/ && a == "" {a = $2} END {print a}' <<<"$show")
         deb="$apt/debs/${pkg}_${version//:/%3a}_${arch}.deb"
         if [[ ! -s $deb ]]; then
-            log "downloading $pkg $version"
-            (cd "$apt/debs" && apt-get "${opts[@]}" download -qq "$pkg=$version" >&2) || die "cannot download $pkg"
+            log "downloading $suite's $pkg $version"
+            (cd "$apt/debs" && apt-get "${opts[@]}" download -qq "$pkg=$version" >&2) ||
+                { log "cannot download $pkg $version"; return 1; }
         fi
-        [[ -s $deb ]] || die "expected $deb after the download"
-        dpkg-deb -x "$deb" "$ENGINE_PREFIX"
+        [[ -s $deb ]] || { log "expected $deb after the download"; return 1; }
+        dpkg-deb -x "$deb" "$dest" || { log "cannot unpack $deb"; return 1; }
     done
-    # Drop what this libc cannot run (trixie's runc and dynamic tini need glibc 2.38), so nothing
-    # first on the engine's PATH shadows a working host binary with a broken one.
+}
+
+# install_engine: the newest suite in ENGINE_SUITES whose engine runs here, into ENGINE_PREFIX.
+# Unpacked beside it first and moved into place whole: an interrupted install leaves no half engine.
+install_engine() {
+    local wanted="suites=${ENGINE_SUITES[*]} packages=${ENGINE_PACKAGES[*]}"
+    if [[ -f $ENGINE_PREFIX/.complete ]] && [[ $(head -n1 "$ENGINE_PREFIX/.complete") == "$wanted" ]]; then
+        return 0
+    fi
+    if engine_running_from "$ENGINE_PREFIX"; then
+        log "an engine from $ENGINE_PREFIX is running ($(engine_versions "$ENGINE_PREFIX")); not replacing it under it: stop it to install ${ENGINE_SUITES[*]}'s"
+        return 0
+    fi
+    local suite staging="$ENGINE_PREFIX.new" got=""
+    for suite in "${ENGINE_SUITES[@]}"; do
+        rm -rf "$staging"
+        if unpack_suite "$suite" "$staging" && engine_fits "$staging"; then
+            got=$suite
+            break
+        fi
+        log "not using $suite's engine; trying the next suite"
+    done
+    [[ -n $got ]] || { rm -rf "$staging"; die "no engine of ${ENGINE_SUITES[*]} installs and runs here"; }
+    # Drop what this libc cannot run (sid's and trixie's runc and dynamic tini need glibc 2.38), so
+    # nothing first on the engine's PATH shadows a working host binary with a broken one.
     local bin
-    for bin in "$ENGINE_PREFIX"/usr/bin/* "$ENGINE_PREFIX"/usr/sbin/*; do
+    for bin in "$staging"/usr/bin/* "$staging"/usr/sbin/*; do
         [[ -f $bin && ! -L $bin ]] || continue
         if [[ $(ldd "$bin" 2>&1) == *"version"*"not found"* ]]; then
-            log "not using $(basename "$bin"): it needs a newer glibc than this system's"
+            log "not using $got's $(basename "$bin"): it needs a newer glibc than this system's"
             rm -f "$bin"
         fi
     done
-    [[ -e $ENGINE_PREFIX/usr/bin/tini-static ]] && ln -sfn tini-static "$ENGINE_PREFIX/usr/bin/docker-init"
-    find "$ENGINE_PREFIX/usr/bin" "$ENGINE_PREFIX/usr/sbin" -xtype l -delete
-    echo "$ENGINE_SUITE ${ENGINE_PACKAGES[*]}" > "$ENGINE_PREFIX/.complete"
-    log "installed into $ENGINE_PREFIX: $("$ENGINE_PREFIX/usr/sbin/dockerd" --version)"
+    [[ -e $staging/usr/bin/tini-static ]] && ln -sfn tini-static "$staging/usr/bin/docker-init"
+    find "$staging/usr/bin" "$staging/usr/sbin" -xtype l -delete
+    printf '%s\nsuite=%s %s\n' "$wanted" "$got" "$(engine_versions "$staging")" > "$staging/.complete"
+    rm -rf "$ENGINE_PREFIX"
+    mv "$staging" "$ENGINE_PREFIX"
+    log "installed $got's engine into $ENGINE_PREFIX: $(engine_versions "$ENGINE_PREFIX")"
 }
 
 # link_clients: buildx where every docker CLI finds it, and the CLI on PATH when none is.
@@ -374,10 +447,13 @@ start_engine() {
         die "dockerd pid $(cat "$RUN_DIR/dockerd.pid") does not answer on $SOCKET; not starting another. Log: $ENGINE_LOG"
     mkdir -p "$RUN_DIR" "$DATA_DIR" "$CONF_DIR" "$(dirname "$ENGINE_LOG")"
     # Its own containerd, never a system one at /run/containerd/containerd.sock (which dockerd
-    # would otherwise share, namespace and all).
+    # would otherwise share, namespace and all). Version 2 of the config is read by containerd 1.7
+    # and 2.x alike. NRI is off (2.x listens on /var/run/nri/nri.sock by default, one socket for
+    # every containerd on the host), and the opt plugin's path is this instance's own.
     printf '%s\n' 'version = 2' "root = \"$DATA_DIR/containerd\"" "state = \"$RUN_DIR/containerd\"" \
-        'disabled_plugins = ["io.containerd.grpc.v1.cri"]' \
+        'disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.nri.v1.nri"]' \
         '[grpc]' "  address = \"$RUN_DIR/containerd.sock\"" \
+        '[plugins."io.containerd.internal.v1.opt"]' "  path = \"$DATA_DIR/containerd-opt\"" \
         '[ttrpc]' '  address = ""' '[debug]' '  address = ""' '[metrics]' '  address = ""' \
         > "$CONF_DIR/containerd.toml"
     # --config-file: otherwise dockerd reads the host's /etc/docker/daemon.json. The build cache
@@ -570,6 +646,7 @@ main() {
     shift || true
     case "$cmd" in
         install)  install_packages; install_engine; link_clients ;;
+        install-engine) install_engine ;;
         docker)   install_packages; start_docker ;;
         second)   install_packages; start_second "$@" ;;
         stop-second) stop_second "$@" ;;
