@@ -3,24 +3,28 @@
 # and CI on a plain Debian 12 machine without systemd.
 #
 # Usage:
-#   scripts/engine.sh docker                 # install (if needed) + start dockerd 26 (Debian 13's)
+#   scripts/engine.sh docker                 # install (if needed) + start the engine of record
 #   scripts/engine.sh registry [PORT] [DIR]  # start docker-registry on 127.0.0.1:PORT
 #   scripts/engine.sh all [PORT] [DIR]       # both
 #   scripts/engine.sh install                # only install what is missing
 #   scripts/engine.sh install-engine         # only unpack the engine into its prefix (no links, no apt)
 #   scripts/engine.sh status                 # show what is running
 #   scripts/engine.sh emulation              # run linux/arm64 containers here (QEMU), then prove it
-#   scripts/engine.sh second NAME            # a second dockerd 26 of its own + Docker context imagekit-NAME
+#   scripts/engine.sh second NAME            # a second engine of its own + Docker context imagekit-NAME
 #   scripts/engine.sh stop-second NAME       # stop it and remove everything it wrote
 #
-# The engine of record is what Debian 13 (trixie) packages: dockerd 26.1.5 and its CLI, containerd
-# 1.7, buildx 0.13.1, with the containerd image store (what BuildKit's zstd layers, rewritten
-# timestamps, OCI output and registry cache need). Debian 12 has no such packages, so their .debs
-# are fetched with a private apt state (the host's apt configuration is not touched), cached in
-# /var/cache/imagekit-engine for reruns, and unpacked into /opt/imagekit-engine. Two of trixie's
-# binaries need glibc 2.38 (Debian 12 has 2.36): its runc (Debian 12's runc serves) and its dynamic
-# tini (its static one is docker-init). The buildx plugin is linked into /usr/local/lib/docker/
-# cli-plugins, where every docker CLI looks; the CLI into /usr/local/bin when there is none.
+# The engine of record is the newest Debian packages (IMAGEKIT_ENGINE_SUITE, default "sid trixie":
+# the first suite whose engine runs here): sid's dockerd 28.5, containerd 2.1 and buildx 0.29 on
+# 2026-12-07, or trixie's dockerd 26.1.5, containerd 1.7 and buildx 0.13.1 where sid's binaries need a
+# newer glibc than the host's. sid moves: the versions got are printed and kept in the prefix's
+# .complete. The containerd image store is on (what BuildKit's zstd layers, rewritten timestamps,
+# OCI output and registry cache need). Debian 12 has no such packages, so their .debs are fetched
+# with a private apt state (the host's apt configuration is not touched), cached per suite in
+# /var/cache/imagekit-engine for reruns, and unpacked beside /opt/imagekit-engine, then moved into
+# place whole. Some of their binaries need glibc 2.38 (Debian 12 has 2.36): runc (Debian 12's runc
+# 1.1.5 serves) and the dynamic tini (the static one is docker-init); they are left out. The buildx
+# plugin is linked into /usr/local/lib/docker/cli-plugins, where every docker CLI looks; the CLI
+# into /usr/local/bin when there is none. An installed engine that is running is never replaced.
 # An engine already answering on /var/run/docker.sock is used as it is (a user's docker-ce, say).
 # An engine started here has CDI on (daemon.json "features": {"cdi": true}, which Docker 25-27 need;
 # spec dirs /etc/cdi and /var/run/cdi, CDI's defaults, also for `second`): what `docker run
@@ -62,10 +66,10 @@ DOCKERD_LOG="${IMAGEKIT_DOCKERD_LOG:-/var/log/imagekit-dockerd.log}"
 DOCKER_TIMEOUT="${IMAGEKIT_DOCKER_TIMEOUT:-60}"
 REGISTRY_TIMEOUT="${IMAGEKIT_REGISTRY_TIMEOUT:-30}"
 # Debian 12 package -> what it provides. A package is installed only when that is missing.
-# runc: Debian 12's (trixie's needs glibc 2.38); the engine itself comes from trixie (below).
+# runc: Debian 12's (sid's and trixie's need glibc 2.38); the engine itself comes from ENGINE_SUITES.
 PACKAGES=(runc docker-registry busybox-static debootstrap curl procps)
 
-# The engine of record, unpacked from Debian 13's packages (see the header).
+# The engine of record, unpacked from the newest Debian packages that run here (see the header).
 # The suites tried, newest first: the first whose engine runs on this libc is installed.
 read -r -a ENGINE_SUITES <<<"${IMAGEKIT_ENGINE_SUITE:-sid trixie}"
 ENGINE_MIRROR="${IMAGEKIT_ENGINE_MIRROR:-http://deb.debian.org/debian}"
@@ -638,7 +642,8 @@ show_status() {
 }
 
 usage() {
-    sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'
+    # the header: every comment line from the second to the first line that is not one
+    awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
 }
 
 main() {
