@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from hypothesis import settings
 from typer.testing import CliRunner
 
 from imagekit.cli.commands import app
+from imagekit.core import secret_values
 
 REPO = Path(__file__).resolve().parent.parent
 # Wheel closures are cached per user; the tests keep theirs apart (and their children inherit it),
@@ -100,6 +101,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # beside the fast tier on a worker per CPU, its minute-long tests start at once instead of
     # leaving one worker grinding after the other has run out of work.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_values_across_tests() -> Iterator[None]:
+    """Each test starts knowing no secret value (``imagekit.core.secret_values`` keeps them for the
+    process, which is one run in the product and the whole session here): one test's registry
+    password would otherwise be masked in every later test's output."""
+    secret_values.forget_all()
+    yield
+    secret_values.forget_all()
 
 
 # A minimal valid matrix on an nvidia/cuda pattern base, for tests to extend.

@@ -54,6 +54,7 @@ from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
 from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, one_line
+from imagekit.core.text import redact
 from imagekit.engine import buildx
 from imagekit.engine.client import (
     BuildAborted,
@@ -334,6 +335,7 @@ class Builder:
         with log:
 
             def write(line: str) -> None:
+                line = redact(line)  # whoever printed it (a step, pip, the engine): no secret
                 log.write(line if line.endswith("\n") else line + "\n")
                 log.flush()
                 tail.append(line.rstrip("\n"))

@@ -10,8 +10,10 @@ the one built and verified.
 Secrets: the index credentials of ``sources.pip.credentials`` reach the build as one netrc file
 (``PIP_NETRC_SECRET``), written 0600 into a private directory of the state directory for the run and
 removed after it, and passed as ``--secret id=...,src=FILE``: never in argv, the environment of
-buildx, the Dockerfile, a label or a log. Every value is checked before any build starts, because
+buildx, the Dockerfile or a label. Every value is checked before any build starts, because
 BuildKit does not: a secret is not part of its cache key, and an unset source mounts an empty file.
+Every value is registered with ``imagekit.core.secret_values`` as it is read: a step that prints the
+netrc (or pip, or the engine) prints it into no log, progress line, report or error line.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ from typing import IO, Literal
 import docker
 
 from imagekit.build.jobs import JobFailed
+from imagekit.core import secret_values
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
+from imagekit.core.limits import SECRET_MIN_CHARS
 from imagekit.core.safetypes import secret_env_name
+from imagekit.core.text import counted
 from imagekit.engine.buildx import (
     REPRODUCIBLE_EPOCH,
     Buildx,
@@ -96,6 +101,15 @@ def _secret_value(credential: Credential, files: Mapping[str, Path], env: Mappin
             f"secret {credential.secret} from {source} holds white space or a control character,"
             " which a netrc token cannot: give the token itself"
         )
+    if len(value) < SECRET_MIN_CHARS:
+        raise InputError(
+            f"secret {credential.secret} from {source} is {counted(len(value), 'character')} long:"
+            f" imagekit masks it in everything it prints or writes, and a value under"
+            f" {SECRET_MIN_CHARS} characters would mask ordinary words of the output; give a token"
+            f" of at least {SECRET_MIN_CHARS}"
+        )
+    # From here on it is masked wherever it shows: a step that prints the netrc, pip, an error.
+    secret_values.register(value, login=credential.login)
     return value
 
 
@@ -205,8 +219,7 @@ def build_oci(
             elif isinstance(event, StepCached):
                 write(f"#{event.step}: CACHED")
             elif isinstance(event, StepOutput):
-                for line in event.text.splitlines():
-                    write(line)
+                write(event.text)  # one whole line
             elif isinstance(event, StepFailed):
                 write(f"#{event.step}: ERROR {event.error}")
                 # A missing cache is no failure, nor a failed cache write (registry_cache).

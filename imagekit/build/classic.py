@@ -22,6 +22,7 @@ from imagekit.build.jobs import TAIL_LINES, JobFailed
 from imagekit.core.errors import ImagekitError
 from imagekit.core.limits import STATE_BYTES
 from imagekit.core.paths import read_regular_file
+from imagekit.core.secret_values import Lines
 from imagekit.engine.client import BuildRequest, BuildStream
 from imagekit.report.store import BuildReport
 
@@ -41,20 +42,29 @@ def build_image(
     stream = BuildStream(api, request, context)
     image_id: str | None = None
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    # The engine sends a step's output in chunks as the step wrote it: whole lines are written, so
+    # that a secret value split over two chunks is masked (by ``write``, by JobFailed) whole.
+    output = Lines()
+
+    def written(lines: list[str]) -> None:
+        for part in lines:
+            plain = _ANSI.sub("", part)
+            write(plain)
+            tail.append(plain)
+
     with running(stream):
         for line in stream.lines():
             if "stream" in line:
-                text = _ANSI.sub("", str(line["stream"]))
-                for part in text.splitlines():
-                    write(part)
-                    tail.append(part)
+                written(output.feed(str(line["stream"])))
             if "error" in line:
+                written(output.flush())
                 message = " ".join(str(line["error"]).split())
                 write(f"ERROR: {message}")
                 raise JobFailed(message, tuple(tail))
             aux = line.get("aux")
             if isinstance(aux, dict) and aux.get("ID"):
                 image_id = str(aux["ID"])
+    written(output.flush())
     if image_id is None:
         raise JobFailed("the engine ended the build without an image id", tuple(tail))
     return image_id

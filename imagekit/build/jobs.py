@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from imagekit.build.bases import ResolvedBase, local_base_froms
 from imagekit.core.errors import InputError
+from imagekit.core.text import redact
 from imagekit.plan.cells import Cell, LocalBase, Plan, local_base_of
 from imagekit.render.context import FileHasher, local_base_digest
 from imagekit.report.store import CellResult, Status
@@ -150,9 +151,11 @@ TAIL_LINES = 20  # a failed job's last log lines, kept in its record
 
 
 class JobFailed(Exception):
-    """A job's build failed: ``message`` is its one line, ``tail`` the log lines before it."""
+    """A job's build failed: ``message`` is its one line, ``tail`` the log lines before it. Both
+    are what an engine or a build step printed, masked as every error line is (``redact``)."""
 
     def __init__(self, message: str, tail: tuple[str, ...] = ()) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
-        self.tail = tail
+        self.tail = tuple(redact(line) for line in tail)

@@ -1,5 +1,7 @@
 """Build progress: a live table on a terminal, one plain line per event in CI logs.
 
+Every line and detail shown is masked (``imagekit.core.text.redact``): it is what a build printed.
+
 rich is imported by the live table only: a CI run (and every no-change nightly) prints plain lines
 and does not pay for it (~20 ms of start-up).
 """
@@ -11,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from imagekit.core.text import counted
+from imagekit.core.text import counted, redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,6 +44,7 @@ class PlainProgress:
         pass  # the full output goes to the cell's log file; CI logs keep one line per event
 
     def _write(self, line: str) -> None:
+        line = redact(line)  # a detail is what a build or an engine said
         with self._lock:
             print(line, file=self._stream, flush=True)
 
@@ -94,13 +97,13 @@ class LiveProgress:
         with self._lock:
             previous = self._rows.get(name)
             since = previous[2] if previous and previous[0] == state else time.monotonic()
-            self._rows[name] = (state, " ".join(detail.split())[:200], since)
+            self._rows[name] = (state, " ".join(redact(detail).split())[:200], since)
 
     def output(self, name: str, line: str) -> None:
         if line.strip():
             with self._lock:
                 state, _, since = self._rows.get(name, ("building", "", time.monotonic()))
-                self._rows[name] = (state, " ".join(line.split())[:200], since)
+                self._rows[name] = (state, " ".join(redact(line).split())[:200], since)
 
     def close(self) -> None:
         self._live.stop()

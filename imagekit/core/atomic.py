@@ -1,5 +1,8 @@
 """Whole-file writes: a reader sees the old file or the new one, never half of either.
 
+No file holds a secret value the run knows (``imagekit.core.secret_values``): whatever put it in
+the text (a check container's output, an engine's error in a record), it is written masked.
+
 No write goes through a symbolic link or replaces what is not a regular file
 (``imagekit.core.paths.check_write_target``): a link planted in an output or state directory could
 otherwise point a write anywhere the user may write.
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from imagekit.core.paths import check_write_target, os_problem
+from imagekit.core.secret_values import mask
 
 # O_NOFOLLOW: the file itself is never a link; O_EXCL: a temporary file is always a new one.
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -55,7 +59,7 @@ def atomic_write(path: Path, text: str, inside: Path | None = None) -> None:
     check_write_target(path, path.parent if inside is None else inside)
     try:
         with _create(temporary) as handle:  # O_NOFOLLOW|O_EXCL: never through a planted link
-            handle.write(text)
+            handle.write(mask(text))
         temporary.replace(path)
     except OSError as exc:
         temporary.unlink(missing_ok=True)

@@ -59,7 +59,8 @@ class EnvironmentProblem(ImagekitError):
 def one_line(exc: BaseException, limit: int = 500) -> str:
     """An exception as one bounded line: the engine's own explanation where it gives one."""
     explanation = getattr(exc, "explanation", None)  # docker's APIError: without the request URL
-    text = " ".join(str(explanation or exc).split())
+    # masked before it is cut: a secret cut in two would pass as two halves
+    text = " ".join(redact(str(explanation or exc)).split())
     return (text[: limit - 3] + "...") if len(text) > limit else text or type(exc).__name__
 
 

@@ -38,6 +38,11 @@ NAME_CHARS = 255  # host names (253), repository paths and patterns of them
 PATH_CHARS = 1_024  # a path the matrix names, relative to the matrix file
 SECRET_ID_CHARS = 41  # a build secret's id: a short name, also an env variable's suffix
 LOGIN_CHARS = 128  # an index login (a user name, an e-mail address, `__token__`)
+# An index secret's shortest value. Every secret value imagekit reads is masked wherever imagekit
+# prints or writes it (``imagekit.core.secret_values``), inside any word: a shorter one would eat
+# ordinary words of a build's output ('pass' in 'password'). NIST SP 800-63B asks 8 characters of a
+# password; index tokens (Artifactory, GitLab, devpi, PyPI's) are 20 and more.
+SECRET_MIN_CHARS = 8
 FILE_NAME_BYTES = 255  # one path component (NAME_MAX on Linux)
 PATH_BYTES = 4_096  # a whole path (PATH_MAX on Linux)
 PORT_MAX = 65_535
@@ -180,6 +185,11 @@ BUILDX_QUERY_DEADLINE_S = 60.0
 # One progress object of `docker buildx build --progress rawjson`: BuildKit sends a step's output in
 # chunks of a few kilobytes, batched about every 100 ms; past this it is not buildx talking.
 BUILDX_EVENT_BYTES = 16 << 20
+# One line of a build's streamed output, held until its end comes: a secret value a step prints is
+# masked on whole lines, never on the chunks the engine happens to send (a value split over two
+# would pass). Past this a line is handed on in pieces, each cut where no secret's form spans the
+# cut. pip's and apt's lines are under 1 kB; 64 kB without a newline is a progress bar.
+STREAM_LINE_CHARS = 65_536
 
 # -- attestations and SBOMs ---------------------------------------------------------------------------
 

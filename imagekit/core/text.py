@@ -1,14 +1,17 @@
 """Text that reaches a person: values from files, flags and servers made safe to show.
 
 The one owner of text cleaning: ``redact`` masks logins (a URL's user part, ``user:password@``
-before a host), ``printable`` keeps a value on one line with no control or invisible character,
-``shown`` is how an error line repeats a bad value. Every error line, warning and report view
-passes through these.
+before a host) and every secret value the run knows (``imagekit.core.secret_values``),
+``printable`` keeps a value on one line with no control or invisible character, ``shown`` is how
+an error line repeats a bad value. Every error line, warning, report view, build log line and
+progress line passes through these.
 """
 
 from __future__ import annotations
 
 import re
+
+from imagekit.core.secret_values import mask
 
 # C0 and C1 controls, DEL, and the format characters that reorder or hide text (bidi overrides
 # and isolates, zero-width spaces and joiners, the BOM): none may reach a terminal from a value.
@@ -70,8 +73,10 @@ def _mask_logins(token: str) -> str:
 
 
 def redact(value: str) -> str:
-    """``value`` with every login in it (a URL's user part, ``user:password@`` before a host)
-    masked: safe to print or log. Linear in the length of ``value``: it runs on every error line."""
+    """``value`` with every login in it (a URL's user part, ``user:password@`` before a host) and
+    every form of every secret value registered masked: safe to print or log. Linear in the length
+    of ``value``: it runs on every error line and every line of a build's output."""
+    value = mask(value)
     if "@" not in value:
         return value
     value = _TOKEN.sub(lambda m: _mask_logins(m.group()) if "@" in m.group() else m.group(), value)

@@ -38,7 +38,8 @@ from imagekit.core import naming
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.core.limits import BUILDX_EVENT_BYTES, BUILDX_QUERY_DEADLINE_S, STATE_BYTES
 from imagekit.core.paths import read_regular_file
-from imagekit.core.text import printable
+from imagekit.core.secret_values import Lines
+from imagekit.core.text import printable, redact
 from imagekit.engine.client import BuildAborted
 
 # The oldest buildx whose behaviour this module is written against: rawjson progress and the
@@ -89,9 +90,14 @@ def _query(argv: list[str]) -> subprocess.CompletedProcess[str]:
         raise EnvironmentProblem(f"cannot run {argv[0]}: {exc.strerror}") from None
 
 
+def _shown(text: str, limit: int) -> str:
+    """Text buildx printed as a line may show it: masked first (a secret cut in two would pass)."""
+    return printable(redact(text))[:limit]
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return printable(lines[-1])[:300] if lines else "no output"
+    return _shown(lines[-1], 300) if lines else "no output"
 
 
 def find(selection: str | None) -> Buildx:
@@ -249,6 +255,8 @@ class StepCached:
 
 @dataclass(frozen=True)
 class StepOutput:
+    """One line a step printed (without its line end), masked (``imagekit.core.text.redact``)."""
+
     step: str
     text: str
 
@@ -271,14 +279,33 @@ BuildxEvent = StepStarted | StepCached | StepOutput | StepFailed | PlainText
 
 @dataclass
 class _Vertices:
-    """Vertex digest -> name, and which were reported started, cached, failed."""
+    """Vertex digest -> name, and which were reported started, cached, failed; and the unfinished
+    last line of each step's output streams (stdout, stderr), by vertex."""
 
     names: dict[str, str] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
+    output: dict[str, dict[str, Lines]] = field(default_factory=dict)
+
+    def lines(self, digest: str, stream: str, text: str) -> Iterator[StepOutput]:
+        """What a step printed, a whole line at a time: BuildKit sends output in chunks as the
+        process wrote them, and a value split over two chunks is masked only on the whole line."""
+        lines = self.output.setdefault(digest, {}).setdefault(stream, Lines()).feed(text)
+        for line in lines:
+            yield StepOutput(self.names.get(digest, ""), redact(line))
+
+    def ended(self, digest: str | None) -> Iterator[StepOutput]:
+        """The unfinished last lines of a step that has ended (of every step: ``digest`` None)."""
+        vertices = [*self.output] if digest is None else [digest] if digest in self.output else []
+        for vertex in vertices:
+            for stream in self.output.pop(vertex).values():
+                for line in stream.flush():
+                    yield StepOutput(self.names.get(vertex, ""), redact(line))
 
 
 def _events(status: Mapping[str, object], seen: _Vertices) -> Iterator[BuildxEvent]:
+    # A step's end is told after the output in the same object, and after its unfinished last line.
+    ended: list[tuple[str, BuildxEvent | None]] = []
     for vertex in status.get("vertexes") or ():  # type: ignore[attr-defined]
         if not isinstance(vertex, dict):
             continue
@@ -288,13 +315,16 @@ def _events(status: Mapping[str, object], seen: _Vertices) -> Iterator[BuildxEve
             continue
         if vertex.get("error"):
             seen.finished.add(digest)
-            yield StepFailed(name, printable(str(vertex["error"])))
+            ended.append((digest, StepFailed(name, printable(redact(str(vertex["error"]))))))
         elif vertex.get("cached"):
             seen.finished.add(digest)
-            yield StepCached(name)
-        elif vertex.get("started") and digest not in seen.started:
-            seen.started.add(digest)
-            yield StepStarted(name)
+            ended.append((digest, StepCached(name)))
+        else:
+            if vertex.get("started") and digest not in seen.started:
+                seen.started.add(digest)
+                yield StepStarted(name)
+            if vertex.get("completed"):
+                ended.append((digest, None))
     for log in status.get("logs") or ():  # type: ignore[attr-defined]
         if not isinstance(log, dict):
             continue
@@ -302,7 +332,11 @@ def _events(status: Mapping[str, object], seen: _Vertices) -> Iterator[BuildxEve
             text = base64.b64decode(str(log.get("data", "")), validate=True).decode("utf-8", "replace")
         except ValueError:
             continue
-        yield StepOutput(seen.names.get(str(log.get("vertex", "")), ""), text)
+        yield from seen.lines(str(log.get("vertex", "")), str(log.get("stream")), text)
+    for digest, event in ended:
+        yield from seen.ended(digest)
+        if event is not None:
+            yield event
 
 
 def read_progress(stream: IO[bytes]) -> Iterator[BuildxEvent]:
@@ -328,7 +362,7 @@ def read_progress(stream: IO[bytes]) -> Iterator[BuildxEvent]:
                         buffer = stripped
                         break  # an object still arriving
                     value, end = None, len(stripped.split("\n", 1)[0]) + 1
-                    yield PlainText(printable(stripped[: end - 1])[:2000])
+                    yield PlainText(_shown(stripped[: end - 1], 2000))
                 buffer = stripped[end:]
                 if isinstance(value, dict):
                     yield from _events(value, seen)
@@ -338,8 +372,9 @@ def read_progress(stream: IO[bytes]) -> Iterator[BuildxEvent]:
                 buffer = stripped
                 break  # a line still arriving
             buffer = rest
-            yield PlainText(printable(line)[:2000])
+            yield PlainText(_shown(line, 2000))
         if not chunk:
+            yield from seen.ended(None)
             return
 
 

@@ -1,7 +1,8 @@
 """Registry logins: IMAGEKIT_REGISTRY_USER/IMAGEKIT_REGISTRY_PASSWORD or the Docker config's ``auths``.
 
 A login lives only in request headers (``imagekit.registry.transport``) and is never part of a
-message or a record.
+message or a record; its password is registered with ``imagekit.core.secret_values`` where it is
+read, so that whatever echoes it (a registry's error, an engine's push) prints it masked.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagekit.core import secret_values
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import DOCKER_CONFIG_BYTES
 from imagekit.core.paths import read_regular_file
@@ -45,7 +47,7 @@ def find_credentials(registry: str, environ: Mapping[str, str] | None = None) ->
     env = os.environ if environ is None else environ
     user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
     if user and password:
-        return Credentials(user, password)
+        return _masked_from_now_on(Credentials(user, password))
     path = docker_config_path()
     try:
         raw = read_regular_file(
@@ -71,8 +73,13 @@ def find_credentials(registry: str, environ: Mapping[str, str] | None = None) ->
         except (ValueError, UnicodeDecodeError):
             return None
         name, _, secret = decoded.partition(":")
-        return Credentials(name, secret) if name else None
+        return _masked_from_now_on(Credentials(name, secret)) if name else None
     return None
+
+
+def _masked_from_now_on(found: Credentials) -> Credentials:
+    secret_values.register(found.password, login=found.username)
+    return found
 
 
 def docker_auth_config(registry: str) -> dict[str, str] | None:

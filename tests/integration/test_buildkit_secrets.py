@@ -436,3 +436,60 @@ def test_an_authenticated_index_its_secret_and_the_pip_cache_mount(
     assert search.found == []
     # the netrc and pip's cache were mounts: nothing of them is in any layer
     assert cache_files == []
+
+
+# A step that prints the netrc it is given (issue 45): as it is, base64'd, percent-encoded, as an
+# HTTP Basic header and on a last line with no newline; with FAIL set in the cell's env it fails
+# after printing. The base64 is unwrapped: a form split across lines is not masked (README).
+PRINTS_THE_NETRC = (
+    "FROM {{ cell.base_image }}\n"
+    "{% for name, value in cell.env %}ENV {{ name }}={{ value }}\n{% endfor %}"
+    "{% for name in recipe.build_args %}ARG {{ name }}\n{% endfor %}"
+    "RUN {{ recipe.run.extra }}cat /root/.netrc && python3 -c '"
+    'import base64, sys, urllib.parse; n = open("/root/.netrc").read(); p = n.split()[-1];'
+    ' print("netrc", base64.b64encode(n.encode()).decode());'
+    ' print("quoted", urllib.parse.quote(p));'
+    ' print("basic", base64.b64encode(("ci-bot:" + p).encode()).decode());'
+    ' sys.stdout.write("tail " + p)'
+    '\' && test -z "${FAIL:-}"\n'
+    'LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}" {% endfor %}\n'
+)
+
+
+def test_a_step_that_prints_the_netrc_leaks_it_into_nothing_imagekit_prints_or_writes(
+    secret_project: Project, index: Index, api: docker.APIClient
+) -> None:
+    """The netrc reaches a step, which prints it (as `RUN cat /root/.netrc` would): built, then
+    failing; the password, its encodings and each half of it are in no output, log or report."""
+    project = secret_project
+    (project.root / "templates" / "Dockerfile.j2").write_text(PRINTS_THE_NETRC)
+    write_matrix(project, index, "cat", uuid.uuid4().hex[:8])
+    env = {SECRET_ENV: index.password}
+    outputs = [project.build("--json", env=env)]
+    assert outputs[0].returncode == 0, outputs[0].stderr
+    log = Path(project.root, str(project.report()[CELL]["log"])).read_text()
+    assert f"machine 127.0.0.1 login {LOGIN} password ***" in log, log  # the step printed it
+    assert "quoted ***" in log and "basic ***" in log and "tail ***" in log, log
+
+    matrix = yaml.safe_load((project.root / "matrix.yaml").read_text())
+    matrix["defaults"]["env"]["FAIL"] = "1"
+    (project.root / "matrix.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    outputs.append(project.build(env=env))
+    assert outputs[-1].returncode == 1, outputs[-1].stderr
+    failed = project.report()[CELL]
+    assert failed["status"] == "failed" and "tail ***" in failed["error_tail"], failed
+    outputs += [project.run(*command) for command in (["report"], ["report", "--markdown"])]
+
+    password = index.password
+    half = len(password) // 2
+    search = Search.of(password)
+    search.needles += tuple(
+        text.encode()
+        for text in (password[:half], password[half:], base64.b64encode(password.encode()).decode())
+    )
+    for number, output in enumerate(outputs):
+        search.bytes(f"output {number}", (output.stdout + output.stderr).encode(), "imagekit output")
+    for path in sorted(project.root.rglob("*")):  # the report, the build logs, every state file
+        if path.is_file():
+            search.bytes(str(path), path.read_bytes(), "files in the project and state dir")
+    assert search.looked and search.found == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import stat
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from imagekit.build import buildkit
 from imagekit.build.buildkit import Credential, pip_netrc
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.safetypes import secret_env_name
+from imagekit.core.text import redact
 
 INDEX = Credential("artifactory.example.com", "ci-bot", "pip-index")
 VALUE = "tok3n-Zq9!x"
@@ -58,6 +60,11 @@ def test_a_file_given_with_secret_wins_over_the_environment(tmp_path: Path) -> N
             r"from \$IMAGEKIT_SECRET_PIP_INDEX holds white space",
         ),
         ({}, {"pip-index": Path("/nonexistent/token")}, "--secret pip-index=/nonexistent/token: cannot read"),
+        (
+            {"IMAGEKIT_SECRET_PIP_INDEX": "two7chr"},
+            {},
+            r"from \$IMAGEKIT_SECRET_PIP_INDEX is 7 characters long: imagekit masks it .* at least 8",
+        ),
     ],
 )
 def test_a_missing_or_unusable_secret_stops_the_run_first(
@@ -66,6 +73,15 @@ def test_a_missing_or_unusable_secret_stops_the_run_first(
     with pytest.raises(InputError, match=message) as raised, pip_netrc((INDEX,), files, tmp_path, env):
         pytest.fail("no build may start")
     assert "two" not in raised.value.message and list(tmp_path.iterdir()) == []
+
+
+def test_a_value_read_is_masked_in_everything_printed_from_then_on(tmp_path: Path) -> None:
+    """Issue 45: a step that prints the netrc, pip, an error: the value shows as *** in each."""
+    printed = f"password {VALUE} basic {base64.b64encode(f'ci-bot:{VALUE}'.encode()).decode()}"
+    assert redact(printed) == printed
+    with pip_netrc((INDEX,), {}, tmp_path, {secret_env_name("pip-index"): VALUE}):
+        pass
+    assert redact(printed) == "password *** basic ***"
 
 
 def test_no_credentials_no_file(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, RegistryError
+from imagekit.core.text import redact
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.credentials import Credentials, find_credentials
 from imagekit.registry.transport import is_local
@@ -39,6 +40,16 @@ def test_credentials_from_env_then_docker_config(tmp_path: Path, monkeypatch: py
     assert find_credentials("quay.io", environ={}) is None
     env = {"IMAGEKIT_REGISTRY_USER": "u", "IMAGEKIT_REGISTRY_PASSWORD": "p"}
     assert find_credentials("ghcr.io", environ=env) == Credentials("u", "p")
+
+
+def test_a_password_read_is_masked_in_everything_printed_from_then_on() -> None:
+    """Issue 45: an engine's push error, a registry's answer: whatever repeats it prints it masked."""
+    env = {"IMAGEKIT_REGISTRY_USER": "robot", "IMAGEKIT_REGISTRY_PASSWORD": "s3cret-Registry-Pw"}
+    basic = base64.b64encode(b"robot:s3cret-Registry-Pw").decode()
+    said = f"denied: s3cret-Registry-Pw is wrong (Basic {basic}"
+    assert redact(said) == said
+    find_credentials("ghcr.io", environ=env)
+    assert redact(said) == "denied: *** is wrong (Basic ***"
 
 
 class Stub:
