@@ -54,6 +54,7 @@ from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
 from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, one_line
+from imagekit.core.safetypes import IMAGE_REFERENCE
 from imagekit.core.text import redact
 from imagekit.engine import buildx
 from imagekit.engine.client import (
@@ -476,8 +477,11 @@ class Builder:
         write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
         present = set(existing.get("RepoTags") or ())
         self._tag(str(existing["Id"]), tuple(t for t in tags if t not in present), write)
-        # The base the existing image was built from, not the one the engine holds now.
+        # The base the existing image was built from, not the one the engine holds now; its label
+        # (perhaps a staged image's) only as a reference the report's reader takes back.
         built_from = (existing.get("Labels") or {}).get(naming.BASE_DIGEST_LABEL)
+        if not isinstance(built_from, str) or IMAGE_REFERENCE.problem(built_from):
+            built_from = None
         return self._stage(
             skipped(
                 done,

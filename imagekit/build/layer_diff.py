@@ -118,12 +118,6 @@ def built_by_buildkit(config: Mapping[str, Any]) -> bool:
     )
 
 
-def labels(config: Mapping[str, Any]) -> dict[str, str]:
-    found = config.get("config")
-    values = found.get("Labels") if isinstance(found, dict) else None
-    return {str(k): str(v) for k, v in values.items()} if isinstance(values, dict) else {}
-
-
 # -- the verdict --------------------------------------------------------------------------------------
 
 Kind = Literal["layers", "content", "compression", "config", "manifest"]

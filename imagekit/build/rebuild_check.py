@@ -41,7 +41,6 @@ from imagekit.build.layer_diff import (
     built_by_buildkit,
     compare,
     first_differences,
-    labels,
     list_entries,
     read_image,
     uncompressed,
@@ -57,7 +56,7 @@ from imagekit.engine.client import BuildAborted, BuildRequest
 from imagekit.plan.cells import Cell, Plan, local_base_of
 from imagekit.plan.schema import BuildSettings
 from imagekit.registry.client import Registry
-from imagekit.registry.manifest import INDEX_TYPES
+from imagekit.registry.manifest import INDEX_TYPES, config_labels
 from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import RenderedCell, Renderer
 
@@ -129,12 +128,22 @@ def published_image(registry: Registry, target: Target, platform: str | None) ->
             f"{target.reference}: built by the classic builder, whose layers hold the build's own file"
             " times and are never the same twice; rebuild-check takes images of --builder buildkit"
         )
+    # The rebuild passes each of the image's labels as `buildx build --label KEY=VALUE`: an
+    # argument holds no NUL byte (the process would not start: a traceback), and a key holding
+    # '=' (or none) would come back as another label. Such a label was not set by a build.
+    for key, value in config_labels(image.config).items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise InputError(
+                f"{target.reference}: its label {shown(key)}={shown(value)} cannot be passed to a"
+                " build (`--label KEY=VALUE`: no NUL byte, a name without '='), so no rebuild could be"
+                " this image; nothing was built"
+            )
     return image
 
 
 def find_cell(plan: Plan, image: Image, where: str) -> Cell:
     """The cell the image's ``imagekit.cell`` label names, in ``plan``."""
-    cell_id = labels(image.config).get(naming.CELL_LABEL)
+    cell_id = config_labels(image.config).get(naming.CELL_LABEL)
     if not cell_id:
         raise InputError(
             f"{where}: the image has no {naming.CELL_LABEL} label (not built by imagekit); nothing says"
@@ -160,7 +169,7 @@ def render(plan: Plan, cell: Cell, image: Image) -> RenderedCell:
         cell = dataclasses.replace(cell, base_image=mirrored)
     # FROM the base's digest only where the build was (--pin-base-digests): the OCI labels name
     # the FROM reference, so an unpinned build's image says the base's name, a pinned one its digest.
-    found = labels(image.config)
+    found = config_labels(image.config)
     recorded = found.get(naming.BASE_DIGEST_LABEL, "")
     pinned = (
         recorded
@@ -175,7 +184,7 @@ def render(plan: Plan, cell: Cell, image: Image) -> RenderedCell:
 
 def check_inputs(rendered: RenderedCell, image: Image, where: str) -> None:
     """InputsChanged unless the image was built from what the matrix renders now."""
-    found = labels(image.config)
+    found = config_labels(image.config)
     recorded = found.get(naming.INPUT_DIGEST_LABEL, "")
     version = found.get(naming.VERSION_LABEL, "")
     if recorded != rendered.input_digest:
@@ -204,7 +213,7 @@ def rebuilt_image(
     found = buildx.find(None)
     settings = buildkit.BuildkitSettings(found, rendered.build.compression, Path())
     # The image's own labels (--label, the base digest), then the ones rendering gives.
-    labels_given = {**labels(image.config), **rendered.build_labels()}
+    labels_given = {**config_labels(image.config), **rendered.build_labels()}
     request = BuildRequest(
         dockerfile="Dockerfile",
         labels=tuple(labels_given.items()),

@@ -9,7 +9,6 @@ cell's result (verify and publish on other runners work from it), so its failure
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from imagekit.engine.client import PushFailed, inspect_image, pull, push_as
 from imagekit.plan.schema import Publish
 from imagekit.registry.client import Backoff, open_registry
 from imagekit.registry.credentials import docker_auth_config
+from imagekit.registry.manifest import config_labels, image_config
 from imagekit.render.dockerfile import RenderedCell
 from imagekit.report.pullcost import gib, measure
 from imagekit.report.store import BuildReport, CellResult, Staged
@@ -154,27 +154,23 @@ class BuildRegistry:
         digest = self._resolve(repository, tag, write)
         if digest is None:
             return None
+        where = naming.reference(self.staging_name, tag)
         try:
             with self._lock:
                 config_digest = self.registry.get_manifest(repository, digest).config_digest
                 config = config_digest and self.registry.get_blob(repository, config_digest)
-            labels = (json.loads(config).get("config") or {}).get("Labels") or {} if config else {}
-        except (EnvironmentProblem, RegistryError, ValueError, AttributeError) as exc:
-            write(f"reuse: {naming.reference(self.staging_name, tag)} unreadable ({one_line(exc)}); building")
+            labels = config_labels(image_config(config, where)) if config else {}
+        except (EnvironmentProblem, RegistryError) as exc:
+            write(f"reuse: {where} unreadable ({one_line(exc)}); building")
             return None
-        if not isinstance(labels, dict) or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
-            write(
-                f"reuse: {naming.reference(self.staging_name, tag)} was not built from these inputs; building"
-            )
+        if labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
+            write(f"reuse: {where} was not built from these inputs; building")
             return None
         missing = missing_labels(labels, required_labels)
         if missing:
-            write(
-                f"reuse: {naming.reference(self.staging_name, tag)} has these inputs but not --label"
-                f" {', '.join(missing)}; building"
-            )
+            write(f"reuse: {where} has these inputs but not --label {', '.join(missing)}; building")
             return None
-        write(f"reuse: {naming.reference(self.staging_name, tag)} is {digest}, built from these inputs")
+        write(f"reuse: {where} is {digest}, built from these inputs")
         return Staged(self.host, repository, tag, digest)
 
     def build_cache(self, rendered: RenderedCell) -> str:

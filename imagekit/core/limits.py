@@ -155,10 +155,17 @@ REBUILD_TAR_HEADER_BYTES = 16 << 20
 REBUILD_SHOWN_ENTRIES = 10
 # $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
 DOCKER_CONFIG_BYTES = 1 << 20
-# One registry operation (a manifest, a tag, a token: small answers), retries included: five
-# attempts of 30 s reads and their 7.5 s of backoff fit four times over.
-REGISTRY_DEADLINE_S = 600.0
-# Copying one blob through imagekit (only where the registry declines a mount): 64 GiB at 3 MB/s.
+# One registry operation whose answer is small, retries included: a ping, a manifest GET, HEAD
+# or PUT, a token, a page of tags, the referrers, an image config, a small blob's upload, a mount
+# (no bytes move). A healthy registry answers each in well under a second; five attempts that
+# fail at once and their 7.5 s of backoff fit, and one 30 s silence (a read's own timeout) ends
+# it. A manifest or token dripped a byte at a time holds a publish this long per operation, not
+# ten minutes. IMAGEKIT_REGISTRY_DEADLINE_S sets it (``imagekit.registry.transport``) for a
+# registry that is slower than that and still honest.
+REGISTRY_DEADLINE_S = 30.0
+# Copying one blob through imagekit (only where the registry declines a mount), or reading a
+# layer (rebuild-check): 64 GiB at 3 MB/s. Only these keep a deadline this long; a token fetched
+# on the way still gets REGISTRY_DEADLINE_S.
 BLOB_COPY_DEADLINE_S = 6 * 3600.0
 
 # -- the Docker engine's answers ------------------------------------------------------------------------

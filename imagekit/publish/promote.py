@@ -27,7 +27,6 @@ a cell in the lock is always a cell whose every tag names its verified digest.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from imagekit.plan.schema import PublishPolicy, ServedFrontend
 from imagekit.publish.policy import Candidate, Group, Refusal, counted_cost, select, settle
 from imagekit.registry.client import Backoff, Registry, open_registry
 from imagekit.registry.credentials import docker_auth_config
-from imagekit.registry.manifest import Manifest, image_index
+from imagekit.registry.manifest import Manifest, config_labels, image_config, image_index
 from imagekit.report.lockfile import (
     IndexPlatform,
     LeftOut,
@@ -209,11 +208,9 @@ class Publisher:
                     self.registry.mount_blob(target, blob, staged.source, size=sizes.get(blob))
         labels: Mapping[str, str] = {}
         if ours is not None:
-            config = json.loads(self.registry.get_blob(staged.source, ours))
-            config = config if isinstance(config, dict) else {}
+            config = image_config(self.registry.get_blob(staged.source, ours), where)
             _check_platform(where, config, platforms.get(candidate.platform))
-            found = (config.get("config") or {}).get("Labels")
-            labels = {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+            labels = config_labels(config)
         built_from = labels.get(naming.INPUT_DIGEST_LABEL)
         if built_from != candidate.input_digest:
             raise RegistryError(

@@ -51,7 +51,15 @@ from imagekit.registry.manifest import (
     check_index,
     referrers_tag,
 )
-from imagekit.registry.transport import DEFAULT_BACKOFF, Answer, Backoff, Spool, Transport, origin
+from imagekit.registry.transport import (
+    DEFAULT_BACKOFF,
+    Answer,
+    Backoff,
+    Spool,
+    Transport,
+    deadline_setting,
+    origin,
+)
 
 __all__ = ["Backoff", "Registry", "open_registry"]  # Backoff: open_registry takes one
 
@@ -472,8 +480,10 @@ class Registry(Transport):
 def open_registry(
     host: str, backoff: Backoff = DEFAULT_BACKOFF, on_retry: Callable[[str], None] = lambda _: None
 ) -> Registry:
-    """A client for ``host`` with the credentials found for it (environment, Docker config)."""
-    return Registry(host, find_credentials(host), backoff=backoff, on_retry=on_retry)
+    """A client for ``host`` with the credentials found for it (environment, Docker config) and
+    the small answers' deadline the environment sets (``DEADLINE_ENV``; a bad one: InputError)."""
+    deadline_s = deadline_setting()  # before the credentials: a bad setting is the first word
+    return Registry(host, find_credentials(host), backoff=backoff, on_retry=on_retry, deadline_s=deadline_s)
 
 
 def _pull(repository: str) -> str:

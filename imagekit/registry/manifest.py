@@ -1,5 +1,6 @@
 """The manifest record: OCI and Docker media types, what a manifest names, and the check that a
-manifest is one promotion can vouch for; OCI 1.1 artifacts and their referrers.
+manifest is one promotion can vouch for; OCI 1.1 artifacts and their referrers; an image
+config read as a JSON object and its labels (``image_config``, ``config_labels``), for every reader.
 
 The bytes are the registry's, trusted no more than a file: every property reads them through
 ``parse_json`` and answers nothing (not a traceback) for a shape the API does not promise.
@@ -300,3 +301,32 @@ def _entry_platform(entry: Any) -> str | None:
     arch, os_name = described.get("architecture"), described.get("os")
     known = platforms.of_machine(arch) if isinstance(arch, str) else None
     return known.name if known is not None and known.arch == arch and known.os == os_name else None
+
+
+# -- image configs -------------------------------------------------------------------------------
+
+
+def image_config(body: bytes, where: str) -> dict[str, Any]:
+    """An image config's bytes, as a registry holds them, as a JSON object: strict JSON, nesting
+    bounded (``parse_json``); RegistryError (one line naming ``where``) for anything else. Never
+    ``json.loads``: bad UTF-8, a raw control character in a string or deep nesting would be a
+    traceback from it."""
+    try:
+        data: Any = parse_json(body)
+    except ValueError as exc:
+        raise RegistryError(f"{where}: its image config is not JSON ({one_line(exc, 120)})") from None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{where}: its image config is a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def config_labels(config: Mapping[str, Any]) -> dict[str, str]:
+    """The labels an image config states (``config.Labels``): string keys to string values, the
+    only kind a builder writes (a number, a list or null is no label and is left out); {} where it
+    states none. A value is as the registry holds it, a NUL or a newline included: whoever passes
+    one on (an argument, a line of output) checks or cleans it there."""
+    inner = config.get("config")
+    found = inner.get("Labels") if isinstance(inner, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {key: value for key, value in found.items() if isinstance(key, str) and isinstance(value, str)}

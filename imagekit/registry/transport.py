@@ -2,6 +2,9 @@
 
 - every body is read through one helper (``Transport._read``) with a byte bound and a monotonic
   deadline per operation (``imagekit.core.limits``): an endless or drip-fed answer ends in one line;
+  a small answer (a manifest, a token, tags) gets ``REGISTRY_DEADLINE_S`` (``DEADLINE_ENV`` sets
+  it), only a blob copied or read whole the long ``BLOB_COPY_DEADLINE_S``, and a token fetched
+  on a blob's way still the short one;
 - requests' own redirects are off; a GET or HEAD follows at most ``REDIRECTS`` to http(s) URLs,
   never in a loop, and without the Authorization header once it leaves the registry's origin
   (scheme, host and port); a redirected write (PUT, POST) is a RegistryError, never a success;
@@ -19,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import ipaddress
+import math
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -31,10 +36,11 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 
 from imagekit.core.cutoff import before, cut_at
-from imagekit.core.errors import EnvironmentProblem, RegistryError, one_line
+from imagekit.core.errors import EnvironmentProblem, InputError, RegistryError, one_line
 from imagekit.core.limits import (
     BLOB_COPY_DEADLINE_S,
     CHALLENGE_CHARS,
+    MAX_TIMEOUT_S,
     REDIRECTS,
     REGISTRY_DEADLINE_S,
     REGISTRY_ERROR_BYTES,
@@ -45,6 +51,9 @@ from imagekit.core.text import shown
 from imagekit.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials, docker_config_path
 
 TIMEOUT_S = 30.0
+# Seconds one registry operation with a small answer may take, retries included (every one but a
+# blob copied or read whole); unset or empty: REGISTRY_DEADLINE_S.
+DEADLINE_ENV = "IMAGEKIT_REGISTRY_DEADLINE_S"
 _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _HEADER_TEXT = re.compile(r"[\x20-\x7e]*")  # a header value used as it came: printable ASCII only
@@ -68,6 +77,24 @@ class Backoff:
 
 
 DEFAULT_BACKOFF = Backoff()
+
+
+def deadline_setting(environ: Mapping[str, str] | None = None) -> float:
+    """The deadline of one small registry operation: ``DEADLINE_ENV``'s seconds, or the default.
+    A value that is no number from 1 to a week is an InputError (exit 2), one line."""
+    value = (os.environ if environ is None else environ).get(DEADLINE_ENV, "").strip()
+    if not value:
+        return REGISTRY_DEADLINE_S
+    try:
+        seconds = float(value) if len(value) <= 32 else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not 1 <= seconds <= MAX_TIMEOUT_S:  # NaN too
+        raise InputError(
+            f"{DEADLINE_ENV}={shown(value)}: not a number of seconds from 1 to {MAX_TIMEOUT_S:,};"
+            f" set it to one (like 60), or unset it for the default {REGISTRY_DEADLINE_S:g}"
+        )
+    return seconds
 
 
 def registry_hostname(registry: str) -> str:
@@ -154,8 +181,8 @@ class Transport:
     """The connection to one registry host: its session, login and tokens. Every operation
     (``_send``) retries connection errors, 5xx and 429 with backoff.
 
-    ``deadline_s`` bounds one operation (all its attempts, waits, redirects and reads);
-    ``copy_deadline_s`` one blob copied through imagekit."""
+    ``deadline_s`` bounds one operation (all its attempts, waits, redirects and reads) and every
+    token fetch; ``copy_deadline_s`` one blob copied or read whole through imagekit."""
 
     def __init__(
         self,
@@ -210,6 +237,7 @@ class Transport:
             raise RegistryError(
                 f"registry {self.host} sent us to {shown(url)}, not its own origin; not following"
             )
+        small = deadline_s is None  # a small answer's deadline is the setting; a blob's is not
         budget = self.deadline_s if deadline_s is None else deadline_s
         deadline = time.monotonic() + budget
         what = f"{method} {path}"
@@ -221,7 +249,7 @@ class Transport:
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
                 if time.monotonic() >= deadline:
-                    raise self._late(what, budget) from None
+                    raise self._late(what, budget, small) from None
                 if not delays:
                     raise EnvironmentProblem(
                         f"registry {self.host} unreachable after {self.backoff.attempts} attempts:"
@@ -241,14 +269,16 @@ class Transport:
                 problem = f"HTTP {answer.status}"
             delay = delays.pop(0)
             if time.monotonic() + delay >= deadline:
-                raise self._late(f"{what} ({problem})", budget)
+                raise self._late(f"{what} ({problem})", budget, small)
             self.retries += 1
             self.on_retry(f"registry {self.host}: {method} {path}: {problem}; retrying in {delay:g}s")
             self.sleep(delay)
 
-    def _late(self, what: str, budget: float) -> EnvironmentProblem:
+    def _late(self, what: str, budget: float, small: bool) -> EnvironmentProblem:
+        setting = f" ({DEADLINE_ENV} sets this deadline)" if small else ""
         return EnvironmentProblem(
-            f"registry {self.host}: {what}: no whole answer within {budget:g}s; a slow or stuck registry"
+            f"registry {self.host}: {what}: no whole answer within {budget:g}s; a slow or stuck"
+            f" registry{setting}"
         )
 
     def _attempt(
@@ -458,19 +488,28 @@ class Transport:
         if self.credentials:
             self._check_realm(realm)
         headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
-        response = self._request("GET", realm, headers, None, deadline, params=query)
         service = f"{where[0]}://{urlsplit(realm).netloc}"
+        # A token is a small answer, whatever the operation it opens: a blob's copy (hours) gives
+        # its token no more than a manifest's would.
+        by = min(deadline, time.monotonic() + self.deadline_s)
         try:
-            if response.status_code != 200:  # a redirect too: credentials are never re-sent
-                raise EnvironmentProblem(
-                    f"registry {self.host}: token service {service} answered HTTP {response.status_code};"
-                    f" check the credentials in {docker_config_path()} or {USER_ENV}/{PASSWORD_ENV}"
-                )
-            raw = self._read(response, TOKEN_BYTES, True, deadline, f"token from {service}")
+            response = self._request("GET", realm, headers, None, by, params=query)
+            try:
+                if response.status_code != 200:  # a redirect too: credentials are never re-sent
+                    raise EnvironmentProblem(
+                        f"registry {self.host}: token service {service} answered HTTP"
+                        f" {response.status_code}; check the credentials in {docker_config_path()}"
+                        f" or {USER_ENV}/{PASSWORD_ENV}"
+                    )
+                raw = self._read(response, TOKEN_BYTES, True, by, f"token from {service}")
+            finally:
+                response.close()
         except RegistryError as exc:  # an over-long answer: the token service is at fault, as above
             raise EnvironmentProblem(exc.message) from None
-        finally:
-            response.close()
+        except (requests.ConnectionError, requests.Timeout):
+            if by < deadline and time.monotonic() >= by:  # the token's own deadline, not the copy's
+                raise self._late(f"token from {service}", self.deadline_s, True) from None
+            raise
         try:
             body: Any = parse_json(raw)
         except ValueError as exc:

@@ -1,6 +1,8 @@
 """A fourth round against the registry client: answers whose every read is quick but whose whole
 never ends (chunked framing dripped, token answers), a ping sent to ``file:``, a challenge of a
-thousand realms, an index of thousands of children, a mount answered with an endless body.
+thousand realms, an index of thousands of children, a mount answered with an endless body; and
+the small answers' own deadline (IMAGEKIT_REGISTRY_DEADLINE_S) in a real process, and for a token
+fetched on a blob copy's way.
 
 Every server here is ``tests.unit.registry.test_client.Scripted`` on 127.0.0.1, each loop bounded
 in count and time.
@@ -9,6 +11,7 @@ in count and time.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,15 +20,21 @@ from typing import Any
 import pytest
 
 from imagekit.core.errors import EnvironmentProblem, RegistryError
-from imagekit.registry.client import Registry
+from imagekit.registry.client import Backoff, Registry
+from imagekit.registry.transport import DEADLINE_ENV
+from tests.conftest import imagekit
+from tests.unit.attest_samples import private_pem, public_pem_of
 from tests.unit.registry.test_client import (
     BIG,
+    BLOB,
     DOCKER_V2,
+    STUB_LOGIN,
     MiB,
     Scripted,
     _bearer_then,
     _redirect_to,
     _thousands_of_realms,
+    _upload_then,
     hostile,
     one_line_naming,
     outcome,
@@ -201,6 +210,94 @@ def test_every_success_answer_is_read_whole_or_refused() -> None:
     try:
         caught = outcome(lambda: registry._send("POST", "/v2/r/blobs/uploads/", ""))
         assert isinstance(caught, RegistryError) and "more than 65,536 bytes" in caught.message
+    finally:
+        registry.close()
+        server.close()
+
+
+# -- the small answers' deadline ----------------------------------------------------------------------
+
+MANIFEST_DIGEST = "sha256:" + "a" * 64
+
+
+def _drip(server: Scripted, h: Any, headers: dict[str, str] | None = None) -> None:
+    """A whole answer of 1,000 bytes, one every 0.05 s (50 s): each read quick, the whole not."""
+    server.stream(h, 200, b" ", 1000, 0.05, {**(headers or {}), "Content-Length": "1000"})
+
+
+def _manifest_dripped(server: Scripted, h: Any) -> None:
+    """The HEAD names the manifest; its GET drips."""
+    if h.command == "HEAD":
+        return server.send(h, 200, b"", {**DOCKER_V2, "Docker-Content-Digest": MANIFEST_DIGEST})
+    return _drip(server, h, DOCKER_V2)
+
+
+SMALL_DRIPPED: dict[str, Callable[[Scripted, Any], None]] = {
+    "a manifest dripped a byte at a time": _manifest_dripped,
+    "a token dripped a byte at a time": _bearer_then(_drip),
+}
+
+
+@pytest.mark.parametrize("case", list(SMALL_DRIPPED))
+def test_a_dripped_small_answer_ends_at_the_deadline_the_environment_sets(case: str, tmp_path: Path) -> None:
+    """``imagekit attest verify`` (a HEAD, then a GET of the manifest) against a registry that
+    drips a manifest or a token: with IMAGEKIT_REGISTRY_DEADLINE_S=2 the command ends in a few
+    seconds, exit 3, one line naming the deadline and the setting. Before: the setting did not
+    exist and each such operation held the command 600 s (the drip here ends at 50 s)."""
+    respond = SMALL_DRIPPED[case]
+    server = Scripted(lambda h: respond(server, h))
+    key = tmp_path / "key.pub"
+    key.write_bytes(public_pem_of(private_pem()))
+    reference = f"{server.host}/team/torch@{MANIFEST_DIGEST}"
+    try:
+        started = time.monotonic()
+        try:
+            done = imagekit(
+                "attest", "verify", reference, "--key", str(key), "--retries", "1",
+                env={DEADLINE_ENV: "2"}, timeout=25,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.fail("still running after 25 s: the small answer's deadline did not hold")
+        took = time.monotonic() - started
+        assert done.returncode == 3, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "no whole answer within 2s" in done.stderr and DEADLINE_ENV in done.stderr, done.stderr
+        assert took < 15, f"ended after {took:.1f}s, not at the 2 s deadline"
+    finally:
+        server.close()
+
+
+def test_a_token_fetched_for_a_blob_copy_gets_the_small_answers_deadline() -> None:
+    """The blob copy keeps its long deadline (here 60 s), but the token its GET is challenged
+    for is a small answer: dripped, it ends at the 2 s one, naming the token service and the
+    setting. Before: the token shared the copy's deadline and was retried within it (60 s)."""
+
+    def respond(server: Scripted, h: Any) -> None:
+        if h.path.startswith("/token"):
+            return _drip(server, h)
+        if h.command == "GET":  # the blob being copied: challenged
+            challenge = f'Bearer realm="http://{server.host}/token",service="s"'
+            return server.send(h, 401, b"{}", {"WWW-Authenticate": challenge})
+        return _upload_then(lambda s, hh: None)(server, h)  # HEAD 404, POST 202: the mount declined
+
+    server = Scripted(lambda h: respond(server, h))
+    registry = Registry(
+        server.host,
+        STUB_LOGIN,
+        Backoff(2, 0.01, 1),
+        sleep=lambda _: None,
+        deadline_s=2.0,
+        copy_deadline_s=60.0,
+    )
+    try:
+        started = time.monotonic()
+        caught = one_line_naming(
+            outcome(lambda: registry.mount_blob("r", BLOB, "staging", size=1000), seconds=15), server.host
+        )
+        assert isinstance(caught, EnvironmentProblem), caught.message
+        assert f"token from http://{server.host}: no whole answer within 2s" in caught.message
+        assert DEADLINE_ENV in caught.message
+        assert time.monotonic() - started < 6, "ended, but not at the token's deadline"
     finally:
         registry.close()
         server.close()

@@ -184,6 +184,23 @@ def test_a_skipped_cell_reports_the_base_it_was_built_from(plan: Plan, tmp_path:
     assert cell.base_digest == BASE_THEN  # not the base the engine holds now
 
 
+@pytest.mark.parametrize("label", ["busybox\x00@sha256:" + "a" * 64, "not a reference", ""])
+def test_a_base_label_the_report_could_not_read_back_is_not_recorded(
+    plan: Plan, tmp_path: Path, label: str
+) -> None:
+    """The skipped image's base-digest label is its own word (an image staged elsewhere and
+    pulled says what it likes): one the report's reader refuses is not recorded, the base the
+    engine holds is (before: a NUL in it wrote a report.json the next command refused, exit 2)."""
+    image = existing_image(plan)
+    image["Labels"][BASE_DIGEST_LABEL] = label
+    state = tmp_path / "state"
+    outcome = builder(plan, FakeApi(plan, image), state).run(plan.cells)
+    (cell,) = outcome.report.cells
+    assert cell.status == "skipped" and cell.base_digest != label
+    write_report(state, outcome.report)
+    assert read_report(state).cells[0].base_digest == cell.base_digest
+
+
 def previous(plan: Plan, state: Path, image_id: str) -> None:
     cell = plan.cells[0]
     result = CellResult(

@@ -137,6 +137,24 @@ def test_an_image_of_the_classic_builder_is_refused_with_one_line() -> None:
         assert "rebuild-check takes images of --builder buildkit" in refused.value.message
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [{"note": "a\x00b"}, {"no\x00te": "x"}, {"a=b": "c"}, {"": "x"}],
+    ids=["nul-in-a-value", "nul-in-a-name", "equals-in-a-name", "empty-name"],
+)
+def test_a_label_no_build_can_set_is_refused_before_anything_is_built(labels: dict[str, str]) -> None:
+    """The rebuild passes the image's labels to `buildx build --label KEY=VALUE`: a NUL byte
+    (before: "ValueError: embedded null byte", a traceback, once the build started) or a name
+    holding '=' or none is refused with one line, exit 2, from the config alone."""
+    with oci_stub() as stub:
+        digest, _ = _store(stub, _config({"imagekit.cell": "a", **labels}))
+        with pytest.raises(InputError, match="cannot be passed to a build") as refused:
+            published_image(stub.client(), Target(stub.host, REPOSITORY, digest), None)
+    message = refused.value.message
+    assert "\x00" not in message and "\n" not in message and "nothing was built" in message
+    assert refused.value.exit_code == ExitCode.INVALID_INPUT
+
+
 @pytest.fixture
 def plan(tmp_path: Path) -> Plan:
     (tmp_path / "templates").mkdir()

@@ -100,3 +100,38 @@ def test_an_unpulled_staged_image_is_reused_only_with_every_label_asked_for(
         assert staged is not None and staged.digest == MANIFEST
     else:
         assert "but not --label" in said[-1] and said[-1].endswith("; building")
+
+
+class StagedWithConfig(StagedRegistry):
+    """MANIFEST's config blob is these bytes."""
+
+    def __init__(self, config: bytes) -> None:
+        self.config = config
+
+    def get_blob(self, repository: str, digest: str) -> bytes:
+        return self.config
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        b"[" * 100_000,
+        b"\xff\xfe\x00",
+        b'{"config": {"Labels": {"a": "\x00"}}}',
+        b'{"config": {"Labels": [1]}}',
+    ],
+    ids=["nested-100000-deep", "not-utf8", "raw-nul-in-a-label", "labels-a-list"],
+)
+def test_a_staged_config_that_cannot_be_read_means_building(
+    config: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staged config blob is the registry's: one that is no JSON object, or states no labels,
+    is a reason to build, one line, never a traceback (before: deep nesting ended the build in
+    json.loads's RecursionError)."""
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedWithConfig(config))
+    use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
+    said: list[str] = []
+    staged = use.staged_unpulled(SimpleNamespace(input_digest="f" * 64), (), said.append)  # type: ignore[arg-type]
+    assert staged is None
+    assert said[-1].startswith("reuse: ") and said[-1].endswith("; building"), said
+    assert "\n" not in said[-1] and "\x00" not in said[-1]

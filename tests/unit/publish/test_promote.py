@@ -349,6 +349,74 @@ def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_pr
     assert not (tmp_path / "lock.json").exists()
 
 
+UNREADABLE_CONFIGS = {
+    "a label holding a raw NUL byte": b'{"os": "linux", "config": {"Labels": {"a": "\x00"}}}',
+    "bytes that are not UTF-8": b"\xff\xfe\x00",
+    "text that is not JSON": b"{nope",
+    "nesting 100,000 deep": b"[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE_CONFIGS))
+def test_a_staged_config_that_is_no_json_object_refuses_its_cell_in_one_line(
+    case: str, tmp_path: Path
+) -> None:
+    """The staged image's config blob is the registry's: one it cannot be read as (a raw control
+    character, bad UTF-8, deep nesting) refuses the cell, nothing promoted (before: json.loads's
+    traceback, JSONDecodeError, UnicodeDecodeError or RecursionError, ended the whole publish)."""
+    from imagekit.publish.promote import Publisher, PublishOptions
+
+    registry = FakeRegistry(IMAGE)
+    registry.config = UNREADABLE_CONFIGS[case]
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
+    assert published == [] and [r.cell for r in refused] == ["c"]
+    reason = refused[0].reason
+    assert "its image config is not JSON" in reason and "nothing promoted" in reason, reason
+    assert "\n" not in reason and "\x00" not in reason
+    assert not [c for c in registry.calls if c[0] == "put_manifest"]
+    assert not (tmp_path / "lock.json").exists()
+
+
+def test_a_label_holding_a_nul_byte_reaches_no_lock(tmp_path: Path) -> None:
+    """A label value with an escaped NUL (valid JSON) is the image's word, not the lock's: an
+    expectation, a check script or a front end holding one is left out, and the cell is published."""
+    import json
+
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.report.lockfile import read_lock
+
+    registry = FakeRegistry(IMAGE)
+    labels = {
+        "imagekit.input-digest": "f" * 64,
+        "imagekit.python": "3.11\x00",
+        "imagekit.check-script": "/opt/imagekit/check.py\x00",
+        "imagekit.frontend": "jupyter\x00",
+        "imagekit.torch\x00": "2.5.1",
+        "imagekit.cuda": 12,  # no label: a builder writes strings only
+    }
+    registry.config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
+    ).encode()
+    staged = staged_result("checked").staged
+    candidate = Candidate(
+        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+    )
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
+    assert refused == [] and [p.entry.cell for p in published] == ["c"]
+    entry = read_lock(tmp_path / "lock.json").images["c"]
+    assert entry.expect == {} and entry.check_script is None and entry.frontend is None
+
+
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_IMAGE = "application/vnd.oci.image.manifest.v1+json"
 CHILD = {"mediaType": OCI_IMAGE, "digest": "sha256:" + "a" * 64, "size": 10}
