@@ -47,6 +47,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cache_from import imagekit, timed
+from imagekit.core.limits import STATE_BYTES
+from imagekit.core.paths import read_regular_text
 from tests.integration.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,7 +138,9 @@ def fetched(log: Path, start: int) -> dict[str, int]:
 
 
 def cell(state: Path) -> dict[str, object]:
-    cells: list[dict[str, object]] = json.loads((state / "report.json").read_text())["cells"]
+    cells: list[dict[str, object]] = json.loads(
+        read_regular_text(state / "report.json", STATE_BYTES, "the report.json imagekit writes")
+    )["cells"]
     return cells[0]
 
 
@@ -238,7 +242,8 @@ class Bench:
             start = log.stat().st_size
             seconds = self.ik(runner, "--state-dir", "s-bk-runner")
             time.sleep(1)  # the access log line is written after the response
-            lines = (self.project / str(cell(self.project / "s-bk-runner")["log"])).read_text().splitlines()
+            log_path = self.project / str(cell(self.project / "s-bk-runner")["log"])
+            lines = read_regular_text(log_path, STATE_BYTES, "the build log imagekit writes").splitlines()
             steps = [line for line in lines if re.match(r"#\[", line)]
             r["buildkit_empty_runner"] = {
                 "seconds": round(seconds, 1),
@@ -267,7 +272,8 @@ class Bench:
                 r["classic_empty_runner"] = {"failed": str(failed).strip().splitlines()[-1][:500]}
             else:
                 time.sleep(1)
-                text = (self.project / str(cell(self.project / "s-classic-runner")["log"])).read_text()
+                log_path = self.project / str(cell(self.project / "s-classic-runner")["log"])
+                text = read_regular_text(log_path, STATE_BYTES, "the build log imagekit writes")
                 r["classic_empty_runner"] = {
                     "seconds": round(seconds, 1),
                     "fetched": fetched(log, start),

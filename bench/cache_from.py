@@ -38,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from imagekit.core.limits import STATE_BYTES
+from imagekit.core.paths import read_regular_text
 from tests.integration.private_engine import PrivateEngine, private_engine
 from tests.integration.registry_server import LocalRegistry
 
@@ -80,7 +82,9 @@ def imagekit(*args: str) -> list[str]:
 
 
 def report(state: Path) -> dict[str, object]:
-    cells: list[dict[str, object]] = json.loads((state / "report.json").read_text())["cells"]
+    cells: list[dict[str, object]] = json.loads(
+        read_regular_text(state / "report.json", STATE_BYTES, "the report.json imagekit writes")
+    )["cells"]
     return cells[0]
 
 
@@ -135,12 +139,12 @@ def measure(
     )
     with_s = timed(imagekit(*build, "--state-dir", "c"), project, {"DOCKER_HOST": c.host})
     reused = report(project / "c")
-    log = (project / str(reused["log"])).read_text()
+    log = read_regular_text(project / str(reused["log"]), STATE_BYTES, "the build log imagekit writes")
     if "reuse: pulled" not in log:
         raise SystemExit(f"runner C did not reuse the staged image:\n{log[-2000:]}")
     forced_s = timed(imagekit(*build, "--force", "--state-dir", "d"), project, {"DOCKER_HOST": d.host})
     forced = report(project / "d")
-    forced_log = (project / str(forced["log"])).read_text()
+    forced_log = read_regular_text(project / str(forced["log"]), STATE_BYTES, "the build log imagekit writes")
     if "cache: pulled" not in forced_log:
         raise SystemExit(f"runner D did not use the staged image as its cache source:\n{forced_log[-2000:]}")
     staged_info = staged["staged"]

@@ -59,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.buildkit import Engine as SecondEngine
 from bench.buildkit import fetched
 from bench.cache_from import imagekit, timed
+from imagekit.core.limits import DOCKERFILE_BYTES, STATE_BYTES
+from imagekit.core.paths import read_regular_text
 from tests.integration.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -199,7 +201,11 @@ class Bench:
                 target.pop("cache-from", None)
                 target.pop("cache-to", None)
             (self.project / f"bake-{layout}.json").write_text(json.dumps(targets, indent=2))
-            dockerfile = (self.project / ctx / CELLS[0] / "Dockerfile").read_text()
+            dockerfile = read_regular_text(
+                self.project / ctx / CELLS[0] / "Dockerfile",
+                DOCKERFILE_BYTES,
+                "the Dockerfile bake export wrote",
+            )
             self.result.setdefault("pip_install_steps", {})[layout] = len(
                 re.findall(r"pip install --", dockerfile)
             )
@@ -226,7 +232,10 @@ class Bench:
             target,
         ]
         seconds = timed(argv, self.project, {})
-        return seconds, json.loads(meta.read_text())[target]["containerimage.digest"]
+        metadata = json.loads(
+            read_regular_text(meta, STATE_BYTES, "the file `docker buildx bake --metadata-file` wrote")
+        )
+        return seconds, metadata[target]["containerimage.digest"]
 
     def manifest(self, digest: str) -> dict[str, Any]:
         """The amd64 image manifest of a staged digest (an index is followed to its child)."""

@@ -42,6 +42,8 @@ from bench.buildkit import Engine as SecondEngine
 from bench.buildkit import fetched
 from bench.cache_from import imagekit, timed
 from bench.pull_cost import BASE, CELLS, EXAMPLE, RUN, distinct_bytes
+from imagekit.core.limits import STATE_BYTES
+from imagekit.core.paths import read_regular_text
 from tests.integration.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +99,11 @@ class Bench:
         (self.project / "matrix.yaml").write_text(text)
 
     def staged(self, state: str) -> str:
-        cells = json.loads((self.project / state / "report.json").read_text())["cells"]
+        cells = json.loads(
+            read_regular_text(
+                self.project / state / "report.json", STATE_BYTES, "the report.json imagekit writes"
+            )
+        )["cells"]
         digest: str = next(c for c in cells if c["id"] == CELL)["staged"]["digest"]
         return digest
 

@@ -26,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from imagekit.core.limits import STATE_BYTES
+from imagekit.core.paths import read_regular_text
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -38,7 +41,11 @@ def verify(project: Path, gpus: str, jobs: int, env: dict[str, str]) -> tuple[fl
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):  # 1: a cell failed its checks, which the fake-GPU engine means
         raise SystemExit(f"verify --jobs {jobs} exited {done.returncode}: {done.stderr.strip()[-400:]}")
-    report = json.loads((project / ".imagekit" / "report.json").read_text())
+    report = json.loads(
+        read_regular_text(
+            project / ".imagekit" / "report.json", STATE_BYTES, "the report.json imagekit writes"
+        )
+    )
     verdicts = [c["verification"]["verdict"] for c in report["cells"] if c.get("verification")]
     # a run cut short (a container removed under it by another user of the engine) is not a figure
     return elapsed, {**report["verify_runs"][-1], "verdicts": sorted(verdicts)}
@@ -61,7 +68,11 @@ def main() -> int:
 def on_fake_gpus(args: argparse.Namespace) -> int:
     from tests.integration.fake_gpu_engine import fake_gpu_engine
 
-    report = json.loads((args.project / ".imagekit" / "report.json").read_text())
+    report = json.loads(
+        read_regular_text(
+            args.project / ".imagekit" / "report.json", STATE_BYTES, "the report.json imagekit writes"
+        )
+    )
     images = tuple(c["image_id"] for c in report["cells"] if c.get("image_id"))
     root = Path(tempfile.mkdtemp(prefix="ikvj-", dir="/tmp"))  # short: a unix socket path
     root.rmdir()

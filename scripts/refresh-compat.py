@@ -66,7 +66,9 @@ import yaml
 from packaging.markers import Marker
 
 from imagekit.core import platforms
+from imagekit.core.errors import ImagekitError
 from imagekit.core.limits import FILE_NAME_BYTES
+from imagekit.core.paths import read_regular_file, read_regular_text
 from imagekit.core.versions import compare, cuda_variant, minor_of, version_key
 from imagekit.facts.compat import Aarch64Wheels, Libraries, TorchRelease
 from imagekit.render.wheels import platform_tags
@@ -380,16 +382,19 @@ def one_line(exc: BaseException) -> str:
 
 
 RECORDING_BYTES = 64 << 20  # pip's largest dry-run report of a torch release is a few hundred KB
+COMPAT_BYTES = 1_000_000  # the compat table is about 16 kB
 
 
 def read_json(path: Path) -> Any:
     """A recorded JSON file, bounded; anything else (not UTF-8, not JSON, nested past what the
     parser takes) is one RefreshError naming the file."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(RECORDING_BYTES + 1)
-        if len(raw) > RECORDING_BYTES:
-            raise RefreshError(f"{path}: larger than {RECORDING_BYTES:,} bytes; not a recording")
+        # a regular file only (imagekit.core.paths): a FIFO would hang the refresh, /dev/zero be
+        # read to the bound
+        raw = read_regular_file(path, RECORDING_BYTES, "a JSON recording (a pip report, a listing)")
+    except ImagekitError as exc:
+        raise RefreshError(exc.message) from None
+    try:
         return json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RefreshError(f"{path}: not a JSON recording ({type(exc).__name__}: {one_line(exc)})") from None
@@ -562,7 +567,7 @@ class LiveSource(Source):
             if result.returncode != 0 or not out.is_file():
                 tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
                 raise RefreshError(f"pip could not resolve {' '.join(requirements)}:\n{tail}")
-            report: dict[str, Any] = json.loads(out.read_text())
+            report: dict[str, Any] = read_json(out)
             return report
 
     def report(
@@ -1240,9 +1245,14 @@ def make_source(args: argparse.Namespace, notes: list[str]) -> Source:
 def load_table(path: Path) -> tuple[str, dict[str, Any]]:
     """The compat file's text and its torch section; RefreshError when it is no compat table."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_text(path, COMPAT_BYTES, "the compat table (imagekit/data/compat.yaml)")
+    except ImagekitError as exc:
+        raise RefreshError(exc.message) from None
+    except OSError as exc:  # none there
+        raise RefreshError(f"{path}: {type(exc).__name__}: {one_line(exc)}") from None
+    try:
         data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
         raise RefreshError(f"{path}: {type(exc).__name__}: {one_line(exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("torch") or {}, dict):
         raise RefreshError(f"{path}: no compat table (a mapping with a torch section)")

@@ -49,6 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from imagekit.core.atomic import atomic_write  # noqa: E402
+from imagekit.core.errors import ImagekitError  # noqa: E402
+from imagekit.core.paths import read_regular_text  # noqa: E402
 from imagekit.core.platforms import get as get_platform  # noqa: E402
 from imagekit.facts.cuda_wheels import is_cuda_project, parse_cuda_wheels  # noqa: E402
 from imagekit.plan.cells import WheelCell  # noqa: E402
@@ -58,6 +60,10 @@ from imagekit.render.wheels import pip_command, platform_tags, target_options  #
 
 DATA = REPO / "imagekit" / "data" / "cuda_wheels.yaml"
 TIMEOUT_S = 600.0
+# What is read, each a regular file (imagekit.core.paths): a FIFO would hang the refresh, /dev/zero
+# fill memory. pip's dry-run report of one torch build is a few hundred kB; the table a few kB.
+REPORT_BYTES = 64 << 20
+DATA_BYTES = 1_000_000
 HEADER = """\
 # CUDA's library wheels each torch build pins exactly: a cell that installs torch from an index
 # installs these first, in a layer of their own (imagekit/facts/cuda_wheels.py says why exactly
@@ -267,7 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="apply the change (default: print the diff)")
     args = parser.parse_args(argv)
 
-    before = args.data.read_text(encoding="utf-8") if args.data.exists() else ""
+    try:
+        before = read_regular_text(
+            args.data, DATA_BYTES, "the CUDA wheel table (imagekit/data/cuda_wheels.yaml)"
+        )
+    except FileNotFoundError:
+        before = ""
+    except ImagekitError as exc:
+        print(f"refresh-cuda-wheels: error: {exc.message}", file=sys.stderr)
+        return 2
     raw = yaml.safe_load(before) if before else {"wheels": {}}
     table: dict[str, dict[str, dict[str, list[str]]]] = {
         t: {v: {m: list(p) for m, p in ms.items()} for v, ms in vs.items()} for t, vs in raw["wheels"].items()
@@ -276,14 +290,18 @@ def main(argv: list[str] | None = None) -> int:
     for build in builds_of(args.matrix, args.index_url):
         try:
             if args.from_reports:
-                report = json.loads((args.from_reports / f"{build.key}.json").read_text(encoding="utf-8"))
+                recorded = args.from_reports / f"{build.key}.json"
+                report = json.loads(
+                    read_regular_text(recorded, REPORT_BYTES, "a pip report `--save-reports` wrote")
+                )
             else:
                 report = resolve(build)
                 if args.save_reports:
                     args.save_reports.mkdir(parents=True, exist_ok=True)
                     atomic_write(args.save_reports / f"{build.key}.json", json.dumps(report, indent=1) + "\n")
             pins = pins_of(build, report)
-        except (RefreshError, OSError, ValueError) as exc:  # ValueError: a report that is not JSON
+        # ValueError: a report that is not JSON; ImagekitError: not a regular file of a report's size
+        except (RefreshError, ImagekitError, OSError, ValueError, RecursionError) as exc:
             kept = table.get(build.torch, {}).get(build.variant, {}).get(build.machine)
             print(f"not read: {exc}{'; the entry is kept' if kept else ''}", file=sys.stderr)
             continue

@@ -18,7 +18,9 @@ from docker.errors import APIError
 
 from imagekit.core import platforms
 from imagekit.core.errors import InputError, one_line
+from imagekit.core.limits import DOCKERFILE_BYTES
 from imagekit.core.naming import split_reference
+from imagekit.core.paths import read_regular_text
 from imagekit.core.platforms import Platform
 from imagekit.engine.client import alive, inspect_image, is_engine_failure, pull, repo_digest, unreachable
 from imagekit.plan.cells import LocalBase
@@ -113,12 +115,13 @@ def resolve_base(
 
 
 def local_base_froms(base: LocalBase) -> tuple[str, ...]:
+    path = base.context / base.dockerfile
     try:
-        text = (base.context / base.dockerfile).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(
-            f"base {base.name}: cannot read {base.context / base.dockerfile}: {exc.strerror}"
-        ) from None
+        text = read_regular_text(
+            path, DOCKERFILE_BYTES, f"base {base.name}'s Dockerfile (bases.{base.name}.build)"
+        )
+    except FileNotFoundError as exc:
+        raise InputError(f"base {base.name}: cannot read {path}: {exc.strerror}") from None
     # FROM ${BASE}: the image a build arg names (a per-platform base), as the engine fills it from
     # the base's args, else from the ARG default declared before the first FROM
     first = _FROM.search(text)

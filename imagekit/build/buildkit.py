@@ -34,7 +34,8 @@ import docker
 from imagekit.build.jobs import JobFailed
 from imagekit.core import secret_values
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
-from imagekit.core.limits import SECRET_MIN_CHARS
+from imagekit.core.limits import SECRET_FILE_BYTES, SECRET_MIN_CHARS
+from imagekit.core.paths import read_regular_text
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import counted
 from imagekit.engine.buildx import (
@@ -83,10 +84,12 @@ def _secret_value(credential: Credential, files: Mapping[str, Path], env: Mappin
     where = files.get(credential.secret)
     variable = secret_env_name(credential.secret)
     if where is not None:
+        what = f"the file holding secret {credential.secret}'s token (--secret {credential.secret}=FILE)"
         try:
-            value = where.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeError) as exc:
-            raise InputError(f"--secret {credential.secret}={where}: cannot read it ({exc})") from None
+            # a regular file of a token's size only: a FIFO would hold the run, /dev/zero fill memory
+            value = read_regular_text(where, SECRET_FILE_BYTES, what).strip()
+        except FileNotFoundError:
+            raise InputError(f"--secret {credential.secret}={where}: cannot read it: no such file") from None
         source = f"--secret {credential.secret}={where}"
     else:
         value = env.get(variable, "").strip()

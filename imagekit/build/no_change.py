@@ -448,11 +448,12 @@ class Answer:
     since: str  # when the recorded run started
     duration_s: float
     json: bool  # print the report on stdout as well
+    text: str  # the report as this answer wrote it: printed as it is, never read back
 
     def show(self) -> None:
         """What the full run prints: the report with --json, then the summary line."""
         if self.json:
-            sys.stdout.write(self.report.read_text(encoding="utf-8"))
+            sys.stdout.write(self.text)
             sys.stdout.flush()
         sys.stderr.write(f"imagekit: {self.summary}; report: {self.report}\n")
 
@@ -518,7 +519,7 @@ def _answer(state_dir: Path, key: str, today: date, matrix: str | Path) -> Answe
         state_dir,
         dataclasses.replace(found, day=today, report_sha256=hashlib.sha256(text.encode()).hexdigest()),
     )
-    return Answer(state_dir / REPORT_NAME, len(report["cells"]), since, duration, found.json)
+    return Answer(state_dir / REPORT_NAME, len(report["cells"]), since, duration, found.json, text)
 
 
 def _engine_agrees(report: dict[str, Any], found: Record, today: date) -> dict[str, list[str]] | None:

@@ -345,7 +345,7 @@ def build(
                     state_dir, keys, as_json, reads, outcome, unchanged.Names.of_plan(the_plan), day
                 )
     if as_json:
-        typer.echo(store.path.read_text(encoding="utf-8"), nl=False)
+        typer.echo(store.text(), nl=False)
     typer.echo(f"imagekit: {summary_line(outcome.report)}; report: {store.path}", err=True)
     if outcome.interrupted:
         say("error", "interrupted; finished images are kept, unfinished ones carry no tag")

@@ -15,6 +15,12 @@ MATRIX_BYTES = 1_000_000  # a real matrix is a few kilobytes
 YAML_NODES = 200_000  # values after alias expansion; a real matrix holds a few hundred
 YAML_DEPTH = 64  # nesting; a matrix nests four levels deep
 TEMPLATE_BYTES = 1_000_000  # one Jinja template; imagekit's own templates total under 5 kB
+# A local base's Dockerfile (bases.NAME.build), read for its FROM lines: a hand-written one is a few
+# kB, and BuildKit's own parser is no place for a megabyte of Dockerfile either.
+DOCKERFILE_BYTES = 1_000_000
+# A `--secret ID=FILE` file: one index token (at most 4,096 characters, what a netrc token may be:
+# imagekit.build.buildkit) and the white space around it; a larger file holds no token.
+SECRET_FILE_BYTES = 64 << 10
 
 # -- the plan ----------------------------------------------------------------------------------------
 
@@ -154,7 +160,7 @@ REBUILD_TAR_HEADER_BYTES = 16 << 20
 # Differing entries a verdict shows: the first few tell which step's output moved.
 REBUILD_SHOWN_ENTRIES = 10
 # $DOCKER_CONFIG/config.json: a few logins take a few kilobytes.
-DOCKER_CONFIG_BYTES = 1 << 20
+DOCKER_CONFIG_BYTES = 1 << 20  # read by imagekit (registry logins) and, once checked, by docker-py
 # One registry operation whose answer is small, retries included: a ping, a manifest GET, HEAD
 # or PUT, a token, a page of tags, the referrers, an image config, a small blob's upload, a mount
 # (no bytes move). A healthy registry answers each in well under a second; five attempts that

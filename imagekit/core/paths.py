@@ -1,7 +1,9 @@
 """Paths named by the matrix or by a flag: bounded reads, lengths, containment, no links on a write.
 
 - A file is read only when it is a regular file, and never past its limit: a FIFO would block
-  forever, ``/dev/zero`` never ends, and a size is checked before the first byte is read.
+  forever, ``/dev/zero`` never ends, and a size is checked before the first byte is read. Every
+  file imagekit reads that it did not just make goes through ``open_regular_file`` (or its
+  ``read_regular_file``/``read_regular_text``), each with a bound from ``imagekit.core.limits``.
 - A path the operating system would refuse as too long is refused first, as bad input (exit 2)
   naming where it came from, not as a broken environment.
 - A path the matrix names is resolved (links followed) and must stay inside the matrix's
@@ -12,10 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError
@@ -89,42 +93,76 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular_file(path: Path, limit: int, what: str) -> bytes:
-    """The bytes of the regular file at ``path``, which may hold at most ``limit`` of them.
+@contextlib.contextmanager
+def open_regular_file(
+    path: Path, what: str, *, follow_links: bool = True
+) -> Iterator[tuple[int, os.stat_result]]:
+    """The open descriptor of the regular file at ``path`` and its stat, closed on leaving: the one
+    place imagekit opens a file it did not just make for reading (a flag's, the matrix's, a state
+    file, a tool's output).
 
-    FileNotFoundError passes through (callers say what to run first); a directory, FIFO or device
-    and a file over the limit are InputErrors naming ``what`` was expected.
+    The checks are made on the descriptor opened, never on a stat before the open (a rename
+    between the two would outwit them): O_NONBLOCK, so that opening a FIFO does not wait for a
+    writer; fstat, so that a FIFO, a device (``/dev/zero`` never ends), a socket or a directory is
+    refused before a byte is read; O_NOFOLLOW where the caller refuses a symbolic link
+    (``follow_links=False``). FileNotFoundError passes through (callers say what to run first);
+    every other refusal is one InputError naming the path and ``what`` was expected there.
     """
     check_length(path, str(path)[:64])
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores it.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:  # a file named as input that cannot be read is the input's problem
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise InputError(
+                f"{path}: is a symbolic link, which imagekit does not read through here; pass {what} itself"
+            ) from None
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}; pass {what}") from None
     try:
-        mode = os.fstat(fd)
-        if not stat.S_ISREG(mode.st_mode):
-            raise InputError(f"{path}: is {_kind(mode.st_mode)}, not a regular file; pass {what}")
-        if mode.st_size > limit:
+        try:
+            found = os.fstat(fd)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror or exc}; pass {what}") from None
+        if not stat.S_ISREG(found.st_mode):
+            raise InputError(f"{path}: is {_kind(found.st_mode)}, not a regular file; pass {what}")
+        yield fd, found
+    finally:
+        os.close(fd)
+
+
+def read_regular_file(path: Path, limit: int, what: str, *, follow_links: bool = True) -> bytes:
+    """The bytes of the regular file at ``path`` (``open_regular_file``), which may hold at most
+    ``limit`` of them: a larger one is refused by its size before it is read, and one that grows
+    while it is read is refused at ``limit`` + 1 bytes, never read to its end."""
+    with open_regular_file(path, what, follow_links=follow_links) as (fd, found):
+        if found.st_size > limit:
             raise InputError(f"{path}: larger than {limit} bytes; {what} is far smaller")
         chunks: list[bytes] = []
         left = limit + 1  # one byte more than allowed tells a file that grew since fstat
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}; pass {what}") from None
-    finally:
-        os.close(fd)
+        try:
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror or exc}; pass {what}") from None
     data = b"".join(chunks)
     if len(data) > limit:
         raise InputError(f"{path}: larger than {limit} bytes; {what} is far smaller")
     return data
+
+
+def read_regular_text(path: Path, limit: int, what: str, *, follow_links: bool = True) -> str:
+    """``read_regular_file`` as UTF-8 text; text that is not UTF-8 is one InputError naming the byte."""
+    raw = read_regular_file(path, limit, what, follow_links=follow_links)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
 def inside(path: Path, root: Path, where: str) -> Path:

@@ -28,7 +28,7 @@ import yaml
 
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MATRIX_BYTES, YAML_DEPTH, YAML_NODES
-from imagekit.core.paths import read_regular_file
+from imagekit.core.paths import read_regular_text
 
 PathKey = tuple[str | int, ...]
 
@@ -295,13 +295,9 @@ def parse_yaml(text: str, name: str) -> SourceDocument:
 
 def read_yaml_file(path: Path) -> SourceDocument:
     try:
-        raw = read_regular_file(path, MAX_BYTES, "the matrix YAML file (a matrix file is a few kB)")
+        text = read_regular_text(path, MAX_BYTES, "the matrix YAML file (a matrix file is a few kB)")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file; pass an existing matrix with --matrix") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     return parse_yaml(text, str(path))
 
 

@@ -12,19 +12,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import docker
 import docker.utils
+import docker.utils.config
 import requests
 import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound
 from docker.utils.json_stream import json_stream
 
 from imagekit.core.cutoff import before, cut_at, shut_down
-from imagekit.core.errors import EnvironmentProblem
-from imagekit.core.limits import ENGINE_ANSWER_BYTES, ENGINE_CALL_DEADLINE_S, ENGINE_LOAD_SILENCE_S
+from imagekit.core.errors import EnvironmentProblem, InputError
+from imagekit.core.limits import (
+    DOCKER_CONFIG_BYTES,
+    ENGINE_ANSWER_BYTES,
+    ENGINE_CALL_DEADLINE_S,
+    ENGINE_LOAD_SILENCE_S,
+)
 from imagekit.core.naming import reference, split_reference
+from imagekit.core.paths import open_regular_file
 from imagekit.engine.raw_socket import engine_address
 
 START_HINT = "start one (`sudo dockerd` or `scripts/engine.sh docker`) or set DOCKER_HOST"
@@ -87,11 +95,32 @@ def _deadline_s(timeout: object, default: object) -> float:
     return ENGINE_CALL_DEADLINE_S
 
 
+def _check_docker_config() -> None:
+    """docker-py reads the Docker config (its proxies and logins) whole, with no bound, whenever a
+    client is made: a FIFO there would hold every engine command and ``/dev/zero`` end in a
+    MemoryError. The file it is about to read is checked first, on the descriptor opened, as
+    imagekit reads it itself (``imagekit.registry.credentials``): the machine's file, exit 3."""
+    found = docker.utils.config.find_config_file()
+    if not isinstance(found, str):  # None: no config file
+        return
+    try:
+        with open_regular_file(Path(found), "the Docker config (JSON)") as (_, opened):
+            if opened.st_size > DOCKER_CONFIG_BYTES:
+                raise InputError(
+                    f"{found}: larger than {DOCKER_CONFIG_BYTES} bytes; the Docker config is far smaller"
+                )
+    except FileNotFoundError:
+        return
+    except InputError as exc:
+        raise EnvironmentProblem(exc.message) from None
+
+
 def connect(pool_size: int = 10) -> docker.APIClient:
     """A low-level client for DOCKER_HOST (docker's own env handling), checked with a ping.
 
     Each running build holds one pooled connection, so the pool must outgrow ``--jobs``.
     """
+    _check_docker_config()
     try:
         api = _Client(
             version="auto",

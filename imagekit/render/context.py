@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 from imagekit.core.atomic import atomic_write
 from imagekit.core.errors import ImagekitError, InputError
 from imagekit.core.limits import HASH_CACHE_BYTES, MAX_RECORDS
-from imagekit.core.paths import FileKey, depends_on, file_key, read_regular_file
+from imagekit.core.paths import FileKey, depends_on, file_key, open_regular_file, read_regular_file
 from imagekit.plan.cells import LocalBase
 
 if TYPE_CHECKING:
@@ -38,6 +38,9 @@ DOCKERFILE_NAME = "Dockerfile"
 HASH_CACHE_NAME = "hashes.json"
 HASH_CACHE_VERSION = 1
 _SPOOL_LIMIT = 16 << 20
+# What a context file is expected to be, for the line that refuses one. It has no size bound of
+# its own: a wheel is gigabytes, copied or hashed a block at a time; being a regular file bounds it.
+CONTEXT_FILE = "a file of the build context (a wheel, a local base's file)"
 # A file whose mtime or ctime is this close to the moment it was hashed is not remembered: a
 # write in the same timestamp tick, after the hash, would leave every key field unchanged (git's
 # "racily clean" entries). It is hashed again next run, and remembered once it has settled.
@@ -85,8 +88,10 @@ class FileHasher:
 
     def _hash(self, path: Path) -> str:
         sha = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
+        # a regular file only, checked on what was opened: a FIFO put in its place since the walk
+        # would hold the run, a device never end
+        with open_regular_file(path, CONTEXT_FILE) as (fd, _):
+            for block in iter(lambda: os.read(fd, 1 << 20), b""):
                 sha.update(block)
                 self.hashed_bytes += len(block)
         return sha.hexdigest()
@@ -223,9 +228,11 @@ def make_tar(dockerfile: tuple[str, str] | None, files: Iterable[tuple[str, Path
                 tar.addfile(_info(name, len(data), False), io.BytesIO(data))
             for name, path in sorted(files):
                 try:
-                    stat = path.stat()
-                    with path.open("rb") as handle:
-                        tar.addfile(_info(name, stat.st_size, bool(stat.st_mode & 0o111)), handle)
+                    with (
+                        open_regular_file(path, CONTEXT_FILE) as (fd, found),
+                        os.fdopen(fd, "rb", closefd=False) as handle,
+                    ):
+                        tar.addfile(_info(name, found.st_size, bool(found.st_mode & 0o111)), handle)
                 except OSError as exc:
                     raise InputError(f"cannot read {path} for the build context: {exc.strerror}") from None
         archive.seek(0)

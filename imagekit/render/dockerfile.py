@@ -29,7 +29,7 @@ from imagekit import __version__
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError, one_line
 from imagekit.core.limits import TEMPLATE_BYTES
-from imagekit.core.paths import depends_on, read_regular_file
+from imagekit.core.paths import depends_on, read_regular_text
 from imagekit.plan.cells import Cell, FrontendCell, ImageCell, Plan, local_base_of
 from imagekit.plan.rules import check_build_settings
 from imagekit.plan.schema import BuildSettings, Publish
@@ -109,13 +109,9 @@ class _InliningLoader(jinja2.FileSystemLoader):
         if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
             raise jinja2.TemplateError(f"{name} leads outside the template directory (a symbolic link?)")
         try:
-            raw = read_regular_file(path, TEMPLATE_BYTES, "a Jinja template (a few kB)")
+            source = read_regular_text(path, TEMPLATE_BYTES, "a Jinja template (a few kB)")
         except FileNotFoundError:
             raise jinja2.TemplateNotFound(name) from None
-        try:
-            source = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
         return source, str(path), lambda: True  # auto_reload is off: a template never changes in a run
 
 

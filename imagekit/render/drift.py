@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.core.atomic import atomic_write_all
 from imagekit.core.errors import DriftError, InputError
-from imagekit.core.paths import os_problem, refuse_links
+from imagekit.core.paths import open_regular_file, os_problem, read_regular_text, refuse_links
 from imagekit.plan.cells import Cell, Plan
 from imagekit.render.dockerfile import HEADER_MARK, Renderer
 
@@ -39,14 +38,15 @@ def _generated_files(out: Path) -> set[Path]:
     found: set[Path] = set()
     if not out.is_dir():
         return found
+    mark = HEADER_MARK.encode()
     for path in out.glob("*/Dockerfile"):
-        if not path.is_file():  # a FIFO would block the read; a directory is no file of ours
-            continue
         try:
-            with path.open(encoding="utf-8") as handle:
-                if handle.readline().startswith(HEADER_MARK):
+            # only the mark's bytes, of a regular file: a FIFO would block the read, a directory
+            # or a device is no file of ours
+            with open_regular_file(path, "a Dockerfile `imagekit render` wrote") as (fd, _):
+                if os.read(fd, len(mark)) == mark:
                     found.add(path)
-        except (OSError, UnicodeDecodeError):
+        except (OSError, InputError):
             continue
     return found
 
@@ -76,14 +76,13 @@ def check_drift(expected: Mapping[Path, str], out: Path) -> Drift:
     changed, missing = [], []
     for path, text in sorted(expected.items()):
         try:
-            if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a directory: never read, replaced
-                changed.append(path)
-                continue
-            current = path.read_text(encoding="utf-8")
+            # no more than the expected text's bytes: a larger file differs, unread; a FIFO, a
+            # directory or a device is never read, only replaced
+            current = read_regular_text(path, len(text.encode()), "the Dockerfile `imagekit render` writes")
         except FileNotFoundError:
             missing.append(path)
             continue
-        except (OSError, UnicodeDecodeError):  # writing it says why, if it cannot be replaced
+        except InputError:  # writing it says why, if it cannot be replaced
             changed.append(path)
             continue
         if current != text:

@@ -18,6 +18,8 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
+from imagekit.core.errors import InputError
+from imagekit.core.paths import read_regular_file
 from imagekit.facts.probe_facts import FACTS_NAME, facts_json
 
 PROBE_DIR = Path(__file__).parent.parent / "probe"
@@ -70,8 +72,13 @@ def _write_once(directory: Path, name: str, data: bytes) -> Path:
     """``directory/name`` holding ``data``: written whole (a temporary file, then a rename) unless a
     file with those bytes is already there."""
     path = directory / name
-    if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
-        return path
+    try:
+        # no link, no more than ``data``'s bytes, a regular file: anything else there is not
+        # this probe, and is replaced whole below, never read (a FIFO would hold the run)
+        if read_regular_file(path, len(data), "the probe imagekit caches", follow_links=False) == data:
+            return path
+    except (OSError, InputError):
+        pass
     directory.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
     try:

@@ -24,7 +24,7 @@ from imagekit.core import naming
 from imagekit.core.atomic import atomic_write
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import MAX_ITEMS, MAX_RECORDS, STATE_BYTES, TEXT_CHARS
-from imagekit.core.paths import check_write_target, read_regular_file
+from imagekit.core.paths import check_write_target, read_regular_file, read_regular_text
 from imagekit.core.safetypes import (
     RECORD_CONFIG,
     CellId,
@@ -372,6 +372,13 @@ class ReportStore:
         if self.previous is None:
             raise InputError(f"no build report at {self.path}; run `imagekit build` first")
         return self.previous
+
+    def text(self) -> str:
+        """The report file as it stands (what ``--json`` prints), read as bounded as any state file."""
+        try:
+            return read_regular_text(self.path, STATE_BYTES, "the report.json imagekit writes")
+        except FileNotFoundError:
+            raise InputError(f"no build report at {self.path}; run `imagekit build` first") from None
 
     def save(self, report: BuildReport) -> Path:
         """Replace the report; later readers of this store see it as the previous one."""

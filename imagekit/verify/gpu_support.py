@@ -14,14 +14,14 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from imagekit.core import cdi
-from imagekit.core.errors import EnvironmentProblem
+from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import CDI_SPEC_HEAD_BYTES, MAX_CDI_SPEC_FILES
+from imagekit.core.paths import open_regular_file
 from imagekit.verify.gpus import GpuRequest
 
 NO_GPU_DRIVER = "could not select device driver"
@@ -64,17 +64,13 @@ def spec_dirs(info: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _head(path: Path) -> bytes:
+    """The first bytes of a spec; none of what is no regular file (a FIFO named like a spec must
+    not hold the run) or cannot be read: only a hint depends on it."""
     try:
-        # O_NONBLOCK: a FIFO named like a spec must not hold the run; only a regular file is read.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
+        with open_regular_file(path, "a CDI spec") as (fd, _):
+            return os.read(fd, CDI_SPEC_HEAD_BYTES)
+    except (OSError, InputError):
         return b""
-    try:
-        return os.read(fd, CDI_SPEC_HEAD_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
 
 
 def nvidia_spec_present(dirs: Iterable[str]) -> bool:

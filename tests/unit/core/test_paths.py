@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import FILE_NAME_BYTES, PATH_BYTES
-from imagekit.core.paths import check_length, inside, os_problem, read_regular_file, refuse_links
+from imagekit.core.paths import (
+    check_length,
+    inside,
+    os_problem,
+    read_regular_file,
+    read_regular_text,
+    refuse_links,
+)
 
 
 def test_a_regular_file_is_read_up_to_its_limit(tmp_path: Path) -> None:
@@ -32,6 +39,25 @@ def test_what_is_not_a_regular_file_is_refused_before_reading(tmp_path: Path) ->
     for path, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a device"), (tmp_path, "a directory")):
         with pytest.raises(InputError, match=rf"^{path}: is {kind}, not a regular file; pass a file$"):
             read_regular_file(path, 1 << 30, "a file")
+
+
+def test_a_link_is_refused_where_the_caller_refuses_links(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_bytes(b"x")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert read_regular_file(link, 1, "a file") == b"x"  # followed by default
+    with pytest.raises(InputError, match=rf"^{link}: is a symbolic link, which imagekit does not read"):
+        read_regular_file(link, 1, "a file", follow_links=False)
+
+
+def test_text_is_utf8_or_one_line_naming_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    path.write_bytes("é\n".encode())
+    assert read_regular_text(path, 10, "a file") == "é\n"
+    path.write_bytes(b"ok\xff")
+    with pytest.raises(InputError, match=rf"^{path}: not UTF-8 text \(byte 2\); save it as UTF-8$"):
+        read_regular_text(path, 10, "a file")
 
 
 @settings(max_examples=50, deadline=2000, derandomize=True)
