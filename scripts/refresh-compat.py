@@ -57,7 +57,7 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 # The checkout this script belongs to: its imagekit reads the table this script writes.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -69,6 +69,7 @@ from imagekit.core import platforms
 from imagekit.core.errors import ImagekitError
 from imagekit.core.limits import FILE_NAME_BYTES
 from imagekit.core.paths import read_regular_file, read_regular_text
+from imagekit.core.text import printable, redact
 from imagekit.core.versions import compare, cuda_variant, minor_of, version_key
 from imagekit.facts.compat import Aarch64Wheels, Libraries, TorchRelease
 from imagekit.render.wheels import platform_tags
@@ -1192,8 +1193,17 @@ def label(path: Path) -> str:
         return path.name
 
 
+class MaskedParser(argparse.ArgumentParser):
+    """argparse, its usage errors masked: it repeats what it could not parse, and
+    `--index-urll https://user:password@host/simple` would print the password."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(redact(message))}\n")
+
+
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = MaskedParser(
         description="Rebuild the torch section of compat.yaml from registry metadata and print the diff.",
         epilog="Example: scripts/refresh-compat.py --since 2.10 --write",
     )
@@ -1280,6 +1290,12 @@ def rebuild(args: argparse.Namespace, source: Source, notes: list[str]) -> tuple
     return text, new_text, result
 
 
+def say(line: str) -> None:
+    """A line on stderr, a login in it masked: --index-url and --torch-index may carry one, and the
+    index URL is repeated in the source's description, its notes and its errors."""
+    print(printable(redact(line)), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     notes: list[str] = []
@@ -1287,22 +1303,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         text, new_text, result = rebuild(args, source, notes)
     except RefreshError as exc:
-        print(f"refresh-compat: {exc}", file=sys.stderr)
+        say(f"refresh-compat: {exc}")
         return 2
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         # Every recording and registry answer is untrusted: one of an unexpected shape ends the
         # run in one line, with nothing written.
         detail = f"{type(exc).__name__}: {one_line(exc)}"
-        print(
-            f"refresh-compat: {source.describe()}: an answer of unexpected shape ({detail})", file=sys.stderr
-        )
+        say(f"refresh-compat: {source.describe()}: an answer of unexpected shape ({detail})")
         return 2
 
-    print(f"refresh-compat: read {source.describe()}", file=sys.stderr)
+    say(f"refresh-compat: read {source.describe()}")
     for line in result.kept:
-        print(f"  kept: {line}", file=sys.stderr)
+        say(f"  kept: {line}")
     for line in result.notes:
-        print(f"  note: {line}", file=sys.stderr)
+        say(f"  note: {line}")
     name = label(args.compat)
     diff = list(
         difflib.unified_diff(text.splitlines(True), new_text.splitlines(True), f"a/{name}", f"b/{name}")

@@ -27,6 +27,7 @@ from functools import cache
 from typing import Any
 
 from imagekit.core.platforms import MACHINES
+from imagekit.core.text import shown
 from imagekit.facts.compat import read_data
 
 DATA_FILE = "cuda_wheels.yaml"
@@ -56,41 +57,57 @@ class CudaWheels:
         return self.pins.get((torch, variant, machine))
 
 
-def _fail(where: str, problem: str) -> ValueError:
-    return ValueError(f"imagekit/data/{DATA_FILE}: {where}: {problem}")
-
-
 def _pin_list(where: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
-        raise _fail(where, "expected a non-empty list of project==version")
+        raise ValueError(f"{where}: expected a non-empty list of project==version")
     for pin in value:
         match = _PIN.match(pin) if isinstance(pin, str) else None
         if match is None:
-            raise _fail(where, f"{pin!r} is not project==version (normalised name, plain version)")
+            raise ValueError(
+                f"{where}: {_shown(pin)} is not project==version (normalised name, plain version)"
+            )
         if not is_cuda_project(match.group(1)):
-            raise _fail(where, f"{pin!r} is not one of CUDA's wheels ({', '.join(CUDA_PROJECT_PREFIXES)}*)")
+            raise ValueError(
+                f"{where}: {_shown(pin)} is not one of CUDA's wheels ({', '.join(CUDA_PROJECT_PREFIXES)}*)"
+            )
     if value != sorted(set(value)):
-        raise _fail(where, "the pins must be sorted, each once (the refresh script writes them so)")
+        raise ValueError(f"{where}: the pins must be sorted, each once (the refresh script writes them so)")
     return tuple(value)
 
 
-def parse_cuda_wheels(raw: Mapping[str, Any]) -> CudaWheels:
-    """The data file's mapping as a table; ValueError names the first malformed entry."""
+_KINDS = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+
+
+def _shown(value: Any) -> str:
+    """A key or value of the file as a message repeats it: a string cut short and redacted, anything
+    else by its kind (a hand edit or another file given to the refresh script may hold anything)."""
+    if isinstance(value, str):
+        return shown(value)
+    return "null" if value is None else _KINDS.get(type(value), type(value).__name__)
+
+
+def parse_cuda_wheels(raw: Any, source: str = f"imagekit/data/{DATA_FILE}") -> CudaWheels:
+    """The data file's value as a table; ValueError names ``source`` and the first malformed entry.
+    Any value is checked, not only a mapping: the refresh script reads the table from a path given."""
     pins: dict[tuple[str, str, str], tuple[str, ...]] = {}
-    wheels = raw.get("wheels")
+    wheels = raw.get("wheels") if isinstance(raw, Mapping) else None
     if not isinstance(wheels, dict):
-        raise _fail("wheels", "expected a mapping of torch patch -> variant -> machine -> pins")
+        raise ValueError(f"{source}: wheels: expected a mapping of torch patch -> variant -> machine -> pins")
     for torch, variants in wheels.items():
         if not isinstance(torch, str) or not _TORCH.match(torch) or not isinstance(variants, dict):
-            raise _fail(f"wheels.{torch}", "expected a torch patch (2.1.2) mapping variants")
+            where = f"{source}: wheels.{_shown(torch)}"
+            raise ValueError(f"{where}: expected a torch patch (2.1.2) mapping variants")
         for variant, machines in variants.items():
             if not isinstance(variant, str) or not _VARIANT.match(variant) or not isinstance(machines, dict):
-                raise _fail(f"wheels.{torch}.{variant}", "expected a CUDA variant (cu121) mapping machines")
+                where = f"{source}: wheels.{torch}.{_shown(variant)}"
+                raise ValueError(f"{where}: expected a CUDA variant (cu121) mapping machines")
             for machine, value in machines.items():
-                where = f"wheels.{torch}.{variant}.{machine}"
                 if machine not in MACHINES:
-                    raise _fail(where, f"machine must be one of {', '.join(MACHINES)}")
-                pins[(torch, variant, machine)] = _pin_list(where, value)
+                    where = f"{source}: wheels.{torch}.{variant}.{_shown(machine)}"
+                    raise ValueError(f"{where}: machine must be one of {', '.join(MACHINES)}")
+                pins[(torch, variant, machine)] = _pin_list(
+                    f"{source}: wheels.{torch}.{variant}.{machine}", value
+                )
     return CudaWheels(pins)
 
 

@@ -435,3 +435,11 @@ def test_a_listing_with_an_absurdly_long_version_is_one_line_exit_2(
     assert line.startswith("refresh-compat: ") and "Traceback" not in result.stderr
     assert len(line) < 400
     assert compat.read_text() == before
+
+
+def test_a_login_in_a_flag_is_masked_in_a_usage_error(compat: Path) -> None:
+    """argparse repeats what it cannot parse: a mistyped --index-url with a login printed it."""
+    result = run(compat, "--index-urll", "https://mirror-user:s3cret@mirror.example/simple")
+    assert result.returncode == 2
+    assert "s3cret" not in result.stdout + result.stderr
+    assert "https://***@mirror.example/simple" in result.stderr

@@ -79,3 +79,19 @@ def test_bad_keys_are_refused() -> None:
 def test_cuda_projects() -> None:
     assert is_cuda_project("nvidia-cudnn-cu12") and is_cuda_project("cuda-toolkit")
     assert not is_cuda_project("triton") and not is_cuda_project("torch")
+
+
+@pytest.mark.parametrize("raw", [None, ["wheels"], "wheels: {}", 3])
+def test_a_value_that_is_no_mapping_is_refused_naming_the_source(raw: Any) -> None:
+    """The refresh script reads the table from any path it is given: whatever it holds is refused
+    in one ValueError naming that file, never an AttributeError."""
+    with pytest.raises(ValueError, match=r"^/tmp/t\.yaml: wheels: expected a mapping"):
+        parse_cuda_wheels(raw, "/tmp/t.yaml")
+
+
+def test_a_bad_key_or_value_is_repeated_bounded_and_by_its_kind() -> None:
+    with pytest.raises(ValueError, match=r"wheels\.'2\.1\.2x+\.\.\.': expected a torch patch") as caught:
+        parse_cuda_wheels({"wheels": {"2.1.2" + "x" * 5_000: {}}})
+    assert len(str(caught.value)) < 200
+    with pytest.raises(ValueError, match=r"x86_64: a mapping is not project==version"):
+        parse_cuda_wheels(table([{"nvidia-x": "1"}]))
