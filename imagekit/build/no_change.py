@@ -19,7 +19,11 @@ which of its inputs the plan read (``ReadRecorder.mark_plan``: derived, not list
 matrix, its template directory, compat data, the wheelhouse listing...), and it must name the
 matrix this very run is given among them; imagekit's own files (its templates, its compat table)
 are in the run's key. A record whose inputs were emptied, or replaced by other files that stat
-the same, names no matrix: no record, the build runs in full.
+the same, names no matrix: no record, the build runs in full. And the inputs the matrix names are
+taken from the matrix, never from the record (``imagekit.build.named_inputs``): every file and
+directory below its template directory (or imagekit's), its local bases' contexts and its
+wheelhouses must be among the record's inputs, each of which is checked, so a record edited to
+leave the template directory out of both lists is no record either.
 
 The next run with the same key, whose inputs all stat the same and whose report is byte for byte
 that one, checks the engine instead of planning: an inspect of each image of the report (still
@@ -55,6 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import imagekit
+from imagekit.build import named_inputs
 from imagekit.core import naming
 from imagekit.core.atomic import atomic_write
 from imagekit.core.clock import timestamp, today
@@ -72,9 +77,9 @@ if TYPE_CHECKING:
     from imagekit.plan.cells import Plan
 
 RECORD_NAME = "unchanged.json"
-RECORD_VERSION = 2  # 2: the files the plan read (``Record.plan``)
+RECORD_VERSION = 3  # 2: the files the plan read (``Record.plan``); 3: all the matrix names (``named_inputs``)
 RECORD_BYTES = 32 << 20
-MAX_FILES = 200_000
+MAX_FILES = named_inputs.MAX_ENTRIES
 # The environment a build reads, directly or through docker-py, pip and the registry client, and
 # what decides which code runs (not PYTHONUNBUFFERED, PYTHONPROFILEIMPORTTIME and the like).
 ENV_PREFIXES = ("DOCKER_", "IMAGEKIT_", "PIP_", "XDG_")
@@ -244,9 +249,10 @@ class ReadRecorder:
         if not name.startswith(_KERNEL) and not name.startswith(self.ignored):
             into.add(name)
 
-    def inputs(self) -> list[FileKey]:
-        """A stat of every input, and of the directory of each file (a file added beside it)."""
-        paths = self.files | self.directories | {os.path.dirname(f) for f in self.files}
+    def inputs(self, named: set[str]) -> list[FileKey]:
+        """A stat of every input, of the directory of each file (a file added beside it) and of
+        every path ``named`` (all the matrix names, ``named_inputs.matrix_inputs``)."""
+        paths = self.files | self.directories | {os.path.dirname(f) for f in self.files} | named
         return [_file_key(p) for p in sorted(paths)]
 
 
@@ -419,15 +425,22 @@ def record(
     outcome: BuildOutcome,
     names: Names,
     day: date,
+    matrix: str | Path,
 ) -> str | None:
-    """Leave the record of a full run when it changed nothing (every cell and base skipped, not
-    interrupted); the reason when it leaves none. The caller holds the state directory's lock."""
+    """Leave the record of a full run of ``matrix`` when it changed nothing (every cell and base
+    skipped, not interrupted); the reason when it leaves none. The caller holds the state
+    directory's lock."""
     results = (*outcome.report.cells, *outcome.report.bases)
     if outcome.interrupted or not outcome.report.cells or any(r.status != "skipped" for r in results):
         return "it built something, or did not finish"
     if reads.started_process:
         return "it started a process, whose reads are not known"
-    inputs = reads.inputs()
+    named = named_inputs.matrix_inputs(matrix, reads.ignored)
+    if named is None:
+        return "what its matrix names cannot be listed"
+    inputs = reads.inputs(named)
+    if len(inputs) > MAX_FILES:
+        return f"it read more than {MAX_FILES:,} files, more than a record lists"
     found = _report_digest(state_dir)
     if found is None:
         return "its report cannot be read back"
@@ -482,6 +495,14 @@ def names_its_plan(found: Record, matrix: str | Path) -> bool:
     return bool(given & set(found.plan)) and set(found.plan) <= listed
 
 
+def covers_the_matrix(found: Record, matrix: str | Path, state_dir: Path) -> bool:
+    """Whether the record names everything ``matrix`` names, read from the matrix (as its stat
+    in the record says it is), never from the record: its template directory, its contexts and
+    wheelhouses, each whole. Left out, an edit there would go unchecked."""
+    named = named_inputs.matrix_inputs(matrix, ignored_dirs(state_dir))
+    return named is not None and named <= {k[0] for k in found.inputs}
+
+
 def _answer(state_dir: Path, key: str, today: date, matrix: str | Path) -> Answer | None:
     clock = time.monotonic()
     try:
@@ -491,7 +512,7 @@ def _answer(state_dir: Path, key: str, today: date, matrix: str | Path) -> Answe
     found = _parse(raw)
     if found is None or key not in found.keys or not names_its_plan(found, matrix):
         return None
-    if any(_file_key(k[0]) != k for k in found.inputs):
+    if any(_file_key(k[0]) != k for k in found.inputs) or not covers_the_matrix(found, matrix, state_dir):
         return None
     read = _report_digest(state_dir)
     if read is None or read[1] != found.report_sha256:

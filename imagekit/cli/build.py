@@ -342,7 +342,7 @@ def build(
             if run_key is not None:
                 keys = (run_key,) if Launch.argv is None else (run_key, unchanged.argv_key(Launch.argv))
                 unchanged.record(
-                    state_dir, keys, as_json, reads, outcome, unchanged.Names.of_plan(the_plan), day
+                    state_dir, keys, as_json, reads, outcome, unchanged.Names.of_plan(the_plan), day, matrix
                 )
     if as_json:
         typer.echo(store.text(), nl=False)

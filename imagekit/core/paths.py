@@ -20,7 +20,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.core.limits import FILE_NAME_BYTES, PATH_BYTES
@@ -45,6 +45,12 @@ def file_key(path: str, found: os.stat_result) -> FileKey:
 # (a digest from the stat-keyed cache, a size from a listing) is announced with this one, so a
 # recorder of a run's inputs (``imagekit.build.no_change``) sees it too.
 INPUT_EVENT = "imagekit.input"
+
+
+def relative_path_is_inside(path: str) -> bool:
+    """True when a relative path stays inside its root (no absolute path, no ``..``)."""
+    pure = PurePosixPath(path)
+    return not pure.is_absolute() and ".." not in pure.parts
 
 
 def depends_on(path: Path | str) -> None:

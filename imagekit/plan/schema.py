@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -36,7 +36,7 @@ from imagekit.core.limits import (
     VERSION_CHARS,
     VERSION_COMPONENT_DIGITS,
 )
-from imagekit.core.paths import check_length
+from imagekit.core.paths import check_length, relative_path_is_inside
 from imagekit.core.safetypes import (
     LOGIN,
     SECRET_ID,
@@ -53,13 +53,6 @@ from imagekit.core.safetypes import (
 )
 from imagekit.core.text import shown
 from imagekit.core.yamlsource import SourceDocument, format_path
-
-
-def relative_path_is_inside(path: str) -> bool:
-    """True when a relative path stays inside its root (no absolute path, no ``..``)."""
-    pure = PurePosixPath(path)
-    return not pure.is_absolute() and ".." not in pure.parts
-
 
 # -- safe strings -------------------------------------------------------------------------
 # The checks themselves (and the types the state files share) are ``imagekit.core.safetypes``'.

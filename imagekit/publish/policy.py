@@ -142,6 +142,29 @@ def level_of(result: CellResult) -> Level | None:
     return verification.verdict
 
 
+def unbound_verification(verification: Verification, input_digest: str) -> str | None:
+    """Why ``verification`` is no verification of a cell built from ``input_digest``, or None.
+
+    A verification names the inputs of the image it ran on (its input-digest label). One that
+    names none (a record of an earlier release, or an image without the label) or other inputs
+    cannot be bound to the cell's record, whose input digest may have been replaced: it is no
+    verification, whatever its verdict, and the cell is refused until it is verified again (not
+    published as never verified: its record would still show another image's checks)."""
+    made_for = verification.input_digest
+    if made_for is None:
+        return (
+            f"its verification names no input digest (a record of an earlier release, or an image"
+            f" without the {naming.INPUT_DIGEST_LABEL} label): it cannot be bound to the cell's"
+            " inputs; re-run `imagekit verify` on the cell"
+        )
+    if made_for != input_digest:
+        return (
+            f"its verification was made for inputs {made_for}, not the cell's {input_digest};"
+            " re-run `imagekit verify` on the cell's own image"
+        )
+    return None
+
+
 def refusal_reason(result: CellResult | None, policy: str) -> str | None:
     if result is None:
         return "not in the build report; run `imagekit build` first"
@@ -152,16 +175,13 @@ def refusal_reason(result: CellResult | None, policy: str) -> str | None:
     ran_on = (result.image_id, *result.tags, *((staged.reference,) if staged else ()))
     if verification is not None and verification.image not in ran_on:
         return f"its verification ran on {verification.image}, not the built {result.image_id}; verify again"
-    made_for = verification.input_digest if verification is not None else None
-    if made_for is not None and made_for != result.input_digest:
-        return (
-            f"its verification was made for inputs {made_for}, not the cell's {result.input_digest};"
-            " verify the cell's own image again"
-        )
     level = level_of(result)
     if level is None:
         assert verification is not None
         return f"it failed verification ({verification.error or _failed_names(verification)})"
+    unbound = unbound_verification(verification, result.input_digest) if verification is not None else None
+    if unbound is not None:
+        return unbound
     if staged is not None and verification is not None and verification.image_digest != staged.digest:
         return (
             f"its verified digest ({verification.image_digest or 'unknown'}) is not its staged digest"

@@ -93,7 +93,8 @@ def generate(envs: list[jinja2.Environment], out: Path, name: str = "Dockerfile.
 
 def own_environments() -> list[jinja2.Environment]:
     """The environments of imagekit's own templates: the cell's and the front ends'."""
-    from imagekit.render.dockerfile import FRONTEND_TEMPLATES, default_templates_dir, make_environment
+    from imagekit.render.dockerfile import make_environment
+    from imagekit.render.template_dirs import FRONTEND_TEMPLATES, default_templates_dir
 
     return [
         make_environment(default_templates_dir()),

@@ -338,7 +338,8 @@ class Verification:
     devices: Annotated[tuple[ShortText, ...], Items(MAX_GPUS)] = ()
     gpu_seconds: Seconds | None = None
     # The inputs the verified image was built from (its imagekit.input-digest label): publish
-    # refuses a cell whose record names other inputs. None: no such label, or an earlier release.
+    # refuses a cell whose record names other inputs, or none (no such label, an earlier release):
+    # a verification that cannot be bound to the cell's inputs is no verification.
     input_digest: InputDigest | None = None
 
     @property

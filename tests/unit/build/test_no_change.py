@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from imagekit.build import named_inputs
 from imagekit.build import no_change as unchanged
 from imagekit.build.builder import BuildOutcome
 from imagekit.cli.build import BuildCommand, build
@@ -162,27 +163,49 @@ class Setup:
     state: Path
     inputs: Path  # a directory of the run's inputs
     matrix: Path
+    own_templates: Path  # imagekit's own templates, as this run finds them
+
+
+# What the matrix names, as a full run reads it: its template directory, a local base's context, a
+# wheelhouse (only the paths are read here, from the matrix itself: `imagekit.build.named_inputs`).
+MATRIX = """axes: {}
+templates: tpl
+bases:
+  local: {build: {context: ctx}}
+sources:
+  pip: {find_links: [wheels]}
+"""
+NAMED_FILES = ("tpl/Dockerfile.j2", "tpl/frontend/Dockerfile.j2", "ctx/Dockerfile", "wheels/torch.whl")
 
 
 @pytest.fixture
-def recorded(tmp_path: Path) -> Setup:
+def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Setup:
     """A state directory after a full run that changed nothing: its report and its record."""
     state = tmp_path / "state"
     inputs = tmp_path / "project"
     inputs.mkdir()
+    own = tmp_path / "imagekit-templates"  # imagekit's own, which a test may edit
+    (own / "frontend").mkdir(parents=True)
+    (own / "Dockerfile.j2").write_text("FROM {{ base }}\n")
+    (own / "frontend" / "Dockerfile.j2").write_text("FROM {{ parent }}\n")
+    monkeypatch.setattr(named_inputs, "default_templates_dir", lambda: own)
     matrix = inputs / "matrix.yaml"
-    matrix.write_text("axes: {}\n")
+    matrix.write_text(MATRIX)
+    for name in NAMED_FILES:
+        (inputs / name).parent.mkdir(parents=True, exist_ok=True)
+        (inputs / name).write_text(f"{name}\n")
     (inputs / "wheel.whl").write_bytes(b"wheel")
     report = skipped_report()
     state.mkdir()
     write_report(state, report)
     with unchanged.ReadRecorder(unchanged.ignored_dirs(state)) as reads:
         matrix.read_text()
-        reads.mark_plan()  # the matrix decided the plan
+        (inputs / "tpl" / "Dockerfile.j2").read_text()
+        reads.mark_plan()  # the matrix and its template decided the plan
         depends_on(inputs / "wheel.whl")  # known by its stat, never opened
     outcome = BuildOutcome(report, interrupted=False, external_bases=(("busybox:latest", BASE_IMAGE),))
-    assert unchanged.record(state, KEYS, False, reads, outcome, NAMES, DAY) is None
-    return Setup(state, inputs, matrix)
+    assert unchanged.record(state, KEYS, False, reads, outcome, NAMES, DAY, matrix) is None
+    return Setup(state, inputs, matrix, own)
 
 
 def test_a_run_with_nothing_changed_is_answered(recorded: Setup, engine: FakeEngine) -> None:
@@ -362,8 +385,9 @@ def test_a_full_run_that_built_something_leaves_no_record(tmp_path: Path) -> Non
     )
     with unchanged.ReadRecorder(()) as reads:
         pass
-    assert unchanged.record(tmp_path, KEYS, False, reads, BuildOutcome(built, False), NAMES, DAY) is not None
-    assert unchanged.record(tmp_path, KEYS, False, reads, BuildOutcome(report, True), NAMES, DAY) is not None
+    matrix = tmp_path / "matrix.yaml"
+    for outcome in (BuildOutcome(built, False), BuildOutcome(report, True)):
+        assert unchanged.record(tmp_path, KEYS, False, reads, outcome, NAMES, DAY, matrix) is not None
     assert not (tmp_path / unchanged.RECORD_NAME).exists()
 
 
@@ -399,7 +423,7 @@ def test_the_recorder_sees_reads_listings_and_processes_not_writes(tmp_path: Pat
         (tmp_path / "listed" / "after.txt").write_text("z")
         (tmp_path / "listed" / "after.txt").read_bytes()
     assert not reads.started_process and reads.files == {str(tmp_path / "listed" / "after.txt")}
-    keys = {k[0]: k[1:] for k in unchanged.ReadRecorder((), files={str(tmp_path / "gone")}).inputs()}
+    keys = {k[0]: k[1:] for k in unchanged.ReadRecorder((), files={str(tmp_path / "gone")}).inputs(set())}
     assert keys[str(tmp_path / "gone")] == (-1, 0, 0, 0)  # absent is an answer too
 
 
@@ -540,3 +564,51 @@ def test_the_command_lines_matrix() -> None:
     assert unchanged.matrix_of(["build", "--matrix=m.yaml"]) == "m.yaml"
     assert unchanged.matrix_of(["build", "-mm.yaml"]) is None
     assert unchanged.matrix_of(["build", "--matrix"]) is None
+
+
+def _edit_named(setup: Setup, where: str) -> Path:
+    """``where``'s directory (one the matrix names, or imagekit's own templates) and a file in it
+    edited, as a person edits a template: new bytes, a new mtime."""
+    top = setup.own_templates if where == "own templates" else setup.inputs / where
+    edited = next(p for p in sorted(top.rglob("*")) if p.is_file())
+    stat = edited.stat()
+    edited.write_text(edited.read_text() + "# edited\n")
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    return top
+
+
+@pytest.mark.parametrize("where", ["tpl", "ctx", "wheels", "own templates"])
+def test_a_record_leaving_out_what_the_matrix_names_is_no_record(
+    recorded: Setup, engine: FakeEngine, where: str
+) -> None:
+    """Issue 45: a record (version 2) edited to drop the template directory from both of its lists
+    answered "nothing changed" after a template-only edit. What must be covered is read from the
+    matrix (its templates, its bases' contexts, its wheelhouses) and imagekit's own templates,
+    never from the record: each left out of both lists, and a file in it edited, is the full run."""
+    top = recorded.own_templates if where == "own templates" else recorded.inputs / where
+    listed = {k[0] for k in _record(recorded)["inputs"]}
+    assert {str(top), *map(str, top.rglob("*"))} <= listed  # the full run's record covers it whole
+
+    def inside(path: str) -> bool:
+        return path == str(top) or path.startswith(f"{top}{os.sep}")
+
+    _edit_record(
+        recorded,
+        lambda d: d.update(
+            inputs=[k for k in d["inputs"] if not inside(k[0])], plan=[p for p in d["plan"] if not inside(p)]
+        ),
+    )
+    _edit_named(recorded, where)
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None
+    assert engine.calls == []  # decided before the engine is asked
+
+
+@pytest.mark.parametrize("where", ["tpl", "ctx", "wheels", "own templates"])
+def test_an_edit_below_what_the_matrix_names_is_the_full_run(
+    recorded: Setup, engine: FakeEngine, where: str
+) -> None:
+    """The record as written: a file of a named directory that the run never opened (a template
+    beside the one it read, a context file known by its stat) edited: the full run too."""
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is not None
+    _edit_named(recorded, where)
+    assert unchanged.answer(recorded.state, KEY, DAY, recorded.matrix) is None

@@ -150,20 +150,31 @@ def record(
     cell_id: str, verdict: str | None, status: str = "built", day: date = date(2026, 12, 1)
 ) -> CellResult:
     image_id = "sha256:" + hashlib.sha256(cell_id.encode()).hexdigest()
+    input_digest = hashlib.sha256(f"in {cell_id}".encode()).hexdigest()
     verification = None
     if verdict is not None:
         # checks that support the verdict: it is derived again from them whenever a report is read
         names = GPU_CHECKS if verdict == "validated" else ("torch",)
         checks = tuple(CheckRecord(n, "pass" if verdict != "failed" else "fail", True) for n in names)
         gpu = verdict != "checked"
-        verification = Verification(cell_id, image_id, "all", verdict, gpu, gpu, checks, 1.0)  # type: ignore[arg-type]
+        verification = Verification(
+            cell_id,
+            image_id,
+            "all",
+            verdict,  # type: ignore[arg-type]
+            gpu,
+            gpu,
+            checks,
+            1.0,
+            input_digest=input_digest,
+        )
     return CellResult(
         id=cell_id,
         kind="cell",
         status=status,  # type: ignore[arg-type]
         base_image="b",
         image_id=image_id,
-        input_digest=hashlib.sha256(f"in {cell_id}".encode()).hexdigest(),
+        input_digest=input_digest,
         verification=verification,
         built_on=day,
     )

@@ -30,6 +30,7 @@ def result(verdict: str | None, status: str = "built") -> CellResult:
     if verdict is not None:
         checks = (CheckRecord("torch_import", "pass" if verdict != "failed" else "fail", True),)
         verification = Verification("c", "sha256:img", "none", verdict, False, False, checks, 1.0)  # type: ignore[arg-type]
+        verification = replace(verification, input_digest="f" * 64)  # as `imagekit verify` records it
     return CellResult(
         id="c",
         kind="cell",
@@ -509,7 +510,9 @@ def test_publish_renders_nothing_and_needs_no_wheelhouse(tmp_path: Path) -> None
     checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
 
     def validated(cell: Cell) -> CellResult:
-        verified = Verification(cell.id, IMAGE, "all", "validated", True, True, checks, 1.0)
+        verified = Verification(
+            cell.id, IMAGE, "all", "validated", True, True, checks, 1.0, input_digest="f" * 64
+        )
         record = replace(result(None), id=cell.id, image_id=IMAGE, verification=verified)
         return replace(record, built_on=date(2026, 12, 1))
 
@@ -697,8 +700,7 @@ def test_a_group_whose_immutable_tag_names_another_index_is_refused_whole(tmp_pa
 
 def test_a_verification_made_for_other_inputs_is_refused_naming_both() -> None:
     """A verification record names the inputs of the image it ran on (its input-digest label):
-    one made for other inputs than the cell's record never admits the cell; the cell's own (or a
-    record of an earlier release, which names none) does."""
+    one made for other inputs than the cell's record never admits the cell; the cell's own does."""
     from imagekit.publish.policy import refusal_reason
 
     record = staged_result("checked")
@@ -706,8 +708,75 @@ def test_a_verification_made_for_other_inputs_is_refused_naming_both() -> None:
     other = replace(record, verification=replace(record.verification, input_digest="e" * 64))
     reason = refusal_reason(other, "checked")
     assert reason is not None and f"made for inputs {'e' * 64}, not the cell's {'f' * 64}" in reason
-    own = replace(record, verification=replace(record.verification, input_digest="f" * 64))
-    assert refusal_reason(own, "checked") is None and refusal_reason(record, "checked") is None
+    assert "re-run `imagekit verify`" in reason
+    assert refusal_reason(record, "checked") is None
+
+
+@pytest.mark.parametrize("policy", ["gpu-validated", "checked", "built"])
+def test_a_verification_naming_no_inputs_is_no_verification(policy: str) -> None:
+    """The cell's input digest replaced in the report, its verification naming none (as records
+    written before the field existed do): it cannot be bound to the cell's inputs, so whatever the
+    policy, even `built`, the cell is refused with the fix; it is never published on that record."""
+    from imagekit.publish.policy import refusal_reason
+
+    record = staged_result("validated")
+    assert record.verification is not None
+    unbound = replace(
+        record, input_digest="e" * 64, verification=replace(record.verification, input_digest=None)
+    )
+    reason = refusal_reason(unbound, policy)
+    assert reason is not None and "names no input digest" in reason and "re-run `imagekit verify`" in reason
+    # the same with the cell's own digest untouched: still not bound, still refused
+    reason = refusal_reason(replace(unbound, input_digest="f" * 64), policy)
+    assert reason is not None and "names no input digest" in reason
+
+
+def test_publish_refuses_the_one_cell_whose_verification_is_bound_to_no_inputs(tmp_path: Path) -> None:
+    """One cell's input digest replaced in the report and its verification naming none (as records
+    of earlier releases do): one `refused` line naming the cell and the fix, exit 1, and every other
+    cell decided as before (the dry run would publish them)."""
+    import shutil
+
+    from imagekit.report.store import BuildReport, write_report
+    from tests.conftest import REPO, run_cli
+
+    project = tmp_path / "checkout"
+    shutil.copytree(
+        REPO / "examples" / "offline", project, ignore=shutil.ignore_patterns("wheelhouse", ".imagekit")
+    )
+    cells = load_plan(project / "matrix.yaml").cells
+    checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
+
+    def validated(cell: Cell) -> CellResult:
+        verified = Verification(
+            cell.id, IMAGE, "all", "validated", True, True, checks, 1.0, input_digest="f" * 64
+        )
+        return replace(
+            result(None), id=cell.id, image_id=IMAGE, verification=verified, built_on=date(2026, 12, 1)
+        )
+
+    records = [validated(cell) for cell in cells]
+    alone = next(  # a cell that is a group of its own: its refusal takes no other platform along
+        i for i, cell in enumerate(cells) if sum(c.readable_tag == cell.readable_tag for c in cells) == 1
+    )
+    forged = records[alone]
+    assert forged.verification is not None
+    records[alone] = replace(
+        forged, input_digest="e" * 64, verification=replace(forged.verification, input_digest=None)
+    )
+    state = project / ".imagekit"
+    write_report(state, BuildReport("m", "2026-12-01T00:00:00Z", 1.0, "e", tuple(records), ()))
+    done = run_cli(
+        "publish",
+        *("--matrix", str(project / "matrix.yaml"), "--state-dir", str(state)),
+        *("--registry", "127.0.0.1:5000", "--dry-run"),
+    )
+    assert done.exit_code == 1, done.stderr
+    refusals = [line for line in done.stderr.splitlines() if line.startswith("imagekit: refused:")]
+    assert len(refusals) == 1, done.stderr
+    assert refusals[0].startswith(f"imagekit: refused: {cells[alone].id}: its verification names no input")
+    assert refusals[0].endswith("re-run `imagekit verify` on the cell")
+    assert f"would publish {len(cells) - 1}, refused 1" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(("cap", "refused"), [(7, False), (6, True)], ids=["at-the-cap", "over-the-cap"])
