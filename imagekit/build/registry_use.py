@@ -9,7 +9,6 @@ cell's result (verify and publish on other runners work from it), so its failure
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from imagekit.engine.client import PushFailed, inspect_image, pull, push_as
 from imagekit.plan.schema import Publish
 from imagekit.registry.client import Backoff, open_registry
 from imagekit.registry.credentials import docker_auth_config
+from imagekit.registry.manifest import INDEX_TYPES
 from imagekit.render.dockerfile import RenderedCell
 from imagekit.report.pullcost import gib, measure
 from imagekit.report.store import BuildReport, CellResult, Staged
@@ -155,14 +155,20 @@ class BuildRegistry:
         if digest is None:
             return None
         try:
+            # read as every image is (imagekit.registry.manifest): a staged image that no engine
+            # could pull (a layer of an absurd size, a config that is not its manifest's) is no
+            # image to reuse; an index (bake's provenance around it) has no labels of its own
             with self._lock:
-                config_digest = self.registry.get_manifest(repository, digest).config_digest
-                config = config_digest and self.registry.get_blob(repository, config_digest)
-            labels = (json.loads(config).get("config") or {}).get("Labels") or {} if config else {}
-        except (EnvironmentProblem, RegistryError, ValueError, AttributeError) as exc:
+                manifest = self.registry.get_manifest(repository, digest)
+                labels: Mapping[str, str] = {}
+                if manifest.media_type not in INDEX_TYPES:
+                    record = manifest.image("its manifest", "not reused")
+                    raw = self.registry.get_blob(repository, record.config.digest)
+                    labels = record.read_config(raw, "its manifest", "not reused").labels
+        except (EnvironmentProblem, RegistryError) as exc:
             write(f"reuse: {naming.reference(self.staging_name, tag)} unreadable ({one_line(exc)}); building")
             return None
-        if not isinstance(labels, dict) or labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
+        if labels.get(naming.INPUT_DIGEST_LABEL) != rendered.input_digest:
             write(
                 f"reuse: {naming.reference(self.staging_name, tag)} was not built from these inputs; building"
             )

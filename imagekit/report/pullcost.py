@@ -9,8 +9,10 @@ once (containerd's unpacker fetches a blob its content store lacks, by digest).
 
 Everything here is computation on bytes already read (no I/O): ``measure`` asks the registry only
 through the reader it is given (``imagekit.registry.client.Registry``). The manifest and config are
-the registry's word, trusted no more than a file: an absurd layer list or size is a RegistryError
-(one line), and a history that does not line up leaves the step "unknown", never a crash.
+the registry's word, trusted no more than a file: both are read as the image record every reader
+takes (``imagekit.registry.manifest``), so an absurd layer list or size, a blob of no image's
+media type or a config whose diff_ids are not one per layer is a RegistryError (one line), and a
+history that does not line up leaves the step "unknown", never a crash.
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated, Any, NoReturn, Protocol
+from typing import Annotated, Any, Protocol
 
 from imagekit.core.errors import RegistryError
 from imagekit.core.limits import LAYER_BYTES_MAX, MAX_IMAGE_LAYERS, STEP_CHARS
-from imagekit.core.naming import DIGEST
 from imagekit.core.platforms import Platform
 from imagekit.core.safetypes import RECORD_CONFIG, Count, ImageDigest, Items, Number, ShortText, parse_json
 from imagekit.core.text import printable
@@ -97,22 +98,6 @@ def gib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size:,} bytes"
 
 
-def _blob(entry: Any, what: str, where: str) -> Blob:
-    def refuse(problem: str) -> NoReturn:
-        raise RegistryError(f"{where}: {what} {problem}; its pull cost is not counted")
-
-    if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
-        refuse("is no descriptor")
-    if not DIGEST.fullmatch(entry["digest"]):
-        refuse("names no sha256 digest")
-    size = entry.get("size")
-    if type(size) is not int:  # a bool is an int to Python, never a size
-        refuse(f"has a size that is a JSON {type(size).__name__}, not an integer")
-    if not 0 <= size <= LAYER_BYTES_MAX:
-        refuse(f"says it is {size:,} bytes; a size is between 0 and {LAYER_BYTES_MAX:,}")
-    return Blob(entry["digest"], size)
-
-
 def steps(config: bytes, layers: int) -> tuple[str, ...]:
     """The Dockerfile step of each layer: the config's history without its ``empty_layer``
     entries, one per layer, each clipped to one printable line; all "unknown" when the history
@@ -137,25 +122,13 @@ def steps(config: bytes, layers: int) -> tuple[str, ...]:
 
 
 def pull_cost(manifest: Manifest, config: bytes, where: str) -> PullCost:
-    """The pull cost of one image manifest and its config's bytes; RegistryError (one line) for a
-    layer list or a size no real image has."""
-    try:
-        data: Any = parse_json(manifest.body)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise RegistryError(f"{where}: the manifest is not a JSON object; its pull cost is not counted")
-    entries = data.get("layers")
-    if not isinstance(entries, list):
-        raise RegistryError(f"{where}: the manifest's layers are not a list; its pull cost is not counted")
-    if len(entries) > MAX_IMAGE_LAYERS:
-        raise RegistryError(
-            f"{where}: the manifest names {len(entries):,} layers, more than the {MAX_IMAGE_LAYERS:,}"
-            " any engine runs; its pull cost is not counted"
-        )
-    layers = tuple(_blob(entry, f"layers[{i}]", where) for i, entry in enumerate(entries))
-    blob = _blob(data.get("config"), "its config", where)
-    cost = PullCost(manifest.digest, blob, layers)
+    """The pull cost of one image manifest and its config's bytes; RegistryError (one line) for
+    what no image is (``Manifest.image``, ``ImageRecord.read_config``)."""
+    then = "its pull cost is not counted"
+    record = manifest.image(where, then)
+    record.read_config(config, where, then)
+    layers = tuple(Blob(layer.digest, layer.size) for layer in record.layers)
+    cost = PullCost(manifest.digest, Blob(record.config.digest, record.config.size), layers)
     largest = cost.largest
     if largest is None:
         return cost
