@@ -1,11 +1,15 @@
 """What a node pulls to run a cell's image, counted from the registry's manifests alone.
 
 A manifest's ``layers[]`` descriptors carry ``size``, the blob's byte count: the compressed bytes a
-node downloads (OCI image-spec, descriptor). A cell's pull cost is those plus its config; the
-largest layer is named by its Dockerfile step (the config's ``history[]`` without its
-``empty_layer`` entries lines up with ``layers[]``). "Shared" is by layer digest, across
-repositories too: a node's content store is keyed by digest, so a layer two cells hold is fetched
-once (containerd's unpacker fetches a blob its content store lacks, by digest).
+node downloads (OCI image-spec, descriptor). A cell's pull cost is those plus its config, each blob
+digest once: a node's content store is keyed by digest, and containerd's unpacker fetches only a
+blob its content store lacks, so a layer one image names twice (the same tar at two places) is
+downloaded once. What is counted is bytes fetched, not disk: containerd unpacks a snapshot per
+chain (a layer over its parents), so a repeated layer is unpacked at each place it stands; the
+unpacked size is the diff_ids' tars', which no manifest gives. The largest layer is named by its
+Dockerfile step (the config's ``history[]`` without its ``empty_layer`` entries lines up with
+``layers[]``). "Shared" is by layer digest, across repositories too: a layer two cells hold is
+fetched once by a node that runs both.
 
 Everything here is computation on bytes already read (no I/O): ``measure`` asks the registry only
 through the reader it is given (``imagekit.registry.client.Registry``). The manifest and config are
@@ -57,7 +61,8 @@ class PullCost:
 
     @property
     def total(self) -> int:
-        return self.config.size + sum(layer.size for layer in self.layers)
+        """The bytes a node without any of them fetches: each blob digest once."""
+        return sum({blob.digest: blob.size for blob in (self.config, *self.layers)}.values())
 
     @property
     def largest(self) -> Blob | None:

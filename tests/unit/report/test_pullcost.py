@@ -76,6 +76,18 @@ def test_total_largest_layer_and_its_step() -> None:
     assert cost.largest_step == "RUN /bin/sh -c pip install torch # buildkit"
 
 
+def test_a_layer_repeated_in_one_image_is_fetched_once() -> None:
+    # a node's content store holds a blob by digest: the same tar at two places is one download
+    # (containerd unpacks it at each place, a snapshot per chain, which is disk, not this figure)
+    layers = [layer(BASE, 1000), layer(digest("torch"), 5000), layer(BASE, 1000)]
+    cost = pull_cost(*image(layers, history("ADD base", "RUN pip", "ADD base")), "here")
+    assert len(cost.layers) == 3 and cost.total == 6000 + cost.config.size
+    assert cost.as_json()["total"] == cost.total
+    # the config's digest named as a layer too is one blob as well
+    twice = cost_of((digest("config c"), 10), (BASE, 7), config="c")
+    assert twice.total == 17
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -165,7 +177,8 @@ def test_shared_bytes_and_the_matrix_line() -> None:
     assert (shared["a"].shared, shared["b"].shared, shared["c"].shared) == (1000, 1000, 0)
     summary = matrix_pull(shared.values())
     assert summary is not None
-    assert summary.summed == a.total + b.total + c.total == 1310 + 2510 + 17
+    # each image's own total fetches its repeated layer once, as the node does
+    assert summary.summed == a.total + b.total + c.total == 1310 + 1510 + 17
     assert summary.distinct == 1000 + 300 + 500 + 7 + 3 * 10 < summary.summed
     assert matrix_pull([]) is None
 
