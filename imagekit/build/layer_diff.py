@@ -27,17 +27,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Literal
 
-from imagekit.core.errors import RegistryError
 from imagekit.core.limits import (
-    MAX_IMAGE_LAYERS,
     REBUILD_SHOWN_ENTRIES,
     REBUILD_TAR_BYTES,
     REBUILD_TAR_ENTRIES,
     REBUILD_TAR_HEADER_BYTES,
 )
-from imagekit.core.naming import DIGEST
-from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable
+from imagekit.registry.manifest import Descriptor, Manifest
 from imagekit.report.pullcost import steps
 
 _TYPES = {
@@ -54,11 +51,7 @@ _TYPES = {
 NAME_CHARS = 300  # an entry's name or link target as a verdict shows it
 
 
-@dataclass(frozen=True)
-class Layer:
-    digest: str
-    media_type: str
-    size: int
+Layer = Descriptor  # a layer as its manifest names it: media type, digest, size
 
 
 @dataclass(frozen=True)
@@ -74,40 +67,23 @@ class Image:
     diff_ids: tuple[str, ...]
 
 
-def read_image(manifest_digest: str, manifest: bytes, config: bytes, where: str) -> Image:
-    """``where``'s image from its manifest and config bytes; RegistryError (one line) for a shape no
-    image has (layers that are no descriptors, diff_ids that are no digests, more than any engine runs)."""
-    try:
-        body: Any = parse_json(manifest)
-        settings: Any = parse_json(config)
-    except ValueError:
-        raise RegistryError(f"{where}: its manifest or config is not JSON; nothing compared") from None
-    if not isinstance(body, dict) or not isinstance(settings, dict):
-        raise RegistryError(f"{where}: its manifest or config is not a JSON object; nothing compared")
-    entries, described = body.get("layers"), body.get("config")
-    rootfs = settings.get("rootfs")
-    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    if (
-        not isinstance(entries, list)
-        or not isinstance(diff_ids, list)
-        or not isinstance(described, dict)
-        or max(len(entries), len(diff_ids)) > MAX_IMAGE_LAYERS
-    ):
-        raise RegistryError(f"{where}: no image manifest with a config and rootfs.diff_ids; nothing compared")
-    layers = []
-    for entry in entries:
-        digest, size = (entry.get("digest"), entry.get("size")) if isinstance(entry, dict) else (None, None)
-        if not isinstance(digest, str) or not DIGEST.fullmatch(digest) or type(size) is not int:
-            raise RegistryError(
-                f"{where}: a layer descriptor names no sha256 digest and size; nothing compared"
-            )
-        layers.append(Layer(digest, printable(str(entry.get("mediaType", ""))), size))
-    if not all(isinstance(d, str) and DIGEST.fullmatch(d) for d in diff_ids):
-        raise RegistryError(f"{where}: its rootfs.diff_ids are not sha256 digests; nothing compared")
-    config_digest = described.get("digest")
-    if not isinstance(config_digest, str) or not DIGEST.fullmatch(config_digest):
-        raise RegistryError(f"{where}: its manifest names no config digest; nothing compared")
-    return Image(manifest_digest, body, config_digest, settings, config, tuple(layers), tuple(diff_ids))
+def read_image(manifest: Manifest, config: bytes, where: str) -> Image:
+    """``where``'s image from its manifest and config bytes, the image record every reader takes
+    (``imagekit.registry.manifest``); RegistryError (one line) for what no image is: a layer of a
+    size out of bounds or no sha256 digest, a config other than the one named, diff_ids that are
+    no digests or not one per layer, more layers than any engine runs. Nothing is compared then."""
+    then = "nothing compared"
+    record = manifest.image(where, then)
+    settings = record.read_config(config, where, then)
+    return Image(
+        manifest.digest,
+        record.document,
+        record.config.digest,
+        settings.document,
+        config,
+        record.layers,
+        settings.diff_ids,
+    )
 
 
 def built_by_buildkit(config: Mapping[str, Any]) -> bool:

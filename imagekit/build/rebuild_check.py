@@ -16,6 +16,7 @@ layers are never the same twice (design D.2); such an image is refused with one 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -47,8 +48,8 @@ from imagekit.build.layer_diff import (
 )
 from imagekit.build.run_state import RunState
 from imagekit.core import naming, platforms
-from imagekit.core.errors import ImagekitError, InputError, InputsChanged, RegistryError, one_line
-from imagekit.core.limits import CONFIG_BYTES, LAYER_BYTES_MAX, MANIFEST_BYTES
+from imagekit.core.errors import ImagekitError, InputError, InputsChanged, one_line
+from imagekit.core.limits import CONFIG_BYTES, MANIFEST_BYTES
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable, shown
 from imagekit.engine import buildx
@@ -56,7 +57,7 @@ from imagekit.engine.client import BuildAborted, BuildRequest
 from imagekit.plan.cells import Cell, Plan, local_base_of
 from imagekit.plan.schema import BuildSettings
 from imagekit.registry.client import Registry
-from imagekit.registry.manifest import INDEX_TYPES, config_labels
+from imagekit.registry.manifest import INDEX_TYPES, Manifest, config_labels
 from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import RenderedCell, Renderer
 
@@ -102,27 +103,28 @@ def parse_target(ref: str) -> Target:
 
 
 def published_image(registry: Registry, target: Target, platform: str | None) -> Image:
-    """The image ``target`` names (an index: ``platform``'s child, or its only one) and its config."""
+    """The image ``target`` names (an index: ``platform``'s child, or its only one) and its config,
+    checked as the image record (``read_image``): a malformed one is refused before anything is
+    built or compared."""
     manifest = registry.get_manifest(target.repository, target.digest)
     if manifest.media_type in INDEX_TYPES:
+        # BuildKit's attestation manifests (bake's provenance) are no image to rebuild
+        images = [child for child in manifest.children if child not in manifest.attestations]
         if platform is not None:
             child = manifest.child_for(platforms.get(platform))
             if child is None:
                 raise InputError(f"{target.reference}: an index with no image for --platform {platform}")
-        elif len(manifest.children) == 1:
-            child = manifest.children[0]
+        elif len(images) == 1:
+            child = images[0]
         else:
             raise InputError(
-                f"{target.reference}: an index of {len(manifest.children)} images; pass --platform"
+                f"{target.reference}: an index of {len(images)} images; pass --platform"
                 " (like linux/amd64) to say which one to rebuild"
             )
         manifest = registry.get_manifest(target.repository, child)
-    config = manifest.config_digest
-    if config is None or not naming.DIGEST.fullmatch(config):
-        raise RegistryError(f"{target.reference}: its manifest names no image config")
-    image = read_image(
-        manifest.digest, manifest.body, registry.get_blob(target.repository, config), target.reference
-    )
+    record = manifest.image(target.reference, "nothing compared")
+    config = registry.get_blob(target.repository, record.config.digest)
+    image = read_image(manifest, config, target.reference)
     if not built_by_buildkit(image.config):
         raise InputError(
             f"{target.reference}: built by the classic builder, whose layers hold the build's own file"
@@ -314,30 +316,29 @@ def _oci_manifest(oci: tarfile.TarFile, platform: str, where: str) -> Image:
     entries = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
         raise ImagekitError("buildx's OCI tar names no manifest in its index.json")
-    digest = str(entries[0].get("digest", ""))
+    entry: Any = entries[0]
     for _ in range(2):  # the manifest, or an index of one per platform around it
+        digest, media_type = str(entry.get("digest", "")), str(entry.get("mediaType", ""))
         if not naming.DIGEST.fullmatch(digest):
             raise ImagekitError("buildx's OCI tar names a manifest by no sha256 digest")
         body = _oci_member(oci, digest, MANIFEST_BYTES)
-        document: Any = parse_json(body)
-        children = document.get("manifests") if isinstance(document, dict) else None
-        if not isinstance(children, list):
-            config = document.get("config", {}).get("digest", "") if isinstance(document, dict) else ""
-            if not naming.DIGEST.fullmatch(str(config)):
-                raise ImagekitError("buildx's OCI tar holds a manifest with no config digest")
-            return read_image(
-                digest, body, _oci_member(oci, str(config), CONFIG_BYTES), f"the rebuild of {where}"
-            )
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise ImagekitError(f"buildx's OCI tar holds other bytes under {digest}")
+        manifest = Manifest(digest, media_type, body)
+        if media_type not in INDEX_TYPES:
+            rebuilt = f"the rebuild of {where}"
+            record = manifest.image(rebuilt, "nothing compared")
+            return read_image(manifest, _oci_member(oci, record.config.digest, CONFIG_BYTES), rebuilt)
         wanted = platforms.get(platform)
-        digest = next(
+        entry = next(
             (
-                str(c.get("digest"))
-                for c in children
+                c
+                for c in manifest._json().get("manifests") or ()
                 if isinstance(c, dict)
                 and isinstance(c.get("platform"), dict)
                 and (c["platform"].get("architecture"), c["platform"].get("os")) == (wanted.arch, wanted.os)
             ),
-            "",
+            {},
         )
     raise ImagekitError("buildx's OCI tar nests indexes; no image manifest found")
 
@@ -381,9 +382,7 @@ def entries_of(
     registry: Registry, target: Target, published: Image, oci: tarfile.TarFile, rebuilt: Image, layer: int
 ) -> tuple[tuple[Any, ...], str]:
     """The first differing entries of layer ``layer`` (published blob against rebuilt one) and a note."""
-    theirs, ours = published.layers[layer], rebuilt.layers[layer]
-    if not 0 <= theirs.size <= LAYER_BYTES_MAX:
-        return (), f"the published layer says it is {theirs.size:,} bytes; not read"
+    theirs, ours = published.layers[layer], rebuilt.layers[layer]  # sizes in bounds: read_image's
     with tempfile.TemporaryFile() as mine, tempfile.TemporaryFile() as other:
         registry.read_blob(target.repository, theirs.digest, mine, theirs.size)
         shutil.copyfileobj(_blob(oci, ours.digest), other, 1 << 20)

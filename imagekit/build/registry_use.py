@@ -25,7 +25,7 @@ from imagekit.engine.client import PushFailed, inspect_image, pull, push_as
 from imagekit.plan.schema import Publish
 from imagekit.registry.client import Backoff, open_registry
 from imagekit.registry.credentials import docker_auth_config
-from imagekit.registry.manifest import config_labels, image_config
+from imagekit.registry.manifest import INDEX_TYPES
 from imagekit.render.dockerfile import RenderedCell
 from imagekit.report.pullcost import gib, measure
 from imagekit.report.store import BuildReport, CellResult, Staged
@@ -156,10 +156,16 @@ class BuildRegistry:
             return None
         where = naming.reference(self.staging_name, tag)
         try:
+            # read as every image is (imagekit.registry.manifest): a staged image that no engine
+            # could pull (a layer of an absurd size, a config that is not its manifest's) is no
+            # image to reuse; an index (bake's provenance around it) has no labels of its own
             with self._lock:
-                config_digest = self.registry.get_manifest(repository, digest).config_digest
-                config = config_digest and self.registry.get_blob(repository, config_digest)
-            labels = config_labels(image_config(config, where)) if config else {}
+                manifest = self.registry.get_manifest(repository, digest)
+                labels: Mapping[str, str] = {}
+                if manifest.media_type not in INDEX_TYPES:
+                    record = manifest.image("its manifest", "not reused")
+                    raw = self.registry.get_blob(repository, record.config.digest)
+                    labels = record.read_config(raw, "its manifest", "not reused").labels
         except (EnvironmentProblem, RegistryError) as exc:
             write(f"reuse: {where} unreadable ({one_line(exc)}); building")
             return None

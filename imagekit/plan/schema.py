@@ -383,7 +383,7 @@ Compression = Literal["gzip", "zstd"]
 class PipCredential(StrictModel):
     """A login for one index host; the password is a build secret, named here, never written."""
 
-    host: Host = Field(description="the index host (as in its URL) this login is for")
+    host: Host = Field(description="the index host, as in its URL; its login goes to every port (netrc)")
     login: Login = Field(description="the user name pip sends to that host")
     secret: SecretId = Field(
         description="the id of the password, never the value: it comes at build time from the"

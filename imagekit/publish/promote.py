@@ -50,7 +50,7 @@ from imagekit.plan.schema import PublishPolicy, ServedFrontend
 from imagekit.publish.policy import Candidate, Group, Refusal, counted_cost, select, settle
 from imagekit.registry.client import Backoff, Registry, open_registry
 from imagekit.registry.credentials import docker_auth_config
-from imagekit.registry.manifest import Manifest, config_labels, image_config, image_index
+from imagekit.registry.manifest import INDEX_TYPES, Manifest, image_index
 from imagekit.report.lockfile import (
     IndexPlatform,
     LeftOut,
@@ -184,33 +184,28 @@ class Publisher:
         candidate = staged.candidate
         where = naming.by_digest(naming.repository(self.options.registry, staged.source), staged.digest)
         manifest = self.registry.get_manifest(staged.source, staged.digest)
-        # before any blob or tag moves: what is promoted is checked
+        # before any blob or tag moves: what is promoted is checked, each image as the image
+        # record every reader takes (BuildKit's attestation manifests in an index as artifacts)
+        then = "nothing promoted from it"
         manifest.check_promotable(where, image_only=in_index)
         children: list[Manifest] = []
-        images = [manifest]
+        attestations = manifest.attestations
+        records = [] if manifest.media_type in INDEX_TYPES else [manifest.image(where, then)]
         for child in manifest.children:
-            images.append(self.registry.get_manifest(staged.source, child))
-            images[-1].check_promotable(f"{where} (its manifest {child})", image_only=True)
-            children.append(images[-1])
-        configs = [c for c in (m.config_digest for m in images) if c]
+            children.append(self.registry.get_manifest(staged.source, child))
+            about = f"{where} (its manifest {child})"
+            children[-1].check_promotable(about, image_only=True, artifact=child in attestations)
+            records.append(children[-1].image(about, then, artifact=child in attestations))
         # The engine's image id is the config digest (overlay2 store) or the manifest digest
         # (containerd store): either names the image of the staged manifest.
-        ours = next(
-            (m.config_digest for m in images if candidate.image_id in (m.digest, m.config_digest)), None
-        )
-        if ours is None and configs:
-            raise RegistryError(f"{where} holds image {configs[0]}, not the verified {candidate.image_id}")
-        if staged.source != self.options.repository:
-            for image in images:
-                sizes = image.blob_sizes  # a blob copied (where a mount is declined) reads no more
-                for blob in image.blobs:
-                    target = self.options.repository
-                    self.registry.mount_blob(target, blob, staged.source, size=sizes.get(blob))
-        labels: Mapping[str, str] = {}
-        if ours is not None:
-            config = image_config(self.registry.get_blob(staged.source, ours), where)
-            _check_platform(where, config, platforms.get(candidate.platform))
-            labels = config_labels(config)
+        ours = next((r for r in records if candidate.image_id in (r.manifest.digest, r.config.digest)), None)
+        if ours is None:
+            held = records[0].config.digest if records else "no image"
+            raise RegistryError(f"{where} holds image {held}, not the verified {candidate.image_id}")
+        raw = self.registry.get_blob(staged.source, ours.config.digest)
+        config = ours.read_config(raw, where, then)
+        _check_platform(where, config.document, platforms.get(candidate.platform))
+        labels = config.labels
         built_from = labels.get(naming.INPUT_DIGEST_LABEL)
         if built_from != candidate.input_digest:
             raise RegistryError(
@@ -218,6 +213,12 @@ class Publisher:
                 f" (its {naming.INPUT_DIGEST_LABEL} label), the report says {candidate.input_digest[:12]};"
                 " build and verify again"
             )
+        if staged.source != self.options.repository:
+            for record in records:
+                # each blob once, with its size: a blob copied (where a mount is declined) reads no more
+                for blob in record.blobs.values():
+                    target = self.options.repository
+                    self.registry.mount_blob(target, blob.digest, staged.source, size=blob.size)
         cap = self.options.max_layer_size  # before any tag moves: a layer over it is refused
         self.costs[candidate.cell] = counted_cost(self.registry, staged.source, staged.digest, candidate, cap)
         return _Ready(staged, manifest, tuple(children), labels)
@@ -257,9 +258,11 @@ class Publisher:
         found = self.registry.referrers(source, digest)
         for referrer in found:
             artifact = self.registry.get_manifest(source, referrer.digest)
-            sizes = artifact.blob_sizes
-            for blob in artifact.blobs:
-                self.registry.mount_blob(target, blob, source, size=sizes.get(blob))
+            # an artifact's blobs may be of any media type; digests and sizes are checked alike
+            about = naming.by_digest(naming.repository(self.options.registry, source), referrer.digest)
+            record = artifact.image(about, "no referrer carried", artifact=True)
+            for blob in record.blobs.values():
+                self.registry.mount_blob(target, blob.digest, source, size=blob.size)
             self.registry.attach(target, artifact, digest)
         if found:
             self.say(f"carried {len(found)} referrer(s) of {digest[:19]} from {source} to {target}")

@@ -1,22 +1,27 @@
 """The manifest record: OCI and Docker media types, what a manifest names, and the check that a
-manifest is one promotion can vouch for; OCI 1.1 artifacts and their referrers; an image
-config read as a JSON object and its labels (``image_config``, ``config_labels``), for every reader.
+manifest is one promotion can vouch for; the image record every reader of an image manifest and
+its config takes (``ImageRecord``, ``ImageConfig``); an image config read as a JSON object and its
+labels where no manifest is at hand (``image_config``, ``config_labels``); OCI 1.1 artifacts and their
+referrers.
 
-The bytes are the registry's, trusted no more than a file: every property reads them through
-``parse_json`` and answers nothing (not a traceback) for a shape the API does not promise.
+The bytes are the registry's (or an engine's, or buildx's), trusted no more than a file: every
+property reads them through ``parse_json`` and answers nothing (not a traceback) for a shape the
+API does not promise; ``Manifest.image`` and ``ImageRecord.read_config`` refuse, in one line, what
+no image is, before anything is compared, counted, mounted or promoted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from imagekit.core import platforms
 from imagekit.core.errors import RegistryError, one_line
-from imagekit.core.limits import MAX_INDEX_MANIFESTS
+from imagekit.core.limits import LAYER_BYTES_MAX, MANIFEST_BYTES, MAX_IMAGE_LAYERS, MAX_INDEX_MANIFESTS
 from imagekit.core.naming import DIGEST
 from imagekit.core.platforms import Platform
 from imagekit.core.safetypes import parse_json
@@ -30,6 +35,32 @@ MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST
 INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
 IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join(MANIFEST_TYPES)
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
+CONFIG_TYPES = frozenset({OCI_CONFIG, DOCKER_CONFIG})
+# The layers an engine unpacks: containerd's images.IsLayerType (the OCI image-spec's, with its
+# deprecated non-distributable ones, and Docker's schema 2 ones, foreign and zstd included).
+LAYER_TYPES = frozenset(
+    {
+        "application/vnd.oci.image.layer.v1.tar",
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+        "application/vnd.oci.image.layer.v1.tar+zstd",
+        "application/vnd.oci.image.layer.nondistributable.v1.tar",
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
+        "application/vnd.docker.image.rootfs.diff.tar",
+        "application/vnd.docker.image.rootfs.diff.tar.gzip",
+        "application/vnd.docker.image.rootfs.diff.tar.zstd",
+        "application/vnd.docker.image.rootfs.foreign.diff.tar",
+        "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+    }
+)
+# An artifact's media types (OCI image-spec descriptor.md: RFC 6838's type/subtype, 127 each).
+MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
+# BuildKit's attestation manifests in an image index (``docker buildx build``'s provenance, on by
+# default in bake): an entry so annotated is an artifact about an image, never an image to run.
+REFERENCE_TYPE_ANNOTATION = "vnd.docker.reference.type"
+ATTESTATION_MANIFEST = "attestation-manifest"
 # OCI 1.1 artifacts: the empty config an artifact manifest names, and the referrers tag schema.
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB = b"{}"
@@ -54,26 +85,6 @@ class Manifest:
         """The image id (config digest) a single-image manifest names; None for an index."""
         config = self._json().get("config")
         return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
-
-    @property
-    def blobs(self) -> list[str]:
-        """The config and layer digests of a single-image manifest (none for an index)."""
-        data = self._json()
-        found = [data.get("config"), *(data.get("layers") or ())]
-        return [
-            str(b["digest"]) for b in found if isinstance(b, dict) and DIGEST.fullmatch(str(b.get("digest")))
-        ]
-
-    @property
-    def blob_sizes(self) -> dict[str, int]:
-        """The sizes the manifest gives its blobs, by digest: a copy of one reads no more."""
-        data = self._json()
-        found = [data.get("config"), *(data.get("layers") or ())]
-        return {
-            str(b["digest"]): b["size"]
-            for b in found
-            if isinstance(b, dict) and type(b.get("size")) is int and b["size"] >= 0 and b.get("digest")
-        }
 
     @property
     def children(self) -> list[str]:
@@ -101,12 +112,25 @@ class Manifest:
                 return str(entry["digest"])
         return None
 
-    def check_promotable(self, where: str, image_only: bool = False) -> None:
+    @property
+    def attestations(self) -> frozenset[str]:
+        """The digests of an index's entries that BuildKit marks as attestation manifests."""
+        entries = self._json().get("manifests")
+        return frozenset(
+            str(entry.get("digest"))
+            for entry in (entries[:MAX_INDEX_MANIFESTS] if isinstance(entries, list) else ())
+            if isinstance(entry, dict)
+            and isinstance(entry.get("annotations"), dict)
+            and entry["annotations"].get(REFERENCE_TYPE_ANNOTATION) == ATTESTATION_MANIFEST
+        )
+
+    def check_promotable(self, where: str, image_only: bool = False, artifact: bool = False) -> None:
         """Refuse (RegistryError, one line) what promotion cannot vouch for: a body that is not a
-        JSON object, a mediaType that is not a string or not a manifest's, a single image naming
-        no config (no image id to compare with the verified one), an index naming no manifest,
-        or one naming an index or anything but image manifests. ``image_only``: an index's child,
-        which must itself be an image."""
+        JSON object, a mediaType that is not a string or not a manifest's, a single image that is
+        not the image record ``image`` reads (no config, so no image id to compare with the
+        verified one; a blob that is no image's or of no size), an index naming no manifest, or
+        one naming an index or anything but image manifests. ``image_only``: an index's child,
+        which must itself be an image; ``artifact``: one its index marks an attestation."""
 
         def refuse(problem: str) -> NoReturn:
             raise RegistryError(f"{where}: {problem}; nothing promoted from it")
@@ -115,72 +139,198 @@ class Manifest:
             data: Any = parse_json(self.body)
         except ValueError as exc:
             refuse(f"the manifest is not JSON ({one_line(exc, 120)})")
-        problem = _promotion_problem(data, self.media_type, image_only)
-        if problem is not None:
-            refuse(problem)
+        try:
+            _check_promotion(self, data, image_only, artifact)
+        except _Malformed as malformed:
+            refuse(str(malformed))
+
+    def image(self, where: str, then: str, artifact: bool = False) -> ImageRecord:
+        """This manifest as the image record every reader takes; RegistryError ``{where}: {the
+        problem}; {then}`` for a body that is no image manifest (``artifact``: no OCI artifact
+        manifest, whose blobs may be of any media type)."""
+        try:
+            data: Any = parse_json(self.body)
+        except ValueError as exc:
+            raise RegistryError(f"{where}: the manifest is not JSON ({one_line(exc, 120)}); {then}") from None
+        try:
+            return _image_record(self, data, artifact)
+        except _Malformed as malformed:
+            raise RegistryError(f"{where}: {malformed}; {then}") from None
 
 
-# What promotion cannot vouch for, checked in this order; each returns the problem or None.
+# -- the image record ----------------------------------------------------------------------------
 
 
-def _promotion_problem(data: Any, media_type: str, image_only: bool) -> str | None:
+class _Malformed(Exception):
+    """What no image (or artifact) manifest or config is: the problem, in words, for one line."""
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A blob as a manifest names it, checked: a media type, a sha256 digest, a size in bounds."""
+
+    media_type: str
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """An image manifest as every reader takes it (rebuild-check, the pull cost, promotion, the
+    attestations it carries): ``schemaVersion`` 2, a manifest media type (the one it came as),
+    a config descriptor and at most ``MAX_IMAGE_LAYERS`` layer descriptors, each with a sha256
+    digest and a size from 0 to ``LAYER_BYTES_MAX``, and, for an image, media types an engine
+    pulls (``CONFIG_TYPES``, ``LAYER_TYPES``). A layer may repeat (one blob, two places)."""
+
+    manifest: Manifest
+    document: Mapping[str, Any]  # the manifest's JSON object
+    config: Descriptor
+    layers: tuple[Descriptor, ...]
+
+    @property
+    def blobs(self) -> dict[str, Descriptor]:
+        """The config and the layers, each digest once: what a pull (or a mount) fetches."""
+        return {blob.digest: blob for blob in (self.config, *self.layers)}
+
+    def read_config(self, raw: bytes, where: str, then: str) -> ImageConfig:
+        """The config blob ``raw`` of this image, checked against the manifest: the bytes its
+        descriptor names (digest and size), a JSON object whose ``rootfs`` is ``layers`` with one
+        sha256 ``diff_id`` for each layer. RegistryError ``{where}: {the problem}; {then}``."""
+        try:
+            return _image_config(self, raw)
+        except _Malformed as malformed:
+            raise RegistryError(f"{where}: {malformed}; {then}") from None
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """An image's config, checked against its manifest (``ImageRecord.read_config``)."""
+
+    document: Mapping[str, Any]  # the config's JSON object
+    raw: bytes
+    diff_ids: tuple[str, ...]  # one per layer, in order: the sha256 of each layer's tar
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The image's labels (``config_labels``)."""
+        return config_labels(self.document)
+
+
+def _check_promotion(manifest: Manifest, data: Any, image_only: bool, artifact: bool) -> None:
+    """What promotion cannot vouch for, in this order; raises _Malformed."""
     if not isinstance(data, dict):
-        return f"the manifest is a JSON {type(data).__name__}, not an object"
-    problem = _media_type_problem(data, media_type)
-    if problem is not None:
-        return problem
-    if media_type in INDEX_TYPES:
-        return _index_problem(data, image_only)
-    return _image_problem(data)
+        raise _Malformed(f"the manifest is a JSON {type(data).__name__}, not an object")
+    _check_media_type(data, manifest.media_type)
+    if manifest.media_type in INDEX_TYPES:
+        _check_index(data, image_only)
+    else:
+        _image_record(manifest, data, artifact)
 
 
-def _media_type_problem(data: Mapping[str, Any], media_type: str) -> str | None:
+def _check_media_type(data: Mapping[str, Any], media_type: str) -> None:
     declared = data.get("mediaType")
     if declared is not None and not isinstance(declared, str):
-        return f"its mediaType is a JSON {type(declared).__name__}, not a string"
+        raise _Malformed(f"its mediaType is a JSON {type(declared).__name__}, not a string")
     if media_type not in MANIFEST_TYPES or (declared is not None and declared != media_type):
-        return f"its mediaType {shown(str(declared or media_type))} is not the manifest type it came as"
-    return None
+        raise _Malformed(
+            f"its mediaType {shown(str(declared or media_type))} is not the manifest type it came as"
+        )
 
 
-def _index_problem(data: Mapping[str, Any], image_only: bool) -> str | None:
+def _check_index(data: Mapping[str, Any], image_only: bool) -> None:
     if image_only:
-        return "an index inside an index; only an index of image manifests is promoted"
+        raise _Malformed("an index inside an index; only an index of image manifests is promoted")
     entries = data.get("manifests")
     if "config" in data or not isinstance(entries, list) or not entries:
-        return "an index that names no manifest"
+        raise _Malformed("an index that names no manifest")
     if len(entries) > MAX_INDEX_MANIFESTS:  # each would be fetched, its blobs mounted
-        return f"an index of {len(entries):,} manifests, more than the {MAX_INDEX_MANIFESTS:,} promoted"
-    return next(
-        (problem for i, entry in enumerate(entries) if (problem := _index_entry_problem(i, entry))), None
+        raise _Malformed(
+            f"an index of {len(entries):,} manifests, more than the {MAX_INDEX_MANIFESTS:,} promoted"
+        )
+    for i, entry in enumerate(entries):
+        kind = entry.get("mediaType") if isinstance(entry, dict) else None
+        if not isinstance(kind, str):
+            raise _Malformed(f"manifests[{i}] has no mediaType string")
+        if kind in INDEX_TYPES:
+            raise _Malformed(f"manifests[{i}] is itself an index; an index of an index is not promoted")
+        if kind not in IMAGE_TYPES:
+            raise _Malformed(f"manifests[{i}] is a {shown(kind)}, not an image manifest")
+        _descriptor(entry, f"manifests[{i}]", IMAGE_TYPES, MANIFEST_BYTES)
+
+
+def _image_record(manifest: Manifest, data: Any, artifact: bool) -> ImageRecord:
+    if not isinstance(data, dict):
+        raise _Malformed(f"the manifest is a JSON {type(data).__name__}, not an object")
+    _check_media_type(data, manifest.media_type)
+    if manifest.media_type not in IMAGE_TYPES or "manifests" in data:
+        raise _Malformed(f"a {shown(manifest.media_type)}, not a single-image manifest")
+    version = data.get("schemaVersion")
+    if type(version) is not int or version != 2:
+        raise _Malformed(f"its schemaVersion is {shown(str(version))}, not 2")
+    if not isinstance(data.get("config"), dict):
+        raise _Malformed("a single-image manifest that names no config (no image id)")
+    config = _descriptor(data["config"], "its config", None if artifact else CONFIG_TYPES, LAYER_BYTES_MAX)
+    entries = data.get("layers")
+    if not isinstance(entries, list):
+        raise _Malformed("its layers are not a list of descriptors")
+    if len(entries) > MAX_IMAGE_LAYERS:
+        raise _Malformed(
+            f"it names {len(entries):,} layers, more than the {MAX_IMAGE_LAYERS:,} any engine runs"
+        )
+    layers = tuple(
+        _descriptor(entry, f"layers[{i}]", None if artifact else LAYER_TYPES, LAYER_BYTES_MAX)
+        for i, entry in enumerate(entries)
     )
+    return ImageRecord(manifest, data, config, layers)
 
 
-def _index_entry_problem(i: int, entry: Any) -> str | None:
-    kind = entry.get("mediaType") if isinstance(entry, dict) else None
-    if not isinstance(kind, str):
-        return f"manifests[{i}] has no mediaType string"
-    if kind in INDEX_TYPES:
-        return f"manifests[{i}] is itself an index; an index of an index is not promoted"
-    if kind not in IMAGE_TYPES:
-        return f"manifests[{i}] is a {shown(kind)}, not an image manifest"
-    if not _is_digest(entry.get("digest")):
-        return f"manifests[{i}] names no sha256 digest"
-    return None
+def _descriptor(
+    entry: Any, what: str, types: frozenset[str] | tuple[str, ...] | None, bound: int
+) -> Descriptor:
+    """``entry`` as a checked descriptor: its media type one of ``types`` (None: any RFC 6838
+    type, as an artifact's blobs are), its digest sha256, its size an integer from 0 to ``bound``."""
+    if not isinstance(entry, dict):
+        raise _Malformed(f"{what} is no descriptor (a JSON object)")
+    media_type, digest, size = entry.get("mediaType"), entry.get("digest"), entry.get("size")
+    if not isinstance(media_type, str) or not MEDIA_TYPE.fullmatch(media_type):
+        raise _Malformed(f"{what} has no media type")
+    if types is not None and media_type not in types:
+        raise _Malformed(f"{what} is a {shown(media_type)}, which no image holds there")
+    if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+        raise _Malformed(f"{what} names no sha256 digest")
+    if type(size) is not int:  # a bool is an int to Python, never a size
+        raise _Malformed(f"{what} has a size that is a JSON {type(size).__name__}, not an integer")
+    if not 0 <= size <= bound:
+        said = f"{size:,}" if abs(size) < 10**30 else "an absurd number of"
+        raise _Malformed(f"{what} says it is {said} bytes; a size is between 0 and {bound:,}")
+    return Descriptor(media_type, digest, size)
 
 
-def _image_problem(data: Mapping[str, Any]) -> str | None:
-    config = data.get("config")
-    if "manifests" in data or not isinstance(config, dict):
-        return "a single-image manifest that names no config (no image id)"
-    if not _is_digest(config.get("digest")):
-        return "its config names no sha256 digest (no image id)"
-    layers = data.get("layers", [])
-    if not isinstance(layers, list) or not all(
-        isinstance(layer, dict) and _is_digest(layer.get("digest")) for layer in layers
-    ):
-        return "its layers are not a list of sha256 descriptors"
-    return None
+def _image_config(image: ImageRecord, raw: bytes) -> ImageConfig:
+    described = image.config
+    if len(raw) != described.size or "sha256:" + hashlib.sha256(raw).hexdigest() != described.digest:
+        raise _Malformed(
+            f"its config is {len(raw):,} bytes of another digest than the {described.size:,} bytes of"
+            f" {described.digest} its manifest names"
+        )
+    try:
+        data: Any = parse_json(raw)
+    except ValueError as exc:
+        raise _Malformed(f"its config is not JSON ({one_line(exc, 120)})") from None
+    if not isinstance(data, dict):
+        raise _Malformed(f"its config is a JSON {type(data).__name__}, not an object")
+    rootfs = data.get("rootfs")
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(rootfs, dict) or rootfs.get("type") != "layers" or not isinstance(diff_ids, list):
+        raise _Malformed("its config has no rootfs of type layers with a list of diff_ids")
+    if not all(_is_digest(d) for d in diff_ids):
+        raise _Malformed("its config's rootfs.diff_ids are not sha256 digests")
+    if len(diff_ids) != len(image.layers):
+        raise _Malformed(
+            f"its config lists {len(diff_ids):,} diff_ids for the manifest's {len(image.layers):,}"
+            " layers; each layer has one"
+        )
+    return ImageConfig(data, raw, tuple(diff_ids))
 
 
 def _is_digest(value: Any) -> bool:

@@ -1,16 +1,22 @@
 """What a node pulls to run a cell's image, counted from the registry's manifests alone.
 
 A manifest's ``layers[]`` descriptors carry ``size``, the blob's byte count: the compressed bytes a
-node downloads (OCI image-spec, descriptor). A cell's pull cost is those plus its config; the
-largest layer is named by its Dockerfile step (the config's ``history[]`` without its
-``empty_layer`` entries lines up with ``layers[]``). "Shared" is by layer digest, across
-repositories too: a node's content store is keyed by digest, so a layer two cells hold is fetched
-once (containerd's unpacker fetches a blob its content store lacks, by digest).
+node downloads (OCI image-spec, descriptor). A cell's pull cost is those plus its config, each blob
+digest once: a node's content store is keyed by digest, and containerd's unpacker fetches only a
+blob its content store lacks, so a layer one image names twice (the same tar at two places) is
+downloaded once. What is counted is bytes fetched, not disk: containerd unpacks a snapshot per
+chain (a layer over its parents), so a repeated layer is unpacked at each place it stands; the
+unpacked size is the diff_ids' tars', which no manifest gives. The largest layer is named by its
+Dockerfile step (the config's ``history[]`` without its ``empty_layer`` entries lines up with
+``layers[]``). "Shared" is by layer digest, across repositories too: a layer two cells hold is
+fetched once by a node that runs both.
 
 Everything here is computation on bytes already read (no I/O): ``measure`` asks the registry only
 through the reader it is given (``imagekit.registry.client.Registry``). The manifest and config are
-the registry's word, trusted no more than a file: an absurd layer list or size is a RegistryError
-(one line), and a history that does not line up leaves the step "unknown", never a crash.
+the registry's word, trusted no more than a file: both are read as the image record every reader
+takes (``imagekit.registry.manifest``), so an absurd layer list or size, a blob of no image's
+media type or a config whose diff_ids are not one per layer is a RegistryError (one line), and a
+history that does not line up leaves the step "unknown", never a crash.
 """
 
 from __future__ import annotations
@@ -18,11 +24,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated, Any, NoReturn, Protocol
+from typing import Annotated, Any, Protocol
 
 from imagekit.core.errors import RegistryError
 from imagekit.core.limits import LAYER_BYTES_MAX, MAX_IMAGE_LAYERS, STEP_CHARS
-from imagekit.core.naming import DIGEST
 from imagekit.core.platforms import Platform
 from imagekit.core.safetypes import RECORD_CONFIG, Count, ImageDigest, Items, Number, ShortText, parse_json
 from imagekit.core.text import printable
@@ -56,7 +61,8 @@ class PullCost:
 
     @property
     def total(self) -> int:
-        return self.config.size + sum(layer.size for layer in self.layers)
+        """The bytes a node without any of them fetches: each blob digest once."""
+        return sum({blob.digest: blob.size for blob in (self.config, *self.layers)}.values())
 
     @property
     def largest(self) -> Blob | None:
@@ -97,22 +103,6 @@ def gib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size:,} bytes"
 
 
-def _blob(entry: Any, what: str, where: str) -> Blob:
-    def refuse(problem: str) -> NoReturn:
-        raise RegistryError(f"{where}: {what} {problem}; its pull cost is not counted")
-
-    if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
-        refuse("is no descriptor")
-    if not DIGEST.fullmatch(entry["digest"]):
-        refuse("names no sha256 digest")
-    size = entry.get("size")
-    if type(size) is not int:  # a bool is an int to Python, never a size
-        refuse(f"has a size that is a JSON {type(size).__name__}, not an integer")
-    if not 0 <= size <= LAYER_BYTES_MAX:
-        refuse(f"says it is {size:,} bytes; a size is between 0 and {LAYER_BYTES_MAX:,}")
-    return Blob(entry["digest"], size)
-
-
 def steps(config: bytes, layers: int) -> tuple[str, ...]:
     """The Dockerfile step of each layer: the config's history without its ``empty_layer``
     entries, one per layer, each clipped to one printable line; all "unknown" when the history
@@ -137,25 +127,13 @@ def steps(config: bytes, layers: int) -> tuple[str, ...]:
 
 
 def pull_cost(manifest: Manifest, config: bytes, where: str) -> PullCost:
-    """The pull cost of one image manifest and its config's bytes; RegistryError (one line) for a
-    layer list or a size no real image has."""
-    try:
-        data: Any = parse_json(manifest.body)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise RegistryError(f"{where}: the manifest is not a JSON object; its pull cost is not counted")
-    entries = data.get("layers")
-    if not isinstance(entries, list):
-        raise RegistryError(f"{where}: the manifest's layers are not a list; its pull cost is not counted")
-    if len(entries) > MAX_IMAGE_LAYERS:
-        raise RegistryError(
-            f"{where}: the manifest names {len(entries):,} layers, more than the {MAX_IMAGE_LAYERS:,}"
-            " any engine runs; its pull cost is not counted"
-        )
-    layers = tuple(_blob(entry, f"layers[{i}]", where) for i, entry in enumerate(entries))
-    blob = _blob(data.get("config"), "its config", where)
-    cost = PullCost(manifest.digest, blob, layers)
+    """The pull cost of one image manifest and its config's bytes; RegistryError (one line) for
+    what no image is (``Manifest.image``, ``ImageRecord.read_config``)."""
+    then = "its pull cost is not counted"
+    record = manifest.image(where, then)
+    record.read_config(config, where, then)
+    layers = tuple(Blob(layer.digest, layer.size) for layer in record.layers)
+    cost = PullCost(manifest.digest, Blob(record.config.digest, record.config.size), layers)
     largest = cost.largest
     if largest is None:
         return cost

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -20,7 +21,7 @@ import pytest
 from imagekit.attest import statements as attest
 from imagekit.attest.attach import Attached, attach_envelopes, cosign_tag
 from imagekit.attest.statements import DSSE_MEDIA_TYPE
-from imagekit.core.errors import MESSAGE_CHARS
+from imagekit.core.errors import MESSAGE_CHARS, RegistryError
 from imagekit.core.limits import CLOCK_SKEW_S, ENVELOPE_BYTES, MANIFEST_BYTES, MAX_REFERRERS
 from imagekit.registry.manifest import OCI_INDEX, OCI_MANIFEST, Manifest, referrers_tag
 from tests.conftest import CliResult, run_cli
@@ -129,6 +130,33 @@ def test_the_honest_registry_passes(world: World) -> None:
         world.stub.json(REPO, cosign_tag(world.image.digest))["layers"][0]["digest"]
         == world.attached.envelope
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"size": -1}, "layers[0] says it is -1 bytes"),
+        ({"digest": "sha256:short"}, "layers[0] names no sha256"),
+    ],
+    ids=["size", "digest"],
+)
+def test_an_existing_cosign_manifest_of_malformed_layers_is_refused_not_copied(
+    world: World, change: dict[str, object], said: str
+) -> None:
+    # its layers would be carried into the manifest written (issue 45: read as every manifest is)
+    tag = cosign_tag(world.image.digest)
+    document = world.stub.json(REPO, tag)
+    document["layers"][0].update(change)
+    world.stub.replace_manifest(REPO, tag, document, OCI_MANIFEST)
+    before = world.stub.manifests[(REPO, tag)]
+    client = world.stub.client()
+    with pytest.raises(
+        RegistryError, match=re.escape(f"{tag}: {said}") + ".*; no attestation attached$"
+    ) as refused:
+        attach_envelopes(client, REPO, world.image, [world.statement()], world.key)
+    client.close()
+    assert "\n" not in refused.value.message
+    assert world.stub.manifests[(REPO, tag)] == before
 
 
 # -- the referrers tag itself ------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from imagekit.build.layer_diff import (
     uncompressed,
 )
 from imagekit.core.errors import RegistryError
+from imagekit.core.limits import MAX_IMAGE_LAYERS
+from imagekit.registry.manifest import OCI_CONFIG, OCI_MANIFEST, Manifest
 
 GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
@@ -51,12 +53,17 @@ def image(
     config_bytes = json.dumps(config, sort_keys=True).encode()
     manifest: dict[str, Any] = {
         "schemaVersion": 2,
-        "config": {"digest": "sha256:" + hashlib.sha256(config_bytes).hexdigest(), "size": 1},
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": _bytes_digest(config_bytes), "size": len(config_bytes)},
         "layers": [{"mediaType": media_type, "digest": _digest(d), "size": 10} for d in (layers or diff_ids)],
         **({"annotations": annotations} if annotations else {}),
     }
     body = json.dumps(manifest, sort_keys=True).encode()
-    return read_image("sha256:" + hashlib.sha256(body).hexdigest(), body, config_bytes, "test")
+    return read_image(Manifest(_bytes_digest(body), OCI_MANIFEST, body), config_bytes, "test")
+
+
+def _bytes_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def test_the_same_image_matches() -> None:
@@ -110,19 +117,105 @@ def test_a_manifest_only_difference_names_its_keys() -> None:
     assert found.detail.endswith(": annotations")
 
 
-@pytest.mark.parametrize(
-    ("manifest", "config"),
-    [
-        (b"[]", b"{}"),
-        (b'{"config": {"digest": "sha256:x"}, "layers": []}', b'{"rootfs": {"diff_ids": []}}'),
-        (b'{"config": {}, "layers": [{"digest": 1}]}', b'{"rootfs": {"diff_ids": []}}'),
-        (b'{"config": {}, "layers": []}', b'{"rootfs": {"diff_ids": ["md5:1"]}}'),
-        (b"not json", b"{}"),
-    ],
-)
-def test_a_manifest_or_config_no_image_has_is_one_line(manifest: bytes, config: bytes) -> None:
-    with pytest.raises(RegistryError, match="nothing compared"):
-        read_image("sha256:" + "0" * 64, manifest, config, "test")
+CONFIG = json.dumps({"rootfs": {"type": "layers", "diff_ids": [_digest("a")]}}).encode()
+LAYER = {"mediaType": GZIP, "digest": _digest("ga"), "size": 10}
+
+
+def _manifest_of(raw: bytes = CONFIG, **changed: Any) -> dict[str, Any]:
+    described = {"mediaType": OCI_CONFIG, "digest": _bytes_digest(raw), "size": len(raw)}
+    return {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": described, "layers": [LAYER], **changed}
+
+
+def _config_of(diff_ids: list[Any], rootfs_type: str = "layers") -> bytes:
+    return json.dumps({"rootfs": {"type": rootfs_type, "diff_ids": diff_ids}}).encode()
+
+
+# Each: a manifest and config no image has (issue 45: a layer size of -1 or 2**63, fewer diff_ids
+# than layers were compared, and said to match), and what the one line says.
+MALFORMED: dict[str, tuple[Any, bytes, str]] = {
+    "a JSON list": ([], CONFIG, "a JSON list, not an object"),
+    "not JSON": (b"not json", CONFIG, "not JSON"),
+    "a layer of size -1": (
+        _manifest_of(layers=[{**LAYER, "size": -1}]),
+        CONFIG,
+        "layers[0] says it is -1 bytes",
+    ),
+    "a layer of size 2**63": (
+        _manifest_of(layers=[{**LAYER, "size": 2**63}]),
+        CONFIG,
+        "9,223,372,036,854,775,808",
+    ),
+    "a layer size that is a bool": (_manifest_of(layers=[{**LAYER, "size": True}]), CONFIG, "a JSON bool"),
+    "a layer size that is a float": (_manifest_of(layers=[{**LAYER, "size": 10.0}]), CONFIG, "a JSON float"),
+    "a layer of no digest": (_manifest_of(layers=[{**LAYER, "digest": "md5:1"}]), CONFIG, "no sha256 digest"),
+    "a layer of no media type": (
+        _manifest_of(layers=[{"digest": _digest("ga"), "size": 10}]),
+        CONFIG,
+        "no media type",
+    ),
+    "a layer no image holds": (
+        _manifest_of(layers=[{**LAYER, "mediaType": "application/vnd.in-toto+json"}]),
+        CONFIG,
+        "which no image holds there",
+    ),
+    "a config no image holds": (
+        _manifest_of(config={**_manifest_of()["config"], "mediaType": "text/plain"}),
+        CONFIG,
+        "its config is a 'text/plain'",
+    ),
+    "fewer diff_ids than layers": (
+        _manifest_of(_config_of([])),
+        _config_of([]),
+        "0 diff_ids for the manifest's 1",
+    ),
+    "more diff_ids than layers": (
+        _manifest_of(_config_of([_digest("a")] * 2)),
+        _config_of([_digest("a")] * 2),
+        "2 diff_ids for the manifest's 1",
+    ),
+    "a diff_id of no digest": (
+        _manifest_of(_config_of(["md5:1"])),
+        _config_of(["md5:1"]),
+        "not sha256 digests",
+    ),
+    "a rootfs of another type": (
+        _manifest_of(_config_of([_digest("a")], "tarball")),
+        _config_of([_digest("a")], "tarball"),
+        "no rootfs of type layers",
+    ),
+    "a config other than the one named": (_manifest_of(), _config_of([_digest("b")]), "another digest than"),
+    "schema 1": (_manifest_of(schemaVersion=1), CONFIG, "its schemaVersion is '1', not 2"),
+    "an index's body": (_manifest_of(manifests=[]), CONFIG, "not a single-image manifest"),
+    "more layers than any engine runs": (
+        _manifest_of(layers=[LAYER] * (MAX_IMAGE_LAYERS + 1)),
+        CONFIG,
+        f"more than the {MAX_IMAGE_LAYERS:,} any engine runs",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_manifest_or_config_no_image_has_is_one_line_and_nothing_compared(case: str) -> None:
+    document, config, said = MALFORMED[case]
+    body = document if isinstance(document, bytes) else json.dumps(document).encode()
+    with pytest.raises(RegistryError, match=r"^test: .*; nothing compared$") as caught:
+        read_image(Manifest(_bytes_digest(body), OCI_MANIFEST, body), config, "test")
+    assert said in caught.value.message and "\n" not in caught.value.message
+
+
+def test_the_fixture_of_the_malformed_cases_is_an_image() -> None:
+    # each case above is one change away from this, which is read
+    body = json.dumps(_manifest_of()).encode()
+    found = read_image(Manifest(_bytes_digest(body), OCI_MANIFEST, body), CONFIG, "test")
+    assert found.diff_ids == (_digest("a"),) and found.layers[0].size == 10
+
+
+def test_a_layer_repeated_in_one_image_is_read() -> None:
+    # one blob at two places is an image (an engine unpacks it at each); nothing to refuse
+    config = _config_of([_digest("a")] * 2)
+    body = json.dumps(_manifest_of(config, layers=[LAYER, LAYER])).encode()
+    found = read_image(Manifest(_bytes_digest(body), OCI_MANIFEST, body), config, "test")
+    assert [layer.digest for layer in found.layers] == [LAYER["digest"]] * 2
 
 
 # -- tar entries ------------------------------------------------------------------------------------

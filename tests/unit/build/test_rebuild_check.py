@@ -70,8 +70,13 @@ def test_the_command_refuses_a_tag_with_one_line_and_exit_2() -> None:
     assert result.stderr.count("\n") == 1 and "takes an image by digest" in result.stderr
 
 
-def _store(stub: OciStub, config: dict[str, Any], arch: str = "amd64") -> tuple[str, bytes]:
-    """An image of ``config`` (one layer) in the stub; its manifest's digest and body."""
+LAYER = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": DIGEST, "size": 3}
+
+
+def _store(
+    stub: OciStub, config: dict[str, Any], arch: str = "amd64", layers: list[Any] | None = None
+) -> tuple[str, bytes]:
+    """An image of ``config`` (one layer, or ``layers``) in the stub; its manifest's digest and body."""
     body = json.dumps(config).encode()
     stub.blobs[(REPOSITORY, digest_of(body))] = body
     manifest = {
@@ -82,7 +87,7 @@ def _store(stub: OciStub, config: dict[str, Any], arch: str = "amd64") -> tuple[
             "digest": digest_of(body),
             "size": len(body),
         },
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": DIGEST, "size": 3}],
+        "layers": [LAYER] if layers is None else layers,
     }
     return stub.replace_manifest(REPOSITORY, f"v-{arch}", manifest, OCI_MANIFEST), body
 
@@ -127,6 +132,43 @@ def test_an_index_of_one_image_is_read_through_to_it_and_of_two_needs_platform()
             published_image(registry, Target(stub.host, REPOSITORY, two), None)
         chosen = published_image(registry, Target(stub.host, REPOSITORY, two), "linux/arm64")
         assert chosen.manifest_digest == arm64
+
+
+# A published image no engine could pull (issue 45: each of these was compared, and "matches").
+MALFORMED_IMAGES: dict[str, tuple[list[Any], list[str], str]] = {
+    "a layer of size -1": ([{**LAYER, "size": -1}], [DIGEST], "layers[0] says it is -1 bytes"),
+    "a layer of size 2**63": ([{**LAYER, "size": 2**63}], [DIGEST], "layers[0] says it is 9,223,372"),
+    "fewer diff_ids than layers": ([LAYER, LAYER], [DIGEST], "1 diff_ids for the manifest's 2 layers"),
+    "a layer of no image's media type": ([{**LAYER, "mediaType": "text/plain"}], [DIGEST], "'text/plain'"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_IMAGES))
+def test_a_malformed_published_image_is_exit_1_one_line_and_nothing_built_or_compared(
+    case: str, plan: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagekit.build import rebuild_check
+    from imagekit.engine import client as engine_client
+
+    layers, diff_ids, said = MALFORMED_IMAGES[case]
+    # the engine is never asked for anything: the check stops at the published image
+    monkeypatch.setattr(engine_client, "connect", object)
+    built: list[object] = []
+    monkeypatch.setattr(rebuild_check, "rebuilt_image", lambda *a: built.append(a))
+    monkeypatch.setattr(rebuild_check, "compare", lambda *a: built.append(a))
+    with oci_stub() as stub:
+        config = {
+            **_config({naming.CELL_LABEL: plan.cells[0].id}),
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        }
+        digest, _ = _store(stub, config, layers=layers)
+        ref = f"{stub.host}/{REPOSITORY}@{digest}"
+        result = run_cli("rebuild-check", ref, "--matrix", str(tmp_path / "matrix.yaml"))
+    assert result.exit_code == ExitCode.CELL_FAILED == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"imagekit: error: {ref}: ") and said in result.stderr, result.stderr
+    assert result.stderr.endswith("; nothing compared\n") and "matches" not in result.stderr
+    assert built == []
 
 
 def test_an_image_of_the_classic_builder_is_refused_with_one_line() -> None:
@@ -233,6 +275,10 @@ def test_the_verdict_lines_and_json() -> None:
     assert document["verdict"] == "differs" and document["difference"]["entries"][0]["rebuilt"]["mtime"] == 2
 
 
+def blobs_path(blob: bytes) -> str:
+    return f"blobs/sha256/{digest_of(blob).removeprefix('sha256:')}"
+
+
 def _oci_tar(path: Path, files: dict[str, bytes]) -> None:
     with tarfile.open(path, "w") as out:
         for name, data in files.items():
@@ -243,17 +289,28 @@ def _oci_tar(path: Path, files: dict[str, bytes]) -> None:
 
 def test_the_rebuilt_image_is_read_from_buildx_oci_tar_and_a_broken_one_is_one_line(tmp_path: Path) -> None:
     config = json.dumps(_config({})).encode()
-    manifest = json.dumps(
-        {
-            "config": {"digest": digest_of(config), "size": len(config)},
-            "layers": [{"digest": DIGEST, "size": 3}],
-        }
-    ).encode()
-    index = json.dumps({"manifests": [{"digest": digest_of(manifest)}]}).encode()
+    described = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest_of(config)}
+    document = {"schemaVersion": 2, "config": {**described, "size": len(config)}, "layers": [LAYER]}
+    manifest = json.dumps(document).encode()
+    index = json.dumps({"manifests": [{"mediaType": OCI_MANIFEST, "digest": digest_of(manifest)}]}).encode()
     blobs = {f"blobs/sha256/{digest_of(b).removeprefix('sha256:')}": b for b in (config, manifest)}
     _oci_tar(tmp_path / "good.tar", {"index.json": index, **blobs})
     with tarfile.open(tmp_path / "good.tar") as oci:
         assert _oci_image(oci, "linux/amd64", "ref").manifest_digest == digest_of(manifest)
+    # a rebuilt image no engine could pull is read as the published one is: one line, exit 1
+    odd = json.dumps({**document, "layers": [{**LAYER, "size": -1}]}).encode()
+    odd_index = json.dumps({"manifests": [{"mediaType": OCI_MANIFEST, "digest": digest_of(odd)}]}).encode()
+    _oci_tar(
+        tmp_path / "odd.tar", {"index.json": odd_index, blobs_path(odd): odd, blobs_path(config): config}
+    )
+    with (
+        tarfile.open(tmp_path / "odd.tar") as oci,
+        pytest.raises(
+            ImagekitError, match=r"^the rebuild of ref: layers\[0\] says it is -1 bytes"
+        ) as odd_one,
+    ):
+        _oci_image(oci, "linux/amd64", "ref")
+    assert odd_one.value.exit_code == ExitCode.CELL_FAILED
     _oci_tar(tmp_path / "bad.tar", {"index.json": b"[[[\x1b", **blobs})
     with (
         tarfile.open(tmp_path / "bad.tar") as oci,

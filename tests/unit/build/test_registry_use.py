@@ -2,36 +2,59 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from imagekit.build import registry_use
 from imagekit.core import naming, platforms
 from imagekit.plan.schema import Publish
-from imagekit.registry.manifest import DOCKER_MANIFEST, Manifest
+from imagekit.registry.manifest import DOCKER_CONFIG, DOCKER_MANIFEST, Manifest
 from imagekit.registry.transport import DEFAULT_BACKOFF
 from imagekit.report.store import CellResult
 
 MANIFEST = "sha256:" + "a" * 64
-CONFIG = "sha256:" + "c" * 64
 LAYER = "sha256:" + "d" * 64
 
 
+def config_of(labels: dict[str, str]) -> bytes:
+    rootfs = {"type": "layers", "diff_ids": ["sha256:" + "e" * 64]}
+    return json.dumps({"config": {"Labels": labels}, "rootfs": rootfs}).encode()
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+CONFIG = digest_of(config_of({}))
+
+
 class StagedRegistry:
-    """The staging tag names MANIFEST, whose config is CONFIG."""
+    """The staging tag names MANIFEST, an image of one layer whose config carries ``labels``."""
+
+    def __init__(self, labels: dict[str, str] | None = None) -> None:
+        self.labels = labels or {}
+        self.config = config_of(self.labels)
 
     def head_manifest(self, repository: str, ref: str) -> str:
         return MANIFEST
 
-    def get_manifest(self, repository: str, digest: str) -> Any:
-        return SimpleNamespace(config_digest=CONFIG)
+    def get_manifest(self, repository: str, digest: str) -> Manifest:
+        described = {"mediaType": DOCKER_CONFIG, "digest": digest_of(self.config), "size": len(self.config)}
+        layers = [
+            {"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": LAYER, "size": 9}
+        ]
+        body = {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": described, "layers": layers}
+        return Manifest(MANIFEST, DOCKER_MANIFEST, json.dumps(body).encode())
 
     def image_for(self, repository: str, digest: str, platform: object) -> tuple[Manifest, bytes]:
-        body = {"config": {"digest": CONFIG, "size": 2}, "layers": [{"digest": LAYER, "size": 9}]}
-        return Manifest(MANIFEST, DOCKER_MANIFEST, json.dumps(body).encode()), b"{}"
+        return self.get_manifest(repository, digest), self.config
+
+    def get_blob(self, repository: str, digest: str) -> bytes:
+        assert digest == digest_of(self.config)
+        return self.config
 
     def blob_length(self, repository: str, digest: str) -> int | None:
         return 9 if digest == LAYER else None
@@ -62,20 +85,10 @@ def test_a_staging_tag_naming_the_image_by_either_id_is_not_pushed_again(
     said: list[str] = []
     staged = use.stage(result, said.append, platforms.get("linux/amd64"))
     assert staged.staged is not None and staged.staged.digest == MANIFEST
-    assert staged.pull_cost is not None and staged.pull_cost.total == 11  # counted where it was staged
+    assert staged.pull_cost is not None  # counted where it was staged
+    assert staged.pull_cost.total == 9 + len(config_of({}))
     assert pushes == ([image_id] if pushed else [])
     assert any("not pushed again" in s for s in said) is not pushed
-
-
-class StagedWithLabels(StagedRegistry):
-    """MANIFEST's config blob carries these labels."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        self.labels = labels
-
-    def get_blob(self, repository: str, digest: str) -> bytes:
-        assert digest == CONFIG
-        return json.dumps({"config": {"Labels": self.labels}}).encode()
 
 
 @pytest.mark.parametrize(
@@ -90,7 +103,7 @@ def test_an_unpulled_staged_image_is_reused_only_with_every_label_asked_for(
     run asks for a --label the staged image lacks (labels are not an input of the digest)."""
     digest = "f" * 64
     labels = {naming.INPUT_DIGEST_LABEL: digest, "team": "ml"}
-    monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedWithLabels(labels))
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedRegistry(labels))
     use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
     rendered = SimpleNamespace(input_digest=digest)
     said: list[str] = []
@@ -135,3 +148,29 @@ def test_a_staged_config_that_cannot_be_read_means_building(
     assert staged is None
     assert said[-1].startswith("reuse: ") and said[-1].endswith("; building"), said
     assert "\n" not in said[-1] and "\x00" not in said[-1]
+
+
+class MalformedStaged(StagedRegistry):
+    """The staged image's manifest names a layer of size -1: no engine could pull it."""
+
+    def get_manifest(self, repository: str, digest: str) -> Manifest:
+        document = json.loads(super().get_manifest(repository, digest).body)
+        document["layers"][0]["size"] = -1
+        return Manifest(MANIFEST, DOCKER_MANIFEST, json.dumps(document).encode())
+
+
+def test_a_staged_image_no_engine_could_pull_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # read as every image is (issue 45): its labels say the same inputs, and it is built again
+    digest = "f" * 64
+    registry = MalformedStaged({naming.INPUT_DIGEST_LABEL: digest})
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: registry)
+    use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
+    said: list[str] = []
+    staged = use.staged_unpulled(SimpleNamespace(input_digest=digest), (), said.append)  # type: ignore[arg-type]
+    assert staged is None
+    assert "unreadable" in said[-1] and "layers[0] says it is -1 bytes" in said[-1], said
+    assert said[-1].endswith("; building")
+    # and the same image with the layer's own size is reused
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedRegistry(registry.labels))
+    use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
+    assert use.staged_unpulled(SimpleNamespace(input_digest=digest), (), said.append) is not None  # type: ignore[arg-type]

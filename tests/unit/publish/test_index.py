@@ -23,7 +23,14 @@ from imagekit.plan.matrix import load_plan
 from imagekit.publish.policy import Candidate, Group, group_digest, select
 from imagekit.publish.promote import Publisher, PublishOptions
 from imagekit.registry.client import Registry
-from imagekit.registry.manifest import DOCKER_MANIFEST, OCI_INDEX, Manifest, check_index, image_index
+from imagekit.registry.manifest import (
+    DOCKER_CONFIG,
+    DOCKER_MANIFEST,
+    OCI_INDEX,
+    Manifest,
+    check_index,
+    image_index,
+)
 from imagekit.report.lockfile import (
     IndexPlatform,
     LeftOut,
@@ -60,13 +67,15 @@ publish:
 def image(arch: str, input_digest: str) -> tuple[Manifest, bytes]:
     """A single-image manifest and its config, for ``arch``, built from ``input_digest``."""
     labels = {"imagekit.input-digest": input_digest}
-    config = json.dumps({"architecture": arch, "os": "linux", "config": {"Labels": labels}}).encode()
+    rootfs = {"type": "layers", "diff_ids": []}
+    document = {"architecture": arch, "os": "linux", "config": {"Labels": labels}, "rootfs": rootfs}
+    config = json.dumps(document).encode()
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
     body = json.dumps(
         {
             "schemaVersion": 2,
             "mediaType": DOCKER_MANIFEST,
-            "config": {"digest": config_digest, "size": len(config)},
+            "config": {"mediaType": DOCKER_CONFIG, "digest": config_digest, "size": len(config)},
             "layers": [],
         }
     ).encode()

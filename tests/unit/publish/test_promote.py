@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,6 +25,10 @@ from imagekit.report.verification import CheckRecord, Verification
 from tests.conftest import CUDA_BASE
 
 DIGEST = "sha256:" + "ab" * 32
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def result(verdict: str | None, status: str = "built") -> CellResult:
@@ -162,7 +168,27 @@ def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tm
 # -- staged cells: engine-free promotion, the digest chain, provenance ---------------------------------
 
 STAGED_DIGEST = "sha256:" + "5" * 64
-IMAGE = "sha256:" + "c" * 64
+LABELS = {
+    "imagekit.python": "3.11",
+    "imagekit.check-script": "/opt/imagekit/check.py",
+    "imagekit.input-digest": "f" * 64,  # what the report's records say it was built from
+}
+
+
+def image_config(labels: dict[str, str] = LABELS, **more: Any) -> bytes:
+    """A config of the staged image's two layers (one diff_id each)."""
+    rootfs = {"type": "layers", "diff_ids": ["sha256:" + "d" * 64, "sha256:" + "e" * 64]}
+    document = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Labels": labels},
+        "rootfs": rootfs,
+        **more,
+    }
+    return json.dumps(document).encode()
+
+
+IMAGE = "sha256:" + hashlib.sha256(image_config()).hexdigest()  # the staged image's config digest
 
 
 def staged_result(verdict: str | None, verified_digest: str | None = STAGED_DIGEST) -> CellResult:
@@ -193,31 +219,28 @@ def test_a_verified_digest_other_than_the_staged_one_is_refused() -> None:
 class FakeRegistry:
     """The registry calls promotion makes, recorded in order; no Docker anywhere."""
 
-    def __init__(self, config_digest: str, missing: set[str] | None = None) -> None:
-        import hashlib
-        import json
-
-        from imagekit.registry.manifest import DOCKER_MANIFEST, Manifest
-
+    def __init__(self, missing: set[str] | None = None) -> None:
         self.calls: list[tuple[str, ...]] = []
         self.missing = missing or set()
         self.tagged: dict[str, str] = {}  # tag -> the digest it names in the target repository
+        self.use_config(image_config())
+
+    def use_config(self, config: bytes) -> None:
+        """The staged image's config (and so its manifest's config descriptor) becomes ``config``."""
+        from imagekit.registry.manifest import DOCKER_CONFIG, DOCKER_MANIFEST, Manifest
+
+        layer = "application/vnd.docker.image.rootfs.diff.tar.gzip"
         body = json.dumps({
             "schemaVersion": 2,
-            "config": {"digest": config_digest, "size": 3},
+            "mediaType": DOCKER_MANIFEST,
+            "config": {"mediaType": DOCKER_CONFIG, "digest": digest_of(config), "size": len(config)},
             "layers": [
-                {"digest": "sha256:" + "1" * 64, "size": 5}, {"digest": "sha256:" + "2" * 64, "size": 7}
+                {"mediaType": layer, "digest": "sha256:" + "1" * 64, "size": 5},
+                {"mediaType": layer, "digest": "sha256:" + "2" * 64, "size": 7},
             ],
         }).encode()  # fmt: skip
-        self.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), DOCKER_MANIFEST, body)
-        labels = {
-            "imagekit.python": "3.11",
-            "imagekit.check-script": "/opt/imagekit/check.py",
-            "imagekit.input-digest": "f" * 64,  # what the report's records say it was built from
-        }
-        self.config = json.dumps(
-            {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
-        ).encode()
+        self.config = config
+        self.manifest = Manifest(digest_of(body), DOCKER_MANIFEST, body)
 
     def ping(self) -> None:
         self.calls.append(("ping",))
@@ -227,7 +250,7 @@ class FakeRegistry:
         return self.get_manifest(repository, digest), self.config
 
     def blob_length(self, repository: str, digest: str) -> int | None:
-        return self.manifest.blob_sizes.get(digest)
+        return self.manifest.image("here", "not counted").blobs[digest].size
 
     def get_manifest(self, repository: str, reference: str) -> Any:
         from imagekit.core.errors import RegistryError
@@ -271,7 +294,7 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     from imagekit.publish.promote import Publisher, PublishOptions
     from imagekit.report.lockfile import read_lock
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     staged = staged_result("checked").staged
     tags = ("2.1.2-cu121-checked", "2.1.2-cu121-20261129-checked", "2.1.2-cu121-abc-checked")
     fine = Candidate("c", IMAGE, "f" * 64, "checked", tags, staged_result("checked").verification, staged)
@@ -308,7 +331,7 @@ def test_an_image_id_that_is_the_manifest_digest_is_promoted_with_its_configs_la
     from imagekit.publish.promote import Publisher, PublishOptions
     from imagekit.report.lockfile import read_lock
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
     staged = staged_result("checked").staged
     verification = staged_result("checked").verification
@@ -327,18 +350,15 @@ def test_a_staged_image_built_from_other_inputs_than_the_report_says_is_never_pr
 ) -> None:
     """The report's input digest is the build's word; the image's own label in the registry must
     agree before any tag moves (an edited report, or a staging tag moved since)."""
-    import json
 
     from imagekit.publish.promote import Publisher, PublishOptions
 
-    registry = FakeRegistry(IMAGE)
-    labels = {"imagekit.input-digest": "e" * 64}
-    registry.config = json.dumps(
-        {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
-    ).encode()
+    registry = FakeRegistry()
+    registry.use_config(image_config({"imagekit.input-digest": "e" * 64}))
     staged = staged_result("checked").staged
+    image = digest_of(registry.config)
     candidate = Candidate(
-        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+        "c", image, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
     )
     options = PublishOptions(
         "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
@@ -368,10 +388,16 @@ def test_a_staged_config_that_is_no_json_object_refuses_its_cell_in_one_line(
     from imagekit.publish.promote import Publisher, PublishOptions
 
     registry = FakeRegistry(IMAGE)
-    registry.config = UNREADABLE_CONFIGS[case]
+    registry.use_config(UNREADABLE_CONFIGS[case])  # the manifest names these very bytes
     staged = staged_result("checked").staged
     candidate = Candidate(
-        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+        "c",
+        digest_of(registry.config),
+        "f" * 64,
+        "checked",
+        ("t",),
+        staged_result("checked").verification,
+        staged,
     )
     options = PublishOptions(
         "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
@@ -379,7 +405,7 @@ def test_a_staged_config_that_is_no_json_object_refuses_its_cell_in_one_line(
     published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
     assert published == [] and [r.cell for r in refused] == ["c"]
     reason = refused[0].reason
-    assert "its image config is not JSON" in reason and "nothing promoted" in reason, reason
+    assert "its config is not JSON" in reason and "nothing promoted" in reason, reason
     assert "\n" not in reason and "\x00" not in reason
     assert not [c for c in registry.calls if c[0] == "put_manifest"]
     assert not (tmp_path / "lock.json").exists()
@@ -388,7 +414,6 @@ def test_a_staged_config_that_is_no_json_object_refuses_its_cell_in_one_line(
 def test_a_label_holding_a_nul_byte_reaches_no_lock(tmp_path: Path) -> None:
     """A label value with an escaped NUL (valid JSON) is the image's word, not the lock's: an
     expectation, a check script or a front end holding one is left out, and the cell is published."""
-    import json
 
     from imagekit.publish.promote import Publisher, PublishOptions
     from imagekit.report.lockfile import read_lock
@@ -402,12 +427,16 @@ def test_a_label_holding_a_nul_byte_reaches_no_lock(tmp_path: Path) -> None:
         "imagekit.torch\x00": "2.5.1",
         "imagekit.cuda": 12,  # no label: a builder writes strings only
     }
-    registry.config = json.dumps(
-        {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}
-    ).encode()
+    registry.use_config(image_config(labels))  # type: ignore[arg-type]
     staged = staged_result("checked").staged
     candidate = Candidate(
-        "c", IMAGE, "f" * 64, "checked", ("t",), staged_result("checked").verification, staged
+        "c",
+        digest_of(registry.config),
+        "f" * 64,
+        "checked",
+        ("t",),
+        staged_result("checked").verification,
+        staged,
     )
     options = PublishOptions(
         "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
@@ -443,7 +472,7 @@ def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path:
     from imagekit.registry.manifest import Manifest
 
     document, media_type = UNVERIFIABLE[case]
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     body = json.dumps(document).encode()
     registry.manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), media_type, body)
     if case == "an index whose child turns out to be an index":
@@ -468,6 +497,42 @@ def test_a_staged_manifest_that_proves_nothing_moves_no_tag(case: str, tmp_path:
     assert not (tmp_path / "lock.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda m: m["layers"][0].update(size=-1), "layers[0] says it is -1 bytes"),
+        (lambda m: m["layers"][1].update(size=2**63), "layers[1] says it is 9,223,372,036,854,775,808 bytes"),
+        (lambda m: m["layers"].append(m["layers"][0]), "2 diff_ids for the manifest's 3 layers"),
+        (lambda m: m["config"].update(mediaType="text/plain"), "its config is a 'text/plain'"),
+    ],
+    ids=["size-negative", "size-2**63", "fewer-diff-ids", "config-type"],
+)
+def test_a_staged_image_no_engine_could_pull_moves_no_blob_and_no_tag(
+    change: Callable[[dict[str, Any]], None], said: str, tmp_path: Path
+) -> None:
+    """Issue 45: the image record every reader takes (imagekit.registry.manifest) refuses it
+    here too, before any blob is mounted, any tag written or any lock entry made."""
+    from imagekit.publish.promote import Publisher, PublishOptions
+    from imagekit.registry.manifest import DOCKER_MANIFEST, Manifest
+
+    registry = FakeRegistry()
+    document = json.loads(registry.manifest.body)
+    change(document)
+    body = json.dumps(document).encode()
+    registry.manifest = Manifest(STAGED_DIGEST, DOCKER_MANIFEST, body)
+    staged = staged_result("checked")
+    candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t", "t-1"), staged.verification, staged.staged)
+    options = PublishOptions(
+        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
+    )
+    published, refused = Publisher(None, registry, options, "checked", print).run([candidate])  # type: ignore[arg-type]
+    assert published == [] and [r.cell for r in refused] == ["c"]
+    assert said in refused[0].reason and refused[0].reason.startswith("reg:5000/acme/staging@sha256:")
+    assert "nothing promoted from it" in refused[0].reason and "\n" not in refused[0].reason
+    assert [c for c in registry.calls if c[0] in ("put_manifest", "mount_blob")] == []
+    assert not (tmp_path / "lock.json").exists()
+
+
 def test_publish_connects_to_no_engine_when_every_cell_is_staged(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -477,7 +542,7 @@ def test_publish_connects_to_no_engine_when_every_cell_is_staged(
     def no_engine(**_: Any) -> Any:
         raise AssertionError("publish connected to a Docker engine")
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     staged = staged_result("checked")
     candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t",), staged.verification, staged.staged)
     monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
@@ -602,7 +667,7 @@ def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path)
     from imagekit.publish.promote import Publisher, PublishOptions
     from imagekit.registry.manifest import Referrer
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)
     registry.attached = (Referrer("sha256:" + "a" * 64, "application/vnd.dsse.envelope.v1+json"),)
     staged = staged_result("checked").staged
@@ -641,7 +706,7 @@ def test_an_immutable_tag_naming_another_digest_refuses_its_cell_and_moves_nothi
     from imagekit.publish.promote import Publisher, PublishOptions
     from imagekit.report.lockfile import read_lock
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
     other_tags = tuple(t.replace("2.1.2", "2.2.0") for t in TAGS)
     registry.tagged = {TAGS[0]: OTHER, TAGS[taken]: OTHER, other_tags[1]: STAGED_DIGEST}
@@ -666,7 +731,7 @@ def test_a_group_whose_immutable_tag_names_another_index_is_refused_whole(tmp_pa
     from imagekit.publish.policy import Group
     from imagekit.publish.promote import Publisher, PublishOptions, _index_of, _Ready, _Staged
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
     members = (
         replace(_staged_candidate("amd"), tags=()),
         replace(_staged_candidate("arm"), tags=(), platform="linux/arm64"),
@@ -785,23 +850,23 @@ def test_a_layer_over_publish_max_layer_size_publishes_nothing(
 ) -> None:
     """The largest layer (7 bytes) against the cap: over it, one line naming the cell, the layer's
     size, the cap and the step that made it, before any tag moves and with no lock entry."""
-    import json
     from dataclasses import replace
 
     from imagekit.publish.promote import Publisher, PublishOptions
 
-    registry = FakeRegistry(IMAGE)
+    registry = FakeRegistry()
+    steps = [{"created_by": "COPY base /"}, {"created_by": "RUN pip install torch\n  # buildkit"}]
+    registry.use_config(image_config(history=steps))
     registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)
-    config = json.loads(registry.config)
-    config["history"] = [{"created_by": "COPY base /"}, {"created_by": "RUN pip install torch\n  # buildkit"}]
-    registry.config = json.dumps(config).encode()
     staged = staged_result("checked")
-    candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t", "t-1"), staged.verification, staged.staged)
+    image = digest_of(registry.config)
+    candidate = Candidate("c", image, "f" * 64, "checked", ("t", "t-1"), staged.verification, staged.staged)
     options = PublishOptions("reg:5000", "acme/staging", tmp_path / "lock.json", max_layer_size=cap)
     publisher = Publisher(None, registry, options, "checked", lambda _: None)  # type: ignore[arg-type]
     published, refusals = publisher.run([candidate])
     if not refused:
-        assert [p.entry.cell for p in published] == ["c"] and publisher.costs["c"].total == 15
+        assert [p.entry.cell for p in published] == ["c"]
+        assert publisher.costs["c"].total == len(registry.config) + 5 + 7
         return
     assert published == [] and [r.cell for r in refusals] == ["c"]
     assert refusals[0].reason == (

@@ -600,7 +600,18 @@ def _basic_registry(then: Callable[[Scripted, Any], None]) -> Callable[[Scripted
     return respond
 
 
-MANIFEST = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:" + "c" * 64}}).encode()
+MANIFEST = json.dumps(
+    {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "digest": "sha256:" + "c" * 64,
+            "size": 3,
+        },
+        "layers": [],
+    }
+).encode()
 
 
 def _other_origin_cases(
@@ -707,6 +718,19 @@ def _index(*entries: object, **more: object) -> bytes:
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_IMAGE = "application/vnd.oci.image.manifest.v1+json"
 CHILD = {"mediaType": OCI_IMAGE, "digest": "sha256:" + "a" * 64, "size": 10}
+CONFIG = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "c" * 64, "size": 3}
+LAYER = {
+    "mediaType": "application/vnd.oci.image.layer.v1.tar+zstd",
+    "digest": "sha256:" + "d" * 64,
+    "size": 9,
+}
+EMPTY = "application/vnd.oci.empty.v1+json"
+
+
+def _image(**changed: object) -> bytes:
+    return json.dumps({"schemaVersion": 2, "config": CONFIG, "layers": [LAYER], **changed}).encode()
+
+
 UNPROMOTABLE: dict[str, tuple[bytes, str]] = {
     "a single image naming no config": (json.dumps({"schemaVersion": 2, "layers": []}).encode(), OCI_IMAGE),
     "a config without a digest": (json.dumps({"config": {"size": 3}}).encode(), OCI_IMAGE),
@@ -720,6 +744,16 @@ UNPROMOTABLE: dict[str, tuple[bytes, str]] = {
         json.dumps({"mediaType": OCI_INDEX, "config": CHILD}).encode(),
         OCI_IMAGE,
     ),
+    # what the image record every reader takes refuses (issue 45): promotion refuses it too
+    "a layer of size -1": (_image(layers=[{**LAYER, "size": -1}]), OCI_IMAGE),
+    "a layer of size 2**63": (_image(layers=[{**LAYER, "size": 2**63}]), OCI_IMAGE),
+    "a layer of no image's type": (
+        _image(layers=[{**LAYER, "mediaType": "application/x-anything"}]),
+        OCI_IMAGE,
+    ),
+    "a config of no image's type": (_image(config={**CONFIG, "mediaType": EMPTY}), OCI_IMAGE),
+    "schema 1": (_image(schemaVersion=1), OCI_IMAGE),
+    "an index entry of size -1": (_index({**CHILD, "size": -1}), OCI_INDEX),
 }
 
 
@@ -730,7 +764,13 @@ def test_only_a_promotable_manifest_passes_the_check(case: str) -> None:
     with pytest.raises(RegistryError, match=r"^reg:5000/r@sha256:.*; nothing promoted from it$"):
         _manifest(body, media_type).check_promotable(f"reg:5000/r@{digest_of(body)}")
     _manifest(MANIFEST).check_promotable("fine")
+    _manifest(_image(), OCI_IMAGE).check_promotable("fine")
     _manifest(_index(CHILD), OCI_INDEX).check_promotable("fine")
+    # an attestation manifest BuildKit puts beside the image (bake's provenance) is an artifact
+    attestation = _image(config=CONFIG, layers=[{**LAYER, "mediaType": "application/vnd.in-toto+json"}])
+    _manifest(attestation, OCI_IMAGE).check_promotable("fine", image_only=True, artifact=True)
+    with pytest.raises(RegistryError, match="which no image holds there"):
+        _manifest(attestation, OCI_IMAGE).check_promotable("child", image_only=True)
     with pytest.raises(RegistryError, match="an index inside an index"):
         _manifest(_index(CHILD), OCI_INDEX).check_promotable("child", image_only=True)
 

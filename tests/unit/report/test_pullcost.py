@@ -14,7 +14,7 @@ import pytest
 from imagekit.core import platforms
 from imagekit.core.errors import InputError, RegistryError
 from imagekit.core.limits import LAYER_BYTES_MAX, MAX_IMAGE_LAYERS, STEP_CHARS
-from imagekit.registry.manifest import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest
+from imagekit.registry.manifest import DOCKER_CONFIG, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest
 from imagekit.report import pullcost
 from imagekit.report.pullcost import (
     UNKNOWN_STEP,
@@ -29,39 +29,70 @@ from imagekit.report.store import BuildReport, CellResult, parse_report, write_r
 
 AMD64 = platforms.get("linux/amd64")
 BASE = "sha256:" + "b" * 64  # the layer both cells are built on
-CONFIG = {"size": 100, "digest": "sha256:" + "c" * 64}
+LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 
 
 def digest(name: str) -> str:
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def manifest(layers: list[Any], config: Any = None, media_type: str = DOCKER_MANIFEST) -> Manifest:
-    body = json.dumps({"schemaVersion": 2, "config": config or CONFIG, "layers": layers}).encode()
-    return Manifest(digest(body.decode()), media_type, body)
+def layer(blob: str, size: int) -> dict[str, Any]:
+    return {"mediaType": LAYER_TYPE, "digest": blob, "size": size}
 
 
-def history(*steps: str, empty: int = 0) -> bytes:
+def history(*steps: str, empty: int = 0) -> list[dict[str, Any]]:
     made = [{"created_by": "ENV A=1", "empty_layer": True}] * empty
-    return json.dumps({"history": [*made, *({"created_by": s} for s in steps)]}).encode()
+    return [*made, *({"created_by": s} for s in steps)]
+
+
+def image(
+    layers: Any, steps: Any = (), config: Any = None, media_type: str = DOCKER_MANIFEST
+) -> tuple[Manifest, bytes]:
+    """An image manifest of ``layers`` and its config's bytes (one diff_id per layer, ``steps``
+    its history); ``config`` replaces the config descriptor."""
+    count = len(layers) if isinstance(layers, list) else 0
+    document = {
+        "rootfs": {"type": "layers", "diff_ids": [digest(f"tar {i}") for i in range(count)]},
+        "history": list(steps),
+    }
+    raw = json.dumps(document).encode()
+    described = config or {"mediaType": DOCKER_CONFIG, "digest": digest_of(raw), "size": len(raw)}
+    body = json.dumps({"schemaVersion": 2, "mediaType": media_type, "config": described, "layers": layers})
+    return Manifest(digest(body), media_type, body.encode()), raw
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def test_total_largest_layer_and_its_step() -> None:
-    layers = [{"digest": BASE, "size": 1000}, {"digest": digest("torch"), "size": 5000}]
-    config = history(
+    layers = [layer(BASE, 1000), layer(digest("torch"), 5000)]
+    steps = history(
         "/bin/sh -c #(nop) ADD file:abc in /", "RUN /bin/sh -c pip install torch  # buildkit", empty=2
     )
-    cost = pull_cost(manifest(layers), config, "here")
-    assert cost.total == 6100
+    cost = pull_cost(*image(layers, steps), "here")
+    assert cost.total == 6000 + cost.config.size
     assert cost.largest == Blob(digest("torch"), 5000)
     assert cost.largest_step == "RUN /bin/sh -c pip install torch # buildkit"
+
+
+def test_a_layer_repeated_in_one_image_is_fetched_once() -> None:
+    # a node's content store holds a blob by digest: the same tar at two places is one download
+    # (containerd unpacks it at each place, a snapshot per chain, which is disk, not this figure)
+    layers = [layer(BASE, 1000), layer(digest("torch"), 5000), layer(BASE, 1000)]
+    cost = pull_cost(*image(layers, history("ADD base", "RUN pip", "ADD base")), "here")
+    assert len(cost.layers) == 3 and cost.total == 6000 + cost.config.size
+    assert cost.as_json()["total"] == cost.total
+    # the config's digest named as a layer too is one blob as well
+    twice = cost_of((digest("config c"), 10), (BASE, 7), config="c")
+    assert twice.total == 17
 
 
 @pytest.mark.parametrize(
     "config",
     [
-        history("only one step"),  # two layers, one history entry
-        history("a", "b", "c"),
+        json.dumps({"history": history("only one step")}).encode(),  # two layers, one history entry
+        json.dumps({"history": history("a", "b", "c")}).encode(),
         b"not json",
         json.dumps({"history": "a string"}).encode(),
         json.dumps({"history": [{"created_by": "a"}, "b"]}).encode(),
@@ -70,44 +101,66 @@ def test_total_largest_layer_and_its_step() -> None:
     ids=["short", "long", "not-json", "not-a-list", "not-an-entry", "not-an-object"],
 )
 def test_a_history_that_does_not_line_up_leaves_the_step_unknown(config: bytes) -> None:
-    layers = [{"digest": BASE, "size": 1}, {"digest": digest("x"), "size": 2}]
-    assert pull_cost(manifest(layers), config, "here").largest_step == UNKNOWN_STEP
+    assert pullcost.steps(config, 2) == (UNKNOWN_STEP, UNKNOWN_STEP)
+
+
+def test_a_short_history_leaves_the_largest_layers_step_unknown() -> None:
+    found = pull_cost(*image([layer(BASE, 1), layer(digest("x"), 2)], history("only one step")), "here")
+    assert found.largest_step == UNKNOWN_STEP
 
 
 def test_a_step_is_one_printable_line_clipped() -> None:
     step = "RUN echo \x1b[31mred\nsecond line " + "x" * 1000
-    found = pull_cost(manifest([{"digest": BASE, "size": 1}]), history(step), "here").largest_step
+    found = pull_cost(*image([layer(BASE, 1)], history(step)), "here").largest_step
     assert "\n" not in found and "\x1b" not in found and len(found) == STEP_CHARS
 
 
 @pytest.mark.parametrize(
     ("layers", "config", "said"),
     [
-        ([{"digest": BASE, "size": -1}], None, "says it is -1 bytes"),
-        ([{"digest": BASE, "size": True}], None, "a JSON bool, not an integer"),
-        ([{"digest": BASE, "size": 1.5}], None, "a JSON float, not an integer"),
-        ([{"digest": BASE, "size": "12"}], None, "a JSON str, not an integer"),
-        ([{"digest": BASE}], None, "a JSON NoneType, not an integer"),
-        ([{"digest": BASE, "size": LAYER_BYTES_MAX + 1}], None, f"between 0 and {LAYER_BYTES_MAX:,}"),
-        ([{"digest": "sha256:short", "size": 1}], None, "layers[0] names no sha256 digest"),
+        ([layer(BASE, -1)], None, "says it is -1 bytes"),
+        ([layer(BASE, 2**63)], None, "says it is 9,223,372,036,854,775,808 bytes"),
+        ([{**layer(BASE, 1), "size": True}], None, "a JSON bool, not an integer"),
+        ([{**layer(BASE, 1), "size": 1.5}], None, "a JSON float, not an integer"),
+        ([{**layer(BASE, 1), "size": "12"}], None, "a JSON str, not an integer"),
+        ([{"mediaType": LAYER_TYPE, "digest": BASE}], None, "a JSON NoneType, not an integer"),
+        ([layer(BASE, LAYER_BYTES_MAX + 1)], None, f"between 0 and {LAYER_BYTES_MAX:,}"),
+        ([layer("sha256:short", 1)], None, "layers[0] names no sha256 digest"),
+        ([{"digest": BASE, "size": 1}], None, "layers[0] has no media type"),
+        ([{**layer(BASE, 1), "mediaType": "text/html"}], None, "layers[0] is a 'text/html', which no image"),
         (["a string"], None, "layers[0] is no descriptor"),
-        ([], {"digest": CONFIG["digest"], "size": 10**20}, "its config says it is"),
+        ([], {"mediaType": DOCKER_CONFIG, "digest": BASE, "size": 10**20}, "its config says it is"),
+        ([], {"mediaType": "text/plain", "digest": BASE, "size": 1}, "its config is a 'text/plain'"),
         ({"not": "a list"}, None, "layers are not a list"),
     ],
-    ids=["negative", "bool", "float", "string", "missing", "huge", "digest", "entry", "config", "list"],
-)
+    ids=[
+        "negative", "2**63", "bool", "float", "string", "missing", "huge", "digest", "no-type", "html",
+        "entry", "config", "config-type", "list",
+    ],
+)  # fmt: skip
 def test_absurd_sizes_and_descriptors_are_one_registry_error(layers: Any, config: Any, said: str) -> None:
     with pytest.raises(RegistryError, match="its pull cost is not counted") as caught:
-        pull_cost(manifest(layers, config), b"{}", "reg/acme@sha256:1")
+        pull_cost(*image(layers, config=config), "reg/acme@sha256:1")
     assert said in str(caught.value) and "\n" not in str(caught.value)
     assert str(caught.value).startswith("reg/acme@sha256:1: ")
 
 
+def test_a_config_that_is_not_the_manifests_is_one_registry_error() -> None:
+    manifest, raw = image([layer(BASE, 1)])
+    fewer = json.dumps({"rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    with pytest.raises(RegistryError, match="another digest than"):
+        pull_cost(manifest, fewer, "here")  # the config blob named is not these bytes
+    described = {"mediaType": DOCKER_CONFIG, "digest": digest_of(fewer), "size": len(fewer)}
+    with pytest.raises(RegistryError, match="its config lists 0 diff_ids for the manifest's 1 layers"):
+        pull_cost(image([layer(BASE, 1)], config=described)[0], fewer, "here")
+    assert pull_cost(manifest, raw, "here").total == 1 + len(raw)
+
+
 def test_too_many_layers_are_refused_before_any_is_read() -> None:
-    layers = [{"digest": BASE, "size": 1}] * (MAX_IMAGE_LAYERS + 1)
+    layers = [layer(BASE, 1)] * (MAX_IMAGE_LAYERS + 1)
     with pytest.raises(RegistryError, match=f"names {MAX_IMAGE_LAYERS + 1:,} layers, more than the"):
-        pull_cost(manifest(layers), b"{}", "here")
-    assert len(pull_cost(manifest(layers[:MAX_IMAGE_LAYERS]), b"{}", "here").layers) == MAX_IMAGE_LAYERS
+        pull_cost(*image(layers), "here")
+    assert len(pull_cost(*image(layers[:MAX_IMAGE_LAYERS]), "here").layers) == MAX_IMAGE_LAYERS
 
 
 def cost_of(*layers: tuple[str, int], config: str = "cfg") -> PullCost:
@@ -124,7 +177,8 @@ def test_shared_bytes_and_the_matrix_line() -> None:
     assert (shared["a"].shared, shared["b"].shared, shared["c"].shared) == (1000, 1000, 0)
     summary = matrix_pull(shared.values())
     assert summary is not None
-    assert summary.summed == a.total + b.total + c.total == 1310 + 2510 + 17
+    # each image's own total fetches its repeated layer once, as the node does
+    assert summary.summed == a.total + b.total + c.total == 1310 + 1510 + 17
     assert summary.distinct == 1000 + 300 + 500 + 7 + 3 * 10 < summary.summed
     assert matrix_pull([]) is None
 
@@ -132,13 +186,13 @@ def test_shared_bytes_and_the_matrix_line() -> None:
 class Reader:
     """A registry answering one image; ``length`` is its HEAD answer for any blob."""
 
-    def __init__(self, image: Manifest, length: int | None) -> None:
+    def __init__(self, image: tuple[Manifest, bytes], length: int | None) -> None:
         self.image = image
         self.length = length
         self.heads: list[str] = []
 
     def image_for(self, repository: str, digest: str, platform: Any) -> tuple[Manifest, bytes]:
-        return self.image, history("a", "RUN big")
+        return self.image
 
     def blob_length(self, repository: str, digest: str) -> int | None:
         self.heads.append(digest)
@@ -146,20 +200,20 @@ class Reader:
 
 
 def test_the_largest_layer_is_checked_against_the_registrys_head() -> None:
-    image = manifest([{"digest": BASE, "size": 10}, {"digest": digest("big"), "size": 90}])
-    reader = Reader(image, 90)
-    assert measure(reader, "acme", image.digest, AMD64, "here").largest_step == "RUN big"
+    image_of = image([layer(BASE, 10), layer(digest("big"), 90)], history("a", "RUN big"))
+    reader = Reader(image_of, 90)
+    assert measure(reader, "acme", image_of[0].digest, AMD64, "here").largest_step == "RUN big"
     assert reader.heads == [digest("big")]
     for answer, said in ((91, "answers 91 bytes"), (None, "answers no Content-Length")):
         with pytest.raises(RegistryError, match=f"{said} for layer sha256:.*descriptor says 90;"):
-            measure(Reader(image, answer), "acme", image.digest, AMD64, "here")
+            measure(Reader(image_of, answer), "acme", image_of[0].digest, AMD64, "here")
 
 
 def test_an_index_resolves_to_the_cells_platform() -> None:
     from imagekit.registry.client import Registry
 
-    amd = manifest([{"digest": BASE, "size": 5}], media_type=OCI_MANIFEST)
-    arm = manifest([{"digest": digest("arm"), "size": 6}], media_type=OCI_MANIFEST)
+    amd, config = image([layer(BASE, 5)], media_type=OCI_MANIFEST)
+    arm, _ = image([layer(digest("arm"), 6)], media_type=OCI_MANIFEST)
     index_body = json.dumps({
         "mediaType": OCI_INDEX,
         "manifests": [
@@ -179,7 +233,7 @@ def test_an_index_resolves_to_the_cells_platform() -> None:
             return {index.digest: index, amd.digest: amd, arm.digest: arm}[reference]
 
         def get_blob(self, repository: str, digest: str) -> bytes:
-            return history("RUN amd")
+            return config
 
     found, _ = Memory().image_for("acme", index.digest, AMD64)
     assert found == amd

@@ -85,6 +85,51 @@ def test_a_cdi_name_that_is_not_vendor_class_name_is_bad_input(text: str) -> Non
     assert "\n" not in caught.value.message and len(caught.value.message) < 500
 
 
+# What the CDI specification forbids (SPEC.md "Kind": the vendor a DNS subdomain of at most 253
+# characters, the class at most 63) though the reference parser's character rules admit it: each
+# would be sent to the engine and refused there (exit 3), so each is refused here (exit 2).
+SPEC_FORBIDS = [
+    "nvidia..com/gpu=0",  # an empty DNS label
+    "nvidia.com./gpu=0",  # an empty last label
+    "nvidia.-com/gpu=0",  # a label starts with a letter or digit
+    "nvidia-.com/gpu=0",  # and ends with one
+    "nvi_dia.com/gpu=0",  # a DNS label holds no '_'
+    "nvidia." + "a" * 64 + "/gpu=0",  # a label of 64 characters
+    "n" + ".a" * 127 + "/gpu=0",  # a vendor of 255 characters
+    "nvidia.com/g" + "p" * 63 + "=0",  # a class of 64 characters
+]
+# ... and what the limits still admit
+SPEC_ADMITS = [
+    "nvidia." + "a" * 63 + "/gpu=0",
+    "n" + ".a" * 126 + "/gpu=0",  # 253 characters
+    "nvidia.com/g" + "p" * 62 + "=0",  # 63 characters
+    "Vendor-1.example/Class_x.1=dev_0:1",
+]
+
+
+@pytest.mark.parametrize("name", SPEC_FORBIDS)
+def test_a_cdi_name_the_specification_forbids_is_bad_input(name: str) -> None:
+    assert not cdi.is_qualified_name(name)
+    with pytest.raises(InputError, match=r"^--gpus .*vendor/class=name") as caught:
+        GpuRequest.parse(cdi.CDI_PREFIX + name)
+    assert caught.value.exit_code == ExitCode.INVALID_INPUT
+    # nor may a report record one
+    assert safetypes.GpuText.__metadata__[0].problem(cdi.CDI_PREFIX + name) is not None
+
+
+@pytest.mark.parametrize("name", SPEC_ADMITS)
+def test_a_cdi_name_at_the_specifications_limits_is_admitted(name: str) -> None:
+    assert GpuRequest.parse(cdi.CDI_PREFIX + name).cdi_devices == (name,)
+    assert safetypes.GpuText.__metadata__[0].problem(cdi.CDI_PREFIX + name) is None
+
+
+def test_a_long_hostile_cdi_text_is_judged_in_linear_time() -> None:
+    # the vendor's look-ahead and labels, and the class's bound, never backtrack far
+    for text in ("a" * 100_000, "a." * 50_000, "a/" + "b" * 100_000, "a/b=" + "c-" * 50_000 + "-"):
+        assert not cdi.is_qualified_name(text)
+        assert cdi.qualified_names(text) is None
+
+
 def test_qualified_name_grammar() -> None:
     assert cdi.is_qualified_name("nvidia.com/gpu=0:1") and cdi.is_qualified_name("a/b=c")
     assert not cdi.is_qualified_name("0") and not cdi.is_qualified_name("nvidia.com/gpu")
@@ -197,7 +242,16 @@ def test_other_refusals_are_not_gpu_problems() -> None:
     assert refusal_problem("unresolvable CDI devices x", hook, info_of([]), local_engine=True) is None
 
 
-@pytest.mark.parametrize("gpus", ["cdi:gpu=0", "cdi:nvidia.com/gpu=0;reboot", "cdi:nvidia.com/gpu"])
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        "cdi:gpu=0",
+        "cdi:nvidia.com/gpu=0;reboot",
+        "cdi:nvidia.com/gpu",
+        "cdi:nvidia..com/gpu=0",  # the specification forbids it; the engine is never asked
+        "cdi:nvidia.com/" + "g" * 64 + "=0",
+    ],
+)
 def test_verify_with_a_bad_cdi_name_is_one_line_exit_2_and_starts_nothing(
     gpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
