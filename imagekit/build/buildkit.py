@@ -32,6 +32,7 @@ import docker
 from imagekit.build.jobs import JobFailed
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
 from imagekit.core.safetypes import secret_env_name
+from imagekit.core.text import elided
 from imagekit.engine.buildx import (
     REPRODUCIBLE_EPOCH,
     Buildx,
@@ -208,7 +209,7 @@ def build_oci(
                 for line in event.text.splitlines():
                     write(line)
             elif isinstance(event, StepFailed):
-                write(f"#{event.step}: ERROR {event.error}")
+                write(elided(f"#{event.step}: ERROR {event.error}"))
                 # A missing cache is no failure, nor a failed cache write (registry_cache).
                 if not event.step.startswith(("importing cache", "exporting cache")):
                     failed = event

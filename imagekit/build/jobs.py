@@ -15,7 +15,8 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from imagekit.build.bases import ResolvedBase, local_base_froms
-from imagekit.core.errors import InputError
+from imagekit.core.errors import MESSAGE_CHARS, InputError
+from imagekit.core.text import elided, printable, redact
 from imagekit.plan.cells import Cell, LocalBase, Plan, local_base_of
 from imagekit.render.context import FileHasher, local_base_digest
 from imagekit.report.store import CellResult, Status
@@ -153,6 +154,10 @@ class JobFailed(Exception):
     """A job's build failed: ``message`` is its one line, ``tail`` the log lines before it."""
 
     def __init__(self, message: str, tail: tuple[str, ...] = ()) -> None:
+        # What a build printed (a step's error, the engine's, buildx's last line) is no shorter
+        # than its longest line; the message is the report's error and a printed line, bounded
+        # and cleaned like an ImagekitError's.
+        message = elided(redact(printable(message)), MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
         self.tail = tail

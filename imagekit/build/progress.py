@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from imagekit.core.text import counted
+from imagekit.core.text import counted, elided, printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,8 +42,9 @@ class PlainProgress:
         pass  # the full output goes to the cell's log file; CI logs keep one line per event
 
     def _write(self, line: str) -> None:
+        # A failed cell's line repeats its error, which a build's runaway output line can make long.
         with self._lock:
-            print(line, file=self._stream, flush=True)
+            print(elided(printable(line)), file=self._stream, flush=True)
 
     def close(self) -> None:
         pass

@@ -22,7 +22,7 @@ from typer.core import TyperCommand, TyperGroup
 from imagekit.core.errors import ExitCode, ImagekitError, InputError
 from imagekit.core.limits import MAX_TIMEOUT_S, VALUE_CHARS
 from imagekit.core.paths import length_problem
-from imagekit.core.text import printable, redact, shown
+from imagekit.core.text import elided, printable, redact, shown
 
 if TYPE_CHECKING:
     from imagekit.plan.cells import Cell, Plan
@@ -242,8 +242,9 @@ class Launch:
 
 def say(kind: str, message: str) -> None:
     """One line on stderr: ``imagekit: <kind>: <message>``, with no control character in it (a
-    value read from a file must not move the cursor, recolour the terminal or start a new line)."""
-    typer.echo(f"imagekit: {kind}: {printable(redact(message))}", err=True)
+    value read from a file must not move the cursor, recolour the terminal or start a new line),
+    and no longer than LINE_CHARS, the prefix included."""
+    typer.echo(elided(f"imagekit: {kind}: {printable(redact(message))}"), err=True)
 
 
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
