@@ -48,6 +48,7 @@ from imagekit.engine.buildx import (
     read_metadata,
 )
 from imagekit.engine.client import BuildRequest, load
+from imagekit.engine.oci_archive import check_archive
 
 Write = Callable[[str], None]
 Register = Callable[[BuildxRun], contextlib.AbstractContextManager[None]]
@@ -155,6 +156,8 @@ def build_image(
         output = work / "image.oci.tar"
         built = build_oci(settings, request, context, output, name, cache, write, running)
         write(f"built {built.manifest_digest} (config {built.config_digest}); loading it into the engine")
+        # The tar was found to hold that very image (build_oci), and the engine's store is
+        # content-addressed: the id the tags move to is the image built here.
         _load(api, output)
         return built.manifest_digest
     finally:
@@ -172,7 +175,8 @@ def build_oci(
     running: Register,
 ) -> BuiltOci:
     """Build ``request`` with buildx into the OCI tar ``output`` (and nothing else: no engine image,
-    no push); the digests buildx reports. Raises JobFailed naming the failed step."""
+    no push); the digests buildx reports, once the tar is found to hold that image, named ``name``,
+    with ``request``'s labels (ArchiveMismatch when not). Raises JobFailed naming the failed step."""
     host_network = "--network=host" in _dockerfile_text(context, request.dockerfile)
     context.seek(0)
     metadata = output.with_name(output.name + ".metadata.json")
@@ -222,7 +226,9 @@ def build_oci(
             raise JobFailed(f"step {step}: {failed.error}")
         last = next((line for line in reversed(text) if line.strip()), f"exit status {run.returncode}")
         raise JobFailed(f"docker buildx build failed: {last}")
-    return read_metadata(metadata)
+    built = read_metadata(metadata)
+    check_archive(output, built.manifest_digest, built.config_digest, name, request.labels)
+    return built
 
 
 def _load(api: docker.APIClient, tar: Path) -> None:
