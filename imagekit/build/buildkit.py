@@ -47,7 +47,7 @@ from imagekit.engine.buildx import (
     build_argv,
     read_metadata,
 )
-from imagekit.engine.client import BuildRequest, load
+from imagekit.engine.client import BuildRequest, engine_info, load
 from imagekit.engine.oci_archive import check_archive
 
 Write = Callable[[str], None]
@@ -58,7 +58,7 @@ _SECRET_VALUE = re.compile(r"[!-~]{1,4096}")  # one netrc token: printable, no w
 
 def engine_holds_oci(api: docker.APIClient) -> None:
     """Refuse an engine that cannot take what buildx writes (its containerd image store)."""
-    info = api.info()
+    info = engine_info(api)
     store = " ".join(" ".join(map(str, pair)) for pair in info.get("DriverStatus") or ())
     if "io.containerd.snapshotter" not in store:
         raise EnvironmentProblem(
