@@ -150,3 +150,4 @@ def engine_stub(directory: Path) -> Iterator[EngineStub]:
     finally:
         server.shutdown()
         server.server_close()
+        path.unlink(missing_ok=True)
