@@ -55,7 +55,7 @@ from imagekit.core.atomic import open_new
 from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, one_line
 from imagekit.core.safetypes import IMAGE_REFERENCE
-from imagekit.core.text import redact
+from imagekit.core.text import elided, redact
 from imagekit.engine import buildx
 from imagekit.engine.client import (
     BuildAborted,
@@ -355,16 +355,16 @@ class Builder:
                     return self._build_base(job, write, done)
                 return self._build_cell(job, write, done)
             except JobFailed as failure:
-                write(f"FAILED: {failure.message}")
+                write(elided(f"FAILED: {failure.message}"))
                 return done("failed", error=failure.message, error_tail=failure.tail or tuple(tail))
             except ImagekitError as exc:  # an unreadable context file, an unwritable log, ...
                 if isinstance(exc, EnvironmentProblem):
                     self.state.stop(exc.message, engine_error=exc.message)
-                write(f"FAILED: {exc.message}")
+                write(elided(f"FAILED: {exc.message}"))
                 return done("failed", error=exc.message, error_tail=tuple(tail))
             except BuildAborted as aborted:
                 reason = self.state.engine_error or str(aborted)
-                write(f"STOPPED: {reason}")
+                write(elided(f"STOPPED: {reason}"))
                 status: Status = (
                     "cancelled" if self.state.cancel.is_set() and not self.state.engine_error else "failed"
                 )
@@ -374,7 +374,7 @@ class Builder:
                 if is_engine_failure(exc) and not alive(self.api):
                     message = f"the Docker engine at {engine_address()} stopped answering: {message}"
                     self.state.stop(message, engine_error=message)
-                write(f"FAILED: {message}")
+                write(elided(f"FAILED: {message}"))
                 return done("failed", error=message, error_tail=tuple(tail))
 
     def _reusable(

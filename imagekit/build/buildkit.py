@@ -37,7 +37,7 @@ from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, 
 from imagekit.core.limits import SECRET_FILE_BYTES, SECRET_MIN_CHARS
 from imagekit.core.paths import read_regular_text
 from imagekit.core.safetypes import secret_env_name
-from imagekit.core.text import counted
+from imagekit.core.text import counted, elided
 from imagekit.engine.buildx import (
     REPRODUCIBLE_EPOCH,
     Buildx,
@@ -52,7 +52,8 @@ from imagekit.engine.buildx import (
     build_argv,
     read_metadata,
 )
-from imagekit.engine.client import BuildRequest, load
+from imagekit.engine.client import BuildRequest, engine_info, load
+from imagekit.engine.oci_archive import check_archive
 
 Write = Callable[[str], None]
 Register = Callable[[BuildxRun], contextlib.AbstractContextManager[None]]
@@ -62,7 +63,7 @@ _SECRET_VALUE = re.compile(r"[!-~]{1,4096}")  # one netrc token: printable, no w
 
 def engine_holds_oci(api: docker.APIClient) -> None:
     """Refuse an engine that cannot take what buildx writes (its containerd image store)."""
-    info = api.info()
+    info = engine_info(api)
     store = " ".join(" ".join(map(str, pair)) for pair in info.get("DriverStatus") or ())
     if "io.containerd.snapshotter" not in store:
         raise EnvironmentProblem(
@@ -171,6 +172,8 @@ def build_image(
         output = work / "image.oci.tar"
         built = build_oci(settings, request, context, output, name, cache, write, running)
         write(f"built {built.manifest_digest} (config {built.config_digest}); loading it into the engine")
+        # The tar was found to hold that very image (build_oci), and the engine's store is
+        # content-addressed: the id the tags move to is the image built here.
         _load(api, output)
         return built.manifest_digest
     finally:
@@ -188,7 +191,8 @@ def build_oci(
     running: Register,
 ) -> BuiltOci:
     """Build ``request`` with buildx into the OCI tar ``output`` (and nothing else: no engine image,
-    no push); the digests buildx reports. Raises JobFailed naming the failed step."""
+    no push); the digests buildx reports, once the tar is found to hold that image, named ``name``,
+    with ``request``'s labels (ArchiveMismatch when not). Raises JobFailed naming the failed step."""
     host_network = "--network=host" in _dockerfile_text(context, request.dockerfile)
     context.seek(0)
     metadata = output.with_name(output.name + ".metadata.json")
@@ -224,7 +228,7 @@ def build_oci(
             elif isinstance(event, StepOutput):
                 write(event.text)  # one whole line
             elif isinstance(event, StepFailed):
-                write(f"#{event.step}: ERROR {event.error}")
+                write(elided(f"#{event.step}: ERROR {event.error}"))
                 # A missing cache is no failure, nor a failed cache write (registry_cache).
                 if not event.step.startswith(("importing cache", "exporting cache")):
                     failed = event
@@ -237,7 +241,9 @@ def build_oci(
             raise JobFailed(f"step {step}: {failed.error}")
         last = next((line for line in reversed(text) if line.strip()), f"exit status {run.returncode}")
         raise JobFailed(f"docker buildx build failed: {last}")
-    return read_metadata(metadata)
+    built = read_metadata(metadata)
+    check_archive(output, built.manifest_digest, built.config_digest, name, request.labels)
+    return built
 
 
 def _load(api: docker.APIClient, tar: Path) -> None:

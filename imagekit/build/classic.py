@@ -23,6 +23,7 @@ from imagekit.core.errors import ImagekitError
 from imagekit.core.limits import STATE_BYTES
 from imagekit.core.paths import read_regular_file
 from imagekit.core.secret_values import Lines
+from imagekit.core.text import elided
 from imagekit.engine.client import BuildRequest, BuildStream
 from imagekit.report.store import BuildReport
 
@@ -58,9 +59,9 @@ def build_image(
                 written(output.feed(str(line["stream"])))
             if "error" in line:
                 written(output.flush())
-                message = " ".join(str(line["error"]).split())
-                write(f"ERROR: {message}")
-                raise JobFailed(message, tuple(tail))
+                failed = JobFailed(" ".join(str(line["error"]).split()), tuple(tail))
+                write(elided(f"ERROR: {failed.message}"))
+                raise failed
             aux = line.get("aux")
             if isinstance(aux, dict) and aux.get("ID"):
                 image_id = str(aux["ID"])

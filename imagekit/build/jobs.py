@@ -15,8 +15,8 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from imagekit.build.bases import ResolvedBase, local_base_froms
-from imagekit.core.errors import InputError
-from imagekit.core.text import redact
+from imagekit.core.errors import MESSAGE_CHARS, InputError
+from imagekit.core.text import elided, printable, redact
 from imagekit.plan.cells import Cell, LocalBase, Plan, local_base_of
 from imagekit.render.context import FileHasher, local_base_digest
 from imagekit.report.store import CellResult, Status
@@ -155,7 +155,10 @@ class JobFailed(Exception):
     are what an engine or a build step printed, masked as every error line is (``redact``)."""
 
     def __init__(self, message: str, tail: tuple[str, ...] = ()) -> None:
-        message = redact(message)
+        # What a build printed (a step's error, the engine's, buildx's last line) is no shorter
+        # than its longest line; the message is the report's error and a printed line, bounded
+        # and cleaned like an ImagekitError's.
+        message = elided(redact(printable(message)), MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
         self.tail = tuple(redact(line) for line in tail)

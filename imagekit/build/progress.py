@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from imagekit.core.text import counted, redact
+from imagekit.core.text import counted, elided, printable, redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,8 +45,9 @@ class PlainProgress:
 
     def _write(self, line: str) -> None:
         line = redact(line)  # a detail is what a build or an engine said
+        # A failed cell's line repeats its error, which a build's runaway output line can make long.
         with self._lock:
-            print(line, file=self._stream, flush=True)
+            print(elided(printable(line)), file=self._stream, flush=True)
 
     def close(self) -> None:
         pass

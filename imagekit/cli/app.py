@@ -22,7 +22,7 @@ from typer.core import TyperCommand, TyperGroup
 from imagekit.core.errors import ExitCode, ImagekitError, InputError
 from imagekit.core.limits import MAX_TIMEOUT_S, VALUE_CHARS
 from imagekit.core.paths import length_problem
-from imagekit.core.text import printable, redact, shown
+from imagekit.core.text import elided, printable, redact, shown
 
 if TYPE_CHECKING:
     from imagekit.plan.cells import Cell, Plan
@@ -242,12 +242,14 @@ class Launch:
 
 def say(kind: str, message: str) -> None:
     """One line on stderr: ``imagekit: <kind>: <message>``, with no control character in it (a
-    value read from a file must not move the cursor, recolour the terminal or start a new line)."""
-    typer.echo(f"imagekit: {kind}: {printable(redact(message))}", err=True)
+    value read from a file must not move the cursor, recolour the terminal or start a new line),
+    and no longer than LINE_CHARS, the prefix included."""
+    typer.echo(elided(f"imagekit: {kind}: {printable(redact(message))}"), err=True)
 
 
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn an ImagekitError into its one line on stderr and its exit code."""
+    """Turn an ImagekitError into its one line on stderr and its exit code; and so a failed engine
+    call that no stage handled (an engine answering 500, or what is not JSON, to any call)."""
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -256,8 +258,23 @@ def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
         except ImagekitError as exc:
             say("error", exc.message)
             raise typer.Exit(int(exc.exit_code)) from None
+        except Exception as exc:
+            problem = _engine_problem(exc)
+            if problem is None:
+                raise  # a bug: its traceback is what to report
+            say("error", problem.message)
+            raise typer.Exit(int(problem.exit_code)) from None
 
     return wrapper
+
+
+def _engine_problem(exc: Exception) -> ImagekitError | None:
+    """``exc`` as a failed engine call's one line, when it is one. The engine client is looked up,
+    not imported: a command that never loaded it (most never do) made no engine call, and importing
+    docker-py here would cost every command's start-up."""
+    client = sys.modules.get("imagekit.engine.client")
+    problem = client.engine_problem(exc) if client is not None else None
+    return problem if isinstance(problem, ImagekitError) else None
 
 
 def load_plan(matrix: Path) -> Plan:

@@ -40,7 +40,7 @@ from imagekit.core.clock import today
 from imagekit.core.errors import ExitCode, InputError
 from imagekit.core.limits import MAX_TIMEOUT_S
 from imagekit.core.naming import LABEL_PREFIX
-from imagekit.core.text import printable, redact
+from imagekit.core.text import elided, printable, redact
 from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _echo_verification(result: Verification) -> None:
             for c in failed[:3]
         )
         line += f": {reason}"
-    typer.echo(printable(redact(line)))  # the reasons are what an image printed
+    typer.echo(elided(printable(redact(line))))  # the reasons are what an image printed: any length
 
 
 def _echo_note(note: str | None) -> None:

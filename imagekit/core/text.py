@@ -21,6 +21,10 @@ _NOT_PRINTABLE = re.compile(
 
 
 SHOWN_CHARS = 80  # characters of a bad value an error line repeats
+# The longest line of an error imagekit prints or writes, its "imagekit: error: " included
+# (RELIABILITY.md's bound): a page of terminal, yet room for a path, the engine's reason and the fix.
+LINE_CHARS = 2_000
+_ELISION = " ... "
 
 # A URL's user part. The look-behind lets a match start only where a scheme can begin, so that a
 # long run of letters is scanned once, not once per letter (300,000 of them took minutes).
@@ -94,6 +98,16 @@ def printable(text: str) -> str:
     format character replaced by U+FFFD, so that a value read from a file (a cell id, a target
     name, an error) can neither forge a line nor hide or reorder what follows it."""
     return _NOT_PRINTABLE.sub("\ufffd", " ".join(text.splitlines()))
+
+
+def elided(text: str, limit: int = LINE_CHARS) -> str:
+    """``text`` in at most ``limit`` characters: the middle of an over-long one (a value repeated
+    from a file, a runaway line of a build) left out, keeping its start (the place) and its end
+    (the fix)."""
+    if len(text) <= limit:
+        return text
+    keep = limit - len(_ELISION)
+    return text[: keep - keep // 2] + _ELISION + text[len(text) - keep // 2 :]
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:

@@ -1,7 +1,9 @@
 """The Docker engine: connecting, pulling with retries, and abortable classic builds.
 
 Everything that speaks to dockerd goes through here, so the builder deals in plain records and
-one exception type per cause (``EngineFailure`` for the engine, ``APIError`` for a refused call).
+one exception type per cause (``EngineFailure`` for the engine, ``APIError`` for a refused call,
+``EngineAnswerError`` for an answer that is not the API's). What none of the callers handles ends
+the command as ``engine_problem``'s one line, exit 3 (``imagekit.cli.app.reports_errors``).
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import docker.utils
 import docker.utils.config
 import requests
 import urllib3
-from docker.errors import APIError, DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound, StreamParseError
 from docker.utils.json_stream import json_stream
 
 from imagekit.core.cutoff import before, cut_at, shut_down
-from imagekit.core.errors import EnvironmentProblem, InputError
+from imagekit.core.errors import EnvironmentProblem, InputError, one_line
 from imagekit.core.limits import (
     DOCKER_CONFIG_BYTES,
     ENGINE_ANSWER_BYTES,
@@ -45,9 +47,40 @@ class EngineFailure(Exception):
     """The engine stopped answering (connection refused or reset, socket gone)."""
 
 
+class EngineAnswerError(APIError):
+    """The engine answered what its API never does: a body, or a line of a stream, that is not JSON.
+    An APIError without a response, so every caller that handles a failed call handles it, as one
+    that means the engine itself is at fault (``is_engine_failure``)."""
+
+
 def unreachable(exc: BaseException) -> EnvironmentProblem:
     detail = " ".join(str(exc).split()) or type(exc).__name__
     return EnvironmentProblem(f"cannot reach the Docker engine at {engine_address()}: {detail}; {START_HINT}")
+
+
+def _call_of(response: requests.Response | None) -> str:
+    """``GET /v1.43/info``: the call an answer is to, without its query (a build's holds its labels)."""
+    request = response.request if response is not None else None
+    if request is None:
+        return "a call"
+    return f"{request.method} {(request.path_url or '/').split('?', 1)[0]}"
+
+
+def engine_problem(exc: BaseException) -> EnvironmentProblem | None:
+    """A failed engine call that no caller handled, as the one line of exit 3: the engine refused
+    it (any status: nothing imagekit asks of it may fail there), gave an answer that is not its
+    API's, or went away. None when ``exc`` is none of those (a bug: it keeps its traceback)."""
+    where = f"the Docker engine at {engine_address()}"
+    if isinstance(exc, APIError) and exc.response is not None:
+        status = f"{exc.response.status_code} {exc.response.reason or ''}".rstrip()
+        return EnvironmentProblem(f"{where} answered {_call_of(exc.response)} with {status}: {one_line(exc)}")
+    if isinstance(exc, EngineAnswerError):
+        return EnvironmentProblem(f"{where}: {one_line(exc)}; is DOCKER_HOST a Docker engine?")
+    if isinstance(
+        exc, DockerException | StreamParseError | EngineFailure | requests.RequestException | ConnectionError
+    ):
+        return unreachable(exc)
+    return None
 
 
 class _Client(docker.APIClient):
@@ -55,6 +88,17 @@ class _Client(docker.APIClient):
     ``ENGINE_CALL_DEADLINE_S`` and ``ENGINE_ANSWER_BYTES``: DOCKER_HOST may name a server that
     drips or never ends its answer, where docker-py's per-read timeout alone would wait forever
     (and read without bound). Streams (build, pull, push, logs) keep their own bounds."""
+
+    def _result(self, response: requests.Response, json: bool = False, binary: bool = False) -> Any:
+        """docker-py's, with a 2xx body that is not JSON an EngineAnswerError naming the call (it
+        raised requests' bare JSONDecodeError, which named nothing and few callers expected)."""
+        try:
+            return super()._result(response, json, binary)  # type: ignore[misc]
+        except ValueError:
+            kind = response.headers.get("Content-Type") or "no content type"
+            raise EngineAnswerError(
+                f"{_call_of(response)}: the engine's answer ({kind}) is not JSON"
+            ) from None
 
     def send(self, request: Any, **kwargs: Any) -> requests.Response:
         if kwargs.get("stream"):
@@ -152,11 +196,42 @@ def alive(api: docker.APIClient) -> bool:
 
 
 def inspect_image(api: docker.APIClient, ref: str) -> dict[str, Any] | None:
+    """``docker image inspect``: None when the engine holds no such image. A read: a 5xx or an
+    answer that is no object is the engine failing, whatever ``ref`` names (EnvironmentProblem)."""
     try:
-        found: dict[str, Any] = api.inspect_image(ref)  # type: ignore[no-untyped-call]
+        found: Any = api.inspect_image(ref)  # type: ignore[no-untyped-call]
     except ImageNotFound:
         return None
+    except APIError as exc:
+        if exc.is_server_error() or isinstance(exc, EngineAnswerError):
+            raise _read_failed(exc) from None
+        raise
+    if not isinstance(found, dict):
+        raise EnvironmentProblem(
+            f"the Docker engine at {engine_address()} answered GET /images/{ref}/json with no image"
+            " (not a JSON object); is DOCKER_HOST a Docker engine?"
+        )
     return found
+
+
+def engine_info(api: docker.APIClient) -> dict[str, Any]:
+    """``docker info``; EnvironmentProblem when the engine cannot say (any failure of the call, or
+    an answer that is no object): every caller needs it to go on."""
+    try:
+        info: Any = api.info()
+    except (DockerException, requests.RequestException) as exc:
+        raise _read_failed(exc) from None
+    if not isinstance(info, dict):
+        raise EnvironmentProblem(
+            f"the Docker engine at {engine_address()} answered GET /info with no object;"
+            " is DOCKER_HOST a Docker engine?"
+        )
+    return info
+
+
+def _read_failed(exc: BaseException) -> EnvironmentProblem:
+    problem = engine_problem(exc)
+    return problem if problem is not None else unreachable(exc)
 
 
 def repo_digest(image: dict[str, Any], ref: str) -> str | None:
@@ -169,6 +244,8 @@ def repo_digest(image: dict[str, Any], ref: str) -> str | None:
 
 
 def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, EngineAnswerError):
+        return False  # an engine that speaks no JSON will not start to on a retry
     if isinstance(exc, requests.ConnectionError | requests.Timeout | ConnectionError):
         return True
     if isinstance(exc, APIError):
@@ -218,9 +295,12 @@ def pull(
                 auth_config=dict(auth_config) if auth_config else None,
                 **options,
             )
-            for line in stream:
-                if isinstance(line, dict) and line.get("error"):
-                    raise APIError(str(line["error"]))
+            try:
+                for line in stream:
+                    if isinstance(line, dict) and line.get("error"):
+                        raise APIError(str(line["error"]))
+            except StreamParseError:
+                raise EngineAnswerError(f"pulling {ref}: a line of the engine's answer is not JSON") from None
             return
         except (APIError, requests.RequestException, ConnectionError) as exc:
             if attempt == policy.attempts or not is_transient(exc):
@@ -284,6 +364,8 @@ def push_once(
     except APIError as exc:
         text = " ".join(str(exc.explanation or exc).split())
         raise PushFailed(text, exc.is_server_error()) from None
+    except StreamParseError as exc:
+        raise PushFailed(f"a line of the engine's answer is not JSON ({one_line(exc, 200)})", False) from None
     except (requests.ConnectionError, ConnectionError) as exc:
         raise unreachable(exc) from None
     if digest is None:
@@ -356,11 +438,22 @@ def load(api: docker.APIClient, archive: IO[bytes]) -> Iterator[dict[str, Any]]:
     try:
         if response.status_code >= 400:
             raise APIError(response.text[:1000], response=response)
+        yield from json_lines(response)
+    finally:
+        response.close()
+
+
+def json_lines(response: requests.Response) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a streamed answer (a build's, a load's); EngineAnswerError at a line that
+    is not JSON (docker-py's StreamParseError, which no caller expected, ended a worker thread)."""
+    try:
         for line in json_stream(response.iter_content(chunk_size=None, decode_unicode=True)):
             if isinstance(line, dict):
                 yield line
-    finally:
-        response.close()
+    except StreamParseError as exc:
+        raise EngineAnswerError(
+            f"{_call_of(response)}: a line of the engine's answer is not JSON ({one_line(exc, 200)})"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -439,9 +532,9 @@ class BuildStream:
                 except ValueError:
                     message = response.text
                 raise APIError(str(message), response=response)
-            for line in json_stream(response.iter_content(chunk_size=None, decode_unicode=True)):
-                if isinstance(line, dict):
-                    yield line
+            yield from json_lines(response)
+        except EngineAnswerError:
+            raise  # the engine answered, with what is not its API's: no connection lost
         except (requests.RequestException, OSError) as exc:
             if self._aborted:
                 raise BuildAborted(self._aborted) from None

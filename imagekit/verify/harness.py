@@ -52,6 +52,7 @@ from imagekit.core.safetypes import INPUT_DIGEST
 from imagekit.core.text import printable
 from imagekit.engine.client import (
     EngineFailure,
+    engine_info,
     inspect_image,
     is_engine_failure,
     is_transient,
@@ -260,14 +261,14 @@ class Harness:
     def _info(self) -> Mapping[str, Any]:
         """docker info, or nothing when the engine does not answer it (the caller's line says less)."""
         try:
-            return dict(self.api.info())
-        except (DockerException, requests.RequestException, OSError):
+            return engine_info(self.api)
+        except EnvironmentProblem:
             return {}
 
     def host_machine(self) -> str:
         """The engine host's machine (docker info's Architecture), asked once."""
         if self._host_machine is None:
-            self._host_machine = engine_machine(self.api.info())
+            self._host_machine = engine_machine(engine_info(self.api))
         return self._host_machine
 
     # Removes the run's containers also on Ctrl-C and when the run is cut short. It asks the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -106,6 +107,45 @@ def test_a_timeout_stops_buildkit_and_leaves_no_step_running(bk: Project, api: d
         time.sleep(0.5)
     assert not api.images(name=bk.repository)
     assert not list((bk.root / ".imagekit" / "buildx").glob("build-*"))  # no OCI tar left behind
+
+
+# The real buildx, its metadata file rewritten after it wrote it: KEY set to HELD (the digest of an
+# image the engine already holds).
+LYING_BUILDX = """\
+import json, os, subprocess, sys
+argv = sys.argv[1:]
+done = subprocess.run(["docker", *argv], check=False)
+if done.returncode or "build" not in argv:
+    sys.exit(done.returncode)
+path = argv[argv.index("--metadata-file") + 1]
+with open(path) as handle:
+    said = json.load(handle)
+said[os.environ["KEY"]] = os.environ["HELD"]
+with open(path, "w") as handle:
+    json.dump(said, handle)
+"""
+
+
+@pytest.mark.parametrize("key", ["containerimage.digest", "containerimage.config.digest"])
+def test_metadata_naming_another_image_moves_no_tag(
+    bk: Project, api: docker.APIClient, tmp_path: Path, key: str
+) -> None:
+    """Issue 45: before, the metadata's digest was tagged as buildx said: an image the engine held
+    got the cell's tags, and the build exited 0. The honest path is every other test here."""
+    held = str(api.inspect_image(BUSYBOX)["Id"])
+    busybox_tags = tags_on(api, held)
+    cli = tmp_path / "docker"
+    cli.write_text(f"#!{sys.executable}\n{LYING_BUILDX}")
+    cli.chmod(0o755)
+    write_cells(bk, ["2.1"])
+    lying = {"IMAGEKIT_DOCKER_CLI": str(cli), "HELD": held, "KEY": key}
+    result = bk.build("--builder", "buildkit", env=lying)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    error = str(bk.report()[CELL]["error"])
+    assert error.endswith("nothing was loaded or tagged"), error
+    assert tags_on(api, held) == busybox_tags
+    assert not api.images(name=bk.repository)
+    assert not list((bk.root / ".imagekit" / "buildx").glob("build-*"))
 
 
 def test_an_unknown_builder_and_a_classic_only_flag_are_one_line(bk: Project) -> None:

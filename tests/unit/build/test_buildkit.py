@@ -1,9 +1,13 @@
-"""imagekit.build.buildkit without an engine: the index credentials' netrc and the store check."""
+"""imagekit.build.buildkit without an engine: the index credentials' netrc, the store check, and a
+build through stand-ins of buildx and the engine that check what buildx says it built."""
 
 from __future__ import annotations
 
 import base64
+import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,10 @@ from imagekit.build import buildkit
 from imagekit.build.buildkit import Credential, pip_netrc
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.safetypes import secret_env_name
-from imagekit.core.text import redact
+from imagekit.core.text import LINE_CHARS, redact
+from tests.conftest import REPO, imagekit
+from tests.unit.buildx_stub import HELD, MODE
+from tests.unit.engine_stub import EngineStub, engine_stub
 
 INDEX = Credential("artifactory.example.com", "ci-bot", "pip-index")
 VALUE = "tok3n-Zq9!x"
@@ -104,3 +111,99 @@ def test_only_the_containerd_store_takes_what_buildx_writes() -> None:
     overlay2 = Engine({"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "extfs"]]})
     with pytest.raises(EnvironmentProblem, match=r"containerd image store .* with overlay2: set"):
         buildkit.engine_holds_oci(overlay2)  # type: ignore[arg-type]
+
+
+# -- what buildx says it built, against what it wrote (issue 45) ---------------------------------------
+
+MATRIX = """\
+version: "1"
+templates: templates
+publish:
+  repository: example/it
+  tags: {readable: "{base}-{torch}"}
+axes:
+  torch: ["2.1"]
+  base: [deb]
+bases:
+  deb:
+    image: example/deb:dev
+    os: debian12
+    python: "3.11"
+    cuda: false
+"""
+BASE_ID, EARLIER = "sha256:" + "b" * 64, "example/earlier:1"
+
+
+def build_through_buildx(tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess[str], EngineStub]:
+    """`imagekit build --builder buildkit` of one cell in a process of its own, on an engine stub
+    that holds the base and HELD (another image), with the buildx stub lying as ``mode`` says."""
+    project = tmp_path / "project"
+    (project / "templates").mkdir(parents=True)
+    (project / "templates" / "Dockerfile.j2").write_text("FROM {{ cell.base_image }}\nLABEL built=yes\n")
+    (project / "matrix.yaml").write_text(MATRIX)
+    cli = tmp_path / "docker"
+    cli.write_text(f'#!/bin/sh\nexec {sys.executable} -m tests.unit.buildx_stub "$@"\n')
+    cli.chmod(0o755)
+    with engine_stub(tmp_path) as engine:
+        engine.add(BASE_ID, ["example/deb:dev"])
+        engine.add(HELD, [EARLIER])
+        done = imagekit(
+            "build",
+            "--builder",
+            "buildkit",
+            "--state-dir",
+            str(tmp_path / "state"),
+            cwd=project,
+            env={
+                "DOCKER_HOST": engine.address,
+                "IMAGEKIT_DOCKER_CLI": str(cli),
+                MODE: mode,
+                "PYTHONPATH": str(REPO),
+            },
+            timeout=120,
+        )
+    return done, engine
+
+
+def test_the_image_buildx_wrote_is_loaded_and_tagged(tmp_path: Path) -> None:
+    done, engine = build_through_buildx(tmp_path, "honest")
+    assert done.returncode == 0, done.stderr
+    (built,) = (i for i in engine.images.values() if i["Id"] not in (BASE_ID, HELD))
+    assert "example/it:deb-2.1.2" in built["RepoTags"]
+    assert engine.images[HELD]["RepoTags"] == [EARLIER]
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("held", f"buildx's metadata file says it built {HELD}, but the OCI tar it wrote holds 'sha256:"),
+        ("other-image", "does not carry this build's label imagekit.input-digest="),
+        ("renamed", "the OCI tar buildx wrote names its image 'docker.io/example/someone-else:latest'"),
+    ],
+)
+def test_what_buildx_says_it_built_is_checked_before_any_tag_moves(
+    tmp_path: Path, mode: str, says: str
+) -> None:
+    """Before, the metadata's digest was tagged as it was: naming an image the engine already held
+    moved the cell's tags onto it, and a tar of another image was loaded; the build exited 0."""
+    done, engine = build_through_buildx(tmp_path, mode)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    (failed,) = (line for line in done.stderr.splitlines() if line.startswith("imagekit: failed: "))
+    assert says in failed and failed.count("nothing was loaded or tagged") == 1
+    assert not any(call.startswith(("POST /images/load", "POST /images/sha256")) for call in engine.calls)
+    assert engine.images[HELD]["RepoTags"] == [EARLIER] and set(engine.images) == {BASE_ID, HELD}
+    assert list((tmp_path / "state" / "buildx").iterdir()) == []  # no tar, no metadata file left
+
+
+def test_a_runaway_line_from_buildx_makes_no_line_longer_than_the_bound(tmp_path: Path) -> None:
+    """Before: the failed step's error went into the report and onto stderr whole (100,000
+    characters), and buildx's last line (cut at 2,000) came back with a prefix past the bound."""
+    done, _ = build_through_buildx(tmp_path, "runaway")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.count("\n") == len(done.stderr.splitlines())  # every line whole
+    assert max(map(len, done.stderr.splitlines())) <= LINE_CHARS
+    (cell,) = json.loads((tmp_path / "state" / "report.json").read_text())["cells"]
+    assert cell["error"].startswith("step [2/2] RUN --network=none xxx") and len(cell["error"]) <= LINE_CHARS
+    log = Path(cell["log"]).read_text().splitlines()
+    assert log[-1].startswith("FAILED: step [2/2]") and len(log[-1]) <= LINE_CHARS

@@ -6,7 +6,8 @@ import io
 
 from rich.console import Console
 
-from imagekit.build.progress import LiveProgress
+from imagekit.build.progress import LiveProgress, PlainProgress
+from imagekit.core.text import LINE_CHARS
 
 
 def test_build_output_with_brackets_is_shown_verbatim() -> None:
@@ -28,3 +29,12 @@ def test_build_output_with_brackets_is_shown_verbatim() -> None:
     assert "[notice] A new release of pip is available" in text
     assert "COPY [/x]" in text
     assert "[bold]not markup[/bold]" in text
+
+
+def test_a_plain_progress_line_is_one_bounded_line() -> None:
+    """A failed cell's line repeats its error: a runaway one (or its newline) stays one line."""
+    stream = io.StringIO()
+    PlainProgress(stream).event("cell-a", "failed", "step 3: " + "x" * 100_000 + "\nimagekit: forged")
+    (line,) = stream.getvalue().splitlines()
+    assert len(line) == LINE_CHARS and line.startswith("imagekit: cell-a: failed step 3: xxx")
+    assert line.endswith("imagekit: forged")

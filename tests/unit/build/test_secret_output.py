@@ -27,7 +27,7 @@ from imagekit.plan.matrix import load_plan
 from imagekit.render.context import local_base_digest
 from imagekit.render.dockerfile import Renderer
 from imagekit.report.state import REPORT_NAME
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.unit.projects import write_project
 
 LOGIN = "ci-bot"
@@ -82,11 +82,16 @@ if os.environ.get("STEP_FAILS"):
     sys.stderr.write("ERROR: failed to solve: token " + password + " refused\\n")
     sys.exit(1)
 status(vertexes=[{**step, "started": "2026-01-01T00:00:00Z", "completed": "2026-01-01T00:00:01Z"}])
-metadata = args[args.index("--metadata-file") + 1]
-digests = {"containerimage.digest": "d", "containerimage.config.digest": "e"}
-open(metadata, "w").write(json.dumps({key: "sha256:" + c * 64 for key, c in digests.items()}))
-output = args[args.index("--output") + 1]
-open(output.split("dest=")[1].split(",")[0], "wb").close()
+# the image as BuildKit writes it (what imagekit checks before loading it: tests/unit/buildx_stub.py)
+sys.path.insert(0, REPO)
+from pathlib import Path
+from tests.unit.buildx_stub import oci_archive
+
+output = dict(part.split("=", 1) for part in args[args.index("--output") + 1].split(",")[1:])
+labels = dict(args[i + 1].split("=", 1) for i, arg in enumerate(args) if arg == "--label")
+manifest, config = oci_archive(Path(output["dest"]), output["name"], labels)
+said = {"containerimage.digest": manifest, "containerimage.config.digest": config}
+open(args[args.index("--metadata-file") + 1], "w").write(json.dumps(said))
 """
 
 
@@ -149,7 +154,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         )
     plan = load_plan(root / "matrix.yaml")
     docker = tmp_path / "docker"
-    docker.write_text(f"#!{sys.executable}\n{DOCKER}")
+    docker.write_text(f"#!{sys.executable}\nREPO = {str(REPO)!r}\n{DOCKER}")
     docker.chmod(0o755)
     monkeypatch.setenv("IMAGEKIT_DOCKER_CLI", str(docker))
     monkeypatch.setenv("IMAGEKIT_SECRET_PIP_INDEX", PASSWORD)

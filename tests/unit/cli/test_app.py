@@ -1,4 +1,4 @@
-"""The command line's shared helpers: repeatable KEY=VALUE options."""
+"""The command line's shared helpers: repeatable KEY=VALUE options, the one line of an error."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.cli.app import parse_mapping
+from imagekit.cli.app import parse_mapping, say
 from imagekit.core.errors import InputError
+from imagekit.core.text import LINE_CHARS
 from tests.conftest import run_cli
 
 MIRROR_HINT = "expected SRC=DST (like nvidia/cuda=127.0.0.1:5000/mirror/nvidia-cuda)"
@@ -86,3 +87,15 @@ def test_path_flags_complete_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         c.startswith("/") and not c.startswith("//") for c in complete_path("/")
     )
     assert complete_path("nothing/here") == []
+
+
+# -- say -----------------------------------------------------------------------------------------------
+
+
+def test_a_line_said_is_bounded_with_its_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell's error of the bound's length, with "imagekit: failed: <cell>: " and its log's path
+    around it, was printed past the bound."""
+    say("failed", "cell-a: " + InputError("step 3: " + "x" * 100_000 + " (fix)").message + " (log: l)")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert len(line) == LINE_CHARS
+    assert line.startswith("imagekit: failed: cell-a: step 3: xxx") and line.endswith("(fix) (log: l)")

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagekit.core.errors import EnvironmentProblem, InputError
-from imagekit.core.text import printable, redact, shown
+from imagekit.core.text import LINE_CHARS, elided, printable, redact, shown
 
 
 def test_error_and_warning_lines_hold_no_control_character() -> None:
@@ -21,8 +21,17 @@ def test_error_and_warning_lines_hold_no_control_character() -> None:
 
 def test_an_error_line_is_bounded_keeping_its_place_and_fix() -> None:
     error = InputError("m.yaml:3:1: " + "x" * 100_000 + "; fix it like this")
-    assert len(error.message) <= 2_010
+    assert len(error.message) == LINE_CHARS == 2_000  # RELIABILITY.md's bound (it was 2,005)
     assert error.message.startswith("m.yaml:3:1: xxx") and error.message.endswith("; fix it like this")
+
+
+@pytest.mark.parametrize("length", [0, 1, 5, 6, 1_999, 2_000, 2_001, 2_006, 100_000])
+@pytest.mark.parametrize("limit", [6, 7, 2_000])
+def test_elided_is_never_longer_than_its_limit_and_keeps_both_ends(length: int, limit: int) -> None:
+    text = "a" + "m" * max(length - 2, 0) + "z" if length >= 2 else "a" * length
+    cut = elided(text, limit)
+    assert cut == text if length <= limit else (len(cut) == limit and " ... " in cut)
+    assert cut[:1] == text[:1] and (limit < 7 or cut[-1:] == text[-1:])
 
 
 def test_printable_replaces_what_a_terminal_would_act_on() -> None:

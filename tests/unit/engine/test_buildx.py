@@ -165,3 +165,12 @@ def test_metadata_needs_both_digests(tmp_path: Path) -> None:
         read_metadata(path)
     with pytest.raises(ImagekitError, match="no readable metadata"):
         read_metadata(tmp_path / "absent.json")
+
+
+def test_a_runaway_step_name_or_error_is_bounded() -> None:
+    step = {"digest": "sha256:" + "1" * 64, "name": "RUN " + "n" * 100_000}
+    data = json.dumps({"vertexes": [{**step, "error": "e" * 100_000 + " exit code: 2"}]}).encode()
+    (failed,) = events(data)
+    assert isinstance(failed, StepFailed)
+    assert len(failed.step) <= 2_000 and len(failed.error) <= 2_000
+    assert failed.step.startswith("RUN nnn") and failed.error.endswith("exit code: 2")
