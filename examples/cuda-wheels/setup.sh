@@ -13,9 +13,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 PYTHON=${PYTHON:-python3}
 cache=${IMAGEKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imagekit}/cuda-wheels
+# The pip and setuptools every imagekit venv is upgraded to right after it is made
+# (imagekit/data/advisories.yaml's venv_tools): a wheelhouse without them cannot build the image.
+venv_tools_text=$(PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c \
+    'from imagekit.facts.advisories import load_advisories; print(*load_advisories().venv_requirements())')
+read -r -a venv_tools <<< "$venv_tools_text"
 # What the matrix installs: torch (its companions are left out: the example is about CUDA's
-# libraries), and the NumPy 1.x that torch 2.1 was compiled against.
-requirements=("torch==2.1.2" "numpy<2")
+# libraries), the NumPy 1.x that torch 2.1 was compiled against, and the venv's tools.
+requirements=("torch==2.1.2" "numpy<2" "${venv_tools[@]}")
 log() { printf '[cuda-wheels] %s\n' "$*" >&2; }
 
 "$repo/scripts/base-images.sh" debian-python

@@ -28,7 +28,12 @@ PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
 TORCH_VERSION=${TORCH_VERSION:-2.11.0}
 PYTHON_VERSION=3.11  # bookworm's python3
 GLIBC=2.36           # bookworm's glibc
-requirements=("torch==${TORCH_VERSION}" numpy)
+# The pip and setuptools every imagekit venv is upgraded to right after it is made
+# (imagekit/data/advisories.yaml's venv_tools): a wheelhouse without them cannot build the image.
+venv_tools_text=$(PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c \
+    'from imagekit.facts.advisories import load_advisories; print(*load_advisories().venv_requirements())')
+read -r -a venv_tools <<< "$venv_tools_text"
+requirements=("torch==${TORCH_VERSION}" numpy "${venv_tools[@]}")
 cache_root=${IMAGEKIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/imagekit}/multiarch-wheels
 log() { printf '[multiarch] %s\n' "$*" >&2; }
 

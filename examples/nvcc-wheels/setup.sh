@@ -16,9 +16,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 PYTHON=${PYTHON:-python3}
 cache=${IMAGEKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imagekit}/nvcc-wheels
+# The pip and setuptools every imagekit venv is upgraded to right after it is made
+# (imagekit/data/advisories.yaml's venv_tools): a wheelhouse without them cannot build the image.
+venv_tools_text=$(PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c \
+    'from imagekit.facts.advisories import load_advisories; print(*load_advisories().venv_requirements())')
+read -r -a venv_tools <<< "$venv_tools_text"
 # What the matrix installs: torch (no companions: the example is about CUDA's compiler), NumPy,
-# ninja (torch's extension builder) and the compiler extras, resolved together: one cuda-toolkit.
-requirements=("torch==2.15.0" "numpy" "ninja" "cuda-toolkit[nvcc,crt,nvvm,cccl]")
+# ninja (torch's extension builder) and the compiler extras, resolved together: one cuda-toolkit;
+# and the venv's tools.
+requirements=("torch==2.15.0" "numpy" "ninja" "cuda-toolkit[nvcc,crt,nvvm,cccl]" "${venv_tools[@]}")
 log() { printf '[nvcc-wheels] %s\n' "$*" >&2; }
 
 "$repo/scripts/base-images.sh" debian-python

@@ -27,6 +27,12 @@ WITH_ARM64=${WITH_ARM64:-1}
 ARM64_BASE=${ARM64_BASE:-$WITH_ARM64}
 ARM64_TORCH_VERSION=${ARM64_TORCH_VERSION:-2.10.0}
 
+# The pip and setuptools every imagekit venv is upgraded to right after it is made
+# (imagekit/data/advisories.yaml's venv_tools): a wheelhouse without them cannot build the image.
+venv_tools_text=$(PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c \
+    'from imagekit.facts.advisories import load_advisories; print(*load_advisories().venv_requirements())')
+read -r -a venv_tools <<< "$venv_tools_text"
+
 # The base has openssh-server (the ssh front end), without host keys.
 "$repo/scripts/base-images.sh" debian-python
 mkdir -p "$WHEELHOUSE"
@@ -50,7 +56,7 @@ fi
 "$PYTHON" -m pip download --dest "$WHEELHOUSE" --only-binary=:all: \
     --python-version 3.11 --platform manylinux_2_28_x86_64 --implementation cp \
     --retries 1 --timeout 15 "${index_args[@]}" \
-    "torch==${TORCH_VERSION}+cpu" numpy
+    "torch==${TORCH_VERSION}+cpu" numpy "${venv_tools[@]}"
 # Front ends, from the usual index. pip does not widen a --platform of manylinux_2_28 to older
 # glibc tags, and dumb-init (and some of JupyterLab's dependencies) ship only manylinux2014
 # (glibc 2.17) wheels: name those platforms too (bookworm's glibc 2.36 runs all of them).

@@ -40,6 +40,7 @@ from imagekit.core.naming import DIGEST
 from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable, shown
+from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.probe import protocol
 from imagekit.report.verification import Verification, json_or_text
 
@@ -312,6 +313,9 @@ class Subject:
     driver: str | None = None
     cuda_driver: str | None = None
     platform: str | None = None  # the cell's (linux/arm64): which entry of an index it is
+    # the advisories that affect what it installs, each waived by the matrix (with the reason) or
+    # below its threshold: a verifier's policy may refuse what the matrix accepted
+    advisories: tuple[AdvisoryFinding, ...] = ()
 
 
 def verification_predicate(
@@ -363,6 +367,7 @@ def verification_predicate(
             "base_digest": subject.base_digest,
             "platform": subject.platform,
         },
+        "advisories": [finding.as_json() for finding in subject.advisories],
         "run": {
             "verified_at": verification.finished_at,
             "verified_digest": verification.image_digest,

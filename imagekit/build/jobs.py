@@ -36,7 +36,9 @@ class JobFields:
     report_kind: ClassVar[Literal["cell", "base"]]  # the kind of its record in the report
 
     def result(self, status: Status, **values: Any) -> CellResult:
-        """This job's record in the report."""
+        """This job's record in the report (a cell's with the advisories its plan found)."""
+        if isinstance(self, CellJob):
+            values.setdefault("advisories", self.rendered.cell.advisories)
         return CellResult(
             id=self.name, kind=self.report_kind, status=status, base_image=self.base_reference, **values
         )

@@ -376,7 +376,7 @@ def _checked_labels(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 def _checked_mirrors(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     from imagekit.core.text import shown
-    from imagekit.plan.schema import IMAGE_PREFIX
+    from imagekit.plan.schema_values import IMAGE_PREFIX
 
     mirrors = parse_mapping(pairs, "--mirror")
     for pair in mirrors:

@@ -105,6 +105,12 @@ def _echo_table(cells: list[dict[str, Any]]) -> None:
     for row, cell in zip(rows, cells, strict=True):
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
         typer.echo(f"    tags: {', '.join(cell['tags'])}")
+        for finding in cell["advisories"]:  # each waived (with its reason) or below the threshold
+            waived = f"; waived: {finding['waived']}" if finding["waived"] is not None else ""
+            typer.echo(
+                f"    advisory {finding['id']} ({finding['severity']}): {finding['package']}"
+                f" {finding['version']}, fixed in {finding['fixed']}{waived}"
+            )
 
 
 class BuilderChoice(str, Enum):

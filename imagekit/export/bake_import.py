@@ -171,6 +171,7 @@ def results_from_bake(
                 image_digest=target.digest,
                 built_on=day,
                 staged=staged,
+                advisories=item.cell.advisories,
             )
         )
     unknown = sorted(name for name in targets if name not in by_name and not name.startswith("base-"))

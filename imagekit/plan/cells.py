@@ -24,8 +24,10 @@ from typing import Any
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
+from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.facts.compat import Compat, Stack, load_compat
-from imagekit.plan.schema import AXIS_KEYS, Matrix, ServedFrontend
+from imagekit.plan.schema import AXIS_KEYS, Matrix
+from imagekit.plan.schema_values import ServedFrontend
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class CellFields:
     # The base image brings CUDA and the NVIDIA environment (nvidia/cuda, NGC); on a plain base a
     # CUDA wheel brings CUDA's libraries itself and the image sets the NVIDIA environment.
     base_carries_cuda: bool
+    # The advisories that affect what it installs (``imagekit.plan.advisories``): each waived by
+    # the matrix (with its reason) or below the matrix's threshold; a refused cell is no cell.
+    advisories: tuple[AdvisoryFinding, ...]
 
     @property
     def is_cuda(self) -> bool:
@@ -97,6 +102,7 @@ class CellFields:
             "os": self.os,
             "origin": self.origin,
             "platform": self.platform,
+            "advisories": [finding.as_json() for finding in self.advisories],
         }
 
 

@@ -50,6 +50,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         for cell in resolved:
             listed.add(cell, origin, parent_of_frontend=len(resolved) > 1 and cell is resolved[0])
     cells = listed.cells
+    warnings += [("advisories", line) for line in resolver.advisories.unused()]
     if not cells:
         detail = f"; first refusal: {refused[0].describe()}" if refused else ""
         raise InputError(f"{doc.name}: the matrix has no buildable cell{detail}")

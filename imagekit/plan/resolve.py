@@ -17,11 +17,14 @@ from imagekit.core.paths import inside
 from imagekit.core.platforms import Platform
 from imagekit.core.versions import cuda_variant, minor_of, version_key
 from imagekit.core.yamlsource import SourceDocument, format_path
+from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.facts.compat import Compat
 from imagekit.plan import rules
+from imagekit.plan.advisories import AdvisoryPolicy
 from imagekit.plan.cells import CellFields, FrontendCell, ImageCell, LocalBase, StackCell, WheelCell
 from imagekit.plan.expand import Combination
-from imagekit.plan.schema import BaseSpec, Matrix, ServedFrontend
+from imagekit.plan.schema import BaseSpec, Matrix
+from imagekit.plan.schema_values import ServedFrontend
 
 
 class Refused(Exception):
@@ -52,6 +55,7 @@ class Resolver:
         self.torch_source: rules.TorchSource = (
             "wheelhouse" if pip.find_links else "index" if pip.torch_index_url else "pypi"
         )
+        self.advisories = AdvisoryPolicy(matrix.advisories, root, doc, compat)
 
     def where(self, path: tuple[str | int, ...]) -> str:
         # asked twice per cell (its base's image and tag entries) and read only on an error: each
@@ -194,6 +198,8 @@ class Resolver:
         common = self._common(
             merged, origin, spec, request, cuda_full=stack.cuda, cudnn=stack.cudnn, companions=(None, None)
         )
+        # a stack brings its own Python environment: its pip and setuptools are not known here
+        common["advisories"] = self._advisories(request, venv=False)
         release = self.compat.torch_release(stack.torch)
         numpy_cap = release.numpy if release else None
         return StackCell(**common, stack=stack, numpy_cap=numpy_cap, **self._additions(merged))
@@ -274,6 +280,7 @@ class Resolver:
         common = self._common(
             merged, origin, spec, request, cuda_full=cuda_full, cudnn=cudnn, companions=(vision, audio)
         )
+        common["advisories"] = self._advisories(request, venv=True)
         return WheelCell(
             **common,
             local_base=self.local_base(request.base, spec, platforms.get(request.platform)),
@@ -285,6 +292,15 @@ class Resolver:
             numpy_cap=release.numpy if release else None,
             **self._additions(merged),
         )
+
+    def _advisories(self, request: rules.Request, venv: bool) -> tuple[AdvisoryFinding, ...]:
+        """The advisories that affect what the cell installs, checked last (a combination refused
+        by a rule is never held against them); one at or above the threshold, unwaived, refuses it."""
+        installed = self.advisories.installed(request.torch, venv)
+        found, refusal = self.advisories.findings(request, installed)
+        if refusal is not None:
+            raise Refused(refusal)
+        return found
 
     @staticmethod
     def _additions(merged: Combination) -> dict[str, Any]:

@@ -7,16 +7,11 @@ The renderer can then trust its input; a hostile value never gets as far as a te
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -24,238 +19,53 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from imagekit.core import naming, platforms
+from imagekit.core import naming
 from imagekit.core.errors import InputError
 from imagekit.core.limits import (
     DEFAULT_MAX_LAYER_BYTES,
     LAYER_BYTES_MAX,
-    NAME_CHARS,
-    PACKAGE_CHARS,
-    PATH_CHARS,
-    VALUE_CHARS,
-    VERSION_CHARS,
-    VERSION_COMPONENT_DIGITS,
 )
-from imagekit.core.paths import check_length, relative_path_is_inside
 from imagekit.core.safetypes import (
     LOGIN,
     SECRET_ID,
-    SECRET_WORDS,
     ByteSize,
     Registry,
-    SafeString,
     Url,
     UrlPattern,
     describe_error,
-    host_port_problem,
     more_problems,
-    port_problem,
 )
 from imagekit.core.text import shown
 from imagekit.core.yamlsource import SourceDocument, format_path
-
-# -- safe strings -------------------------------------------------------------------------
-# The checks themselves (and the types the state files share) are ``imagekit.core.safetypes``'.
-
-_V = VERSION_COMPONENT_DIGITS
-
-
-def _version(pattern: str) -> str:
-    """A version pattern whose numeric components are bounded: ``N`` stands for 1 to 9 digits."""
-    return pattern.replace("N", f"[0-9]{{1,{_V}}}")
-
-
-TorchVersion = Annotated[
-    str,
-    SafeString(
-        _version(r"N\.N(\.N)?([a-z]+[0-9]*)?(\+[a-z0-9.]+)?"),
-        "a torch version",
-        "2.1.2",
-        numeric_ok=True,
-        max_length=VERSION_CHARS,
-    ),
-]
-CudaVersion = Annotated[
-    str,
-    SafeString(
-        _version(r"cpu|N\.N(\.N)?"),
-        "a CUDA version or 'cpu'",
-        "12.1",
-        numeric_ok=True,
-        max_length=VERSION_CHARS,
-    ),
-]
-CudaFullVersion = Annotated[
-    str,
-    SafeString(
-        _version(r"N\.N\.N"), "a full CUDA version", "12.1.1", numeric_ok=True, max_length=VERSION_CHARS
-    ),
-]
-PythonVersion = Annotated[
-    str, SafeString(r"3\.[0-9]{1,3}", "a Python minor version", "3.10", numeric_ok=True, max_length=8)
-]
-PackageVersion = Annotated[
-    str,
-    SafeString(
-        _version(r"none|N(\.N)*([a-z]+[0-9]*)?(\+[a-z0-9.]+)?"),
-        "a version or 'none'",
-        "0.16.2",
-        numeric_ok=True,
-        max_length=VERSION_CHARS,
-    ),
-]
-Name = Annotated[
-    str, SafeString(r"[a-z0-9][a-z0-9._-]{0,62}", "a lower-case name", "nvidia-cuda", max_length=63)
-]
-OsName = Annotated[
-    str, SafeString(r"[a-z]+[0-9]+(\.[0-9]+)?", "an OS name with its version", "ubuntu22.04", max_length=32)
-]
-# An image reference that may hold {placeholders}; the rendered reference is checked again.
-ImagePattern = Annotated[
-    str,
-    SafeString(r"[a-zA-Z0-9{][a-zA-Z0-9._/:@{}-]*", "an image reference", "nvidia/cuda:{cuda_full}-devel"),
-]
-IMAGE_PREFIX = SafeString(
-    r"[a-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
-    "an image name prefix",
-    "nvidia/cuda",
-    extra=host_port_problem,
+from imagekit.facts.advisories import AdvisoryId, Severity
+from imagekit.plan.schema_values import (
+    AptPackage,
+    BuildArgName,
+    CudaFullVersion,
+    CudaVersion,
+    Flavour,
+    Frontend,
+    Host,
+    ImageEnvName,
+    ImagePattern,
+    ImagePrefix,
+    Name,
+    OsName,
+    PackageVersion,
+    PlatformName,
+    PublishPolicy,
+    PythonVersion,
+    RelativePath,
+    Repository,
+    Requirement,
+    SafeText,
+    StrictModel,
+    TagPattern,
+    TorchVersion,
+    WaiverReason,
+    non_empty_unique,
+    unique,
 )
-ImagePrefix = Annotated[str, IMAGE_PREFIX]
-TagPattern = Annotated[str, SafeString(r"[a-zA-Z0-9_{][a-zA-Z0-9_.{}-]*", "a tag pattern", "{torch}-{stack}")]
-Repository = Annotated[str, SafeString(r"[a-z0-9]+([._/-][a-z0-9]+)*", "a repository path", "acme/pytorch")]
-Host = Annotated[
-    str, SafeString(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", "a host name", "pypi.example.org", extra=port_problem)
-]
-
-
-def _inside(value: str) -> str:
-    if not relative_path_is_inside(value):
-        raise PydanticCustomError(
-            "path_escapes",
-            "{detail}",
-            {"detail": f"{shown(value)} must stay inside the matrix directory (no absolute path, no '..')"},
-        )
-    try:
-        check_length(Path(value), repr(value))
-    except InputError as exc:
-        raise PydanticCustomError("path_too_long", "{detail}", {"detail": exc.message}) from None
-    return value
-
-
-RelativePath = Annotated[
-    str,
-    SafeString(r"[A-Za-z0-9._/-]+", "a relative path", "wheelhouse", max_length=PATH_CHARS),
-    AfterValidator(_inside),
-]
-Requirement = Annotated[
-    str,
-    SafeString(
-        r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+,?)*",
-        "a pip requirement",
-        "numpy<2",
-        max_length=PACKAGE_CHARS,
-    ),
-]
-AptPackage = Annotated[
-    str,
-    SafeString(
-        r"[a-z0-9][a-z0-9.+-]*(=[A-Za-z0-9.+:~-]+)?", "a Debian package name", "git", max_length=PACKAGE_CHARS
-    ),
-]
-
-
-def _no_secret_names(code: str, kind: str, why: str) -> Callable[[str], str]:
-    """A validator refusing names that look like a secret (``SECRET_WORDS``): ``why`` says where
-    the value would end up and what to do instead."""
-
-    def check(name: str) -> str:
-        if any(word in name.upper() for word in SECRET_WORDS):
-            raise PydanticCustomError(
-                code,
-                "{detail}",
-                {"detail": f"{kind} {name!r} looks like a secret; {why}"},
-            )
-        return name
-
-    return check
-
-
-_not_a_secret_build_arg = _no_secret_names(
-    "secret_build_arg",
-    "build argument",
-    "the classic builder keeps every build argument in the image history (`docker history`), so it"
-    " would ship with the image. Give pip a credentialed mirror through the engine host instead"
-    " (README: 'Private mirrors')",
-)
-_not_a_secret_variable = _no_secret_names(
-    "secret_env",
-    "environment variable",
-    "ENV is baked into every layer and every published image (`docker inspect` shows it). Give it at"
-    " run time instead: a Kubernetes Secret or `docker run --env-file`",
-)
-
-
-EnvName = Annotated[
-    str,
-    SafeString(r"[A-Za-z_][A-Za-z0-9_]*", "a variable name", "TORCH_CUDA_ARCH_LIST", max_length=NAME_CHARS),
-]
-# ENV values and build arguments never pass through a shell, so ';' (TORCH_CUDA_ARCH_LIST) is fine.
-BuildArgName = Annotated[EnvName, AfterValidator(_not_a_secret_build_arg)]
-ImageEnvName = Annotated[EnvName, AfterValidator(_not_a_secret_variable)]
-SafeText = Annotated[str, SafeString(r"[^\s'\"`$\\]+", "plain text", "8.0;9.0", max_length=VALUE_CHARS)]
-
-Flavour = Literal["devel", "runtime"]
-# What a person reaches the image through: none (today's image), JupyterLab, or an SSH server.
-ServedFrontend = Literal["jupyter", "ssh"]  # a front end a cell actually serves
-PlatformName = platforms.PlatformName  # linux/amd64, linux/arm64
-Frontend = Literal["none", ServedFrontend]
-PublishPolicy = Literal["gpu-validated", "checked", "built"]
-
-
-def _unique(values: list[Any]) -> list[Any]:
-    seen: set[Any] = set()
-    for index, value in enumerate(values):
-        if value in seen:
-            raise PydanticCustomError(
-                "duplicate_value",
-                "{detail}",
-                {"detail": f"value {shown(str(value))} at index {index} is listed twice"},
-            )
-        seen.add(value)
-    return values
-
-
-def _non_empty_unique(values: list[Any]) -> list[Any]:
-    if not values:
-        raise PydanticCustomError(
-            "empty_axis", "{detail}", {"detail": "is empty; list at least one value or remove it"}
-        )
-    return _unique(values)
-
-
-# -- models ---------------------------------------------------------------------------------
-
-
-class StrictModel(BaseModel):
-    """Frozen, no unknown keys; an unknown key is reported with the nearest valid one."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            known = sorted(cls.model_fields)
-            for key in data:
-                if key in cls.model_fields:
-                    continue
-                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(known)}"
-                raise PydanticCustomError(
-                    "unknown_key", "{detail}", {"detail": f"unknown key; {hint}", "key": str(key)}
-                )
-        return data
 
 
 class CellSpec(StrictModel):
@@ -323,7 +133,7 @@ class Axes(StrictModel):
     @field_validator("*")
     @classmethod
     def _check_axis(cls, value: list[Any] | None) -> list[Any] | None:
-        return None if value is None else _non_empty_unique(value)
+        return None if value is None else non_empty_unique(value)
 
     def as_dict(self) -> dict[str, list[Any]]:
         return {key: getattr(self, key) for key in AXIS_KEYS if getattr(self, key) is not None}
@@ -412,13 +222,13 @@ class PipSources(StrictModel):
     @field_validator("extra_index_urls", "find_links", "trusted_hosts")
     @classmethod
     def _unique_list(cls, value: list[str]) -> list[str]:
-        return _unique(value)
+        return unique(value)
 
     @field_validator("credentials")
     @classmethod
     def _one_login_per_host(cls, value: list[PipCredential]) -> list[PipCredential]:
         # one login per host name, whatever the port: the netrc pip reads keys on the name alone
-        _unique([credential.host.partition(":")[0] for credential in value])
+        unique([credential.host.partition(":")[0] for credential in value])
         return value
 
     @field_validator("torch_index_url")
@@ -526,6 +336,44 @@ class BuildSettings(StrictModel):
     )
 
 
+class Waiver(StrictModel):
+    """One advisory waived, with the reason, for the cells its keys select: each key a list of
+    values; a key left out selects every value (``torch`` left out: every affected torch)."""
+
+    id: AdvisoryId = Field(description="the advisory's ID as `imagekit plan` names it (CVE-2025-32434)")
+    reason: WaiverReason = Field(
+        description="why the cells are built anyway: the report, the lock, the job summary and the"
+        " signed statement carry it"
+    )
+    torch: list[TorchVersion] | None = Field(None, description="torch versions (2.5.1, or 2.5: its latest)")
+    cuda: list[CudaVersion] | None = Field(None, description="CUDA minors (or cpu)")
+    base: list[Name] | None = Field(None, description="keys of `bases`")
+    flavour: list[Flavour] | None = Field(None, description="devel and/or runtime")
+    platform: list[PlatformName] | None = Field(None, description="linux/amd64 and/or linux/arm64")
+
+    @field_validator("torch", "cuda", "base", "flavour", "platform")
+    @classmethod
+    def _check_selection(cls, value: list[Any] | None) -> list[Any] | None:
+        return None if value is None else non_empty_unique(value)
+
+
+class AdvisorySettings(StrictModel):
+    """Security advisories (imagekit/data/advisories.yaml): a cell that installs an affected torch,
+    pip or setuptools at or above the threshold is refused unless waived; others are listed."""
+
+    threshold: Severity = Field(
+        "critical",
+        description="refuse cells with an unwaived advisory this severe or worse (critical, high,"
+        " medium, low); milder findings are listed in the plan and the report",
+    )
+    file: RelativePath | None = Field(
+        None,
+        description="more advisories (the site's own), in imagekit/data/advisories.yaml's format,"
+        " relative to the matrix file",
+    )
+    waive: list[Waiver] = Field(default_factory=list, description="advisories waived for some cells")
+
+
 class Matrix(StrictModel):
     """A build matrix: axes crossed into cells, GitHub-Actions-style include/exclude."""
 
@@ -539,6 +387,7 @@ class Matrix(StrictModel):
     publish: Publish = Publish()
     frontends: Frontends = Frontends()
     build: BuildSettings = BuildSettings()
+    advisories: AdvisorySettings = AdvisorySettings()
     mirrors: dict[ImagePrefix, ImagePrefix] = Field(
         default_factory=dict,
         description="base image prefix -> replacement used when pulling and building, for"

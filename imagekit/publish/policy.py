@@ -22,6 +22,7 @@ from typing import Literal
 from imagekit.core import naming, platforms
 from imagekit.core.errors import RegistryError
 from imagekit.core.platforms import PlatformName
+from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.schema import Publish
 from imagekit.report.pullcost import ImageReader, PullCost, gib, measure
@@ -54,6 +55,9 @@ class Candidate:
     base_digest: str | None = None
     platform: PlatformName = platforms.DEFAULT
     built_on: date | None = None  # the day the build dated its tags (a group's {date})
+    # what the plan found against its installs (each waived, or below the threshold): the lock and
+    # the signed statement carry it
+    advisories: tuple[AdvisoryFinding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -268,6 +272,7 @@ def _candidate(cell: Cell, result: CellResult | None, publish: Publish, alone: b
         result.base_digest,
         cell.platform,
         result.built_on,
+        cell.advisories,
     )
 
 

@@ -46,7 +46,7 @@ from imagekit.core.safetypes import EXPECTATION, SCRIPT_PATH
 from imagekit.core.text import counted, shown
 from imagekit.engine.client import PushFailed, connect, inspect_image, push_as
 from imagekit.plan.cells import Cell, Plan
-from imagekit.plan.schema import PublishPolicy, ServedFrontend
+from imagekit.plan.schema_values import PublishPolicy, ServedFrontend
 from imagekit.publish.policy import Candidate, Group, Refusal, counted_cost, select, settle
 from imagekit.registry.client import Backoff, Registry, open_registry
 from imagekit.registry.credentials import docker_auth_config
@@ -279,8 +279,7 @@ class Publisher:
         if key is None:
             return ()
         verification = candidate.verification
-        made = None
-        provenance = entry.provenance
+        made, provenance = None, entry.provenance
         if verification is not None:
             subject = attest.Subject(
                 entry.repository,
@@ -294,6 +293,7 @@ class Publisher:
                 provenance.driver if provenance else None,
                 provenance.cuda_driver if provenance else None,
                 entry.platform,
+                entry.advisories,
             )
             made = attest.verification_predicate(subject, verification)
         statements: list[dict[str, Any]] = []
@@ -388,6 +388,7 @@ class Publisher:
             frontend=frontend,
             provenance=provenance(candidate.verification, staged, digest),
             platform=candidate.platform,
+            advisories=candidate.advisories,
         )
 
     def publish_one(self, ready: _Ready) -> Published:

@@ -47,6 +47,7 @@ from imagekit.render.run_options import (
     COMPILER_WHEELS_CONTEXT,
     CUDA_WHEELS_CONTEXT,
     DEPS_WHEELS_CONTEXT,
+    VENV_TOOLS_CONTEXT,
     WHEELHOUSE_CONTEXT,
 )
 from imagekit.render.template_code import load_template
@@ -432,7 +433,7 @@ class Renderer:
 
     def _requirements(self, cell: ImageCell) -> tuple[str, ...]:
         recipe = self.image_recipe(cell)
-        return (*recipe.torch_requirements, *recipe.extra_requirements)
+        return (*recipe.venv_tools, *recipe.torch_requirements, *recipe.extra_requirements)
 
     def _closure(self, cell: Cell, requirements: tuple[str, ...]) -> list[Path]:
         """The wheels pip installs for ``requirements`` in ``cell``'s Python and OS (cached)."""
@@ -454,6 +455,7 @@ class Renderer:
         slices = self.closure_slices(cell)
         if slices is not None:
             for directory, files in (
+                (VENV_TOOLS_CONTEXT, slices.tools),
                 (CUDA_WHEELS_CONTEXT, slices.cuda),
                 (COMPILER_WHEELS_CONTEXT, slices.compiler),
                 (DEPS_WHEELS_CONTEXT, slices.deps),

@@ -16,6 +16,7 @@ from imagekit.render.run_options import (
     COMPILER_WHEELS_CONTEXT,
     CUDA_WHEELS_CONTEXT,
     DEPS_WHEELS_CONTEXT,
+    VENV_TOOLS_CONTEXT,
     WHEELHOUSE_CONTEXT,
     StepOptions,
     wheel_dir,
@@ -35,7 +36,8 @@ class WheelLayer:
 
 
 def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLayer, ...]:
-    """The installs of a cell's closure, bottom to top: its CUDA wheels, CUDA's compiler wheels (a
+    """The installs of a cell's closure, bottom to top: the venv's pip and setuptools (right after
+    the venv is made, as in every other cell), its CUDA wheels, CUDA's compiler wheels (a
     devel cell's `nvcc: wheels`), its other dependencies, torch and its companions (each skipped
     when empty). ``--no-deps`` everywhere: each slice is exactly what the closure says, and pip
     never re-resolves a lower one (an upgrade in a higher layer would leave whiteouts and a second
@@ -44,6 +46,7 @@ def wheel_layers(slices: ClosureSlices, options: StepOptions) -> tuple[WheelLaye
     common = ("--disable-pip-version-check", "--no-index", "--no-deps")
     layers: list[WheelLayer] = []
     for context, files, extra in (
+        (VENV_TOOLS_CONTEXT, slices.tools, ()),
         (CUDA_WHEELS_CONTEXT, slices.cuda, ("--no-compile",)),
         (COMPILER_WHEELS_CONTEXT, slices.compiler, ("--no-compile",)),
         (DEPS_WHEELS_CONTEXT, slices.deps, ()),

@@ -15,6 +15,7 @@ from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
 from imagekit.core.versions import project_key
+from imagekit.facts.advisories import load_advisories
 from imagekit.facts.probe_facts import wheel_arch_list
 from imagekit.plan.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
 from imagekit.plan.schema import BuildSettings, Matrix
@@ -50,8 +51,9 @@ class ImageRuns:
     mirror: str  # rewrites the apt sources
     apt: str  # installs the cell's OS packages
     toolchain: str  # installs the compiler and Python.h where the base lacks them
-    torch: str  # creates the venv and installs torch
+    torch: str  # installs torch
     venv: str  # creates the venv alone, when the closure is installed in layers (``WheelLayer``)
+    venv_tools: str  # creates the venv and installs its pip and setuptools (``Recipe.venv_tools``)
     guard: str  # the build guard and the pins
     extra: str  # installs the cell's pip packages
     extension: str  # builds the extension check's modules
@@ -65,6 +67,10 @@ class Recipe:
     apt_rewrites: tuple[tuple[str, str], ...]  # (archive URL, mirror URL), longest archive first
     python: str  # the interpreter that creates the venv
     venv: str | None  # None: the base's own Python environment (a fixed stack)
+    # pip==X, setuptools==Y: installed right after the venv is made, so it never keeps the OS's
+    # (Ubuntu 22.04's ensurepip: pip 22.0.2, setuptools 59.6.0); imagekit/data/advisories.yaml's
+    # venv_tools, which the plan holds against the advisories. Empty for a fixed stack.
+    venv_tools: tuple[str, ...]
     torch_pip_args: tuple[str, ...]
     torch_requirements: tuple[str, ...]
     extra_pip_args: tuple[str, ...]
@@ -414,6 +420,7 @@ def _runs(cell: StepInputs, options: StepOptions, wheelhouse: bool) -> ImageRuns
         toolchain=options.apt(cell.os, fallback=True),
         torch=options.pip(wheelhouse),
         venv=options.offline(),
+        venv_tools=options.pip(wheelhouse),
         guard=options.offline(),
         extra=options.pip(wheelhouse),
         extension=options.offline(),
@@ -447,6 +454,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         ),
         "python": f"python{cell.python}" if not cell.python_from_base else "python3",
         "venv": None if cell.stack else VENV,
+        "venv_tools": () if cell.stack else load_advisories().venv_requirements(),
         "torch_pip_args": tuple(torch_args),
         "torch_requirements": pins,
         "extra_pip_args": tuple(extra_args),

@@ -45,6 +45,7 @@ WHEELHOUSE_CONTEXT = "wheelhouse"  # the wheelhouse's directory in a build conte
 CUDA_WHEELS_CONTEXT = "wheelhouse-cuda"
 COMPILER_WHEELS_CONTEXT = "wheelhouse-cuda-compiler"  # a devel cell's `nvcc: wheels`
 DEPS_WHEELS_CONTEXT = "wheelhouse-deps"
+VENV_TOOLS_CONTEXT = "wheelhouse-venv"  # the venv's pip and setuptools, installed first
 # What an apt step deletes in its own RUN (a later RUN would leave the bytes below a whiteout):
 # logs with the time of the build, and ldconfig's aux-cache, which holds inode numbers
 # (docker-library/ruby PR 455); debconf's -old copies. None of it is read again.

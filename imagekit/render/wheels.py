@@ -317,6 +317,9 @@ def download(
 
 # The top slice: a cell's own torch build and companions (what differs between torch releases).
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+# The bottom slice: the venv's own pip and setuptools (``Recipe.venv_tools``), installed right after
+# the venv is made, before anything else.
+VENV_TOOL_PROJECTS = ("pip", "setuptools")
 
 
 def wheel_pin(filename: str) -> tuple[str, str]:
@@ -340,6 +343,8 @@ class ClosureSlices:
     top: tuple[tuple[str, Path], ...]
     # CUDA's compiler wheels (a devel cell's `nvcc: wheels`), installed right above ``cuda``
     compiler: tuple[tuple[str, Path], ...] = ()
+    # the venv's pip and setuptools, installed first
+    tools: tuple[tuple[str, Path], ...] = ()
 
     @staticmethod
     def pins(files: Sequence[tuple[str, Path]]) -> tuple[str, ...]:
@@ -349,19 +354,21 @@ class ClosureSlices:
 def slice_closure(
     files: Sequence[tuple[str, Path]], top_projects: Sequence[str] = TORCH_FAMILY
 ) -> ClosureSlices:
-    """Splits closure ``files`` (their names as in the context) by project: CUDA's, CUDA's compiler
-    (``wheel_toolkit.COMPILER_PROJECTS``), ``top_projects`` (torch and its companions), the rest."""
+    """Splits closure ``files`` (their names as in the context) by project: the venv's tools
+    (``VENV_TOOL_PROJECTS``), CUDA's, CUDA's compiler (``wheel_toolkit.COMPILER_PROJECTS``),
+    ``top_projects`` (torch and its companions), the rest."""
+    tools: list[tuple[str, Path]] = []
     cuda: list[tuple[str, Path]] = []
     compiler: list[tuple[str, Path]] = []
     deps: list[tuple[str, Path]] = []
     top: list[tuple[str, Path]] = []
     for name, path in sorted(files, key=lambda f: PurePosixPath(f[0]).name):
         project = wheel_pin(name)[0]
-        bucket = top if project in top_projects else deps
+        bucket = top if project in top_projects else tools if project in VENV_TOOL_PROJECTS else deps
         if is_cuda_project(project):
             bucket = compiler if project in COMPILER_PROJECTS else cuda
         bucket.append((PurePosixPath(name).name, path))
-    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top), tuple(compiler))
+    return ClosureSlices(tuple(cuda), tuple(deps), tuple(top), tuple(compiler), tuple(tools))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

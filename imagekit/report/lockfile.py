@@ -56,7 +56,8 @@ from imagekit.core.safetypes import (
     validate_json,
 )
 from imagekit.core.text import shown
-from imagekit.plan.schema import PublishPolicy, ServedFrontend
+from imagekit.facts.advisories import AdvisoryFinding
+from imagekit.plan.schema_values import PublishPolicy, ServedFrontend
 from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
 from imagekit.report.verification import CheckRecord, Verification, json_or_text
 
@@ -240,6 +241,9 @@ class LockEntry:
     frontend: ServedFrontend | None = None  # served as a Deployment, not run as a Job
     provenance: Provenance | None = None  # where it was verified; staged = verified = promoted
     platform: PlatformName = platforms.DEFAULT  # what its image runs on
+    # the advisories that affect what it installs, each waived by the matrix (with the reason) or
+    # below its threshold when it was published; none in locks of earlier releases
+    advisories: Annotated[tuple[AdvisoryFinding, ...], Items(MAX_ITEMS)] = ()
 
     @property
     def reference(self) -> str:
@@ -251,6 +255,7 @@ class LockEntry:
         data["reference"] = self.reference
         data["expect"] = dict(self.expect)
         data["provenance"] = self.provenance.as_json() if self.provenance is not None else None
+        data["advisories"] = [finding.as_json() for finding in self.advisories]
         if self.verification is not None:
             data["verification"]["checks"]["failed_names"] = list(self.verification.checks.failed_names)
             data["verification"]["checks"]["metrics"] = dict(self.verification.checks.metrics)

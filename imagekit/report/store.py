@@ -44,6 +44,7 @@ from imagekit.core.safetypes import (
     validate_json,
 )
 from imagekit.core.text import redact
+from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.report.pullcost import MatrixPull, PullCost, matrix_pull, with_shared
 from imagekit.report.state import LOCK_NAME, LOGS_DIR, REPORT_NAME, report_json_text, state_lock
 from imagekit.report.verification import ClusterValidation, Verification, VerifyRun, clipped, derive_verdict
@@ -122,6 +123,9 @@ class CellResult:
     # What a node pulls for its staged or published image, read from the registry's manifests
     # (``imagekit.report.pullcost``); None in reports of earlier releases, or never staged.
     pull_cost: PullCost | None = None
+    # The advisories that affect what the cell installs, each waived by the matrix (with its
+    # reason) or below its threshold (``imagekit.plan.advisories``); none in earlier reports.
+    advisories: Annotated[tuple[AdvisoryFinding, ...], Items(MAX_ITEMS)] = ()
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -131,6 +135,7 @@ class CellResult:
         data["clusters"] = [c.as_json() for c in self.clusters]
         data["built_on"] = self.built_on.isoformat() if self.built_on else None
         data["pull_cost"] = self.pull_cost.as_json() if self.pull_cost else None
+        data["advisories"] = [finding.as_json() for finding in self.advisories]
         return data
 
 

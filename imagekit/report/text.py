@@ -183,6 +183,27 @@ def pull_rows(report: BuildReport) -> list[tuple[str, ...]]:
     return out
 
 
+ADVISORY_HEADERS = ("cell", "advisory", "severity", "installed", "fixed in", "waived")
+
+
+def advisory_rows(report: BuildReport) -> list[tuple[str, ...]]:
+    """Each cell's advisories: waived ones with the matrix's reason, the rest below its threshold."""
+    out: list[tuple[str, ...]] = []
+    for result in report.cells:
+        for finding in result.advisories:
+            waived = finding.waived if finding.waived is not None else "no (below the threshold)"
+            row = (
+                result.id,
+                finding.id,
+                finding.severity,
+                f"{finding.package} {finding.version}",
+                finding.fixed,
+                waived,
+            )
+            out.append(tuple(printable(value) for value in row))
+    return out
+
+
 def pull_line(report: BuildReport) -> str | None:
     """The matrix-level line: distinct bytes against the images' sum; None when none was counted."""
     pulled = report.pull()
@@ -224,14 +245,20 @@ def markdown(report: BuildReport, lock: Lock | None = None) -> str:
             fence = "`" * max(3, longest + 1)
             lines += ["", f"<details><summary>{summary}</summary>", ""]
             lines += [fence, *tail, fence, "", "</details>"]
+    advised = advisory_rows(report)
+    if advised:
+        lines += ["", "#### advisories", "", *_markdown_table(ADVISORY_HEADERS, advised)]
     pulled = pull_rows(report)
     if pulled:
         lines += ["", "#### pull cost", "", markdown_text(pull_line(report) or ""), ""]
-        lines += ["| " + " | ".join(PULL_HEADERS) + " |", "|" + "---|" * len(PULL_HEADERS)]
-        lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in pulled]
+        lines += _markdown_table(PULL_HEADERS, pulled)
     published = published_rows(lock) if lock is not None else []
     if published:
-        lines += ["", "#### published", "", "| " + " | ".join(PUBLISHED_HEADERS) + " |"]
-        lines.append("|" + "---|" * len(PUBLISHED_HEADERS))
-        lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in published]
+        lines += ["", "#### published", "", *_markdown_table(PUBLISHED_HEADERS, published)]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table: its header, its rule, a line per row (every value escaped)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in rows]

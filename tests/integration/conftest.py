@@ -29,6 +29,8 @@ import pytest
 import yaml
 from docker.errors import APIError, ImageNotFound
 
+from imagekit.facts.advisories import load_advisories
+from imagekit.facts.compat import load_compat
 from tests.conftest import imagekit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -211,6 +213,43 @@ def install_steps_template(branch: str) -> str:
     )
 
 
+def venv_tool_wheels(dest: Path) -> list[Path]:
+    """The real pip and setuptools wheels every imagekit venv installs right after it is made
+    (imagekit/data/advisories.yaml's venv_tools), downloaded once per test run and linked into
+    ``dest``: a wheelhouse or an index of stand-ins must serve the real ones (a stand-in pip would
+    replace the venv's own and break every later install)."""
+    cache = Path(os.environ["IMAGEKIT_CACHE_DIR"]) / "venv-tools"
+    requirements = load_advisories().venv_requirements()
+    names = [f"{r.replace('==', '-')}-py3-none-any.whl" for r in requirements]
+    if not all((cache / name).is_file() for name in names):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--dest", str(cache), *requirements],
+            env={**os.environ, "PIP_CONSTRAINT": ""}, check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if not (dest / name).exists():
+            try:
+                os.link(cache / name, dest / name)
+            except OSError:
+                shutil.copy(cache / name, dest / name)
+    return [dest / name for name in names]
+
+
+def critical_waivers(torch: Sequence[str]) -> dict[str, object]:
+    """A matrix's `advisories` waiving the critical advisories of ``torch`` (imagekit/data/advisories.yaml):
+    the test cells build stand-ins or a test template, and load no checkpoint."""
+    compat, advisories = load_compat(), load_advisories()
+    found = {
+        a.id
+        for version in torch
+        for a, _ in advisories.affecting({"torch": compat.resolve_torch(version)})
+        if a.severity == "critical"
+    }
+    return {"waive": [{"id": i, "reason": "an integration test's stand-in cell"} for i in sorted(found)]}
+
+
 def pip_freeze(image: str) -> list[str]:
     """``pip list --format=freeze`` in a container of ``image`` (no network)."""
     return subprocess.run(
@@ -357,6 +396,7 @@ def write_cells(
         "defaults": {"env": {"RUN_ID": run}},
         "axes": {"torch": list(torch), **({"base": list(base_axis)} if base_axis else {})},
         "bases": dict(bases or busybox_base()),
+        "advisories": critical_waivers(torch),
         **(extra or {}),
     }
     if steer:

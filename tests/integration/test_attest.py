@@ -24,7 +24,7 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from tests.integration.conftest import NO_RUN_TEMPLATE, Project, write_cells
+from tests.integration.conftest import NO_RUN_TEMPLATE, Project, critical_waivers, write_cells
 from tests.integration.registry_server import LocalRegistry
 
 VALIDATED = "https://github.com/imagekit/attestations/gpu-validated/v1"
@@ -375,6 +375,7 @@ def test_an_index_carries_its_own_attestation_and_each_platforms(
             "tags": {"readable": "{base}-{torch}", "immutable": ["{readable}-{digest}"]},
         },
         "axes": {"torch": ["2.1"], "platform": ["linux/amd64", "linux/arm64"]},
+        "advisories": critical_waivers(["2.1"]),
         "bases": {"tiny": {"image": tiny_bases, "os": "debian12", "python": "3.11", "cuda": False}},
     }
     (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))

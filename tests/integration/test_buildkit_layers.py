@@ -19,7 +19,14 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import DEBIAN_PYTHON, Project, install_steps_template, pip_freeze
+from tests.integration.conftest import (
+    DEBIAN_PYTHON,
+    Project,
+    critical_waivers,
+    install_steps_template,
+    pip_freeze,
+    venv_tool_wheels,
+)
 
 TEMPLATE = install_steps_template("if recipe.wheel_layers")
 RELEASES = ("2.1.1", "2.1.2")
@@ -52,6 +59,7 @@ def sliced(project: Project, debian_python: str) -> Project:
     _wheel(wheelhouse, "numpy", "1.0")
     for release in RELEASES:
         _wheel(wheelhouse, "torch", release, ("nvidia-fake-cu12==1.0", "fakedep"))
+    venv_tool_wheels(wheelhouse)  # every venv's own pip and setuptools, the real ones
     (project.root / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
     document = {
         "version": 1,
@@ -62,6 +70,7 @@ def sliced(project: Project, debian_python: str) -> Project:
         "axes": {"torch": list(RELEASES), "flavour": ["runtime"]},
         "bases": {"debian": {"image": DEBIAN_PYTHON, "os": "debian12", "python": "3.11", "cuda": False}},
         "sources": {"pip": {"no_index": True, "find_links": ["wheelhouse"], "torch_index_url": None}},
+        "advisories": critical_waivers(RELEASES),
     }
     (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     return project
@@ -79,10 +88,10 @@ def test_cells_with_the_same_cuda_wheels_share_their_layers(sliced: Project, api
         assert {"nvidia-fake-cu12==1.0", "fakedep==1.0", "numpy==1.0"} <= set(listed), listed
     assert len(layers) == 2, layers
     first, second = layers.values()
-    # base, venv, CUDA slice, dependencies slice, torch slice: nothing else makes a layer here
-    assert len(first) == len(second) == base_layers + 4
-    venv, cuda, deps, top = range(base_layers, base_layers + 4)
-    assert first[venv] == second[venv]
+    # base, venv, its pip and setuptools, CUDA slice, dependencies slice, torch slice: nothing else
+    assert len(first) == len(second) == base_layers + 5
+    venv, tools, cuda, deps, top = range(base_layers, base_layers + 5)
+    assert first[venv] == second[venv] and first[tools] == second[tools]
     assert first[cuda] == second[cuda]  # one CUDA layer for both cells
     assert first[deps] == second[deps]
     assert first[top] != second[top]  # torch 2.1.1's and 2.1.2's own

@@ -34,7 +34,7 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import DEBIAN_PYTHON, REGISTRY, REPO_ROOT, RUN_ID, Project
+from tests.integration.conftest import DEBIAN_PYTHON, REGISTRY, REPO_ROOT, RUN_ID, Project, critical_waivers
 
 # Pinned: the index under test must behave the same in every run.
 PYPISERVER = ("pypiserver==2.4.2", "passlib==1.7.4")
@@ -197,6 +197,7 @@ def write_matrix(project: Project, index: Index, cell_arg: str, run: str) -> Non
         },
         "defaults": {"env": {"RUN_ID": run}, "pip_packages": [PACKAGE], "build_args": {"CELL_ARG": cell_arg}},
         "axes": {"torch": ["2.1"], "flavour": ["runtime"]},
+        "advisories": critical_waivers(["2.1"]),
         "bases": {"debian": {"image": DEBIAN_PYTHON, "os": "debian12", "python": "3.11", "cuda": False}},
         "sources": {
             "pip": {

@@ -20,7 +20,15 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import DEBIAN_PYTHON, RUN_ID, Project, install_steps_template, pip_freeze
+from tests.integration.conftest import (
+    DEBIAN_PYTHON,
+    RUN_ID,
+    Project,
+    critical_waivers,
+    install_steps_template,
+    pip_freeze,
+    venv_tool_wheels,
+)
 from tests.quiet_http import QuietServer, serve
 from tests.unit.projects import CUDA_PINS_2_1_2, cuda_index
 
@@ -36,6 +44,12 @@ class _Quiet(SimpleHTTPRequestHandler):
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[str]:
     root = cuda_index(tmp_path / "index")
+    # every venv's own pip and setuptools (the real ones) come from the index for everything else
+    for wheel in venv_tool_wheels(root / "files"):
+        page = root / "pypi" / wheel.name.split("-")[0]
+        page.mkdir(parents=True)
+        link = f'<a href="../../files/{wheel.name}">{wheel.name}</a>'
+        (page / "index.html").write_text(f"<html><body>\n{link}\n</body></html>\n", encoding="utf-8")
     server = QuietServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
     serve(server)
     try:
@@ -63,7 +77,8 @@ def two_bases(project: Project, debian_python: str, index: str, api: docker.APIC
             "debian": {"image": DEBIAN_PYTHON, **base},
             "other": {"image": OTHER_BASE, **base, "build": {"context": "other"}},
         },
-        "sources": {"pip": {"torch_index_url": index + "/{variant}"}},
+        "sources": {"pip": {"torch_index_url": index + "/{variant}", "index_url": index + "/pypi"}},
+        "advisories": critical_waivers(["2.1.2"]),
     }
     (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     try:
@@ -86,7 +101,7 @@ def test_cells_on_two_bases_share_the_cuda_layer(two_bases: Project, api: docker
         wanted = {*CUDA_PINS_2_1_2, "torch==2.1.2", "nvidia-nvjitlink-cu12==12.9.86"}
         assert wanted <= listed, sorted(listed)
         layers = api.inspect_image(image)["RootFS"]["Layers"]
-        tops[cell] = layers[-3:]  # the venv, the CUDA wheels, torch: nothing else makes a layer here
+        tops[cell] = layers[-3:]  # the venv (its pip, setuptools), the CUDA wheels, torch: nothing else
     (debian_cell, debian), (other_cell, other) = sorted(tops.items())
     assert "debian" in debian_cell and "other" in other_cell
     below = len(api.inspect_image(DEBIAN_PYTHON)["RootFS"]["Layers"])

@@ -16,7 +16,7 @@ import yaml
 
 from imagekit.registry.manifest import ACCEPT, OCI_INDEX
 from tests.integration.conftest import NO_RUN_TEMPLATE as TEMPLATE
-from tests.integration.conftest import RUN_ID, Project
+from tests.integration.conftest import RUN_ID, Project, critical_waivers
 from tests.integration.registry_server import LocalRegistry
 
 
@@ -52,6 +52,7 @@ def test_two_platforms_publish_one_index_of_their_staged_digests(
         },
         "defaults": {"env": {"RUN_ID": RUN_ID}},
         "axes": {"torch": ["2.1"], "platform": ["linux/amd64", "linux/arm64"]},
+        "advisories": critical_waivers(["2.1"]),
         "bases": {"tiny": {"image": tiny_bases, "os": "debian12", "python": "3.11", "cuda": False}},
     }
     (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))

@@ -26,7 +26,7 @@ import requests
 import yaml
 
 from imagekit.registry.manifest import ACCEPT
-from tests.integration.conftest import BUSYBOX, CHECK_TEMPLATE, RUN_ID, Project, write_cells
+from tests.integration.conftest import BUSYBOX, CHECK_TEMPLATE, RUN_ID, Project, venv_tool_wheels, write_cells
 from tests.integration.private_engine import PrivateEngine, private_engine
 from tests.integration.registry_server import FlakyProxy, LocalRegistry
 
@@ -379,6 +379,7 @@ def test_an_empty_runner_builds_nothing_for_a_cell_staged_elsewhere(
     house = tmp_path / "wheelhouse"
     house.mkdir()
     fake_torch_wheel(house)
+    venv_tool_wheels(house)  # the real template upgrades the venv's pip and setuptools from it
     (tmp_path / "matrix.yaml").write_text(
         yaml.safe_dump(
             {

@@ -14,6 +14,7 @@ from types import ModuleType
 from imagekit.facts.cuda_wheels import load_cuda_wheels
 from imagekit.plan.cells import Plan
 from imagekit.plan.matrix import load_plan
+from tests.conftest import WAIVE_OLD_TORCH
 
 TODAY = date(2024, 5, 17)
 CUDA_PINS_2_1_2 = load_cuda_wheels().pinned("2.1.2", "cu121", "x86_64") or ()
@@ -62,6 +63,7 @@ def write_project(
         + f'axes:\n  torch: ["2.1"]\n  base: [{", ".join(axis)}]\n'
         + "bases:\n"
         + bases
+        + WAIVE_OLD_TORCH
     )
     (root / "matrix.yaml").write_text(text)
     return load_plan(root / "matrix.yaml")
@@ -69,7 +71,8 @@ def write_project(
 
 # Everything a template branch depends on: wheelhouse stage, apt mirror, extras, env, build args,
 # a base that brings its own Python, a CPU build.
-VARIANTS = """
+VARIANTS = (
+    """
 axes:
   torch: ["2.4.1"]
   cuda: ["12.1"]
@@ -101,6 +104,8 @@ sources:
     find_links: [wheelhouse]
     trusted_hosts: [mirror.example.org]
 """
+    + WAIVE_OLD_TORCH
+)
 
 
 def variants_plan(tmp_path: Path) -> Plan:

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.report.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy
 from imagekit.report.store import BuildReport, CellResult, Staged
 from imagekit.report.verification import CheckRecord, Verification
 
+# A finding the matrix waived, as a plan records it on a cell (imagekit.plan.advisories).
+WAIVED = AdvisoryFinding(
+    "CVE-2025-32434",
+    "torch",
+    "2.1.2",
+    "2.6.0",
+    "critical",
+    "torch.load(weights_only=True) runs code",
+    "seed row: loads only trusted checkpoints",
+)
 HOSTILE = '<script>alert("x")</script> & <img src=http://evil.example/x.png>'
 
 
@@ -131,6 +142,7 @@ def build_report() -> BuildReport:
         duration_s=83.42,
         log=".imagekit/logs/cuda-built.log",
         staged=Staged("reg", "it-staging", "staging-dddddddddddd", "sha256:" + "5" * 64),
+        advisories=(WAIVED,),
     )
     skipped = build_result(
         "cuda-skipped",
@@ -195,4 +207,5 @@ def lock_entry(
         )
         if verified
         else None,
+        advisories=(WAIVED,),
     )

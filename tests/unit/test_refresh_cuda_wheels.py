@@ -52,7 +52,7 @@ def test_the_shipped_table_is_what_the_recorded_reports_give(tmp_path: Path) -> 
         in stderr.getvalue()
     )
     assert (
-        "torch-2.9.1-cu128-aarch64: https://pypi.org/simple serves torch 2.9.1 as a cpu build"
+        "torch-2.14.1-cu126-aarch64: https://pypi.org/simple serves torch 2.14.1 as a cu130 build"
         in stderr.getvalue()
     )
 

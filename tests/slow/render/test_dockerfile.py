@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.facts.advisories import load_advisories
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer
 from tests.conftest import REPO, run_cli
@@ -79,6 +80,11 @@ def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
     wheel(house, "numpy", "1.26.4")
     wheel(house, "numpy", "2.1.0")
     wheel(house, "ninja", "1.11.1")  # devel cells build extensions with it
+    tools = load_advisories().venv_tools  # every venv's pip and setuptools come from it too
+    wheel(house, "pip", tools["pip"])
+    wheel(house, "setuptools", tools["setuptools"])
+    venv_tools = [f"wheelhouse/pip-{tools['pip']}-py3-none-any.whl"]
+    venv_tools.append(f"wheelhouse/setuptools-{tools['setuptools']}-py3-none-any.whl")
     (tmp_path / "matrix.yaml").write_text(TWO_TORCHES)
     plan = load_plan(tmp_path / "matrix.yaml")
     shipped = {
@@ -87,19 +93,25 @@ def test_each_cell_ships_only_the_wheels_it_installs(tmp_path: Path) -> None:
     }
     assert "wheelhouse/numpy-1.26.4-py3-none-any.whl" in shipped["2.1.0"]  # torch < 2.3: NumPy 1
     assert shipped == {
-        "2.1.0": [
-            "wheelhouse/ninja-1.11.1-py3-none-any.whl",
-            "wheelhouse/numpy-1.26.4-py3-none-any.whl",
-            "wheelhouse/sympy-1.0-py3-none-any.whl",
-            "wheelhouse/torch-2.1.0-py3-none-any.whl",
-        ],
-        "2.2.0": [
-            "wheelhouse/filelock-3.0-py3-none-any.whl",
-            "wheelhouse/ninja-1.11.1-py3-none-any.whl",
-            "wheelhouse/numpy-1.26.4-py3-none-any.whl",
-            "wheelhouse/sympy-1.0-py3-none-any.whl",
-            "wheelhouse/torch-2.2.0-py3-none-any.whl",
-        ],
+        "2.1.0": sorted(
+            [
+                "wheelhouse/ninja-1.11.1-py3-none-any.whl",
+                "wheelhouse/numpy-1.26.4-py3-none-any.whl",
+                "wheelhouse/sympy-1.0-py3-none-any.whl",
+                "wheelhouse/torch-2.1.0-py3-none-any.whl",
+                *venv_tools,
+            ]
+        ),
+        "2.2.0": sorted(
+            [
+                "wheelhouse/filelock-3.0-py3-none-any.whl",
+                "wheelhouse/ninja-1.11.1-py3-none-any.whl",
+                "wheelhouse/numpy-1.26.4-py3-none-any.whl",
+                "wheelhouse/sympy-1.0-py3-none-any.whl",
+                "wheelhouse/torch-2.2.0-py3-none-any.whl",
+                *venv_tools,
+            ]
+        ),
     }
     # A wheel no cell installs changes no cell's input digest.
     before = [r.input_digest for r in Renderer(load_plan(tmp_path / "matrix.yaml")).render_all()]
@@ -123,7 +135,7 @@ def test_a_user_template_cannot_reach_python(case: str, tmp_path: Path) -> None:
         "FROM {{ cell.base_image }}\n" + ESCAPES[case].replace("MARKER", str(marker)) + "\n"
     )
     (tmp_path / "matrix.yaml").write_text(
-        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'axes:\n  torch: ["2.14.1"]\n  cuda: ["12.6"]\ntemplates: templates\n'
         'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
     )
     for command in ("plan", "render"):

@@ -30,6 +30,7 @@ from tests.unit.attest_samples import (
     private_pem,
     public_pem_of,
 )
+from tests.unit.report_samples import WAIVED
 
 
 @pytest.fixture
@@ -63,6 +64,12 @@ def test_the_predicate_holds_what_the_verdict_rests_on() -> None:
     assert predicate["cell"]["base_digest"].endswith("2" * 64)
     assert predicate["run"]["runner"] == "gpu-runner-7" and predicate["run"]["ci"] == {"GITHUB_RUN_ID": "77"}
     assert predicate["probe"]["schema"] == 1
+    assert predicate["advisories"] == []  # none found against this subject's installs
+    waived = attest.verification_predicate(replace(SUBJECT, advisories=(WAIVED,)), gpu_verification())
+    assert waived is not None
+    # the signed statement carries what the matrix waived, and why: a verifier's policy may refuse it
+    assert waived[1]["advisories"] == [WAIVED.as_json()]
+    assert waived[1]["advisories"][0]["waived"] == "seed row: loads only trusted checkpoints"
 
 
 def test_no_gpu_gets_a_different_predicate_type_and_a_failure_none() -> None:

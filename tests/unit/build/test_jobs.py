@@ -167,6 +167,12 @@ def test_each_kind_of_job_has_only_its_own_fields(tmp_path: Path) -> None:
     assert isinstance(base, BaseJob) and isinstance(cell, CellJob)
     assert not hasattr(base, "rendered") and not hasattr(cell, "local_base")
     assert (base.result("built").kind, cell.result("built").kind) == ("base", "cell")
+    # the report's record of a cell carries what its plan found, the matrix's waivers with their reasons
+    waived = cell.result("built").advisories
+    assert waived == cell.rendered.cell.advisories and waived
+    critical = {f.waived for f in waived if f.severity == "critical"}
+    assert critical == {"a test of another feature; it loads no checkpoint"}
+    assert base.result("built").advisories == ()
 
 
 def test_a_cell_on_a_pulled_base_carries_its_resolution() -> None:

@@ -34,6 +34,8 @@ from tests.conftest import run_cli
 from tests.unit.oci_stub import OciStub, digest_of, oci_stub
 
 DIGEST = "sha256:" + "a" * 64
+# torch 2.1: its critical advisories (imagekit/data/advisories.yaml) waived, the cell is about rebuilds
+OLD_TORCH_IDS = ("CVE-2025-32434", "CVE-2024-48063")
 REPOSITORY = "team/torch"
 TEMPLATE = """\
 FROM {{ cell.base_image }}
@@ -208,6 +210,7 @@ def plan(tmp_path: Path) -> Plan:
         "publish": {"repository": "team/torch", "tags": {"readable": "{base}-{torch}"}},
         "axes": {"torch": ["2.1"]},
         "bases": {"busybox": {"image": "busybox:1.36", "os": "debian12", "python": "3.11", "cuda": False}},
+        "advisories": {"waive": [{"id": i, "reason": "a test of rebuild-check"} for i in OLD_TORCH_IDS]},
     }
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(document))
     return load_plan(tmp_path / "matrix.yaml")

@@ -18,7 +18,7 @@ from imagekit.core.limits import MAX_COMBINATIONS, MAX_EXPANSION_STEPS, WARNINGS
 from imagekit.plan.cells import FrontendCell, WheelCell
 from imagekit.plan.expand import check_size, collapse, expand
 from imagekit.plan.matrix import load_plan
-from tests.conftest import CUDA_BASE, run_cli
+from tests.conftest import CUDA_BASE, WAIVE_TORCH_2_5, run_cli
 
 
 def reference(
@@ -136,7 +136,7 @@ def test_a_front_end_is_built_from_its_cell(write_matrix: Callable[[str], Path])
     path = write_matrix(
         'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n  frontend: [jupyter, ssh]\n'
         "bases:\n  deb: {image: debian:bookworm, os: debian12, python: '3.11'}\n"
-        "publish: {registry: ghcr.io, repository: acme/pytorch}\n"
+        "publish: {registry: ghcr.io, repository: acme/pytorch}\n" + WAIVE_TORCH_2_5
     )
     plan = load_plan(path)
     parent, jupyter, ssh = plan.cells  # the cell itself is implied, first, and listed once
@@ -156,7 +156,7 @@ def test_a_front_end_with_other_settings_than_its_cell_is_refused(
     path = write_matrix(
         'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n  frontend: [none, jupyter]\n'
         "include:\n  - {frontend: jupyter, env: {X: '1'}}\n"
-        "bases:\n  deb: {image: debian:bookworm, os: debian12, python: '3.11'}\n"
+        "bases:\n  deb: {image: debian:bookworm, os: debian12, python: '3.11'}\n" + WAIVE_TORCH_2_5
     )
     with pytest.raises(InputError, match="other settings than the cell itself"):
         load_plan(path)

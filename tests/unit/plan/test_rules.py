@@ -15,7 +15,7 @@ from imagekit.plan import rules
 from imagekit.plan.cells import WheelCell
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.rules import Request
-from tests.conftest import CUDA_BASE, run_cli
+from tests.conftest import CUDA_BASE, WAIVE_OLD_TORCH, WAIVE_TORCH_2_5, run_cli
 
 COMPAT = load_compat()
 NGC = COMPAT.stacks["ngc-pytorch-23.10"]
@@ -279,7 +279,8 @@ def test_the_first_refusal_wins() -> None:
 def test_impossible_cells_are_refused(
     torch: str, cuda: str, reason: str, write_matrix: Callable[[str], Path]
 ) -> None:
-    path = write_matrix(f'axes:\n  torch: ["{torch}", "2.5.1"]\n  cuda: ["{cuda}", "12.4"]\n' + CUDA_BASE)
+    # torch 2.7.1 on CUDA 12.6 makes the matrix buildable (a matrix of refusals alone is an error)
+    path = write_matrix(f'axes:\n  torch: ["{torch}", "2.7.1"]\n  cuda: ["{cuda}", "12.6"]\n' + CUDA_BASE)
     plan = load_plan(path)
     reasons = [
         r.reason for r in plan.refused if r.combination["torch"] == torch and r.combination["cuda"] == cuda
@@ -298,6 +299,7 @@ def test_corrected_variants_are_admitted(torch: str, cuda: str, write_matrix: Ca
 def test_ngc_never_crosses_the_cuda_axis(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix(
         'axes:\n  base: [ngc]\n  cuda: ["11.8", "12.2"]\nbases:\n  ngc: {stack: ngc-pytorch-23.10}\n'
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     assert [c.cuda_full for c in plan.cells] == ["12.2.2"]
@@ -307,7 +309,7 @@ def test_ngc_never_crosses_the_cuda_axis(write_matrix: Callable[[str], Path]) ->
 def test_ngc_refuses_runtime_and_other_torch(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix(
         "axes:\n  base: [ngc]\n  flavour: [devel, runtime]\n  torch: [2.1.0a0+32f93b1, 2.1.2]\n"
-        "bases:\n  ngc: {stack: ngc-pytorch-23.10}\n"
+        "bases:\n  ngc: {stack: ngc-pytorch-23.10}\n" + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     assert len(plan.cells) == 1 and plan.cells[0].torch == "2.1.0a0+32f93b1"
@@ -333,7 +335,9 @@ def test_allow_unknown_admits_with_warning(write_matrix: Callable[[str], Path]) 
 
 def test_python_refusals(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix(
-        'axes:\n  torch: ["2.1.2", "2.4.1"]\n  cuda: ["12.1"]\n  python: ["3.10", "3.12"]\n' + CUDA_BASE
+        'axes:\n  torch: ["2.1.2", "2.4.1"]\n  cuda: ["12.1"]\n  python: ["3.10", "3.12"]\n'
+        + CUDA_BASE
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     assert sorted((c.torch, c.python) for c in plan.cells) == [("2.1.2", "3.10"), ("2.4.1", "3.10")]
@@ -346,6 +350,7 @@ def test_cpu_and_cuda_bases_do_not_mix(write_matrix: Callable[[str], Path]) -> N
         'axes:\n  torch: ["2.5.1"]\n  cuda: ["cpu", "12.1"]\n  base: [cuda, deb]\n'
         + CUDA_BASE
         + "  deb: {image: debian:bookworm, os: debian12}\n"
+        + WAIVE_TORCH_2_5
     )
     plan = load_plan(path)
     assert sorted((c.base, c.cuda) for c in plan.cells) == [("cuda", "12.1"), ("deb", "cpu")]
@@ -354,7 +359,7 @@ def test_cpu_and_cuda_bases_do_not_mix(write_matrix: Callable[[str], Path]) -> N
 
 
 def test_minor_means_latest_patch(write_matrix: Callable[[str], Path]) -> None:
-    path = write_matrix('axes:\n  torch: ["2.1"]\n  cuda: ["12.1"]\n' + CUDA_BASE)
+    path = write_matrix('axes:\n  torch: ["2.1"]\n  cuda: ["12.1"]\n' + CUDA_BASE + WAIVE_OLD_TORCH)
     (cell,) = load_plan(path).cells
     assert (cell.torch, cell.torchvision, cell.torchaudio) == ("2.1.2", "0.16.2", "2.1.2")
 
@@ -373,7 +378,9 @@ def test_allow_unknown_never_admits_a_patch_missing_from_the_table(
     write_matrix: Callable[[str], Path],
 ) -> None:
     path = write_matrix(
-        'allow_unknown: true\naxes:\n  torch: ["2.1.9", "2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE
+        'allow_unknown: true\naxes:\n  torch: ["2.1.9", "2.1.2"]\n  cuda: ["12.1"]\n'
+        + CUDA_BASE
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     assert [c.torch for c in plan.cells] == ["2.1.2"]
@@ -401,7 +408,10 @@ def test_a_cuda_patch_is_never_silently_another(
     # cuda_full only on the cells of that CUDA value (include extends what it matches)
     defaults = f'include:\n  - {{cuda: "{cuda}", cuda_full: "{cuda_full}"}}\n' if cuda_full else ""
     path = write_matrix(
-        f'axes:\n  torch: ["2.1.2", "2.5.1"]\n  cuda: ["{cuda}", "12.4"]\n' + defaults + CUDA_BASE
+        f'axes:\n  torch: ["2.1.2", "2.5.1"]\n  cuda: ["{cuda}", "12.4"]\n'
+        + defaults
+        + CUDA_BASE
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     built = {c.cuda_full for c in plan.cells if c.cuda == "12.1"}
@@ -430,7 +440,9 @@ def test_pip_packages_never_name_torch_or_its_companions(
 
 def test_cuda_full_must_belong_to_the_cells_cuda(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix(
-        'axes:\n  torch: ["2.5.1"]\n  cuda: ["11.8", "12.1"]\ndefaults: {cuda_full: "12.1.1"}\n' + CUDA_BASE
+        'axes:\n  torch: ["2.5.1"]\n  cuda: ["11.8", "12.1"]\ndefaults: {cuda_full: "12.1.1"}\n'
+        + CUDA_BASE
+        + WAIVE_TORCH_2_5
     )
     plan = load_plan(path)
     assert [c.cuda for c in plan.cells] == ["12.1"]
@@ -442,6 +454,7 @@ def test_without_a_torch_index_only_pypis_build_exists(write_matrix: Callable[[s
         'axes:\n  torch: ["2.1.2"]\n  cuda: ["11.8", "12.1"]\n'
         + CUDA_BASE
         + "sources: {pip: {torch_index_url: null}}\n"
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     assert [c.cuda for c in plan.cells] == ["12.1"]  # PyPI's torch 2.1 is the cu121 build
@@ -484,7 +497,7 @@ CREDENTIALS = "sources:\n  pip:\n    credentials:\n      - {host: pypi.example.o
 def test_classic_builder_refuses_credentials_and_zstd_in_one_line(
     settings: str, message: str, write_matrix: Callable[[str], Path]
 ) -> None:
-    path = write_matrix('axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + settings + CUDA_BASE)
+    path = write_matrix('axes: {torch: ["2.14.1"], cuda: ["12.6"], base: [cuda]}\n' + settings + CUDA_BASE)
     result = run_cli("render", "--matrix", str(path), "--check")
     assert result.exit_code == 2
     assert result.stderr == f"imagekit: error: {path}: {message}\n"

@@ -61,7 +61,7 @@ def test_unquoted_versions_are_fine_for_editors_too() -> None:
     jsonschema.Draft202012Validator(schema()).validate(document)
 
 
-MATRIX = 'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE
+MATRIX = 'axes: {torch: ["2.14.1"], cuda: ["12.6"], base: [cuda]}\n' + CUDA_BASE
 
 
 @pytest.mark.parametrize(

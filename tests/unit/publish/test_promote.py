@@ -16,13 +16,14 @@ import pytest
 
 from imagekit.core import naming
 from imagekit.core.errors import EnvironmentProblem
-from imagekit.plan.cells import Cell
+from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.schema import Publish
-from imagekit.publish.policy import ADMITS, Candidate, Selection, final_tags, level_of
-from imagekit.report.store import CellResult
+from imagekit.publish.policy import ADMITS, Candidate, Selection, final_tags, level_of, select
+from imagekit.report.store import BuildReport, CellResult
 from imagekit.report.verification import CheckRecord, Verification
-from tests.conftest import CUDA_BASE
+from tests.conftest import CUDA_BASE, WAIVE_OLD_TORCH
+from tests.unit.report_samples import WAIVED
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -68,12 +69,19 @@ def test_levels_and_policies() -> None:
     assert "checked" in ADMITS["checked"] and "built" not in ADMITS["checked"]
 
 
-def _cell(write_matrix: Callable[[str], Path]) -> tuple[Cell, Publish]:
+def _plan(write_matrix: Callable[[str], Path]) -> Plan:
     path = write_matrix(
-        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n' + CUDA_BASE + "publish:\n  repository: acme/pytorch\n"
+        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\n'
+        + CUDA_BASE
+        + WAIVE_OLD_TORCH
+        + "publish:\n  repository: acme/pytorch\n  policy: built\n"
         '  tags: {readable: "{torch}-{stack}", immutable: ["{readable}-{date}", "{readable}-{digest}"]}\n'
     )
-    plan = load_plan(path)
+    return load_plan(path)
+
+
+def _cell(write_matrix: Callable[[str], Path]) -> tuple[Cell, Publish]:
+    plan = _plan(write_matrix)
     return plan.cells[0], plan.matrix.publish
 
 
@@ -111,6 +119,20 @@ def test_published_tags_come_from_the_matrix_not_the_report(write_matrix: Callab
         f"2.1.2-cuda12.1-cudnn8-{short}",
     )
     assert final_tags(cell, publish, replace(tampered, built_on=None), "validated") is None
+
+
+def test_a_candidate_carries_the_advisories_its_plan_found(write_matrix: Callable[[str], Path]) -> None:
+    """What publish promotes carries what the plan admits it with (its findings, each waiver's
+    reason) into the lock entry and the signed statement (``Publisher.entry``, ``attach``)."""
+    plan = _plan(write_matrix)
+    (cell,) = plan.cells
+    record = replace(result(None), id=cell.id, built_on=date(2026, 11, 29))
+    report = BuildReport("matrix.yaml", "2026-11-29T12:00:00+00:00", 1.0, "e", (record,), ())
+    (candidate,) = select(plan, plan.cells, report).candidates  # built: the policy here is "built"
+    assert candidate.advisories == cell.advisories
+    assert {f.waived for f in candidate.advisories if f.severity == "critical"} == {
+        "a test of another feature; it loads no checkpoint"
+    }
 
 
 def test_transient_push_errors_match_whole_words() -> None:
@@ -298,6 +320,7 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     staged = staged_result("checked").staged
     tags = ("2.1.2-cu121-checked", "2.1.2-cu121-20261129-checked", "2.1.2-cu121-abc-checked")
     fine = Candidate("c", IMAGE, "f" * 64, "checked", tags, staged_result("checked").verification, staged)
+    fine = replace(fine, advisories=(WAIVED,))
     gone = replace(fine, cell="gone", staged=replace(staged, digest="sha256:" + "9" * 64))  # type: ignore[type-var]
     registry.missing.add("sha256:" + "9" * 64)
     registry.manifest = replace(registry.manifest, digest=STAGED_DIGEST)  # as the registry stored it
@@ -320,6 +343,7 @@ def test_staged_cells_are_promoted_in_the_registry_alone(tmp_path: Path) -> None
     assert entry.digest == STAGED_DIGEST and entry.expect == {"python": "3.11"}
     assert entry.check_script == "/opt/imagekit/check.py"
     assert entry.provenance is not None and entry.provenance.digest_chain.equal
+    assert entry.advisories == (WAIVED,)  # the waiver and its reason, in the lock
     assert said == []  # nothing pushed, nothing staged by this run
 
 

@@ -19,12 +19,13 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from imagekit.core.errors import InputError
+from imagekit.facts.advisories import load_advisories
 from imagekit.plan.cells import FrontendCell
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer, sh, shjoin
 from imagekit.render.drift import check_drift, dockerfile_path, expected_files
 from imagekit.render.recipe import Recipes
-from tests.conftest import CUDA_BASE, REPO, run_cli
+from tests.conftest import CUDA_BASE, REPO, WAIVE_OLD_TORCH, run_cli
 from tests.unit.projects import variants_plan
 
 GOLDEN = REPO / "tests" / "golden"
@@ -156,13 +157,20 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert cuda_step in current
     assert current.index(cuda_step) < current.index("torch==2.15.0 torchvision")
     assert "torchaudio==2.11.1 \\\n      cuda-toolkit==13.2.2 nvidia-cublas==13.4.1.3 " in current
-    assert "RUN python3.12 -m venv /opt/venv\n" in current
+    # a new venv's pip and setuptools are replaced at once by the versions no advisory affects
+    tools = " ".join(load_advisories().venv_requirements())
+    step = "RUN python3.12 -m venv /opt/venv \\\n && pip install --no-cache-dir --disable-pip-version-check"
+    step += f" {tools}\n"
+    assert step in current and current.index(step) < current.index(cuda_step)
+    assert "RUN python3.10 -m venv /opt/venv \\\n && pip install --no-cache-dir" in old
+    assert old.index(tools) < old.index("torch==2.1.2 ")
     # a build the table does not know installs in one step, and says why
     assert "cuda_wheels.yaml does not know\n# which CUDA wheels torch 2.5.1 cu118 on x86_64 pins" in runtime
     assert "--no-deps" not in runtime
     assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0'\n" in current  # CUDA 13: no Volta, no PTX
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
+    assert "pip==" not in ngc  # a stack's Python is the vendor's: imagekit makes no venv there
     assert "check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12.2 --exact" in ngc  # its own build
     assert "TORCH_CUDA_ARCH_LIST" not in ngc  # NGC sets its own
     wheel = cases["variants-cuda-torch2.4.1-cuda12.1-py3.10-devel"]
@@ -174,6 +182,8 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert "'s|http://archive.ubuntu.com/ubuntu|https://mirror.example.org/ubuntu|g'" in wheel
     assert "--constraint /etc/imagekit/constraints.txt" in wheel and "'numpy<2'" in wheel
     assert "COPY --from=venv-build /etc/imagekit /etc/imagekit" in wheel
+    # the wheelhouse stage's venv takes its tools from the wheelhouse, or else the index
+    assert f"--find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple {tools}" in wheel
     assert "ARG SITE" in wheel and "TORCH_CUDA_ARCH_LIST=8.0;9.0" in wheel
     assert wheel.count("TORCH_CUDA_ARCH_LIST") == 1  # the cell's own list wins over the wheel's
     plain = cases["variants-deb-torch2.5.1-cuda12.1-py3.11-runtime"]
@@ -227,8 +237,9 @@ def test_committed_dockerfiles_are_up_to_date() -> None:
     assert result.exit_code == 0, result.stderr
     # the builds whose CUDA wheels the table lacks are named, once each (they install in one step)
     (note,) = result.stderr.splitlines()
-    assert note.startswith("imagekit: 9 torch builds install CUDA's wheels with torch, in one step")
-    assert "torch 2.5.1 cu121 on x86_64; torch 2.9.1 cu128 on aarch64)" in note
+    assert note.startswith("imagekit: 11 torch builds install CUDA's wheels with torch, in one step")
+    assert "torch 2.11.0 cu128 on x86_64;" in note  # the Blackwell-on-R570 row: PyPI's 2.11.0 is cu130
+    assert "torch 2.5.1 cu121 on x86_64; torch 2.7.1 cu118 on x86_64)" in note
     assert "torch 2.1.2 cu121" not in note  # in the table: layered
 
 
@@ -238,7 +249,7 @@ def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
     out = tmp_path / "dockerfiles" / "generated"
     assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
     files = sorted(out.glob("*/Dockerfile"))
-    assert len(files) == 25
+    assert len(files) == 27
     assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
 
     files[0].write_text(files[0].read_text() + "RUN echo hand-edited\n")
@@ -343,7 +354,7 @@ def test_local_base_context_is_part_of_the_digest(
     base.mkdir(parents=True)
     (base / "Dockerfile").write_text("FROM imagekit-local/debian-python:bookworm\n")
     path = write_matrix(
-        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\nbases:\n  deb:\n    image: local/deb:1\n'
+        'axes:\n  torch: ["2.13.0"]\n  cuda: [cpu]\nbases:\n  deb:\n    image: local/deb:1\n'
         '    os: debian12\n    python: "3.11"\n    build: {context: bases/deb}\n'
     )
     before = Renderer(load_plan(path)).render_all()[0].input_digest
@@ -357,7 +368,7 @@ def test_context_symlink_outside_is_refused(write_matrix: Callable[[str], Path],
     secret.write_text("key")
     (tmp_path / "wheelhouse" / "leak.whl").symlink_to(secret)
     path = write_matrix(
-        'axes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\nbases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
+        'axes:\n  torch: ["2.13.0"]\n  cuda: [cpu]\nbases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
         "sources:\n  pip: {find_links: [wheelhouse]}\n"
     )
     with pytest.raises(InputError, match="links outside"):
@@ -383,7 +394,7 @@ def test_template_typo_fails_loudly(write_matrix: Callable[[str], Path], tmp_pat
     templates.mkdir()
     (templates / "Dockerfile.j2").write_text("FROM {{ cell.base_imagee }}\n")
     path = write_matrix(
-        'templates: tpl\naxes:\n  torch: ["2.5.1"]\n  cuda: [cpu]\n'
+        'templates: tpl\naxes:\n  torch: ["2.13.0"]\n  cuda: [cpu]\n'
         'bases:\n  deb: {image: "debian:bookworm", os: debian12}\n'
     )
     result = run_cli("render", "--matrix", str(path), "--out", str(tmp_path / "out"))
@@ -400,9 +411,10 @@ def test_plan_json_contract() -> None:
     assert set(document) == {"cells", "refused", "table"}
     assert document["table"]["checked_on"] and document["table"]["newest_torch"] == "2.15.0"
     cell = document["cells"][0]
-    for key in ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest"):
+    keys = ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest")
+    for key in (*keys, "advisories"):
         assert key in cell
-    assert len(document["cells"]) == 25 and document["refused"] == []
+    assert len(document["cells"]) == 27 and document["refused"] == []
     assert dockerfile_path(
         REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
     ).is_file()
@@ -414,13 +426,14 @@ def test_render_json_reports_drift(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     shutil.copy(REPO / "matrix.yaml", matrix)
     first = run_cli("render", "--matrix", str(matrix), "--json")
-    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 25
+    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 27
     again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
     document = json.loads(again.stdout)
     assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []
 
 
-TWO_TORCHES = """
+TWO_TORCHES = (
+    """
 version: 1
 axes: {torch: ["2.1.0", "2.2.0"], cuda: [cpu], base: [deb]}
 defaults: {torchvision: none, torchaudio: none}
@@ -431,6 +444,8 @@ bases:
 sources:
   pip: {no_index: true, find_links: [wheelhouse], torch_index_url: null}
 """
+    + WAIVE_OLD_TORCH
+)
 
 
 # -- a template the matrix names is someone's code: it runs in Jinja's sandbox -----------------------------
@@ -477,7 +492,7 @@ def test_a_user_template_linked_outside_its_directory_is_not_read(tmp_path: Path
     (tmp_path / "elsewhere.j2").write_text("RUN echo read from elsewhere\n")
     (templates / "part.j2").symlink_to(tmp_path / "elsewhere.j2")
     (tmp_path / "matrix.yaml").write_text(
-        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'axes:\n  torch: ["2.14.1"]\n  cuda: ["12.6"]\ntemplates: templates\n'
         'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
     )
     result = run_cli("plan", "--matrix", str(tmp_path / "matrix.yaml"))
@@ -517,7 +532,7 @@ def test_a_bad_template_file_is_one_line_never_read_whole(kind: str, expected: s
     (templates / "Dockerfile.j2").write_text('FROM {{ cell.base_image }}\n{% include "part.j2" %}\n')
     _bad_part(kind, templates, tmp_path)
     (tmp_path / "matrix.yaml").write_text(
-        'axes:\n  torch: ["2.1.2"]\n  cuda: ["12.1"]\ntemplates: templates\n'
+        'axes:\n  torch: ["2.14.1"]\n  cuda: ["12.6"]\ntemplates: templates\n'
         'bases:\n  cuda: {image: "nvidia/cuda:{cuda_full}-devel-ubuntu22.04", os: ubuntu22.04}\n'
     )
     assert expected in _refused_in_a_bounded_process("plan", tmp_path)
@@ -587,7 +602,7 @@ def test_the_input_digest_names_the_builder_but_not_the_index_logins(
         path = write_matrix(
             'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda], frontend: [none, jupyter]}\n'
             "build: {builder: buildkit}\nsources:\n  pip:\n    credentials:\n"
-            f"      - {credential}\n{CUDA_BASE}"
+            f"      - {credential}\n{CUDA_BASE}{WAIVE_OLD_TORCH}"
         )
         return [r.input_digest for r in Renderer(load_plan(path), build=build).render_all()]
 
@@ -599,7 +614,9 @@ def test_the_input_digest_names_the_builder_but_not_the_index_logins(
     )
     assert len(set(first + zstd)) == 4
 
-    plain = write_matrix('axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE)
+    plain = write_matrix(
+        'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE + WAIVE_OLD_TORCH
+    )
     plan = load_plan(plain)
     classic = Renderer(plan).render(plan.cells[0])
     buildkit = Renderer(plan, build=BuildSettings(builder="buildkit")).render(plan.cells[0])

@@ -22,7 +22,7 @@ from imagekit.render.run_options import (
     WHEELHOUSE_MOUNT,
     apt_cache_mounts,
 )
-from tests.conftest import CUDA_BASE, REPO
+from tests.conftest import CUDA_BASE, REPO, WAIVE_OLD_TORCH
 from tests.unit.projects import variants_plan
 
 BUILDKIT = BuildSettings(builder="buildkit")
@@ -132,7 +132,9 @@ def test_classic_dockerfiles_carry_no_buildkit_option(tmp_path: Path) -> None:
 
 def test_the_matrix_build_setting_chooses_the_builder(write_matrix: Callable[[str], Path]) -> None:
     path = write_matrix(
-        'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\nbuild: {builder: buildkit}\n' + CUDA_BASE
+        'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\nbuild: {builder: buildkit}\n'
+        + CUDA_BASE
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     assert Renderer(plan).build == BUILDKIT
@@ -151,7 +153,8 @@ CREDENTIALS = """
 
 def credentials_plan(write_matrix: Callable[[str], Path], sources: str, builder: str = "buildkit") -> Plan:
     axes = 'axes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda], frontend: [none, jupyter, ssh]}\n'
-    return load_plan(write_matrix(f"{axes}build: {{builder: {builder}}}\nsources:{sources}{CUDA_BASE}"))
+    text = f"{axes}build: {{builder: {builder}}}\nsources:{sources}{CUDA_BASE}{WAIVE_OLD_TORCH}"
+    return load_plan(write_matrix(text))
 
 
 def test_index_credentials_mount_on_every_pip_step_that_reaches_an_index(
@@ -191,7 +194,9 @@ def test_a_user_template_without_a_network_is_refused_for_buildkit(
         "FROM {{ cell.base_image }}\nRUN {{ recipe.run.guard }}true\nRUN echo {{ cell.id }}\n"
     )
     path = write_matrix(
-        'templates: templates\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n' + CUDA_BASE
+        'templates: templates\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n'
+        + CUDA_BASE
+        + WAIVE_OLD_TORCH
     )
     plan = load_plan(path)
     Renderer(plan).dockerfile(plan.cells[0])  # the classic builder needs none

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 
 from imagekit.core.errors import InputError
+from imagekit.facts.advisories import load_advisories
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.schema import BuildSettings
 from imagekit.render.dockerfile import Renderer
 from imagekit.render.wheels import Request, WheelResolver, slice_closure, wheel_pin
+from tests.conftest import WAIVE_OLD_TORCH
 from tests.unit.projects import wheel
 
-MATRIX = """
+MATRIX = (
+    """
 version: 1
 axes: {torch: ["2.1.1", "2.1.2"], cuda: [cpu], base: [deb], flavour: [runtime]}
 defaults: {torchvision: none, torchaudio: none, apt_packages: [curl], build_args: {CELL_ARG: x}}
@@ -24,6 +27,8 @@ bases:
 sources:
   pip: {no_index: true, find_links: [wheelhouse], torch_index_url: null}
 """
+    + WAIVE_OLD_TORCH
+)
 
 
 def test_a_closure_is_sliced_by_project_name() -> None:
@@ -37,6 +42,8 @@ def test_a_closure_is_sliced_by_project_name() -> None:
             "triton-2.1.0-0-cp311-cp311-manylinux2014_x86_64.whl",
             "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl",
             "torchvision-0.16.2-cp311-cp311-manylinux1_x86_64.whl",
+            "pip-26.2.1-py3-none-any.whl",
+            "setuptools-84.0.0-py3-none-any.whl",
         )
     ]
     slices = slice_closure(files)
@@ -47,7 +54,9 @@ def test_a_closure_is_sliced_by_project_name() -> None:
     )
     assert slices.pins(slices.deps) == ("numpy==1.26.4", "triton==2.1.0")
     assert slices.pins(slices.top) == ("torch==2.13.0+cpu", "torchvision==0.16.2")
-    assert all("/" not in name for name, _ in slices.cuda + slices.deps + slices.top)
+    # the venv's own tools: installed first, right after the venv is made
+    assert slices.pins(slices.tools) == ("pip==26.2.1", "setuptools==84.0.0")
+    assert all("/" not in name for name, _ in slices.tools + slices.cuda + slices.deps + slices.top)
     with pytest.raises(InputError, match="not a wheel file name"):
         wheel_pin("wheelhouse/README.txt")
 
@@ -58,6 +67,8 @@ def _renderers(write_matrix: Callable[[str], Path]) -> tuple[Renderer, Renderer]
     house.mkdir()
     wheel(house, "nvidia_fake_cu12", "1.0")
     wheel(house, "numpy", "1.0")  # torch 2.1 asks numpy<2 where torchvision brings none
+    for tool, version in load_advisories().venv_tools.items():  # every venv installs these first
+        wheel(house, tool, version)
     for release in ("2.1.1", "2.1.2"):
         wheel(house, "torch", release, ("nvidia-fake-cu12==1.0",))
     plan = load_plan(path)
@@ -71,10 +82,14 @@ def test_buildkit_installs_the_closure_in_shared_layers(write_matrix: Callable[[
         text = rendered.dockerfile
         names = [name for name, _ in rendered.context_files]
         assert "wheelhouse-cuda/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
+        assert f"wheelhouse-venv/pip-{load_advisories().venv_tools['pip']}-py3-none-any.whl" in names
         assert "wheelhouse-deps/numpy-1.0-py3-none-any.whl" in names
         assert any(name.startswith("wheelhouse/torch-") for name in names)
         # the header names every directory of the context
-        assert "imagekit-check.py, wheelhouse-cuda/, wheelhouse-deps/, wheelhouse/ (`imagekit build`" in text
+        listed = "imagekit-check.py, wheelhouse-venv/, wheelhouse-cuda/, wheelhouse-deps/, wheelhouse/"
+        assert f"{listed} (`imagekit build`" in text
+        tools = text.index("source=wheelhouse-venv,target=/tmp/wheelhouse-venv")
+        assert text.index("-m venv /opt/venv\n") < tools < text.index("source=wheelhouse-cuda")
         cuda = text.index("source=wheelhouse-cuda,target=/tmp/wheelhouse-cuda")
         deps = text.index("source=wheelhouse-deps,target=/tmp/wheelhouse-deps")
         top = text.index("source=wheelhouse,target=/tmp/wheelhouse")

@@ -45,6 +45,10 @@ def test_lock_merges_per_cell_and_round_trips(tmp_path: Path) -> None:
     images = lock.images
     assert sorted(images) == ["a", "b"] and images["a"].digest.endswith("00" * 32)
     assert images["b"] == entry("b", verified=False) and images["a"].verification == entry().verification
+    # each entry says which advisories its image carries, waived ones with the matrix's reason
+    assert images["a"].advisories == entry().advisories and images["a"].advisories[0].waived
+    document = json.loads(path.read_text())
+    assert document["images"]["a"]["advisories"][0]["waived"] == "seed row: loads only trusted checkpoints"
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
     env = render_lock(lock, "env")
     assert "IMAGEKIT_IMAGE_A=ghcr.io/acme/pytorch@sha256:" in env

@@ -33,6 +33,21 @@ def test_report_round_trip(tmp_path: Path) -> None:
     path = write_report(tmp_path, report)
     assert path == tmp_path / REPORT_NAME
     assert read_report(tmp_path) == report
+    assert report.cells[0].advisories  # the sample's built cell carries a waived finding
+    data = json.loads(path.read_text())
+    assert data["cells"][0]["advisories"][0] == {
+        "id": "CVE-2025-32434",
+        "package": "torch",
+        "version": "2.1.2",
+        "fixed": "2.6.0",
+        "severity": "critical",
+        "summary": "torch.load(weights_only=True) runs code",
+        "waived": "seed row: loads only trusted checkpoints",
+    }
+    del data["cells"][0]["advisories"]  # a report of an earlier release: none recorded
+    path.write_text(json.dumps(data))
+    assert read_report(tmp_path).cells[0].advisories == ()
+    write_report(tmp_path, report)
     data = json.loads(path.read_text())
     assert data["version"] == REPORT_VERSION
     assert data["counts"] == {"built": 1, "skipped": 1, "failed": 1, "cancelled": 1}

@@ -112,8 +112,23 @@ def test_markdown() -> None:
         "```",
         "",
     ]
-    assert lines[-1] == "</details>"
+    assert lines[details + 7] == "</details>"
     assert text.count("<details>") == 1
+
+
+def test_markdown_lists_each_cells_advisories_with_the_waivers_reason() -> None:
+    report = build_report()
+    text = markdown(report)
+    assert "#### advisories" in text
+    assert (
+        "| cuda-built | CVE-2025-32434 | critical | torch 2.1.2 | 2.6.0 |"
+        " seed row: loads only trusted checkpoints |" in text
+    )
+    listed = replace(report.cells[0].advisories[0], waived=None)  # below the threshold: listed only
+    only_listed = replace(report, cells=(replace(report.cells[0], advisories=(listed,)),))
+    assert "| torch 2.1.2 | 2.6.0 | no (below the threshold) |" in markdown(only_listed)
+    none = replace(report, cells=tuple(replace(c, advisories=()) for c in report.cells))
+    assert "#### advisories" not in markdown(none)
 
 
 def test_markdown_without_failures_has_no_details() -> None:
