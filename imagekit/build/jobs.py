@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from imagekit.build.bases import ResolvedBase, local_base_froms
 from imagekit.core.errors import MESSAGE_CHARS, InputError
-from imagekit.core.text import elided, printable, redact
+from imagekit.core.text import elided, redact, safe_line
 from imagekit.plan.cells import Cell, LocalBase, Plan, local_base_of
 from imagekit.render.context import FileHasher, local_base_digest
 from imagekit.report.store import CellResult, Status
@@ -160,7 +160,8 @@ class JobFailed(Exception):
         # What a build printed (a step's error, the engine's, buildx's last line) is no shorter
         # than its longest line; the message is the report's error and a printed line, bounded
         # and cleaned like an ImagekitError's.
-        message = elided(redact(printable(message)), MESSAGE_CHARS)
+        message = safe_line(message, MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
-        self.tail = tuple(redact(line) for line in tail)
+        # the report's error_tail: each line masked and bounded (a build's line may be 64 kB)
+        self.tail = tuple(elided(redact(line)) for line in tail)

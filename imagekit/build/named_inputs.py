@@ -7,9 +7,10 @@ from the record. The matrix this run is given is read with the plan's own YAML r
 each value as the plan reads it; no pydantic, no Jinja), the paths it names are taken from it
 (``NAMED``: the template directory, else imagekit's own, whose front-end templates a matrix's own
 directory may fall back to; each local base's build context; each wheelhouse of
-``sources.pip.find_links``), and each is walked: every directory, file and link below it. A
-record answers only when it lists each of them, and its stat check then covers them all; a full
-run adds the same walk to the record it leaves, so an honest record always does.
+``sources.pip.find_links``; the matrix's own advisories file), and each is walked: every
+directory, file and link below it. A record answers only when it lists each of them, and its
+stat check then covers them all; a full run adds the same walk to the record it leaves, so an
+honest record always does.
 
 What it costs an answer: PyYAML's import and a parse of a few kilobytes, and a listing of each
 directory named (the stats are the record's own). The matrix's ``output`` is left out: the build
@@ -42,6 +43,7 @@ NAMED: tuple[tuple[str, ...], ...] = (
     ("templates",),
     ("bases", "*", "build", "context"),
     ("sources", "pip", "find_links", "[]"),
+    ("advisories", "file"),  # a matrix's own advisories: what the plan refuses or waives
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from imagekit.core.text import LINE_CHARS, elided, printable, redact
+from imagekit.core.text import LINE_CHARS, redact, safe_line
 
 # A message is a line; where a line puts more before it ("imagekit: error: ", a cell's name and
 # state) it is cut to LINE_CHARS again as it is printed.
@@ -36,7 +36,7 @@ class ImagekitError(Exception):
         # keeping the place at its start and the fix at its end.
         # And never a credential: a URL's or a registry's user:password is masked in every message,
         # whatever value put it there (a flag, a matrix key, an engine's or a registry's answer).
-        super().__init__(elided(redact(printable(message)), MESSAGE_CHARS))
+        super().__init__(safe_line(message, MESSAGE_CHARS))
 
     @property
     def message(self) -> str:

@@ -87,6 +87,13 @@ def redact(value: str) -> str:
     return URL_WITH_USER.sub(lambda m: m.group(0).replace(m.group(1), "***"), value)
 
 
+def safe_line(text: str, limit: int = LINE_CHARS) -> str:
+    """``text`` as one line a person may read, from whatever printed it: secrets masked first (a
+    password holding a tab or an escape is matched before ``printable`` rewrites it), then one line
+    of printable characters, then at most ``limit`` of them (a secret is never cut in two first)."""
+    return elided(printable(redact(text)), limit)
+
+
 def shown(value: str) -> str:
     """A bad value as an error line repeats it: redacted, escaped, and cut short."""
     text = repr(redact(value))

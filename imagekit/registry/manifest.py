@@ -1,7 +1,7 @@
 """The manifest record: OCI and Docker media types, what a manifest names, and the check that a
 manifest is one promotion can vouch for; the image record every reader of an image manifest and
-its config takes (``ImageRecord``, ``ImageConfig``); an image config read as a JSON object and its
-labels where no manifest is at hand (``image_config``, ``config_labels``); OCI 1.1 artifacts and their
+its config takes (``ImageRecord``, ``ImageConfig``); an image config's labels
+(``config_labels``); OCI 1.1 artifacts and their
 referrers.
 
 The bytes are the registry's (or an engine's, or buildx's), trusted no more than a file: every
@@ -454,20 +454,6 @@ def _entry_platform(entry: Any) -> str | None:
 
 
 # -- image configs -------------------------------------------------------------------------------
-
-
-def image_config(body: bytes, where: str) -> dict[str, Any]:
-    """An image config's bytes, as a registry holds them, as a JSON object: strict JSON, nesting
-    bounded (``parse_json``); RegistryError (one line naming ``where``) for anything else. Never
-    ``json.loads``: bad UTF-8, a raw control character in a string or deep nesting would be a
-    traceback from it."""
-    try:
-        data: Any = parse_json(body)
-    except ValueError as exc:
-        raise RegistryError(f"{where}: its image config is not JSON ({one_line(exc, 120)})") from None
-    if not isinstance(data, dict):
-        raise RegistryError(f"{where}: its image config is a JSON {type(data).__name__}, not an object")
-    return data
 
 
 def config_labels(config: Mapping[str, Any]) -> dict[str, str]:

@@ -262,7 +262,7 @@ class Harness:
         """docker info, or nothing when the engine does not answer it (the caller's line says less)."""
         try:
             return engine_info(self.api)
-        except EnvironmentProblem:
+        except (EnvironmentProblem, OSError):
             return {}
 
     def host_machine(self) -> str:

@@ -18,7 +18,7 @@ from imagekit.build.buildkit import Credential, pip_netrc
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import LINE_CHARS, redact
-from tests.conftest import REPO, imagekit
+from tests.conftest import REPO, WAIVE_OLD_TORCH, imagekit
 from tests.unit.buildx_stub import HELD, MODE
 from tests.unit.engine_stub import EngineStub, engine_stub
 
@@ -115,7 +115,8 @@ def test_only_the_containerd_store_takes_what_buildx_writes() -> None:
 
 # -- what buildx says it built, against what it wrote (issue 45) ---------------------------------------
 
-MATRIX = """\
+MATRIX = (
+    """\
 version: "1"
 templates: templates
 publish:
@@ -131,6 +132,8 @@ bases:
     python: "3.11"
     cuda: false
 """
+    + WAIVE_OLD_TORCH
+)
 BASE_ID, EARLIER = "sha256:" + "b" * 64, "example/earlier:1"
 
 

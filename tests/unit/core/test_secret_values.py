@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imagekit.build.jobs import JobFailed
 from imagekit.core import secret_values
 from imagekit.core.atomic import atomic_write
 from imagekit.core.errors import ImagekitError, one_line
@@ -123,3 +124,19 @@ def test_a_line_past_the_bound_is_cut_where_no_value_spans_the_cut(offset: int) 
     assert "".join(pieces) == text
     assert all(len(piece) < 100 + 3 * len(VALUE) for piece in pieces)
     assert sum(mask(piece).count("***") for piece in pieces) == 1
+
+
+def test_a_value_holding_a_control_character_is_masked_before_the_line_is_cleaned() -> None:
+    """An error line is masked first, then made printable: a password holding a tab or an escape
+    was rewritten by ``printable`` and then matched by nothing (review of issue 45)."""
+    secret_values.forget_all()
+    value = "pa\tss\x1bword-123"
+    register(value)
+    try:
+        message = ImagekitError(f"token {value} refused").message
+        assert message == "token *** refused"
+        failed = JobFailed(f"step said {value}", (f"log {value}", "x" * 70_000))
+        assert failed.message == "step said ***" and failed.tail[0] == "log ***"
+        assert len(failed.tail[1]) <= 2_000  # a report's error_tail line stays one it reads back
+    finally:
+        secret_values.forget_all()

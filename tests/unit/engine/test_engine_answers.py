@@ -20,13 +20,14 @@ from imagekit.core.errors import EnvironmentProblem
 from imagekit.core.text import LINE_CHARS
 from imagekit.engine import client
 from imagekit.engine.client import EngineAnswerError, engine_info, engine_problem, inspect_image
-from tests.conftest import imagekit
+from tests.conftest import WAIVE_OLD_TORCH, imagekit
 from tests.unit.engine_stub import EngineStub, engine_stub
 
 SERVER_ERROR = (500, "application/json", b'{"message": "boom: containerd is gone"}')
 NOT_JSON = (200, "text/html", b"<html>a proxy's login page</html>")
 BASE = "sha256:" + "b" * 64
-MATRIX = """\
+MATRIX = (
+    """\
 version: "1"
 templates: templates
 publish:
@@ -42,6 +43,8 @@ bases:
     python: "3.11"
     cuda: false
 """
+    + WAIVE_OLD_TORCH
+)
 
 
 @pytest.fixture
