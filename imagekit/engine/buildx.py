@@ -39,7 +39,7 @@ from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.core.limits import BUILDX_EVENT_BYTES, BUILDX_QUERY_DEADLINE_S, STATE_BYTES
 from imagekit.core.paths import read_regular_file
 from imagekit.core.secret_values import Lines
-from imagekit.core.text import elided, printable, redact
+from imagekit.core.text import printable, redact, safe_line
 from imagekit.engine.client import BuildAborted
 
 # The oldest buildx whose behaviour this module is written against: rawjson progress and the
@@ -310,13 +310,13 @@ def _events(status: Mapping[str, object], seen: _Vertices) -> Iterator[BuildxEve
         if not isinstance(vertex, dict):
             continue
         # A step's name (its Dockerfile line) and error are repeated in the log and the error line.
-        digest, name = str(vertex.get("digest", "")), elided(printable(str(vertex.get("name", ""))))
+        digest, name = str(vertex.get("digest", "")), safe_line(str(vertex.get("name", "")))
         seen.names[digest] = name
         if digest in seen.finished:
             continue
         if vertex.get("error"):
             seen.finished.add(digest)
-            ended.append((digest, StepFailed(name, elided(printable(redact(str(vertex["error"])))))))
+            ended.append((digest, StepFailed(name, safe_line(str(vertex["error"])))))
         elif vertex.get("cached"):
             seen.finished.add(digest)
             ended.append((digest, StepCached(name)))
