@@ -351,6 +351,7 @@ def record_platform_verifications(project: Project) -> dict[str, str]:
             "metrics": {"gemm_perf.tflops": 790.1},
             "finished_at": datetime.now(tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "image_digest": entry["staged"]["digest"],
+            "input_digest": entry["input_digest"],  # a verification is bound to the cell's inputs
             "runner": f"gpu-runner-{arch}",
             "platform": {"machine": MACHINES[arch], "host_machine": MACHINES[arch], "emulated": False},
         }
