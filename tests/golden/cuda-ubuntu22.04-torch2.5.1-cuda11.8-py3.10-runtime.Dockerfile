@@ -12,7 +12,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # A new venv holds the OS's pip and setuptools (Ubuntu 22.04's: 22.0.2 and 59.6.0), which security
 # advisories affect: it gets the versions imagekit/data/advisories.yaml names (venv_tools) at once.
 RUN python3.10 -m venv /opt/venv \
- && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==84.0.0
+ && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==81.0.0
 # One install step for torch and CUDA's libraries: imagekit/data/cuda_wheels.yaml does not know
 # which CUDA wheels torch 2.5.1 cu118 on x86_64 pins (`scripts/refresh-cuda-wheels.py --write`
 # reads them from the index).

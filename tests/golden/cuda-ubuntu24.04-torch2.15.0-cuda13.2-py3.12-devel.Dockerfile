@@ -12,7 +12,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # A new venv holds the OS's pip and setuptools (Ubuntu 22.04's: 22.0.2 and 59.6.0), which security
 # advisories affect: it gets the versions imagekit/data/advisories.yaml names (venv_tools) at once.
 RUN python3.12 -m venv /opt/venv \
- && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==84.0.0
+ && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==81.0.0
 # CUDA's libraries in a layer of their own, below torch: the wheels torch 2.15.0 (cu132) pins
 # exactly (imagekit/data/cuda_wheels.yaml), the same layer in every cell that pins the same ones.
 # torch's step names them again: an index that resolves other versions fails the build instead

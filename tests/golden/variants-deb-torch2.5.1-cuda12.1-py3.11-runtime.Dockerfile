@@ -23,7 +23,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # A new venv holds the OS's pip and setuptools (Ubuntu 22.04's: 22.0.2 and 59.6.0), which security
 # advisories affect: it gets the versions imagekit/data/advisories.yaml names (venv_tools) at once.
 RUN python3 -m venv /opt/venv \
- && pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple pip==26.2.1 setuptools==84.0.0
+ && pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pypi/simple pip==26.2.1 setuptools==81.0.0
 RUN pip install --no-cache-dir --disable-pip-version-check --trusted-host mirror.example.org --find-links /tmp/wheelhouse --index-url https://mirror.example.org/pytorch/whl/cu121 \
       torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1
 # The probe runs the build steps below; it comes in after any install, so a change to the probe

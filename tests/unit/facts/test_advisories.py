@@ -34,8 +34,10 @@ def test_the_shipped_file_is_valid_and_names_what_every_venv_holds() -> None:
         f"pip=={advisories.venv_tools['pip']}",
         f"setuptools=={advisories.venv_tools['setuptools']}",
     )
-    # every venv's tools are fixed for every advisory the file lists
-    assert advisories.affecting(advisories.venv_tools) == ()
+    # every venv's tools are fixed for every advisory above medium the file lists; the medium one
+    # setuptools 81 keeps (82 removed the pkg_resources older torch imports) is each cell's finding
+    found = advisories.affecting(advisories.venv_tools)
+    assert [(a.id, a.severity) for a, _ in found] == [("CVE-2026-59890", "medium")]
 
 
 def test_the_shipped_facts_are_the_advisories_own() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagekit.facts.advisories import load_advisories
+from imagekit.facts.advisories import VENV_TOOL_TOLERATED, load_advisories
 from imagekit.plan.cells import StackCell, WheelCell
 from imagekit.plan.matrix import load_plan
 from tests.conftest import CUDA_BASE, REPO, run_cli
@@ -53,7 +53,7 @@ def test_a_waiver_admits_the_cells_it_selects_and_they_carry_its_reason(
     by_id = {f.id: f for f in cell.advisories}
     assert by_id["CVE-2025-32434"].waived == "the last cu121 build"
     assert by_id["CVE-2026-24747"].waived is None  # high: listed, below the threshold
-    assert all(f.package == "torch" for f in cell.advisories)  # the venv's tools are fixed ones
+    assert {f.id for f in cell.advisories if f.package != "torch"} <= VENV_TOOL_TOLERATED  # the venv tools
     summary = cell.summary()["advisories"]
     assert {"id": "CVE-2025-32434", "waived": "the last cu121 build"}.items() <= summary[0].items()
     shown = run_cli("plan", "--matrix", str(write_matrix(text + _waive(waiver))))
@@ -68,7 +68,10 @@ def test_findings_below_the_threshold_are_listed_and_at_it_refused(
     write_matrix: Callable[[str], Path],
 ) -> None:
     (cell,) = load_plan(write_matrix(CURRENT)).cells
-    assert [(f.id, f.severity, f.waived) for f in cell.advisories] == [("CVE-2026-24747", "high", None)]
+    assert [(f.id, f.severity, f.waived) for f in cell.advisories] == [
+        ("CVE-2026-24747", "high", None),
+        ("CVE-2026-59890", "medium", None),  # the venv's setuptools 81 (VENV_TOOL_TOLERATED)
+    ]
     newer = 'include:\n  - {torch: "2.14.1", cuda: "12.6"}\n'
     plan = load_plan(write_matrix(CURRENT + _waive(threshold="high") + newer))
     assert [c.torch for c in plan.cells] == ["2.14.1"]
@@ -172,8 +175,8 @@ def test_a_matrixs_own_advisories_file_adds_refusals_and_its_errors_name_its_lin
     entry = {
         "id": "CVE-2026-99999",
         "package": "setuptools",
-        "affected": "<=84.0.0",
-        "fixed": "84.1.0",
+        "affected": "<=81.0.0",
+        "fixed": "81.1.0",
         "severity": "critical",
         "summary": "the site's scanner flags this setuptools",
         "source": "our scanner",
@@ -186,16 +189,16 @@ def test_a_matrixs_own_advisories_file_adds_refusals_and_its_errors_name_its_lin
         "{id: CVE-2025-32434, base: [ngc], reason: r}", "{id: CVE-2024-48063, base: [ngc], reason: r}"
     )
     plan = load_plan(write_matrix(both + waivers + "  file: mine.yaml\n"))
-    # every venv holds setuptools 84.0.0: the venv cell is refused, naming the site's advisory
+    # every venv holds setuptools 81.0.0: the venv cell is refused, naming the site's advisory
     assert [type(c) for c in plan.cells] == [StackCell]
     reason = " ".join(r.reason for r in plan.refused)
-    assert "setuptools 84.0.0 is affected by CVE-2026-99999 (critical), fixed in 84.1.0" in reason
-    entry["affected"] = "<84.2.0,>=85"
+    assert "setuptools 81.0.0 is affected by CVE-2026-99999 (critical), fixed in 81.1.0" in reason
+    entry["affected"] = "<81.2.0,>=85"
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"advisories": [entry]}), encoding="utf-8")
     result = run_cli("plan", "--matrix", str(write_matrix(OLD + "advisories: {file: mine.yaml}\n")))
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert f"imagekit: error: {tmp_path / 'mine.yaml'}:" in result.stderr
-    assert "advisories[0].affected (CVE-2026-99999): '<84.2.0,>=85' is empty" in result.stderr
+    assert "advisories[0].affected (CVE-2026-99999): '<81.2.0,>=85' is empty" in result.stderr
 
 
 def test_the_shipped_matrix_plans_with_exactly_its_waivers() -> None:
@@ -225,7 +228,7 @@ def test_the_shipped_matrix_plans_with_exactly_its_waivers() -> None:
         if cell.torch in ("2.7.1", "2.11.0"):
             assert [(f.id, f.waived) for f in cell.advisories] == (
                 [("CVE-2026-24747", None)] if cell.torch == "2.7.1" else []
-            ), cell.id
-    # every venv holds the pinned pip and setuptools: no cell has a finding against them
-    assert all(f.package == "torch" for c in plan.cells for f in c.advisories)
+            ) + [("CVE-2026-59890", None)], cell.id
+    # every venv holds the pinned pip and setuptools: no finding against them but the tolerated one
+    assert all(f.package == "torch" or f.id in VENV_TOOL_TOLERATED for c in plan.cells for f in c.advisories)
     assert any(isinstance(c, WheelCell) for c in plan.cells) and load_advisories().venv_tools
