@@ -17,12 +17,14 @@ import pytest
 import yaml
 
 from imagekit.facts.cuda_wheels import parse_cuda_wheels
+from tests.conftest import WAIVE_OLD_TORCH
 from tests.unit.projects import CUDA_PINS_2_1_2, cuda_index, load_script
 
 REPO = Path(__file__).resolve().parents[2]
 tool = load_script(REPO / "scripts" / "refresh-cuda-wheels.py")
 
-MATRIX = """\
+MATRIX = (
+    """\
 version: 1
 axes:
   torch: ["2.1.2"]
@@ -37,6 +39,8 @@ sources:
   pip:
     torch_index_url: "INDEX/{variant}"
 """
+    + WAIVE_OLD_TORCH
+)
 
 
 def test_the_pins_come_from_pips_own_report_saved_trimmed(tmp_path: Path) -> None:

@@ -19,10 +19,12 @@ import pytest
 
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer
+from tests.conftest import WAIVE_OLD_TORCH
 from tests.unit.projects import CUDA_PINS_2_1_2 as PINS
 from tests.unit.projects import cuda_index
 
-MATRIX = """\
+MATRIX = (
+    """\
 version: 1
 axes:
   torch: ["2.1.2"]
@@ -37,6 +39,8 @@ sources:
   pip:
     torch_index_url: "INDEX/{variant}"
 """
+    + WAIVE_OLD_TORCH
+)
 
 
 def pip_steps(dockerfile: str) -> list[list[str]]:

@@ -97,7 +97,7 @@ def test_offline_wheelhouse_cells_build_with_every_step_offline() -> None:
         assert PIP_NETRC_SECRET not in text
 
 
-WHEEL_MOUNT = re.compile(r"--mount=type=bind,source=wheelhouse(?:-cuda|-deps)?,target=/tmp/wheelhouse")
+WHEEL_MOUNT = re.compile(r"--mount=type=bind,source=wheelhouse(?:-cuda|-deps|-venv)?,target=/tmp/wheelhouse")
 
 
 def test_buildkit_binds_the_wheelhouse_to_each_pip_step_and_needs_no_build_stage() -> None:
