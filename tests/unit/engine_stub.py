@@ -17,7 +17,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import WAIVE_OLD_TORCH
 from tests.quiet_http import QuietHandler, serve
+
+# One cell on a local base, the project both builders' CLI tests through this stub build.
+ONE_CELL_MATRIX = (
+    """\
+version: "1"
+templates: templates
+publish:
+  repository: example/it
+  tags: {readable: "{base}-{torch}"}
+axes:
+  torch: ["2.1"]
+  base: [deb]
+bases:
+  deb:
+    image: example/deb:dev
+    os: debian12
+    python: "3.11"
+    cuda: false
+"""
+    + WAIVE_OLD_TORCH
+)
+
 
 API = "1.43"
 INFO = {

@@ -18,8 +18,9 @@ from imagekit.build.buildkit import Credential, pip_netrc
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import LINE_CHARS, redact
-from tests.conftest import REPO, WAIVE_OLD_TORCH, imagekit
+from tests.conftest import REPO, imagekit
 from tests.unit.buildx_stub import HELD, MODE
+from tests.unit.engine_stub import ONE_CELL_MATRIX as MATRIX
 from tests.unit.engine_stub import EngineStub, engine_stub
 
 INDEX = Credential("artifactory.example.com", "ci-bot", "pip-index")
@@ -115,25 +116,6 @@ def test_only_the_containerd_store_takes_what_buildx_writes() -> None:
 
 # -- what buildx says it built, against what it wrote (issue 45) ---------------------------------------
 
-MATRIX = (
-    """\
-version: "1"
-templates: templates
-publish:
-  repository: example/it
-  tags: {readable: "{base}-{torch}"}
-axes:
-  torch: ["2.1"]
-  base: [deb]
-bases:
-  deb:
-    image: example/deb:dev
-    os: debian12
-    python: "3.11"
-    cuda: false
-"""
-    + WAIVE_OLD_TORCH
-)
 BASE_ID, EARLIER = "sha256:" + "b" * 64, "example/earlier:1"
 
 

@@ -20,31 +20,13 @@ from imagekit.core.errors import EnvironmentProblem
 from imagekit.core.text import LINE_CHARS
 from imagekit.engine import client
 from imagekit.engine.client import EngineAnswerError, engine_info, engine_problem, inspect_image
-from tests.conftest import WAIVE_OLD_TORCH, imagekit
+from tests.conftest import imagekit
+from tests.unit.engine_stub import ONE_CELL_MATRIX as MATRIX
 from tests.unit.engine_stub import EngineStub, engine_stub
 
 SERVER_ERROR = (500, "application/json", b'{"message": "boom: containerd is gone"}')
 NOT_JSON = (200, "text/html", b"<html>a proxy's login page</html>")
 BASE = "sha256:" + "b" * 64
-MATRIX = (
-    """\
-version: "1"
-templates: templates
-publish:
-  repository: example/it
-  tags: {readable: "{base}-{torch}"}
-axes:
-  torch: ["2.1"]
-  base: [deb]
-bases:
-  deb:
-    image: example/deb:dev
-    os: debian12
-    python: "3.11"
-    cuda: false
-"""
-    + WAIVE_OLD_TORCH
-)
 
 
 @pytest.fixture
