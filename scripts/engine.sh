@@ -22,7 +22,8 @@
 # with a private apt state (the host's apt configuration is not touched), cached per suite in
 # /var/cache/imagekit-engine for reruns, and unpacked beside /opt/imagekit-engine, then moved into
 # place whole. Some of their binaries need glibc 2.38 (Debian 12 has 2.36): runc (Debian 12's runc
-# 1.1.5 serves) and the dynamic tini (the static one is docker-init); they are left out. The buildx
+# 1.1.5 serves) and the dynamic tini (trixie's static one is docker-init; sid's tini has no static
+# build, so sid's engine has no docker-init); they are left out. The buildx
 # plugin is linked into /usr/local/lib/docker/cli-plugins, where every docker CLI looks; the CLI
 # into /usr/local/bin when there is none. An installed engine that is running is never replaced.
 # An engine already answering on /var/run/docker.sock is used as it is (a user's docker-ce, say).
@@ -275,6 +276,9 @@ docker_cli() {
 
 docker_up() { docker_cli info >/dev/null 2>&1; }
 
+# needs_newer_glibc BIN: whether ldd finds a versioned symbol BIN needs missing from this libc.
+needs_newer_glibc() { [[ $(ldd "$1" 2>&1) == *"version"*"not found"* ]]; }
+
 # engine_fits PREFIX: whether the engine's own binaries run on this libc (ldd finds every versioned
 # symbol). sid's builds move to a newer glibc from time to time; then the next suite is used.
 engine_fits() {
@@ -282,7 +286,7 @@ engine_fits() {
     for bin in "$1/usr/sbin/dockerd" "$1/usr/bin/containerd" "$1/usr/bin/docker" \
                "$1/usr/libexec/docker/cli-plugins/docker-buildx"; do
         [[ -x $bin ]] || { log "no $bin in the packages"; return 1; }
-        if [[ $(ldd "$bin" 2>&1) == *"version"*"not found"* ]]; then
+        if needs_newer_glibc "$bin"; then
             log "$(basename "$bin") needs a newer glibc than this system's ($(ldd --version 2>&1 | awk 'NR == 1 {print $NF}'))"
             return 1
         fi
@@ -377,7 +381,7 @@ install_engine() {
     local bin
     for bin in "$staging"/usr/bin/* "$staging"/usr/sbin/*; do
         [[ -f $bin && ! -L $bin ]] || continue
-        if [[ $(ldd "$bin" 2>&1) == *"version"*"not found"* ]]; then
+        if needs_newer_glibc "$bin"; then
             log "not using $got's $(basename "$bin"): it needs a newer glibc than this system's"
             rm -f "$bin"
         fi
