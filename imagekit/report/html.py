@@ -18,8 +18,10 @@ from imagekit.core import platforms
 from imagekit.core.versions import display_key
 from imagekit.report.store import BuildReport, CellResult
 from imagekit.report.text import (
+    ADVISORY_HEADERS,
     PUBLISHED_HEADERS,
     PULL_HEADERS,
+    advisory_rows,
     cuda_archs,
     format_size,
     published_rows,
@@ -256,6 +258,12 @@ def render_published(lock: Lock | None) -> str:
     return _section("published", "Published", PUBLISHED_HEADERS, rows)
 
 
+def render_advisories(report: BuildReport) -> str:
+    """The advisories each cell ships: waived ones with the matrix's reason, the rest below its
+    threshold (the same rows as the text report and the job summary)."""
+    return _section("advisories", "Advisories", ADVISORY_HEADERS, advisory_rows(report))
+
+
 def render_pull(report: BuildReport) -> str:
     """What a node pulls for each counted cell, and for all of them (each layer once)."""
     return _section("pull", "Pull cost", PULL_HEADERS, pull_rows(report), pull_line(report) or "")
@@ -283,6 +291,7 @@ def render_html(report: BuildReport, lock: Lock | None = None) -> str:
         f"<h1>{escape(title)}</h1>"
         f'<p id="summary">{escape(summary_line(report))}; started {escape(report.started)}'
         f" on {escape(report.engine)}</p>"
-        f'<p class="legend">{legend}</p>{grids}{bases}{render_pull(report)}{render_published(lock)}'
+        f'<p class="legend">{legend}</p>{grids}{bases}'
+        f"{render_advisories(report)}{render_pull(report)}{render_published(lock)}"
         "</body></html>\n"
     )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
 from imagekit.report.html import render_html
 from imagekit.report.store import write_report
 from tests.conftest import run_cli
-from tests.unit.report_samples import HOSTILE, sample_report
+from tests.unit.report_samples import HOSTILE, build_report, sample_report
 
 
 class Collect(HTMLParser):
@@ -92,3 +93,15 @@ def test_a_grace_cell_and_a_front_end_find_their_grid_slot() -> None:
     )
     assert (amd.base, amd.variant) == ("cuda", "py3.10 devel")
     assert place(CellResult(id="base-deb-arm64", kind="base", status="built", base_image="b")).base == OTHER
+
+
+def test_the_page_lists_each_cells_advisories_with_the_waivers_reason() -> None:
+    report = build_report()
+    page = render_html(report)
+    assert '<section id="advisories"><h2>Advisories</h2>' in page
+    assert (
+        "<td>cuda-built</td><td>CVE-2025-32434</td><td>critical</td><td>torch 2.1.2</td><td>2.6.0</td>"
+        "<td>seed row: loads only trusted checkpoints</td>" in page
+    )
+    none = replace(report, cells=tuple(replace(c, advisories=()) for c in report.cells))
+    assert 'id="advisories"' not in render_html(none)
