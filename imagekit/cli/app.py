@@ -27,8 +27,7 @@ from imagekit.core.text import elided, printable, redact, shown
 if TYPE_CHECKING:
     from imagekit.plan.cells import Cell, Plan
 
-# click's UsageError (typer vendors click in newer releases): found through a class typer exports.
-_USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+# click's ClickException (typer vendors click in newer releases): found through a class typer exports.
 _CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 

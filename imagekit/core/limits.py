@@ -215,9 +215,6 @@ ENVELOPE_BYTES = 16 << 20
 # Referrers of one image that are looked at (attestations, SBOMs, signatures from several runs):
 # a nightly that attaches two a day reaches this in over a year; more is refused, not truncated.
 MAX_REFERRERS = 1_000
-# Packages an image's inventory may list (Python distributions, Debian packages): a CUDA devel
-# image holds about 500 Debian packages and a torch environment 150 distributions.
-INVENTORY_ITEMS = 20_000
 # Sonames an image holds twice that a verification record lists (the probe lists at most 200, and
 # the count stays whole): a CUDA devel base under torch's wheels holds about 15; and the paths kept
 # per soname (the probe lists at most 8: a library is seldom in more than 3 places).

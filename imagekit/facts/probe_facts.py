@@ -94,7 +94,7 @@ def probe_facts() -> dict[str, Any]:
             "variants": {v: _without(e, "checked") for v, e in arch["variants"].items()},
         },
         "machines": {
-            "source": "imagekit/platforms.py (PLATFORMS: each platform's GOARCH and uname -m names)",
+            "source": "imagekit/core/platforms.py (PLATFORMS: each platform's GOARCH and uname -m names)",
             "aliases": machines(),
             "cpuinfo_keys": cpuinfo_keys(),
         },

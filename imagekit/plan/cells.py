@@ -115,7 +115,6 @@ class WheelCell(CellFields):
     pip_packages: tuple[str, ...]
     apt_packages: tuple[str, ...]
     build_args: tuple[tuple[str, str], ...]
-    unknown: bool  # admitted through allow_unknown
     numpy_cap: str | None = None  # "<2" where torch was compiled against NumPy 1.x
     # devel: nvcc, its headers and cudart's from NVIDIA's wheels at torch's own CUDA pins (the base's
     # `nvcc: wheels`), not from a toolkit in the base: each CUDA library in the image once

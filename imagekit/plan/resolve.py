@@ -288,7 +288,6 @@ class Resolver:
             nvcc_from_wheels=request.nvcc_from_wheels
             and request.flavour == "devel"
             and request.cuda != "cpu",
-            unknown=patch is None,
             numpy_cap=release.numpy if release else None,
             **self._additions(merged),
         )

@@ -1,6 +1,6 @@
 """The facts the probe looks up (driver table, GEMM and NCCL floors, datacenter brands, the wheels'
 arch lists, the spellings of each machine), read from ``facts.json`` beside this module in the
-zipapp. imagekit/probe_bundle.py generates that file from imagekit/data and imagekit/platforms.py
+zipapp. imagekit/render/probe_bundle.py generates it from imagekit/data and imagekit/core/platforms.py
 at build time; there is no hand copy here. Run from the source tree (the host's tests), the same
 facts come from ``imagekit.probe_facts``."""
 

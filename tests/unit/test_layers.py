@@ -6,6 +6,7 @@ Kubernetes manifests are written without docker-py, so a Job writer needs no eng
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -95,3 +96,41 @@ def test_kubernetes_manifests_are_written_without_docker_py() -> None:
     for name in sorted(seen):
         docker = {f for f in loaded(known[name]) if f.split(".")[0] == "docker"}
         assert not docker, f"imagekit.{name} imports docker-py ({', '.join(sorted(docker))})"
+
+
+def readme_tree() -> dict[str, str]:
+    """The README's Architecture tree: each package's entry, continuation lines joined."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("```\nimagekit/\n", 1)[1].split("```", 1)[0]
+    entries: dict[str, str] = {}
+    current = ""
+    for line in block.splitlines():
+        head = re.match(r"  (\w+)/\s+(.*)", line)
+        if head:
+            current = head.group(1)
+            entries[current] = head.group(2)
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def test_the_readme_tree_names_every_package_in_layer_order_and_every_module() -> None:
+    # The README's Architecture is how a newcomer finds a module: one it does not name is one
+    # nobody finds (24 were missing before this check).
+    entries = readme_tree()
+    shipped_files = LAYERS[0][1:]  # data/ and frontends/: named in the probe's entry, no modules
+    packages = [
+        p.name
+        for p in sorted(PACKAGE.iterdir())
+        if (p / "__init__.py").is_file() and p.name not in shipped_files
+    ]
+    assert sorted(entries) == sorted(packages)
+    assert sorted(entries, key=lambda name: RANK[name]) == list(entries), "list packages in layer order"
+    missing = [
+        f"{package}/{module.stem}"
+        for package in packages
+        for module in sorted((PACKAGE / package).glob("*.py"))
+        if module.stem not in {"__init__", "__main__"}
+        and module.stem not in re.findall(r"\w+", entries[package])
+    ]
+    assert not missing, f"the README's Architecture tree does not name: {', '.join(missing)}"
