@@ -19,11 +19,16 @@ What it reads (no wheel is downloaded):
     torch patch it pins (`Requires-Dist: torch==X`) or admits;
   * PyTorch's own wheel index (`--torch-index https://download.pytorch.org/whl`) when given and
     reachable: the CUDA variants of each release and what each variant's wheel pins, and the
-    variants with an aarch64 wheel (`aarch64.variants`).
+    variants with an aarch64 wheel (`aarch64.variants`);
+  * the index's file list of `cuda-toolkit`, NVIDIA's metapackage: the newest final release of each
+    CUDA minor, written as the `toolkit` of that minor's row of the `cuda` section (the rest of the
+    row is left as it is). A CUDA minor on the index that the table lacks is listed as a note: its
+    row (the nvidia/cuda tag, the drivers) comes from NVIDIA's release notes and Docker Hub, which
+    this tool does not read (neither is reachable from the project's machines).
 
 Facts the registries cannot give (the variant list when PyTorch's index is not reachable, a
-variant's pins that were not read, the NumPy caps) are kept from the existing table and listed as
-"kept" on stderr.
+variant's pins that were not read, the NumPy caps, the CUDA rows' tags and drivers, the NGC stacks)
+are kept from the existing table and listed as "kept" on stderr.
 
 Offline: `--from-reports DIR` reads reports saved earlier (by `--save-reports DIR`) instead of
 running pip or fetching anything; tests/fixtures/compat/ holds such a recording.
@@ -71,13 +76,16 @@ from imagekit.core.limits import FILE_NAME_BYTES
 from imagekit.core.paths import read_regular_file, read_regular_text
 from imagekit.core.text import printable, redact
 from imagekit.core.versions import compare, cuda_variant, minor_of, version_key
-from imagekit.facts.compat import Aarch64Wheels, Libraries, TorchRelease
+from imagekit.facts.compat import Aarch64Wheels, CudaRelease, Libraries, TorchRelease
 from imagekit.render.wheels import platform_tags
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_COMPAT = REPO / "imagekit" / "data" / "compat.yaml"
 DEFAULT_INDEX = "https://pypi.org/simple"
 COMPANIONS = ("torchvision", "torchaudio")
+# NVIDIA's metapackage of one CUDA toolkit release: its extras pin that release's library and compiler
+# wheels (torch's CUDA 13 wheels require it; a devel cell's `nvcc: wheels` installs its compiler extras).
+TOOLKIT_PROJECT = "cuda-toolkit"
 # A companion whose torch requirement is not an exact pin pairs with the torch patch it was
 # uploaded with: within this many days of that patch's first upload.
 RELEASE_WINDOW = dt.timedelta(days=3)
@@ -279,12 +287,12 @@ def parse_listing(body: bytes, content_type: str) -> list[dict[str, Any]]:
 
 
 def trim_listing(files: list[dict[str, Any]], project: str) -> dict[str, Any]:
-    """What the refresh reads of a listing: its manylinux x86_64 and aarch64 wheels. Deletes,
-    never adds."""
+    """What the refresh reads of a listing: its manylinux x86_64 and aarch64 wheels (every wheel of
+    cuda-toolkit, a py3-none-any metapackage). Deletes, never adds."""
     kept = []
     for entry in files:
         wheel = parse_wheel(entry["filename"])
-        if wheel is None or not wheel.machines:
+        if wheel is None or (not wheel.machines and project != TOOLKIT_PROJECT):
             continue
         kept.append(
             {k: entry[k] for k in ("filename", "requires-python", "yanked", "upload-time") if k in entry}
@@ -1079,6 +1087,95 @@ def fmt_libs(libs: dict[str, str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# The CUDA section's `toolkit`: the newest cuda-toolkit release of each CUDA minor on the index
+
+# One row of the cuda section's releases, as the table writes them:
+#     "13.2": { image: "13.2.1", ..., checked: false }
+CUDA_ROW = re.compile(r'^(?P<indent>\s+)"(?P<minor>\d+\.\d+)":\s*\{(?P<body>.*)\}\s*$')
+TOOLKIT_KEY = re.compile(r'\btoolkit:\s*(?P<value>"[^"]*"|null)')
+
+
+def toolkit_releases(files: list[dict[str, Any]]) -> dict[str, str]:
+    """CUDA minor -> the newest final cuda-toolkit release of it in a listing, in the form pip
+    matches it (PEP 440 ignores trailing zeros: the file 13.0.3.0 is release 13.0.3). Yanked files,
+    pre-releases (13.4.0rc1) and the 0.0.0a0 placeholder are left out."""
+    newest: dict[str, tuple[int, ...]] = {}
+    for entry in files:
+        wheel = parse_wheel(entry["filename"])
+        if wheel is None or wheel.name != TOOLKIT_PROJECT or not plain(wheel.version) or entry.get("yanked"):
+            continue
+        key = version_key(wheel.version)
+        while len(key) > 3 and key[-1] == 0:
+            key = key[:-1]
+        if len(key) < 2 or key[0] == 0:
+            continue
+        minor = f"{key[0]}.{key[1]}"
+        newest[minor] = max(newest.get(minor, key), key)
+    return {minor: ".".join(map(str, key)) for minor, key in newest.items()}
+
+
+def cuda_rows(lines: list[str]) -> range:
+    """The lines of the cuda section (from `cuda:` to the next top-level key)."""
+    start = next((i for i, line in enumerate(lines) if re.match(r"cuda:\s*(#.*)?$", line)), None)
+    if start is None:
+        raise RefreshError("the compat file has no top-level `cuda:` key")
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines))
+    return range(start + 1, end)
+
+
+def with_toolkit(body: str, toolkit: str) -> str:
+    """A row's flow mapping with its `toolkit` set: replaced where it is, else written before
+    `checked` (the order imagekit's record declares), else at the end."""
+    value = f'toolkit: "{toolkit}"'
+    found = TOOLKIT_KEY.search(body)
+    if found:
+        return body[: found.start()] + value + body[found.end() :]
+    if re.search(r"\bchecked:", body):
+        return re.sub(r"\bchecked:", f"{value}, checked:", body, count=1)
+    return f"{body.rstrip()}, {value} "
+
+
+def refresh_toolkits(text: str, toolkits: dict[str, str], kept: list[str], notes: list[str]) -> str:
+    """``text`` with every cuda row's `toolkit` set to the index's newest release of its minor; a
+    minor the index has past the table's newest row is a note (its row needs facts from elsewhere)."""
+    lines = text.splitlines(keepends=True)
+    seen: set[str] = set()
+    for i in cuda_rows(lines):
+        row = CUDA_ROW.match(lines[i].rstrip("\n"))
+        if row is None:
+            continue
+        minor, body = row.group("minor"), row.group("body")
+        seen.add(minor)
+        toolkit = toolkits.get(minor)
+        if toolkit is None:
+            old = TOOLKIT_KEY.search(body)
+            if old and old.group("value") != "null":
+                value = old.group("value")
+                kept.append(f"CUDA {minor}: toolkit {value} (the index lists no cuda-toolkit {minor})")
+            continue
+        lines[i] = f'{row.group("indent")}"{minor}": {{{with_toolkit(body, toolkit)}}}\n'
+    # a minor newer than the table's rows is news; older ones it leaves out (12.0, 12.3, 12.5: no
+    # torch was built for them) are not
+    newest = max(seen, key=version_key, default="0.0")
+    for minor in sorted((m for m in toolkits if version_key(m) > version_key(newest)), key=version_key):
+        notes.append(
+            f"CUDA {minor}: cuda-toolkit {toolkits[minor]} is on the index but the table has no row for it;"
+            " add one (its nvidia/cuda tag and drivers: NVIDIA's release notes and Docker Hub)"
+        )
+    return "".join(lines)
+
+
+def validate_cuda(text: str, toolkits: dict[str, str]) -> None:
+    """Every cuda row as imagekit reads it, each toolkit as written: a refresh that would write what
+    imagekit refuses ends here, with nothing written."""
+    rows = yaml.safe_load(text)["cuda"]["releases"]
+    for minor, entry in rows.items():
+        record = CudaRelease(minor=str(minor), **entry)
+        if str(minor) in toolkits and record.toolkit != toolkits[str(minor)]:
+            raise AssertionError(f"CUDA {minor}: the toolkit written does not read back")  # a bug here
+
+
+# --------------------------------------------------------------------------------------------
 # Writing the section
 
 
@@ -1204,7 +1301,8 @@ class MaskedParser(argparse.ArgumentParser):
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = MaskedParser(
-        description="Rebuild the torch section of compat.yaml from registry metadata and print the diff.",
+        description="Rebuild the torch section of compat.yaml, and the CUDA rows' cuda-toolkit releases,"
+        " from registry metadata and print the diff.",
         epilog="Example: scripts/refresh-compat.py --since 2.10 --write",
     )
     parser.add_argument("--compat", type=Path, default=DEFAULT_COMPAT, help="compat.yaml to refresh")
@@ -1287,6 +1385,11 @@ def rebuild(args: argparse.Namespace, source: Source, notes: list[str]) -> tuple
     reread = yaml.safe_load(new_text)["torch"]
     if reread["releases"] != result.releases or reread["checked_on"] != args.today:
         raise AssertionError("the written section does not read back as built")  # a bug here, not input
+    toolkits = toolkit_releases(source.listing(TOOLKIT_PROJECT))
+    if not toolkits:
+        raise RefreshError(f"the index lists no {TOOLKIT_PROJECT} release")
+    new_text = refresh_toolkits(new_text, toolkits, result.kept, result.notes)
+    validate_cuda(new_text, toolkits)
     return text, new_text, result
 
 

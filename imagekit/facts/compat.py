@@ -109,19 +109,25 @@ class TorchRelease(_Facts):
 
 class CudaRelease(_Facts):
     minor: str
-    image_version: Version = Field(alias="image")  # the nvidia/cuda tag version serving this minor
-    driver_min: Version = Field(alias="driver")  # driver the toolkit shipped with (full compatibility)
+    # the nvidia/cuda tag version serving this minor; None: no tag was read (a CUDA base needs cuda_full)
+    image_version: Version | None = Field(alias="image")
+    # driver the toolkit shipped with (full compatibility); None: NVIDIA's row was not read
+    driver_min: Version | None = Field(alias="driver")
     driver_minor_floor: Version = Field(alias="minor_floor")  # floor under minor-version compatibility
     # toolkit patch (13.2.2) -> the driver it shipped with, for patches newer than `image`
     patch_drivers: dict[Version, Version] = Field(default_factory=dict)
+    # the newest cuda-toolkit metapackage of this minor on PyPI (CUDA 13 on); None: none there
+    toolkit: Version | None = None
     # the platforms nvidia/cuda publishes this minor's tags for
     platforms: tuple[PlatformName, ...] = ("linux/amd64", "linux/arm64")
     checked: bool = True
 
     @property
-    def newest_driver(self) -> str:
-        """The full-compatibility driver of the newest toolkit patch of this minor that is known."""
-        return max((self.driver_min, *self.patch_drivers.values()), key=version_key)
+    def newest_driver(self) -> str | None:
+        """The full-compatibility driver of the newest toolkit patch of this minor that is known
+        (None: none is; the minor-version floor still holds)."""
+        known = [d for d in (self.driver_min, *self.patch_drivers.values()) if d is not None]
+        return max(known, key=version_key) if known else None
 
 
 class Stack(_Facts):
@@ -136,7 +142,7 @@ class Stack(_Facts):
     cublas: Version
     python: Version
     os: str
-    require_cuda: str
+    require_cuda: str | None  # the image's NVIDIA_REQUIRE_CUDA; None: not read
     flavours: tuple[str, ...]
     platforms: tuple[PlatformName, ...] = ("linux/amd64",)  # the platforms the image is published for
 

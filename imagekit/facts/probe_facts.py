@@ -32,8 +32,9 @@ def _without(entry: dict[str, Any], *names: str) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k not in names}
 
 
-def cuda_driver_table() -> dict[str, list[str]]:
-    """CUDA minor -> [full-compatibility driver of its newest known patch, minor-version floor]."""
+def cuda_driver_table() -> dict[str, list[str | None]]:
+    """CUDA minor -> [full-compatibility driver of its newest known patch (None: not read),
+    minor-version floor]."""
     table = load_compat().cuda
     return {
         minor: [release.newest_driver, release.driver_minor_floor]

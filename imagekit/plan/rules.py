@@ -160,7 +160,13 @@ def nvcc_wheels_hold_nvcc(request: Request, compat: Compat) -> str | None:
     if not request.nvcc_from_wheels or request.flavour != "devel" or request.cuda == "cpu":
         return None
     if int(request.cuda.split(".", maxsplit=1)[0]) >= NVCC_WHEELS_FROM_CUDA:
-        return None
+        known = compat.cuda_release(request.cuda)
+        if known is None or known.toolkit is not None:
+            return None
+        return (
+            f"bases.{request.base}.nvcc: wheels: PyPI has no cuda-toolkit {request.cuda} release (the"
+            f" metapackage whose extras hold the compiler); use `nvcc: base` on a -devel base"
+        )
     return (
         f"bases.{request.base}.nvcc: wheels: NVIDIA's CUDA {request.cuda.split('.')[0]} compiler wheels"
         " (nvidia-cuda-nvcc-cu12) hold ptxas and libnvvm but no nvcc; use `nvcc: base` on a -devel base"
@@ -238,6 +244,22 @@ def cuda_in_table(request: Request, compat: Compat) -> str | None:
         return f"CUDA {request.cuda} is not in the compatibility table; set cuda_full (e.g. {request.cuda}.0)"
     return (
         f"CUDA {request.cuda} is not in imagekit's compatibility table; set allow_unknown: true and cuda_full"
+    )
+
+
+def cuda_base_has_a_tag(request: Request, compat: Compat) -> str | None:
+    """A CUDA base is nvidia/cuda's tag of the cell's minor: a minor the table knows without one
+    (CUDA 13.5: Docker Hub was not read for it) needs cuda_full, the tag the person has checked. A
+    base without CUDA needs none: the wheels bring CUDA."""
+    if request.cuda == "cpu" or not request.carries_cuda or request.cuda_full:
+        return None
+    known = compat.cuda_release(request.cuda)
+    if known is None or known.image_version is not None:
+        return None
+    return (
+        f"imagekit knows no nvidia/cuda tag of CUDA {request.cuda} (its table was not read from Docker"
+        f" Hub); set cuda_full (e.g. {known.toolkit or request.cuda + '.0'}) to build on a tag you"
+        " have checked, or use a base without CUDA (the wheels bring it)"
     )
 
 
@@ -518,6 +540,7 @@ WHEEL_RULES: tuple[Rule, ...] = (
     nvidia_cuda_serves_platform,
     cuda_full_of_the_cells_cuda,
     cuda_in_table,
+    cuda_base_has_a_tag,
     cuda_patch_is_the_base_toolkit,
     base_brings_that_python,
     os_packages_python,

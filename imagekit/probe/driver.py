@@ -19,18 +19,19 @@ from .versions import compare_versions, cuda_minor
 # CUDA minor -> (driver its newest known patch shipped with = full compatibility, minor-version-
 # compatibility floor). Linux x86_64, generated from imagekit/data/compat.yaml (NVIDIA's "CUDA Toolkit
 # and Corresponding Driver Versions" table) into the zipapp's facts.json: no copy lives here.
-CUDA_DRIVER_TABLE: dict[str, tuple[str, str]] = cuda_driver_table()
+CUDA_DRIVER_TABLE: dict[str, tuple[str | None, str]] = cuda_driver_table()
 
 
-def driver_satisfies(driver: str, cuda: str, table: dict[str, tuple[str, str]] | None = None) -> str:
-    """'full' (driver >= the release's driver), 'minor' (>= the minor-compatibility floor),
-    'too_old', or 'unknown_cuda' (no row for that CUDA minor)."""
+def driver_satisfies(driver: str, cuda: str, table: dict[str, tuple[str | None, str]] | None = None) -> str:
+    """'full' (driver >= the release's driver), 'minor' (>= the minor-compatibility floor; also
+    where the release's own driver is not known), 'too_old', or 'unknown_cuda' (no row for that
+    CUDA minor)."""
     rows = CUDA_DRIVER_TABLE if table is None else table
     row = rows.get(cuda_minor(cuda))
     if row is None:
         return "unknown_cuda"
     full, floor = row
-    if compare_versions(driver, full) >= 0:
+    if full is not None and compare_versions(driver, full) >= 0:
         return "full"
     if compare_versions(driver, floor) >= 0:
         return "minor"
@@ -108,20 +109,19 @@ def _runs_through_forward_compat(
 def _too_old(
     driver: str,
     want: str,
-    row: tuple[str, str] | None,
+    row: tuple[str | None, str] | None,
     detail: dict[str, Any],
     loaded: str | None,
     compat_in_use: bool,
 ) -> CheckResult:
     compat = detail["forward_compat"]
+    floor = row[1] if row else "?"
+    full = row[0] if row and row[0] else None  # None: the release's own driver is not in the table
     cause = (
-        f"driver {driver} is too old for CUDA {want} (needs >= {row[1] if row else '?'} for minor-version "
-        f"compatibility, >= {row[0] if row else '?'} for full)"
+        f"driver {driver} is too old for CUDA {want} (needs >= {floor} for minor-version "
+        f"compatibility, >= {full or 'an unrecorded driver'} for full)"
     )
-    fix = (
-        f"upgrade the host NVIDIA driver to >= {row[0] if row else '?'}, or use an image built for an "
-        "older CUDA"
-    )
+    fix = f"upgrade the host NVIDIA driver to >= {full or floor}, or use an image built for an older CUDA"
     if compat["libs"] and not compat_in_use:
         cause += (
             f"; the image has forward-compatibility libraries ({', '.join(compat['versions']) or '?'} in "

@@ -37,8 +37,9 @@ def facts() -> dict[str, Any]:
     return _CACHE
 
 
-def cuda_driver_table() -> dict[str, tuple[str, str]]:
-    """CUDA minor -> (full-compatibility driver, minor-version-compatibility floor)."""
+def cuda_driver_table() -> dict[str, tuple[str | None, str]]:
+    """CUDA minor -> (full-compatibility driver, None where NVIDIA's row was not read; the
+    minor-version-compatibility floor)."""
     return {minor: (row[0], row[1]) for minor, row in facts()["cuda_drivers"]["table"].items()}
 
 

@@ -159,13 +159,37 @@ def test_write_produces_the_new_entries(compat: Path) -> None:
     # Older releases keep their values; only the shape grows.
     for minor in (f"2.{n}" for n in range(9)):
         assert releases[minor] == {**before["torch"]["releases"][minor], "checked": True}
-    # The rest of the file is untouched.
-    assert {k: v for k, v in after.items() if k != "torch"} == {
-        k: v for k, v in before.items() if k != "torch"
+    # The rest of the file is untouched, but for each CUDA row's newest cuda-toolkit on PyPI.
+    assert {k: v for k, v in after.items() if k not in ("torch", "cuda")} == {
+        k: v for k, v in before.items() if k not in ("torch", "cuda")
     }
-    text = compat.read_text()
-    assert text.split("\ntorch:\n")[0] == (FIXTURES / "compat-before.yaml").read_text().split("\ntorch:\n")[0]
-    assert text.split("\ncuda:\n")[1] == (FIXTURES / "compat-before.yaml").read_text().split("\ncuda:\n")[1]
+    rows = after["cuda"]["releases"]
+    assert {m: {k: v for k, v in r.items() if k != "toolkit"} for m, r in rows.items()} == before["cuda"][
+        "releases"
+    ]
+    assert {m: r.get("toolkit") for m, r in rows.items()} == {
+        "11.7": None,  # PyPI has no cuda-toolkit 11.7
+        "11.8": "11.8.0",
+        "12.1": "12.1.1",
+        "12.2": "12.2.2",
+        "12.4": "12.4.1",
+        "12.6": "12.6.3",
+        "12.8": "12.8.2",  # the file is cuda_toolkit-12.8.2.0: pip matches it as 12.8.2
+        "12.9": "12.9.2",
+        "13.0": "13.0.3",
+    }
+    text, old_text = compat.read_text(), (FIXTURES / "compat-before.yaml").read_text()
+    assert text.split("\ntorch:\n")[0] == old_text.split("\ntorch:\n")[0]
+    assert text.split("\nnvidia_cuda_image:\n")[1] == old_text.split("\nnvidia_cuda_image:\n")[1]
+    # one line per row, in the table's own form, `toolkit` before `checked`
+    assert (
+        '"13.0": { image: "13.0.1", driver: "580.82.07", minor_floor: "580.65.06",'
+        ' toolkit: "13.0.3", checked: false }' in text
+    )
+    assert (
+        '"11.8": { image: "11.8.0", driver: "520.61.05", minor_floor: "450.80.02", toolkit: "11.8.0" }'
+        in text
+    )
 
 
 def test_a_second_run_on_its_own_output_changes_nothing(compat: Path) -> None:
@@ -202,7 +226,11 @@ def test_facts_the_registries_cannot_give_are_kept(compat: Path) -> None:
     del data["torch"]["releases"]["2.12"]["python"]  # a fact the registries do give: it comes back
     text = compat.read_text()
     compat.write_text(
-        text.split("\ntorch:\n")[0] + "\n" + yaml.safe_dump({"torch": data["torch"]}, sort_keys=False)
+        text.split("\ntorch:\n")[0]
+        + "\n"
+        + yaml.safe_dump({"torch": data["torch"]}, sort_keys=False)
+        + "\ncuda:\n"
+        + text.split("\ncuda:\n")[1]
     )
     result = run(compat, "--since", "2.9", "--write")
     assert result.returncode == 0, result.stderr
@@ -219,7 +247,9 @@ def test_facts_the_registries_cannot_give_are_kept(compat: Path) -> None:
     assert "kept: 2.12: libraries of cu132" not in result.stderr  # none were recorded: nothing to keep
 
 
-@pytest.mark.parametrize("recording", ["torch-2.13.0.json", "torch-2.13.0-aarch64.json"])
+@pytest.mark.parametrize(
+    "recording", ["torch-2.13.0.json", "torch-2.13.0-aarch64.json", "files-cuda-toolkit.json"]
+)
 def test_a_missing_recording_is_an_error_not_a_guess(compat: Path, tmp_path: Path, recording: str) -> None:
     partial = tmp_path / "partial"
     shutil.copytree(FIXTURES, partial)
@@ -379,7 +409,13 @@ MALFORMED = {
 }
 
 
-RECORDINGS = ["files-torch.json", "torch-2.13.0.json", "torch-2.13.0-aarch64.json", "torchvision-0.29.2.json"]
+RECORDINGS = [
+    "files-torch.json",
+    "torch-2.13.0.json",
+    "torch-2.13.0-aarch64.json",
+    "torchvision-0.29.2.json",
+    "files-cuda-toolkit.json",
+]
 
 
 @pytest.mark.parametrize("content", MALFORMED.values(), ids=MALFORMED.keys())
@@ -443,3 +479,93 @@ def test_a_login_in_a_flag_is_masked_in_a_usage_error(compat: Path) -> None:
     assert result.returncode == 2
     assert "s3cret" not in result.stdout + result.stderr
     assert "https://***@mirror.example/simple" in result.stderr
+
+
+# -- the CUDA rows' `toolkit`: PyPI's cuda-toolkit releases ------------------------------------------
+
+# What the recorded file list of cuda-toolkit (PyPI, 2026-12-07) holds: the newest final release of
+# each CUDA minor. 13.4.0rc1 is a pre-release; the files 12.8.2.0, 12.9.2.0, 13.0.3.0, 13.1.2.0 and
+# 13.4.1.0 are the releases 12.8.2 ... 13.4.1 to pip (PEP 440 pads with zeros).
+RECORDED_TOOLKITS = {
+    "11.8": "11.8.0",
+    "12.0": "12.0.1",
+    "12.1": "12.1.1",
+    "12.2": "12.2.2",
+    "12.3": "12.3.2",
+    "12.4": "12.4.1",
+    "12.5": "12.5.1",
+    "12.6": "12.6.3",
+    "12.8": "12.8.2",
+    "12.9": "12.9.2",
+    "13.0": "13.0.3",
+    "13.1": "13.1.2",
+    "13.2": "13.2.2",
+    "13.3": "13.3.1",
+    "13.4": "13.4.3",
+    "13.5": "13.5.0",
+}
+
+
+def toolkit_listing() -> list[dict[str, Any]]:
+    files: list[dict[str, Any]] = json.loads((FIXTURES / "files-cuda-toolkit.json").read_text())["files"]
+    return files
+
+
+def test_the_recorded_toolkit_listing_gives_each_cuda_minors_newest_release() -> None:
+    files = toolkit_listing()
+    assert "cuda_toolkit-13.4.0rc1-py2.py3-none-any.whl" in [f["filename"] for f in files]
+    assert tool.toolkit_releases(files) == RECORDED_TOOLKITS
+    # a yanked release is no release: 13.5 falls back to nothing, 13.4 to its previous patch
+    yanked = [
+        {**f, "yanked": "broken metadata"}
+        if f["filename"].startswith(("cuda_toolkit-13.5.", "cuda_toolkit-13.4.3"))
+        else f
+        for f in files
+    ]
+    found = tool.toolkit_releases(yanked)
+    assert "13.5" not in found and found["13.4"] == "13.4.2"
+
+
+def test_the_shipped_table_carries_the_recorded_toolkits() -> None:
+    """imagekit/data/compat.yaml was refreshed from this recording: every row's toolkit is PyPI's."""
+    rows = yaml.safe_load((REPO / "imagekit" / "data" / "compat.yaml").read_text())["cuda"]["releases"]
+    assert {m: r.get("toolkit") for m, r in rows.items()} == {m: RECORDED_TOOLKITS.get(m) for m in rows}
+
+
+def test_cuda_minors_past_the_table_are_notes_not_rows(compat: Path) -> None:
+    """compat-before.yaml ends at CUDA 13.0: 13.1 ... 13.5 need a row whose facts PyPI does not give."""
+    result = run(compat, "--since", "2.9", "--write")
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "the table has no row for it" in line]
+    assert [line.split(":")[1].strip() for line in notes] == [
+        "CUDA 13.1",
+        "CUDA 13.2",
+        "CUDA 13.3",
+        "CUDA 13.4",
+        "CUDA 13.5",
+    ]
+    assert "note: CUDA 13.5: cuda-toolkit 13.5.0 is on the index" in result.stderr
+    assert "CUDA 12.3" not in result.stderr  # older minors the table leaves out are not news
+    assert "13.5" not in yaml.safe_load(compat.read_text())["cuda"]["releases"]
+
+
+def test_a_row_keeps_its_form_when_its_toolkit_is_written() -> None:
+    assert tool.with_toolkit(' image: "12.1.1", minor_floor: "525.60.13" ', "12.1.1") == (
+        ' image: "12.1.1", minor_floor: "525.60.13", toolkit: "12.1.1" '
+    )
+    assert tool.with_toolkit(' image: "13.4.2", checked: false ', "13.4.3") == (
+        ' image: "13.4.2", toolkit: "13.4.3", checked: false '
+    )
+    assert tool.with_toolkit(' image: null, toolkit: "13.5.0", checked: false ', "13.5.1") == (
+        ' image: null, toolkit: "13.5.1", checked: false '
+    )
+
+
+def test_a_table_without_a_cuda_section_is_one_line_exit_2(compat: Path) -> None:
+    text = compat.read_text()
+    compat.write_text(text.split("\ncuda:\n")[0] + "\n")
+    before = compat.read_text()
+    result = run(compat, "--since", "2.9", "--write")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "refresh-compat: the compat file has no top-level `cuda:` key"
+    assert compat.read_text() == before

@@ -639,7 +639,7 @@ def test_a_publish_dry_run_only_reads_the_state(tmp_path: Path) -> None:
     shutil.copytree(V1_STATE, state)
     preview = ("publish", "--matrix", M, "--registry", "127.0.0.1:9", "--dry-run")
     result = run_cli(*preview, "--state-dir", str(state))
-    assert result.exit_code == 1 and "would publish 0, refused 27" in result.stderr, result.stderr
+    assert result.exit_code == 1 and "would publish 0, refused 29" in result.stderr, result.stderr
     assert [p.name for p in state.iterdir()] == ["report.json"]
     missing = tmp_path / "nothing-here"
     result = run_cli(*preview, "--state-dir", str(missing))

@@ -48,15 +48,18 @@ def test_the_driver_table_is_compat_yaml_with_the_newest_patch_driver() -> None:
     for minor, row in releases.items():
         full, floor = probe_driver.CUDA_DRIVER_TABLE[minor]
         assert floor == row["minor_floor"]
-        newest = max(
-            [row["driver"], *(row.get("patch_drivers") or {}).values()],
-            key=lambda v: [int(x) for x in v.split(".")],
-        )
+        known = [d for d in [row["driver"], *(row.get("patch_drivers") or {}).values()] if d]
+        newest = max(known, key=lambda v: [int(x) for x in v.split(".")]) if known else None
         assert full == newest
     # CUDA 13.2.2's full-compatibility driver is 595.71.05, not 13.2.1's 595.58.03 (pytorch issue 196351)
     assert probe_driver.CUDA_DRIVER_TABLE["13.2"] == ("595.71.05", "580.65.06")
     assert probe_driver.driver_satisfies("595.58.03", "13.2") == "minor"
     assert probe_driver.driver_satisfies("595.71.05", "13.2") == "full"
+    # CUDA 13.5's own driver was not read: an R580+ driver runs it under minor-version compatibility
+    assert probe_driver.CUDA_DRIVER_TABLE["13.5"] == (None, "580.65.06")
+    assert probe_driver.driver_satisfies("620.10.01", "13.5") == "minor"
+    assert probe_driver.driver_satisfies("575.57.08", "13.5") == "too_old"
+    assert probe_driver.CUDA_DRIVER_TABLE["13.4"] == ("615.71.09", "580.65.06")
 
 
 def test_the_probe_reads_the_facts_from_the_archive_alone(tmp_path: Path) -> None:

@@ -115,6 +115,13 @@ CASES: list[tuple[rules.Rule, Request, str, Request]] = [
         replace(WHEEL, cuda="99.1", cuda_full="99.1.0"),
     ),
     (
+        rules.cuda_base_has_a_tag,
+        replace(WHEEL, torch="2.99.0", cuda="13.5", allow_unknown=True, os="ubuntu24.04"),
+        "imagekit knows no nvidia/cuda tag of CUDA 13.5 (its table was not read from Docker Hub); set"
+        " cuda_full (e.g. 13.5.0)",
+        replace(WHEEL, torch="2.99.0", cuda="13.5", allow_unknown=True, cuda_full="13.5.0"),
+    ),
+    (
         rules.cuda_patch_is_the_base_toolkit,
         replace(WHEEL, cuda_written="12.1.9"),
         "CUDA 12.1.9 is not the toolkit imagekit builds CUDA 12.1 on (nvidia/cuda 12.1.1); write"

@@ -458,6 +458,29 @@ def test_fake_old_driver_fails_with_driver_cause(tmp_path: Path) -> None:
     assert "too old for CUDA 12.1" in driver["cause"]
 
 
+def test_cuda_13_5_is_held_to_its_r580_floor(tmp_path: Path) -> None:
+    """CUDA 13.5's own driver is not in the table: R580+ passes on minor-version compatibility, an
+    R575 driver fails with the floor as the fix, and nothing says 'None'."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(fixtures=FIXTURES), encoding="utf-8")
+    smi.chmod(0o755)
+    env = clean_env(PATH=f"{tmp_path}:/usr/bin:/bin", NVIDIA_REQUIRE_CUDA="cuda>=13.0")
+    _, report, _ = run_script(sys.executable, "--expect-cuda", "13.5", env=env)
+    driver = by_name(report)["driver"]
+    assert (driver["status"], driver["actual"], driver["detail"]["verdict"]) == (
+        "pass",
+        "580.126.09",
+        "minor",
+    )
+    assert driver["expected"] == ">= 580.65.06"
+    smi.write_text(FAKE_SMI.format(fixtures=FIXTURES).replace("580.126.09", "575.57.08"), encoding="utf-8")
+    _, report, _ = run_script(sys.executable, "--expect-cuda", "13.5", env=env)
+    driver = by_name(report)["driver"]
+    assert driver["status"] == "fail" and "None" not in driver["cause"] + driver["fix"]
+    assert "needs >= 580.65.06 for minor-version compatibility" in driver["cause"]
+    assert "upgrade the host NVIDIA driver to >= 580.65.06" in driver["fix"]
+
+
 @pytest.mark.skipif(python_3_8() is None, reason="no Python 3.8 here (the syntax check above still runs)")
 def test_script_runs_on_python_3_8() -> None:
     python = python_3_8()

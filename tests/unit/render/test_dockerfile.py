@@ -249,7 +249,7 @@ def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
     out = tmp_path / "dockerfiles" / "generated"
     assert run_cli("render", "--matrix", str(matrix)).exit_code == 0
     files = sorted(out.glob("*/Dockerfile"))
-    assert len(files) == 27
+    assert len(files) == 29
     assert run_cli("render", "--matrix", str(matrix), "--check").exit_code == 0
 
     files[0].write_text(files[0].read_text() + "RUN echo hand-edited\n")
@@ -414,7 +414,7 @@ def test_plan_json_contract() -> None:
     keys = ("id", "torch", "cuda", "cudnn", "python", "base_image", "flavour", "tags", "input_digest")
     for key in (*keys, "advisories"):
         assert key in cell
-    assert len(document["cells"]) == 27 and document["refused"] == []
+    assert len(document["cells"]) == 29 and document["refused"] == []
     assert dockerfile_path(
         REPO / "dockerfiles" / "generated", load_plan(REPO / "matrix.yaml").cells[0]
     ).is_file()
@@ -426,7 +426,7 @@ def test_render_json_reports_drift(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     shutil.copy(REPO / "matrix.yaml", matrix)
     first = run_cli("render", "--matrix", str(matrix), "--json")
-    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 27
+    assert first.exit_code == 0 and len(json.loads(first.stdout)["missing"]) == 29
     again = run_cli("render", "--matrix", str(matrix), "--check", "--json")
     document = json.loads(again.stdout)
     assert again.exit_code == 0 and document["check"] and document["changed"] == document["missing"] == []
