@@ -331,7 +331,7 @@ def test_allow_unknown_admits_with_warning(write_matrix: Callable[[str], Path]) 
     )
     plan = load_plan(path)
     (cell,) = plan.cells
-    assert cell.unknown and cell.torchvision == "0.30.0" and cell.torchaudio is None
+    assert cell.torchvision == "0.30.0" and cell.torchaudio is None
     assert any("admitted by allow_unknown" in w for w in plan.warnings)
     # a combination the table knows is impossible stays refused, escape hatch or not
     path = write_matrix(
@@ -378,7 +378,7 @@ def test_allow_unknown_admits_a_new_patch_of_a_known_release(write_matrix: Calla
     )
     (cell,) = load_plan(path).cells
     assert isinstance(cell, WheelCell)
-    assert cell.torch == "2.15.5" and cell.unknown and cell.numpy_cap is None
+    assert cell.torch == "2.15.5" and cell.numpy_cap is None
 
 
 def test_allow_unknown_never_admits_a_patch_missing_from_the_table(
