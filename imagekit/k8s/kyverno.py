@@ -90,19 +90,32 @@ def admission_expression(predicate_type: str) -> str:
     return f"images.all(kind, images[kind].all(image,\n  {either}))\n"
 
 
-def image_globs(repositories: Sequence[str]) -> list[str]:
-    """matchImageReferences' globs: the repository's tags and digests (``repo:*``, ``repo@*``; a
-    literal ``:`` or ``@`` follows the name, so ``repo-staging`` is not matched). Kyverno matches
-    the reference as the pod spells it, so a Docker Hub repository is matched by every spelling."""
+def image_names(repositories: Sequence[str]) -> list[str]:
+    """Every spelling of the repositories a pod's image can reach Kyverno as. A Docker Hub
+    repository is spelled ``docker.io/acme/x``, ``index.docker.io/acme/x`` or ``acme/x``, and an
+    official one ``library/x`` or ``x`` besides; the ClusterPolicy matches the name as Kyverno
+    renders it (``pkg/utils/image/infos.go`` ``GetImageInfo``: ``docker.io/`` put before a name
+    without a registry, not ``library/``, so ``x`` is ``docker.io/x``; the bare name when the
+    default-registry mutation is off), the ImageValidatingPolicy as the pod spells it: a spelling
+    not listed is an image neither policy looks at."""
     names: set[str] = set()
     for repository in repositories:
         names.add(repository)
         if repository.startswith("docker.io/"):
             path = repository.removeprefix("docker.io/")
-            names.update({f"index.docker.io/{path}", path})
-            if path.startswith("library/"):
-                names.add(path.removeprefix("library/"))
-    return [f"{name}{suffix}" for name in sorted(names) for suffix in (":*", "@*")]
+            paths = {path, path.removeprefix("library/")}
+            names.update(f"{host}{p}" for p in paths for host in ("", "docker.io/", "index.docker.io/"))
+    return sorted(names)
+
+
+def image_globs(repositories: Sequence[str], bare: bool = False) -> list[str]:
+    """The globs of the repository's tags and digests (``repo:*``, ``repo@*``; a literal ``:`` or
+    ``@`` follows the name, so ``repo-staging`` is not matched), for every spelling
+    (``image_names``). ``bare`` adds the name alone: an ImageValidatingPolicy sees ``repo`` as the
+    pod spells it, without the ``:latest`` Kyverno gives it when it pulls (the ClusterPolicy
+    sees the name with it)."""
+    suffixes = ("", ":*", "@*") if bare else (":*", "@*")
+    return [f"{name}{suffix}" for name in image_names(repositories) for suffix in suffixes]
 
 
 def image_validating_policy(
@@ -140,7 +153,7 @@ def image_validating_policy(
                     }
                 ]
             },
-            "matchImageReferences": [{"glob": glob} for glob in image_globs(repositories)],
+            "matchImageReferences": [{"glob": glob} for glob in image_globs(repositories, bare=True)],
             "validationConfigurations": {"required": True, "verifyDigest": True, "mutateDigest": True},
             "attestors": [
                 {
@@ -192,7 +205,7 @@ def cluster_policy(repositories: Sequence[str], public_pem: str, predicate_type:
         {"key": f"{{{{ {path} }}}}", "operator": "Equals", "value": allowed[0]}
         for path, allowed in PREDICATE_CONDITIONS[predicate_type].items()
     ]
-    references = sorted({f"{r}{suffix}" for r in repositories for suffix in (":*", "@*")})
+    references = image_globs(repositories)  # Kyverno gives a name without a tag ``:latest``
     key = {
         "publicKeys": public_pem.strip(),
         "signatureAlgorithm": "sha256",

@@ -34,6 +34,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from google.protobuf import json_format
+from in_toto_attestation.v1 import statement_pb2
 
 from tests.unit.oci_stub import OciStub, digest_of
 
@@ -155,9 +157,18 @@ def verify_oci_attestation(key: ec.EllipticCurvePublicKey, layer: Layer) -> None
 
 def intoto_subject_claim(layer: Layer, digest: str) -> None:
     """cosign verifiers.go ``IntotoSubjectClaimVerifier`` L59-96: the Statement (payload decoded
-    with StdEncoding only) names the image's digest among its subjects' sha256 digests."""
+    with StdEncoding only) parses as an in-toto v1 Statement, strictly (``attestation.Statement
+    .UnmarshalJSON``, pkg/cosign/attestation/attestation.go L70-75: protojson, unknown fields
+    refused; here in-toto-attestation's protobuf and json_format, the same schema) and names the
+    image's digest among its subjects' sha256 digests."""
     envelope = json.loads(layer.blob)
-    statement = json.loads(_b64(envelope["payload"], url_too=False))
+    raw = _b64(envelope["payload"], url_too=False)
+    try:
+        json_format.Parse(raw, statement_pb2.Statement())
+    except json_format.ParseError as exc:
+        # L77-100 retry only a Statement whose predicate is a string, which imagekit never writes
+        raise Refused(f"could not parse statement: {exc}") from None
+    statement = json.loads(raw)
     for subject in statement.get("subject") or []:
         if subject is None:
             raise Refused("invalid in-toto statement: null subject entry")
@@ -309,13 +320,41 @@ def cluster_policy_verify(entry: Mapping[str, Any], registry: StubRegistry, imag
                 raise Refused(f"image attestations verification failed, verifiedCount: {verified}: {errors}")
 
 
-def cluster_policy_admits(policy: Mapping[str, Any], registry: StubRegistry, images: Sequence[str]) -> bool:
+def kyverno_image_name(image: str, mutation: bool = True) -> str:
+    """A pod's image as the ClusterPolicy sees it (pkg/utils/image/infos.go ``GetImageInfo``
+    L48-100, ``String`` L34-46, ``addDefaultRegistry`` L102-109): ``docker.io/`` put before a first
+    component that is no host (no ``.`` or ``:``, not ``localhost``, lower case), no ``library/``
+    added; ``:latest`` for a name with neither tag nor digest; the registry dropped again when the
+    default-registry mutation is off (Kyverno's ``enableDefaultRegistryMutation``)."""
+    first, slash, _ = image.partition("/")
+    added = not slash or (
+        not any(c in first for c in ".:") and first != "localhost" and first.lower() == first
+    )
+    full = f"docker.io/{image}" if added else image
+    name, at, digest = full.partition("@")
+    registry, _, path = name.partition("/")
+    tag = ""
+    if ":" in path.rsplit("/", 1)[-1]:
+        path, _, tag = path.rpartition(":")
+    if not at and not tag:
+        tag = "latest"
+    if added and not mutation:
+        registry = ""
+    base = f"{registry}/{path}" if registry else path
+    return f"{base}@{digest}" if at else f"{base}:{tag}"
+
+
+def cluster_policy_admits(
+    policy: Mapping[str, Any], registry: StubRegistry, images: Sequence[str], mutation: bool = True
+) -> bool:
     """Whether Kyverno admits a pod of ``images`` (every container kind's, pinned by digest as
     ``mutateDigest`` leaves them) under the ClusterPolicy: every image an entry's
-    ``imageReferences`` match (wildcard, imageverifier.go L172) passes that entry."""
+    ``imageReferences`` match, as Kyverno names it (``kyverno_image_name``; a wildcard match,
+    imageverifier.go L172), passes that entry."""
     for rule in policy["spec"]["rules"]:
         for entry in rule["verifyImages"]:
-            for image in images:
+            for spelled in images:
+                image = kyverno_image_name(spelled, mutation)
                 if not any(fnmatch.fnmatchcase(image, ref) for ref in entry["imageReferences"]):
                     continue
                 try:

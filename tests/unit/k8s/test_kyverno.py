@@ -195,7 +195,11 @@ def test_the_policy_document() -> None:
     (attestor,) = spec["attestors"]
     assert attestor["cosign"]["key"] == {"data": PUB, "hashAlgorithm": "sha256"}
     assert attestor["cosign"]["ctlog"] == {"insecureIgnoreTlog": True, "insecureIgnoreSCT": True}
-    assert [m["glob"] for m in spec["matchImageReferences"]] == [f"{REPOSITORY}:*", f"{REPOSITORY}@*"]
+    assert [m["glob"] for m in spec["matchImageReferences"]] == [
+        REPOSITORY,
+        f"{REPOSITORY}:*",
+        f"{REPOSITORY}@*",
+    ]
     (rule,) = spec["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["pods"] and rule["operations"] == ["CREATE", "UPDATE"]
 
@@ -209,7 +213,14 @@ def test_the_policy_document() -> None:
         ),
         (
             "docker.io/library/pytorch",
-            ["docker.io/library/pytorch", "index.docker.io/library/pytorch", "library/pytorch", "pytorch"],
+            [
+                "docker.io/library/pytorch",
+                "docker.io/pytorch",
+                "index.docker.io/library/pytorch",
+                "index.docker.io/pytorch",
+                "library/pytorch",
+                "pytorch",
+            ],
         ),
         ("127.0.0.1:5000/acme/pytorch", ["127.0.0.1:5000/acme/pytorch"]),
     ],
@@ -225,6 +236,13 @@ def test_the_globs_match_every_spelling_of_the_repository_and_nothing_else(
         assert not any(
             glob_matches(g, f"{name}-staging:x") or glob_matches(g, f"{name}/other:x") for g in globs
         )
+    # the ImageValidatingPolicy sees the name as spelled: without a tag too
+    policy = image_validating_policy([repository], PUB, attest.VALIDATED_PREDICATE)
+    ivpol_globs = [m["glob"] for m in policy["spec"]["matchImageReferences"]]
+    assert ivpol_globs == image_globs([repository], bare=True)
+    for name in spellings:
+        assert any(glob_matches(g, name) for g in ivpol_globs)
+        assert not any(glob_matches(g, f"{name}-staging") for g in ivpol_globs)
 
 
 def test_the_cluster_policy_enforces_per_rule_with_the_same_conditions() -> None:

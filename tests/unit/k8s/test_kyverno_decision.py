@@ -12,6 +12,7 @@ for ghcr.io): each attestation verified as Kyverno's verifiers do, per their sou
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ import yaml
 from imagekit.attest import statements as attest
 from imagekit.attest.attach import attach_envelopes, cosign_tag
 from imagekit.k8s.admission import policy_files
-from imagekit.k8s.kyverno import KYVERNO_IVPOL_POLICY_FILE, KYVERNO_POLICY_FILE
+from imagekit.k8s.kyverno import KYVERNO_IVPOL_POLICY_FILE, KYVERNO_POLICY_FILE, cluster_policy
 from imagekit.registry.manifest import OCI_MANIFEST, Manifest
 from tests.unit.attest_samples import DIGEST, SUBJECT, gpu_verification, private_pem, public_pem_of
 from tests.unit.k8s import kyverno_cel
@@ -32,6 +33,7 @@ from tests.unit.k8s.kyverno_verifier import (
     cluster_policy_admits,
     cluster_policy_verify,
     ivpol_verify_attestation_signature,
+    kyverno_image_name,
 )
 from tests.unit.oci_stub import OciStub, digest_of, oci_stub
 
@@ -83,6 +85,10 @@ def _gpu_visible(value: object) -> Callable[[dict[str, Any]], None]:
 
 def _no_gpu_block(statement: dict[str, Any]) -> None:
     del statement["predicate"]["gpu"]
+
+
+def _unknown_field(statement: dict[str, Any]) -> None:
+    statement["verdict"] = "validated"  # beside the predicate: not a field of an in-toto Statement
 
 
 def _about(digest: str) -> Callable[[dict[str, Any]], None]:
@@ -171,6 +177,10 @@ CASES: dict[str, tuple[Callable[[], list[tuple[dict[str, Any], attest.SigningKey
         False,
     ),
     "an SBOM only (another predicate type)": (lambda: [(sbom(), SIGNER)], False),
+    "a Statement in-toto cannot parse": (
+        lambda: [(verification("validated", _unknown_field), SIGNER)],
+        False,
+    ),
     "nothing attached": (lambda: [], False),
 }
 
@@ -253,3 +263,46 @@ def test_kyverno_is_the_cluster_policy_and_kyverno_ivpol_the_image_validating_po
     assert sorted(files) == sorted([KYVERNO_POLICY_FILE, KYVERNO_IVPOL_POLICY_FILE])
     assert yaml.safe_load(files[KYVERNO_POLICY_FILE])["kind"] == "ClusterPolicy"
     assert yaml.safe_load(files[KYVERNO_IVPOL_POLICY_FILE])["kind"] == "ImageValidatingPolicy"
+
+
+SPELLINGS = {
+    "docker.io/acme/pytorch": ["acme/pytorch", "docker.io/acme/pytorch", "index.docker.io/acme/pytorch"],
+    "docker.io/library/pytorch": [
+        "pytorch",
+        "library/pytorch",
+        "docker.io/pytorch",
+        "docker.io/library/pytorch",
+        "index.docker.io/pytorch",
+        "index.docker.io/library/pytorch",
+    ],
+    "ghcr.io/acme/pytorch": ["ghcr.io/acme/pytorch"],
+}
+
+
+@pytest.mark.parametrize("repository", list(SPELLINGS))
+@pytest.mark.parametrize("mutation", [True, False])
+def test_the_cluster_policy_judges_every_spelling_as_kyverno_names_it(
+    repository: str, mutation: bool
+) -> None:
+    """A pod reaching the repository by any spelling, tagged, untagged or by digest, is one the
+    ClusterPolicy's ``imageReferences`` match as Kyverno renders the name; another repository is not."""
+    references = cluster_policy([repository], PUB, attest.VALIDATED_PREDICATE)["spec"]["rules"][0][
+        "verifyImages"
+    ][0]["imageReferences"]
+
+    def judged(spelled: str) -> bool:
+        return any(fnmatch.fnmatchcase(kyverno_image_name(spelled, mutation), r) for r in references)
+
+    for name in SPELLINGS[repository]:
+        assert all(judged(f"{name}{suffix}") for suffix in ("", ":2.11.0", f"@{DIGEST}")), name
+        assert not judged(f"{name}-staging:2.11.0") and not judged(f"{name}/other@{DIGEST}"), name
+
+
+def test_a_docker_hub_spelling_does_not_skip_the_check(stub: OciStub) -> None:
+    """Spelled ``index.docker.io/acme/x``, an unattested digest of ``docker.io/acme/x`` is refused and
+    a validated one admitted (a spelling the references missed would be admitted unchecked)."""
+    registry = attach(stub, (verification("validated"), SIGNER))
+    document = cluster_policy(["docker.io/acme/pytorch"], PUB, attest.VALIDATED_PREDICATE)
+    for spelled in SPELLINGS["docker.io/acme/pytorch"]:
+        assert kyverno_admits(document, registry, [f"{spelled}@{DIGEST}"]), spelled
+        assert not kyverno_admits(document, registry, [f"{spelled}@sha256:{'e' * 64}"]), spelled
