@@ -37,7 +37,7 @@ from imagekit.core.errors import InputError
 
 KYVERNO_POLICY_FILE = "imagekit-attestation-policy.kyverno.yaml"  # the ClusterPolicy
 KYVERNO_IVPOL_POLICY_FILE = "imagekit-attestation-policy.kyverno-ivpol.yaml"
-# Where the verifiers' behaviour was read, for the messages and the README.
+# The upstream issue that keeps the ImageValidatingPolicy from admitting (module docstring)
 KYVERNO_TLOG_ISSUE = "kyverno/kyverno#17109"
 KYVERNO_POLICY_NAME = "imagekit-verified-images"
 ATTESTOR = "imagekit"  # the attestor's name in the ImageValidatingPolicy, as CEL refers to it
