@@ -333,8 +333,9 @@ def k8s(
         list[str] | None,
         typer.Option(
             "--policy",
-            help="kyverno (a Kyverno ImageValidatingPolicy, Kyverno 1.17+), kyverno-legacy (the"
-            " deprecated Kyverno ClusterPolicy, for an older Kyverno; validated only) or sigstore (a"
+            help="kyverno (a Kyverno ClusterPolicy, Kyverno 1.13-1.19; validated only; kyverno-legacy is"
+            " its former name), kyverno-ivpol (a Kyverno ImageValidatingPolicy, for a Kyverno with the"
+            " fix for kyverno/kyverno#17109: 1.17-1.19 deny every image under it) or sigstore (a"
             " Sigstore policy-controller ClusterImagePolicy), repeatable: also write an admission policy"
             " admitting only images of the published repository whose digest carries an imagekit"
             " attestation signed by --key.",

@@ -1,8 +1,9 @@
 """Admission on a cluster, written next to the Job manifests (``imagekit.k8s.manifests``) by
-`imagekit k8s --policy`: a Kyverno ImageValidatingPolicy (``kyverno``), the deprecated Kyverno
-ClusterPolicy (``kyverno-legacy``; both in ``imagekit.k8s.kyverno``) or a Sigstore policy-controller
-ClusterImagePolicy (``sigstore``). Each admits only images carrying a valid imagekit attestation
-(``imagekit.attest.statements``).
+`imagekit k8s --policy`: a Kyverno ClusterPolicy (``kyverno``, or its former name
+``kyverno-legacy``), a Kyverno ImageValidatingPolicy (``kyverno-ivpol``; both in
+``imagekit.k8s.kyverno``, which says why ``kyverno`` is the ClusterPolicy) or a Sigstore
+policy-controller ClusterImagePolicy (``sigstore``). Each admits only images carrying a valid
+imagekit attestation (``imagekit.attest.statements``).
 
 All check the digest a pod pulls: an image's manifest digest, or for a group of platforms the
 index digest, whose attestation has the same predicate type and the same ``verdict`` and
@@ -22,22 +23,24 @@ from imagekit.attest.statements import PREDICATE_CONDITIONS, VERIFICATION_PREDIC
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.kyverno import (
-    KYVERNO_LEGACY_POLICY_FILE,
+    KYVERNO_IVPOL_POLICY_FILE,
     KYVERNO_POLICY_FILE,
+    cluster_policy,
+    cluster_policy_problem,
     image_validating_policy,
-    legacy_cluster_policy,
-    legacy_problem,
 )
 
 SIGSTORE_POLICY_FILE = "imagekit-attestation-policy.sigstore.yaml"
 SIGSTORE_POLICY_NAME = "imagekit-verified-images"
-POLICIES = ("kyverno", "kyverno-legacy", "sigstore")  # what `imagekit k8s --policy` writes
+# what `imagekit k8s --policy` writes; kyverno-legacy is kyverno's former name (the same ClusterPolicy)
+POLICIES = ("kyverno", "kyverno-ivpol", "kyverno-legacy", "sigstore")
+CLUSTER_POLICY_NAMES = ("kyverno", "kyverno-legacy")
 
 
 def check_policies(policies: Sequence[str] | None, key: Path | None, attestation_policy: str) -> Path | None:
     """The public key of ``--policy``, None without one; before anything is fetched or written,
     an InputError for a policy name imagekit does not write, a policy without ``--key``, and the
-    legacy Kyverno policy asked to admit checked images (it cannot admit validated ones beside)."""
+    Kyverno ClusterPolicy asked to admit checked images (it cannot admit validated ones beside)."""
     for policy in policies or ():
         if policy not in POLICIES:
             raise InputError(f"--policy {shown(policy)}: use {', '.join(POLICIES[:-1])} or {POLICIES[-1]}")
@@ -50,9 +53,10 @@ def check_policies(policies: Sequence[str] | None, key: Path | None, attestation
     predicate_type = VERIFICATION_PREDICATES.get(attestation_policy)
     if predicate_type is None:
         raise InputError(f"--attestation-policy {shown(attestation_policy)}: use validated or checked")
-    problem = legacy_problem(predicate_type)
-    if "kyverno-legacy" in policies and problem is not None:
-        raise InputError(problem)
+    for policy in policies:
+        problem = cluster_policy_problem(predicate_type, policy)
+        if policy in CLUSTER_POLICY_NAMES and problem is not None:
+            raise InputError(problem)
     return key
 
 
@@ -63,8 +67,9 @@ def policy_files(
     ``repositories``' digests whose attestation ``public_pem`` verifies and ``predicate_type``'s
     policy accepts."""
     writers = {
-        "kyverno": (KYVERNO_POLICY_FILE, image_validating_policy),
-        "kyverno-legacy": (KYVERNO_LEGACY_POLICY_FILE, legacy_cluster_policy),
+        "kyverno": (KYVERNO_POLICY_FILE, cluster_policy),
+        "kyverno-legacy": (KYVERNO_POLICY_FILE, cluster_policy),  # one file, however it is named
+        "kyverno-ivpol": (KYVERNO_IVPOL_POLICY_FILE, image_validating_policy),
         "sigstore": (SIGSTORE_POLICY_FILE, sigstore_policy),
     }
     return {

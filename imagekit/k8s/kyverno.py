@@ -1,18 +1,29 @@
 """Kyverno admission policies `imagekit k8s --policy` writes (``imagekit.k8s.admission`` has the
-other kind and the CLI's choices):
+other kind and the CLI's choices). Which Kyverno kind admits an imagekit attestation is decided by
+the verifier behind it, not by the document: imagekit signs with a key and writes no
+transparency-log entry, so a verifier admits only where "ignore the log" is honoured for
+attestations. Read in kyverno/kyverno at v1.17.0 to v1.19.0 (and main, 2026-08-21):
 
-- ``kyverno``: an ``ImageValidatingPolicy`` (``policies.kyverno.io/v1``, served since Kyverno 1.17),
-  its checks CEL expressions over the verified attestation's in-toto Statement;
-- ``kyverno-legacy``: the ``ClusterPolicy`` (``kyverno.io/v1``, deprecated since Kyverno 1.17, its
-  removal planned), for clusters on an older Kyverno, its enforcement set per rule (``failureAction``),
-  not by the deprecated spec-level ``validationFailureAction``.
+- ``kyverno``: the ``ClusterPolicy`` (``kyverno.io/v1`` ``verifyImages``). Its cosign verifier
+  (``pkg/image/verifiers/cpol/cosign/cosign.go`` ``buildCosignOptions``, v1.19.0) passes
+  ``keys.rekor.ignoreTlog`` to cosign's ``CheckOpts.IgnoreTlog``, and ``FetchAttestations``
+  (``cpol/cosign/verifier.go``) only logs cosign's ``bundleVerified``: a key-signed attestation
+  without a log entry is admitted, as ``cosign verify-attestation --insecure-ignore-tlog`` does.
+  Served by Kyverno 1.13 (per-rule ``failureAction``) to 1.19; deprecated since 1.17, its removal
+  planned for 1.20. It cannot admit "this type or that one" (every attestation a rule lists must
+  be found), so it is written for the validated policy only (``cluster_policy_problem``).
+- ``kyverno-ivpol``: an ``ImageValidatingPolicy`` (``policies.kyverno.io/v1``), its checks CEL over
+  the verified Statement. Its attestation verifier (``pkg/image/verifiers/ivpol/cosign/verifier.go``
+  ``VerifyAttestationSignature``) refuses every attestation cosign verified without a log bundle
+  ("cosign bundle verification failed"), whatever ``ctlog.insecureIgnoreTlog`` says, in every
+  release up to 1.19.0: kyverno/kyverno#17109, its fix #17217 unmerged. It is written for a Kyverno
+  that carries that fix; on 1.17 to 1.19 it denies every imagekit image.
+- ``kyverno-legacy``: the former name of ``kyverno``'s ClusterPolicy, the same document.
 
 Both admit an image of the published repositories only by a digest carrying a verification
 attestation signed by the key, whose predicate says what its type claims
-(``statements.PREDICATE_CONDITIONS``). A policy asking for checked admits a gpu-validated digest
-too (``statements.admitted_types``): the ImageValidatingPolicy says "this type, or that one" in one
-CEL expression. The ClusterPolicy cannot (every attestation a rule lists must be found, and every
-rule must pass), so it is written for the validated policy only.
+(``statements.PREDICATE_CONDITIONS``). The ImageValidatingPolicy asking for checked admits a
+gpu-validated digest too (``statements.admitted_types``) in one CEL expression.
 """
 
 from __future__ import annotations
@@ -24,8 +35,10 @@ from typing import Any
 from imagekit.attest.statements import PREDICATE_CONDITIONS, VERIFICATION_PREDICATES, admitted_types
 from imagekit.core.errors import InputError
 
-KYVERNO_POLICY_FILE = "imagekit-attestation-policy.kyverno.yaml"
-KYVERNO_LEGACY_POLICY_FILE = "imagekit-attestation-policy.kyverno-legacy.yaml"
+KYVERNO_POLICY_FILE = "imagekit-attestation-policy.kyverno.yaml"  # the ClusterPolicy
+KYVERNO_IVPOL_POLICY_FILE = "imagekit-attestation-policy.kyverno-ivpol.yaml"
+# The upstream issue that keeps the ImageValidatingPolicy from admitting (module docstring)
+KYVERNO_TLOG_ISSUE = "kyverno/kyverno#17109"
 KYVERNO_POLICY_NAME = "imagekit-verified-images"
 ATTESTOR = "imagekit"  # the attestor's name in the ImageValidatingPolicy, as CEL refers to it
 WEBHOOK_TIMEOUT_S = 30  # verifying fetches the attestations from the registry
@@ -77,19 +90,32 @@ def admission_expression(predicate_type: str) -> str:
     return f"images.all(kind, images[kind].all(image,\n  {either}))\n"
 
 
-def image_globs(repositories: Sequence[str]) -> list[str]:
-    """matchImageReferences' globs: the repository's tags and digests (``repo:*``, ``repo@*``; a
-    literal ``:`` or ``@`` follows the name, so ``repo-staging`` is not matched). Kyverno matches
-    the reference as the pod spells it, so a Docker Hub repository is matched by every spelling."""
+def image_names(repositories: Sequence[str]) -> list[str]:
+    """Every spelling of the repositories a pod's image can reach Kyverno as. A Docker Hub
+    repository is spelled ``docker.io/acme/x``, ``index.docker.io/acme/x`` or ``acme/x``, and an
+    official one ``library/x`` or ``x`` besides; the ClusterPolicy matches the name as Kyverno
+    renders it (``pkg/utils/image/infos.go`` ``GetImageInfo``: ``docker.io/`` put before a name
+    without a registry, not ``library/``, so ``x`` is ``docker.io/x``; the bare name when the
+    default-registry mutation is off), the ImageValidatingPolicy as the pod spells it: a spelling
+    not listed is an image neither policy looks at."""
     names: set[str] = set()
     for repository in repositories:
         names.add(repository)
         if repository.startswith("docker.io/"):
             path = repository.removeprefix("docker.io/")
-            names.update({f"index.docker.io/{path}", path})
-            if path.startswith("library/"):
-                names.add(path.removeprefix("library/"))
-    return [f"{name}{suffix}" for name in sorted(names) for suffix in (":*", "@*")]
+            paths = {path, path.removeprefix("library/")}
+            names.update(f"{host}{p}" for p in paths for host in ("", "docker.io/", "index.docker.io/"))
+    return sorted(names)
+
+
+def image_globs(repositories: Sequence[str], bare: bool = False) -> list[str]:
+    """The globs of the repository's tags and digests (``repo:*``, ``repo@*``; a literal ``:`` or
+    ``@`` follows the name, so ``repo-staging`` is not matched), for every spelling
+    (``image_names``). ``bare`` adds the name alone: an ImageValidatingPolicy sees ``repo`` as the
+    pod spells it, without the ``:latest`` Kyverno gives it when it pulls (the ClusterPolicy
+    sees the name with it)."""
+    suffixes = ("", ":*", "@*") if bare else (":*", "@*")
+    return [f"{name}{suffix}" for name in image_names(repositories) for suffix in suffixes]
 
 
 def image_validating_policy(
@@ -99,7 +125,8 @@ def image_validating_policy(
     digest whose attestation (cosign's key-based layout, which imagekit writes) ``public_pem``
     verifies and whose Statement passes ``admission_expression``. Kyverno resolves a tag to its
     digest and pins it (``mutateDigest``); imagekit writes no transparency-log entry, so none is
-    looked for."""
+    looked for (``insecureIgnoreTlog``), which Kyverno's attestation verifier honours only with
+    the fix for kyverno/kyverno#17109 (none released up to 1.19.0): see the module's docstring."""
     kinds = admitted_types(predicate_type)
     return {
         "apiVersion": "policies.kyverno.io/v1",
@@ -126,7 +153,7 @@ def image_validating_policy(
                     }
                 ]
             },
-            "matchImageReferences": [{"glob": glob} for glob in image_globs(repositories)],
+            "matchImageReferences": [{"glob": glob} for glob in image_globs(repositories, bare=True)],
             "validationConfigurations": {"required": True, "verifyDigest": True, "mutateDigest": True},
             "attestors": [
                 {
@@ -152,30 +179,33 @@ def image_validating_policy(
     }
 
 
-def legacy_problem(predicate_type: str) -> str | None:
-    """Why the ClusterPolicy cannot be written for ``predicate_type``'s policy; None when it can."""
+def cluster_policy_problem(predicate_type: str, policy: str = "kyverno") -> str | None:
+    """Why the ClusterPolicy (``--policy``'s ``policy``) cannot be written for ``predicate_type``'s
+    policy; None when it can."""
     if admitted_types(predicate_type) == (predicate_type,):
         return None
     return (
-        "--policy kyverno-legacy cannot admit checked images: a Kyverno ClusterPolicy cannot accept"
-        " either attestation type, so it would refuse gpu-validated ones; use --policy kyverno"
-        " (ImageValidatingPolicy, Kyverno 1.17+) or sigstore, or --attestation-policy validated"
+        f"--policy {policy} cannot admit checked images: a Kyverno ClusterPolicy requires every"
+        " attestation type it lists, so it would refuse gpu-validated ones; use --policy sigstore"
+        " or --attestation-policy validated (--policy kyverno-ivpol admits either, but only on a"
+        f" Kyverno whose ImageValidatingPolicy verifies attestations without a log: {KYVERNO_TLOG_ISSUE})"
     )
 
 
-def legacy_cluster_policy(
-    repositories: Sequence[str], public_pem: str, predicate_type: str
-) -> dict[str, Any]:
-    """The deprecated Kyverno ClusterPolicy, for a policy that admits one attestation type (the
-    validated one; ``legacy_problem``), enforcing per rule: ``verifyImages[].failureAction``."""
-    problem = legacy_problem(predicate_type)
+def cluster_policy(repositories: Sequence[str], public_pem: str, predicate_type: str) -> dict[str, Any]:
+    """The Kyverno ClusterPolicy, for a policy that admits one attestation type (the validated
+    one; ``cluster_policy_problem``), enforcing per rule (``verifyImages[].failureAction``, not
+    the deprecated spec-level ``validationFailureAction``). ``rekor.ignoreTlog`` is what lets
+    Kyverno's verifier admit a key-signed attestation without a log entry (module docstring);
+    ``ctlog.ignoreSCT`` keeps it from loading the CT log's keys, which a key has no use for."""
+    problem = cluster_policy_problem(predicate_type)
     if problem is not None:
         raise InputError(problem)
     conditions = [
         {"key": f"{{{{ {path} }}}}", "operator": "Equals", "value": allowed[0]}
         for path, allowed in PREDICATE_CONDITIONS[predicate_type].items()
     ]
-    references = sorted({f"{r}{suffix}" for r in repositories for suffix in (":*", "@*")})
+    references = image_globs(repositories)  # Kyverno gives a name without a tag ``:latest``
     key = {
         "publicKeys": public_pem.strip(),
         "signatureAlgorithm": "sha256",

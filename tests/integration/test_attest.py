@@ -247,13 +247,13 @@ def test_published_digests_carry_signed_attestations_and_sboms(
     )  # fmt: skip
     assert kube.returncode == 0, kube.stderr
     policy = yaml.safe_load((out / "imagekit-attestation-policy.kyverno.yaml").read_text())
-    assert policy["kind"] == "ImageValidatingPolicy" and policy["apiVersion"] == "policies.kyverno.io/v1"
-    spec = policy["spec"]
-    assert [m["glob"] for m in spec["matchImageReferences"]] == [
-        f"{gpu['repository']}{s}" for s in (":*", "@*")
-    ]
-    assert [a["intoto"]["type"] for a in spec["attestations"]] == [VALIDATED]
-    assert spec["attestors"][0]["cosign"]["key"]["data"].strip() == public.read_text().strip()
+    assert policy["kind"] == "ClusterPolicy" and policy["apiVersion"] == "kyverno.io/v1"
+    (verify,) = policy["spec"]["rules"][0]["verifyImages"]
+    assert verify["imageReferences"] == [f"{gpu['repository']}{s}" for s in (":*", "@*")]
+    (attestation,) = verify["attestations"]
+    assert attestation["type"] == VALIDATED
+    keys = attestation["attestors"][0]["entries"][0]["keys"]
+    assert keys["publicKeys"].strip() == public.read_text().strip() and keys["rekor"] == {"ignoreTlog": True}
     no_cpu = project.run(
         "k8s", "--matrix", "matrix.yaml", "--only", cpu_cell, "--require-attestation", str(public),
         "--out", str(tmp_path / "k8s-cpu"),

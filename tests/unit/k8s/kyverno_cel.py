@@ -1,15 +1,15 @@
-"""An ImageValidatingPolicy's admission decision, its CEL evaluated by cel-python against signed
-attestations: a stand-in for Kyverno's image verification library with its semantics
+"""An ImageValidatingPolicy's admission decision, its CEL evaluated by cel-python against the
+attestations imagekit attaches: Kyverno's image verification library with its semantics
 (kyverno/kyverno v1.19.0, pkg/cel/libs/imageverify/impl.go and
 pkg/image/verification/evaluator/policy.go), over exactly what the policies imagekit writes use:
 
 - ``images``: per container kind, the pod's image references that ``matchImageReferences`` matched
   (a glob in gobwas' syntax, where ``*`` is any run of characters), always a list;
 - ``attestations``: each attestation's name to itself, ``attestors``: each attestor by name;
-- ``verifyAttestationSignatures(image, attestation, [attestor])``: how many of the attestors verify
-  an in-toto attestation of the attestation's type attached to the image (0 for an image the
-  policy does not match); here a DSSE envelope that ``attest.open_envelope`` opens with the
-  attestor's key and whose Statement is of that type and about that digest;
+- ``verifyAttestationSignatures(image, attestation, [attestor])``: how many of the attestors'
+  ``VerifyAttestationSignature`` return no error (impl.go L214-325; 0 for an image the policy does
+  not match), that verifier modelled from its source in ``kyverno_verifier``, as of v1.19.0 or
+  with kyverno/kyverno#17217 applied (``with_17217``);
 - ``extractPayload(image, attestation)``: that verified Statement; an error for one not verified
   ("cannot be fetched before verifying").
 
@@ -25,9 +25,8 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from imagekit.attest import statements as attest
+from tests.unit.k8s.kyverno_verifier import Refused, StubRegistry, ivpol_verify_attestation_signature
 
 
 def glob_matches(glob: str, image: str) -> bool:
@@ -35,16 +34,10 @@ def glob_matches(glob: str, image: str) -> bool:
 
 
 @dataclass
-class Registry:
-    """The attestations attached to each digest: image reference -> DSSE envelopes."""
-
-    attached: dict[str, list[bytes]] = field(default_factory=dict)
-
-
-@dataclass
 class Evaluation:
     policy: Mapping[str, Any]
-    registry: Registry
+    registry: StubRegistry
+    with_17217: bool = False
     verified: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -55,29 +48,23 @@ class Evaluation:
     def matches(self, image: str) -> bool:
         return any(glob_matches(m["glob"], image) for m in self.spec["matchImageReferences"])
 
-    def _key(self, attestor: Mapping[str, Any]) -> attest.PublicKey:
-        key = load_pem_public_key(attestor["cosign"]["key"]["data"].encode())
-        return attest.PublicKey(key, attest.key_id(key), attestor["name"])
-
     def verify(self, image: Any, name: Any, attestors: Any) -> celtypes.IntType:
         image, name = str(image), str(name)
         if not self.matches(image):
             return celtypes.IntType(0)
         (kind,) = [a["intoto"]["type"] for a in self.spec["attestations"] if a["name"] == name]
-        digest = image.rsplit("@", 1)[-1].removeprefix("sha256:")
         count = 0
         for attestor in attestors:
-            key = self._key(_native(attestor))
-            for envelope in self.registry.attached.get(image, []):
-                try:
-                    statement = attest.open_envelope(envelope, key)
-                except attest.AttestationError:
-                    continue
-                subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
-                if statement.get("predicateType") == kind and digest in subjects:
-                    self.verified[(image, name)] = statement
-                    count += 1
-                    break
+            try:
+                payloads = ivpol_verify_attestation_signature(
+                    _native(attestor), kind, self.registry, image, self.with_17217
+                )
+            except Refused:
+                continue
+            # AddVerifiedIntotoPayloads keeps one payload per type, the last verified (kyverno/sdk
+            # extensions/imagedataloader/loader.go L299-305 at 376d9112e381): extractPayload reads it
+            self.verified[(image, name)] = payloads[-1]
+            count += 1
         return celtypes.IntType(count)
 
     def payload(self, image: Any, name: Any) -> Any:
@@ -106,10 +93,16 @@ def compile_validations(policy: Mapping[str, Any]) -> list[Any]:
     return [env.compile(v["expression"]) for v in policy["spec"]["validations"]]
 
 
-def admitted(policy: Mapping[str, Any], registry: Registry, pod_images: Mapping[str, Sequence[str]]) -> bool:
+def admitted(
+    policy: Mapping[str, Any],
+    registry: StubRegistry,
+    pod_images: Mapping[str, Sequence[str]],
+    with_17217: bool = False,
+) -> bool:
     """Whether Kyverno admits a pod with ``pod_images`` (container kind -> references, pinned by
-    digest as ``mutateDigest`` leaves them) under ``policy``: every validation evaluates to true."""
-    evaluation = Evaluation(policy, registry)
+    digest as ``mutateDigest`` leaves them) under ``policy``: every validation evaluates to true;
+    as Kyverno 1.17.0 to 1.19.0 decide, or with kyverno/kyverno#17217 (``with_17217``)."""
+    evaluation = Evaluation(policy, registry, with_17217)
     spec = policy["spec"]
     images = {kind: [i for i in refs if evaluation.matches(i)] for kind, refs in pod_images.items()}
     activation = {

@@ -19,7 +19,7 @@ import yaml
 from imagekit.attest import statements as attest
 from imagekit.attest.index import PlatformProof, index_predicate
 from imagekit.k8s.admission import SIGSTORE_POLICY_FILE, cue_policy, render_policy, sigstore_policy
-from imagekit.k8s.kyverno import KYVERNO_LEGACY_POLICY_FILE, KYVERNO_POLICY_FILE
+from imagekit.k8s.kyverno import KYVERNO_IVPOL_POLICY_FILE, KYVERNO_POLICY_FILE
 from imagekit.plan.matrix import load_plan
 from imagekit.report.lockfile import merge_lock
 from tests.conftest import REPO, run_cli
@@ -146,28 +146,35 @@ def test_k8s_writes_every_policy_and_refuses_an_unknown_one(tmp_path: Path) -> N
     base = ("k8s", "-m", str(REPO / "matrix.yaml"), "--only", cell, "--lock", str(lock))
     out = tmp_path / "k8s"
     key = ("--key", str(tmp_path / "k.pub"))
-    policies = ("--policy", "kyverno", "--policy", "kyverno-legacy", "--policy", "sigstore", *key)
+    policies = ("--policy", "kyverno", "--policy", "kyverno-ivpol", "--policy", "sigstore", *key)
     done = run_cli(*base, "--out", str(out), *policies)
     assert done.exit_code == 0, done.stderr
     sigstore = yaml.safe_load((out / SIGSTORE_POLICY_FILE).read_text())
     assert sigstore["spec"]["authorities"][0]["key"]["data"] == PEM
     assert sigstore["spec"]["images"][0]["glob"] == "ghcr.io/imagekit/pytorch:*"
     kyverno = yaml.safe_load((out / KYVERNO_POLICY_FILE).read_text())
-    assert (kyverno["apiVersion"], kyverno["kind"]) == ("policies.kyverno.io/v1", "ImageValidatingPolicy")
-    assert kyverno["spec"]["attestors"][0]["cosign"]["key"]["data"] == PEM
-    legacy = yaml.safe_load((out / KYVERNO_LEGACY_POLICY_FILE).read_text())
-    assert (legacy["apiVersion"], legacy["kind"]) == ("kyverno.io/v1", "ClusterPolicy")
-    only_new = run_cli(*base, "--out", str(tmp_path / "k8s-1"), "--policy", "kyverno", *key)
-    assert only_new.exit_code == 0, only_new.stderr
-    assert not (tmp_path / "k8s-1" / KYVERNO_LEGACY_POLICY_FILE).exists()
+    assert (kyverno["apiVersion"], kyverno["kind"]) == ("kyverno.io/v1", "ClusterPolicy")
+    keys = kyverno["spec"]["rules"][0]["verifyImages"][0]["attestations"][0]["attestors"][0]["entries"][0][
+        "keys"
+    ]
+    assert keys["publicKeys"] == PEM.strip()
+    ivpol = yaml.safe_load((out / KYVERNO_IVPOL_POLICY_FILE).read_text())
+    assert (ivpol["apiVersion"], ivpol["kind"]) == ("policies.kyverno.io/v1", "ImageValidatingPolicy")
+    assert ivpol["spec"]["attestors"][0]["cosign"]["key"]["data"] == PEM
+    only_new = run_cli(*base, "--out", str(tmp_path / "k8s-1"), "--policy", "kyverno-legacy", *key)
+    assert only_new.exit_code == 0, only_new.stderr  # the former name: the same ClusterPolicy, one file
+    assert [p.name for p in (tmp_path / "k8s-1").glob("imagekit-attestation-policy.*")] == [
+        KYVERNO_POLICY_FILE
+    ]
     unknown = run_cli(*base, "--out", str(tmp_path / "k8s-2"), "--policy", "gatekeeper", *key)
     assert unknown.exit_code == 2 and not (tmp_path / "k8s-2").exists()
-    assert "--policy 'gatekeeper': use kyverno, kyverno-legacy or sigstore" in unknown.stderr
+    assert "--policy 'gatekeeper': use kyverno, kyverno-ivpol, kyverno-legacy or sigstore" in unknown.stderr
     keyless = run_cli(*base, "--out", str(tmp_path / "k8s-3"), "--policy", "sigstore")
     assert keyless.exit_code == 2 and "--policy sigstore needs --key PUB" in keyless.stderr
 
 
-def test_the_legacy_kyverno_policy_is_refused_for_checked_images(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["kyverno", "kyverno-legacy"])
+def test_the_kyverno_cluster_policy_is_refused_for_checked_images(tmp_path: Path, name: str) -> None:
     """A ClusterPolicy cannot admit either attestation type: one line, exit 2, nothing written."""
     cell = load_plan(REPO / "matrix.yaml").cells[0].id
     lock = tmp_path / "images.lock.json"
@@ -176,11 +183,13 @@ def test_the_legacy_kyverno_policy_is_refused_for_checked_images(tmp_path: Path)
     base = ("k8s", "-m", str(REPO / "matrix.yaml"), "--only", cell, "--lock", str(lock))
     out = tmp_path / "k8s"
     checked = ("--attestation-policy", "checked", "--key", str(tmp_path / "k.pub"))
-    refused = run_cli(*base, "--out", str(out), "--policy", "kyverno-legacy", *checked)
+    refused = run_cli(*base, "--out", str(out), "--policy", "sigstore", "--policy", name, *checked)
     assert refused.exit_code == 2 and not out.exists()
     (line,) = refused.stderr.strip().splitlines()
-    assert "--policy kyverno-legacy cannot admit checked images" in line and "--policy kyverno" in line
-    admitted = run_cli(*base, "--out", str(out), "--policy", "kyverno", "--policy", "sigstore", *checked)
+    assert f"--policy {name} cannot admit checked images" in line and "--policy sigstore" in line
+    admitted = run_cli(
+        *base, "--out", str(out), "--policy", "kyverno-ivpol", "--policy", "sigstore", *checked
+    )
     assert admitted.exit_code == 0, admitted.stderr
     bad = run_cli(*base, "--out", str(tmp_path / "k8s-2"), "--policy", "kyverno", "--attestation-policy",
                   "gpu", "--key", str(tmp_path / "k.pub"))  # fmt: skip

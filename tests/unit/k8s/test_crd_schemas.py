@@ -1,4 +1,4 @@
-"""The Kyverno documents `imagekit k8s --policy kyverno|kyverno-legacy` writes, held by
+"""The Kyverno documents `imagekit k8s --policy kyverno|kyverno-ivpol` writes, held by
 check-jsonschema to the CRDs' published schemas (tests/fixtures/crds/, their source and release in
 its README), read strictly as the API server reads them (``crd_schema``): every field the document
 writes must be one the CRD declares, with the type and values it allows. Offline: the schemas are
@@ -18,7 +18,7 @@ import yaml
 
 from imagekit.attest import statements as attest
 from imagekit.k8s.admission import render_policy
-from imagekit.k8s.kyverno import image_validating_policy, legacy_cluster_policy
+from imagekit.k8s.kyverno import cluster_policy, image_validating_policy
 from tests.unit.attest_samples import private_pem, public_pem_of
 from tests.unit.k8s.crd_schema import strict_schema, write_strict_schema
 
@@ -44,13 +44,13 @@ SCHEMAS: dict[str, tuple[str, str, Writer, tuple[str, ...]]] = {
     "kyverno/1.13.0/clusterpolicy-v1.json": (
         "kyverno.io/v1",
         "ClusterPolicy",
-        legacy_cluster_policy,
+        cluster_policy,
         (attest.VALIDATED_PREDICATE,),
     ),
     "kyverno/1.19.0/clusterpolicy-v1.json": (
         "kyverno.io/v1",
         "ClusterPolicy",
-        legacy_cluster_policy,
+        cluster_policy,
         (attest.VALIDATED_PREDICATE,),
     ),
 }

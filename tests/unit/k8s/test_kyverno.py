@@ -1,29 +1,35 @@
-"""The Kyverno policies `imagekit k8s --policy kyverno|kyverno-legacy` writes. The
-ImageValidatingPolicy's CEL is evaluated by cel-python (``kyverno_cel``) against DSSE envelopes
-imagekit's own attest code signs: Statements of a GPU runner's and of a CPU runner's verification,
-an index's, and edited, misdirected or foreign-signed ones. What it admits is held to what
-`imagekit attest verify` accepts (``attest.judge``) for the same Statement and policy."""
+"""The Kyverno policies `imagekit k8s --policy kyverno|kyverno-ivpol` writes. The
+ImageValidatingPolicy's CEL is evaluated by cel-python (``kyverno_cel``) against the attestations
+imagekit's own attest code signs and attaches (to an OCI stub): Statements of a GPU runner's and of
+a CPU runner's verification, an index's, and edited, misdirected or foreign-signed ones, each
+attestation verified as Kyverno's verifier does (``kyverno_verifier``). What it admits with
+kyverno/kyverno#17217 applied is held to what `imagekit attest verify` accepts (``attest.judge``)
+for the same Statement and policy; as Kyverno 1.17.0 to 1.19.0 verify, it admits none."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from imagekit.attest import statements as attest
+from imagekit.attest.attach import attach_envelopes
 from imagekit.attest.index import PlatformProof, index_predicate
 from imagekit.core.errors import InputError
 from imagekit.k8s.kyverno import (
     admission_expression,
+    cluster_policy,
     image_globs,
     image_validating_policy,
-    legacy_cluster_policy,
 )
+from imagekit.registry.manifest import OCI_INDEX, OCI_MANIFEST, Manifest
 from tests.unit.attest_samples import DIGEST, SUBJECT, gpu_verification, private_pem, public_pem_of
-from tests.unit.k8s.kyverno_cel import Registry, admitted, compile_validations, glob_matches
+from tests.unit.k8s.kyverno_cel import admitted, compile_validations, glob_matches
+from tests.unit.k8s.kyverno_verifier import StubRegistry
+from tests.unit.oci_stub import OciStub, oci_stub
 
 REPOSITORY = "ghcr.io/acme/pytorch"
 INDEX_DIGEST = "sha256:" + "9" * 64
@@ -100,20 +106,34 @@ CASES: dict[
 }
 
 
-def _attached(name: str) -> tuple[str, Registry, dict[str, Any]]:
+@pytest.fixture
+def stub() -> Iterator[OciStub]:
+    with oci_stub() as made:
+        yield made
+
+
+def _attached(stub: OciStub, name: str) -> tuple[str, StubRegistry, dict[str, Any]]:
+    """The case's Statement signed and attached by imagekit (``attach_envelopes``) to its digest in
+    the stub, which stands in for ghcr.io: the image reference, the registry Kyverno reads, the
+    Statement."""
     make, edit, signer, _, _ = CASES[name]
     statement = make()
     if edit is not None:
         edit(statement)
-    digest = INDEX_DIGEST if statement["predicate"].get("index") else DIGEST
-    image = f"{REPOSITORY}@{digest}"
-    envelope = attest.sign_statement(statement, SIGNER if signer == "key" else STRANGER)
-    return image, Registry({image: [envelope]}), statement
+    index = bool(statement["predicate"].get("index"))
+    digest = INDEX_DIGEST if index else DIGEST
+    subject = Manifest(digest, OCI_INDEX if index else OCI_MANIFEST, b"{}")
+    client = stub.client()
+    attach_envelopes(
+        client, REPOSITORY.split("/", 1)[1], subject, [statement], SIGNER if signer == "key" else STRANGER
+    )
+    client.close()
+    return f"{REPOSITORY}@{digest}", StubRegistry(stub), statement
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_what_each_policy_admits_evaluated_in_cel(name: str) -> None:
-    image, registry, statement = _attached(name)
+def test_what_each_policy_admits_evaluated_in_cel(stub: OciStub, name: str) -> None:
+    image, registry, statement = _attached(stub, name)
     *_, by_validated, by_checked = CASES[name]
     pod = {"containers": [image], "initContainers": [], "ephemeralContainers": []}
     for predicate_type, expected in (
@@ -121,7 +141,9 @@ def test_what_each_policy_admits_evaluated_in_cel(name: str) -> None:
         (attest.CHECKED_PREDICATE, by_checked),
     ):
         policy = image_validating_policy([REPOSITORY], PUB, predicate_type)
-        assert admitted(policy, registry, pod) is expected, (name, predicate_type)
+        assert admitted(policy, registry, pod, with_17217=True) is expected, (name, predicate_type)
+        # Kyverno 1.17.0-1.19.0: the attestation verifies without a log bundle, and is refused
+        assert not admitted(policy, registry, pod), (name, predicate_type)
         # `imagekit attest verify` with the same policy reaches the same verdict on the same Statement
         checked = predicate_type == attest.CHECKED_PREDICATE
         requirement = attest.Requirement("checked") if checked else attest.Requirement("validated")
@@ -131,17 +153,21 @@ def test_what_each_policy_admits_evaluated_in_cel(name: str) -> None:
         assert judged is expected, (name, predicate_type)
 
 
-def test_a_pod_is_admitted_only_when_every_matched_image_is() -> None:
-    image, registry, _ = _attached("gpu-validated image")
+def test_a_pod_is_admitted_only_when_every_matched_image_is(stub: OciStub) -> None:
+    image, registry, _ = _attached(stub, "gpu-validated image")
     unattested = f"{REPOSITORY}@sha256:{'e' * 64}"
     policy = image_validating_policy([REPOSITORY], PUB, attest.CHECKED_PREDICATE)
-    assert admitted(policy, registry, {"containers": [image], "initContainers": [image]})
-    assert not admitted(policy, registry, {"containers": [image], "initContainers": [unattested]})
-    assert not admitted(policy, registry, {"containers": [image], "ephemeralContainers": [unattested]})
-    assert not admitted(policy, registry, {"containers": [unattested]})
+
+    def admits(pod: dict[str, list[str]]) -> bool:
+        return admitted(policy, registry, pod, with_17217=True)
+
+    assert admits({"containers": [image], "initContainers": [image]})
+    assert not admits({"containers": [image], "initContainers": [unattested]})
+    assert not admits({"containers": [image], "ephemeralContainers": [unattested]})
+    assert not admits({"containers": [unattested]})
     # an image of another repository is not this policy's to judge
-    assert admitted(policy, registry, {"containers": [image, "docker.io/library/busybox:1.37"]})
-    assert admitted(policy, registry, {"containers": [f"{REPOSITORY}-staging@{DIGEST}"]})
+    assert admits({"containers": [image, "docker.io/library/busybox:1.37"]})
+    assert admits({"containers": [f"{REPOSITORY}-staging@{DIGEST}"]})
 
 
 def test_the_expressions_parse_and_read_the_conditions_of_each_type() -> None:
@@ -169,7 +195,11 @@ def test_the_policy_document() -> None:
     (attestor,) = spec["attestors"]
     assert attestor["cosign"]["key"] == {"data": PUB, "hashAlgorithm": "sha256"}
     assert attestor["cosign"]["ctlog"] == {"insecureIgnoreTlog": True, "insecureIgnoreSCT": True}
-    assert [m["glob"] for m in spec["matchImageReferences"]] == [f"{REPOSITORY}:*", f"{REPOSITORY}@*"]
+    assert [m["glob"] for m in spec["matchImageReferences"]] == [
+        REPOSITORY,
+        f"{REPOSITORY}:*",
+        f"{REPOSITORY}@*",
+    ]
     (rule,) = spec["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["pods"] and rule["operations"] == ["CREATE", "UPDATE"]
 
@@ -183,7 +213,14 @@ def test_the_policy_document() -> None:
         ),
         (
             "docker.io/library/pytorch",
-            ["docker.io/library/pytorch", "index.docker.io/library/pytorch", "library/pytorch", "pytorch"],
+            [
+                "docker.io/library/pytorch",
+                "docker.io/pytorch",
+                "index.docker.io/library/pytorch",
+                "index.docker.io/pytorch",
+                "library/pytorch",
+                "pytorch",
+            ],
         ),
         ("127.0.0.1:5000/acme/pytorch", ["127.0.0.1:5000/acme/pytorch"]),
     ],
@@ -199,10 +236,17 @@ def test_the_globs_match_every_spelling_of_the_repository_and_nothing_else(
         assert not any(
             glob_matches(g, f"{name}-staging:x") or glob_matches(g, f"{name}/other:x") for g in globs
         )
+    # the ImageValidatingPolicy sees the name as spelled: without a tag too
+    policy = image_validating_policy([repository], PUB, attest.VALIDATED_PREDICATE)
+    ivpol_globs = [m["glob"] for m in policy["spec"]["matchImageReferences"]]
+    assert ivpol_globs == image_globs([repository], bare=True)
+    for name in spellings:
+        assert any(glob_matches(g, name) for g in ivpol_globs)
+        assert not any(glob_matches(g, f"{name}-staging") for g in ivpol_globs)
 
 
-def test_the_legacy_cluster_policy_enforces_per_rule_with_the_same_conditions() -> None:
-    policy = legacy_cluster_policy([REPOSITORY], PUB, attest.VALIDATED_PREDICATE)
+def test_the_cluster_policy_enforces_per_rule_with_the_same_conditions() -> None:
+    policy = cluster_policy([REPOSITORY], PUB, attest.VALIDATED_PREDICATE)
     assert (policy["apiVersion"], policy["kind"]) == ("kyverno.io/v1", "ClusterPolicy")
     assert "validationFailureAction" not in policy["spec"]
     (rule,) = policy["spec"]["rules"]
@@ -219,6 +263,7 @@ def test_the_legacy_cluster_policy_enforces_per_rule_with_the_same_conditions() 
     assert (predicate["verdict"], predicate["gpu"]["visible"]) == ("validated", True)
 
 
-def test_the_legacy_cluster_policy_is_not_written_for_checked_images() -> None:
-    with pytest.raises(InputError, match="kyverno-legacy cannot admit checked images"):
-        legacy_cluster_policy([REPOSITORY], PUB, attest.CHECKED_PREDICATE)
+def test_the_cluster_policy_is_not_written_for_checked_images() -> None:
+    with pytest.raises(InputError, match="--policy kyverno cannot admit checked images") as refused:
+        cluster_policy([REPOSITORY], PUB, attest.CHECKED_PREDICATE)
+    assert "--policy sigstore" in str(refused.value) and "kyverno/kyverno#17109" in str(refused.value)
