@@ -426,7 +426,7 @@ def gate_for_run(
     """``publish``'s gate, every file read and matched to the report before anything moves."""
     policy = plan.advisory_policy
     gate = gate_of(read_scans(paths or ()), policy, {c.id: c for c in plan.cells}, threshold)
-    if gate is not None:
+    if gate is not None and gate.scans:
         known = {
             r.id: {
                 d
