@@ -42,6 +42,7 @@ from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable, shown
 from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.probe import protocol
+from imagekit.report.scans import ScanSummary
 from imagekit.report.verification import Verification, json_or_text
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -316,6 +317,9 @@ class Subject:
     # the advisories that affect what it installs, each waived by the matrix (with the reason) or
     # below its threshold: a verifier's policy may refuse what the matrix accepted
     advisories: tuple[AdvisoryFinding, ...] = ()
+    # what the scanners passed to publish found in the staged digest, counted per severity, and
+    # the findings at or above the threshold that a waiver let through
+    scans: tuple[ScanSummary, ...] = ()
 
 
 def verification_predicate(
@@ -368,6 +372,7 @@ def verification_predicate(
             "platform": subject.platform,
         },
         "advisories": [finding.as_json() for finding in subject.advisories],
+        "scans": [scan.as_json() for scan in subject.scans],
         "run": {
             "verified_at": verification.finished_at,
             "verified_digest": verification.image_digest,

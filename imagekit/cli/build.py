@@ -445,6 +445,7 @@ def report(
         console.print(Text(report_text.summary_line(the_report)))
         pulled = report_text.pull_rows(the_report)
         for title, headers, rows in (
+            ("vulnerability scans", report_text.SCAN_HEADERS, report_text.scan_rows(the_report)),
             (report_text.pull_line(the_report), report_text.PULL_HEADERS, pulled),
             ("published", report_text.PUBLISHED_HEADERS, report_text.published_rows(published)),
         ):

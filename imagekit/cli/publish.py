@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -77,6 +78,20 @@ def publish(
             " published digest; or the PEM itself in IMAGEKIT_SIGNING_KEY. Never printed.",
         ),
     ] = None,
+    scans: Annotated[
+        list[Path] | None,
+        path_option(
+            "--scan",
+            help="A scanner's JSON for a staged digest (trivy image --format json, grype -o json);"
+            " repeat it. A cell with an unwaived finding at or above the threshold is refused.",
+        ),
+    ] = None,
+    scan_threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--scan-threshold", help="critical, high, medium or low (default: advisories.scan.threshold)."
+        ),
+    ] = None,
 ) -> None:
     """Promote the cells that pass the matrix's publish policy, by manifest digest.
 
@@ -92,6 +107,7 @@ def publish(
     from imagekit.core import naming
     from imagekit.publish.policy import Refusal
     from imagekit.publish.promote import Published, PublishedIndex, PublishOptions, publish_cells
+    from imagekit.publish.scan_gate import gate_for_run, threshold_flag
     from imagekit.registry.client import Backoff
     from imagekit.report.lockfile import read_lock
     from imagekit.report.store import check_output_path, open_store, read_report
@@ -146,6 +162,9 @@ def publish(
         # checkout can preview); a real one holds the lock so no build rewrites the report meanwhile
         store = None if dry_run else held.enter_context(open_store(state_dir))
         report = read_report(state_dir) if store is None else store.require()
+        # every scan read and matched to the report's cells before anything moves
+        gate = gate_for_run(scans, the_plan, report, f"{state_dir}", threshold_flag(scan_threshold))
+        options = replace(options, scan_gate=gate)
         run = publish_cells(
             the_plan,
             cells,
@@ -156,8 +175,8 @@ def publish(
             on_refused=refused,
             on_published=published,
         )
-        if store is not None and run.costs:  # what a node pulls for each cell, in the report
-            store.save(report.with_pull_costs(dict(run.costs)))
+        if store is not None and (run.costs or run.scans):  # what a node pulls, what scans found
+            store.save(report.with_pull_costs(dict(run.costs)).with_scans(run.scans))
     target = naming.repository(host, settings.repository)
     if dry_run and not as_json:
         for candidate in run.singles:

@@ -221,6 +221,19 @@ MAX_REFERRERS = 1_000
 MAX_DUPLICATE_SONAMES = 200
 MAX_DUPLICATE_PATHS = 8
 
+# -- vulnerability scanners' findings (`imagekit publish --scan`) ----------------------------------------
+
+# One scanner's JSON for one image, as `trivy image --format json` or `grype -o json` writes it:
+# Trivy's of a Debian image with 6 findings is 10 kB (tests/fixtures/scans), a finding with its
+# description and references about 2 kB, so MAX_SCAN_FINDINGS of them are some 40 MB; Trivy's
+# --list-all-pkgs adds each package's installed files (a CUDA image: a few MB more). Past this a
+# file is no scan of one image, and is refused by its size before it is read.
+SCAN_BYTES = 64 << 20
+# Findings one scan may hold: a CUDA devel image on Ubuntu 22.04 gets a few thousand (most of them
+# low or negligible, in its ~500 Debian packages); 10^6 are a generated file, refused before one
+# finding is looked at.
+MAX_SCAN_FINDINGS = 20_000
+
 # -- Kubernetes DRA -----------------------------------------------------------------------------------
 
 # A GPU's product name as NVML reports it and NVIDIA's DRA driver publishes it (productName):

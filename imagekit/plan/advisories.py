@@ -15,9 +15,10 @@ affects (each problem one InputError line); one that waives nothing once the mat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from imagekit.core.errors import InputError
 from imagekit.core.paths import inside
@@ -27,6 +28,7 @@ from imagekit.facts.advisories import (
     Advisories,
     Advisory,
     AdvisoryFinding,
+    Severity,
     load_advisories,
     read_advisory_file,
 )
@@ -35,6 +37,21 @@ from imagekit.plan.rules import Request
 from imagekit.plan.schema import AdvisorySettings, Waiver
 
 IDS_SHOWN = 12  # advisory IDs an unknown-ID error lists (imagekit's own file has about a dozen)
+
+
+class Selectable(Protocol):
+    """What a waiver's keys select on: a combination's request, or a planned cell."""
+
+    @property
+    def base(self) -> str: ...
+    @property
+    def torch(self) -> str: ...
+    @property
+    def cuda(self) -> str: ...
+    @property
+    def flavour(self) -> str: ...
+    @property
+    def platform(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -47,7 +64,7 @@ class _Selected:
     torch: frozenset[str] | None
     cuda: frozenset[str] | None
 
-    def selects(self, request: Request) -> bool:
+    def selects(self, request: Selectable) -> bool:
         waiver = self.waiver
         return (
             (self.torch is None or request.torch in self.torch)
@@ -72,6 +89,10 @@ class AdvisoryPolicy:
     ) -> None:
         self.doc = doc
         self.threshold = settings.threshold
+        # The publish gate's threshold for a scanner's findings, resolved here once: its own, or
+        # the advisories' (``imagekit.publish.scan_gate``; --scan-threshold overrides it there).
+        self.scan_threshold: Severity = settings.scan.threshold or settings.threshold
+        self.scan_required = settings.scan.required
         data = known or load_advisories()
         self.sources = "imagekit/data/advisories.yaml"
         if settings.file is not None:
@@ -156,6 +177,17 @@ class AdvisoryPolicy:
             f" {first.fixed}: {first.summary}{also}; install a fixed version, or waive it for this cell"
             " in advisories.waive with a reason"
         )
+
+    def waiver_of(self, ids: Collection[str], cell: Selectable) -> tuple[str, str] | None:
+        """(advisory ID, reason) of the first waiver that selects ``cell`` for an advisory named
+        by one of ``ids`` (a scanner's finding: its own ID and those it lists as related), by the
+        advisory's ID or one of its aliases; None when no waiver covers it. A scanner's finding is
+        waived by the same entries as the plan's, never by a second list."""
+        for selected in self.waivers:
+            advisory = selected.advisory
+            if (advisory.id in ids or any(a in ids for a in advisory.aliases)) and selected.selects(cell):
+                return advisory.id, selected.waiver.reason
+        return None
 
     def unused(self) -> list[str]:
         """A warning per waiver that waived no finding of any planned cell: stale (its cells are

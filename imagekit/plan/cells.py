@@ -26,6 +26,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
 from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.facts.compat import Compat, Stack, load_compat
+from imagekit.plan.advisories import AdvisoryPolicy
 from imagekit.plan.schema import AXIS_KEYS, Matrix
 from imagekit.plan.schema_values import ServedFrontend
 
@@ -177,6 +178,9 @@ class Plan:
     # every base built from a local context, also one that only other bases derive from
     local_bases: tuple[LocalBase, ...] = field(default=())
     compat: Compat = field(default_factory=load_compat, compare=False, repr=False)  # the facts it used
+    # the matrix's advisories, threshold and waivers as the plan resolved them: publish's scan
+    # gate holds a scanner's findings against the same waivers (None: a plan made by hand)
+    advisory_policy: AdvisoryPolicy | None = field(default=None, compare=False, repr=False)
 
     @property
     def repository(self) -> str:

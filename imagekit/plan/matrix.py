@@ -65,6 +65,7 @@ def plan_matrix(matrix: Matrix, root: Path, doc: SourceDocument, compat: Compat 
         warnings=collapse(warnings + resolver.warnings),
         local_bases=local_bases,
         compat=resolver.compat,
+        advisory_policy=resolver.advisories,
     )
 
 

@@ -357,6 +357,22 @@ class Waiver(StrictModel):
         return None if value is None else non_empty_unique(value)
 
 
+class ScanSettings(StrictModel):
+    """The vulnerability gate of `imagekit publish`: a scanner's findings (Trivy's or Grype's JSON,
+    `--scan FILE`) for each staged digest, refused at or above the threshold unless waived."""
+
+    required: bool = Field(
+        False,
+        description="refuse a cell that has no scanner findings for its staged digest (no --scan file"
+        " names it); false: such a cell is published with a note",
+    )
+    threshold: Severity | None = Field(
+        None,
+        description="refuse a cell with an unwaived finding this severe or worse; default: the"
+        " advisories' threshold. `imagekit publish --scan-threshold` overrides it",
+    )
+
+
 class AdvisorySettings(StrictModel):
     """Security advisories (imagekit/data/advisories.yaml): a cell that installs an affected torch,
     pip or setuptools at or above the threshold is refused unless waived; others are listed."""
@@ -371,7 +387,11 @@ class AdvisorySettings(StrictModel):
         description="more advisories (the site's own), in imagekit/data/advisories.yaml's format,"
         " relative to the matrix file",
     )
-    waive: list[Waiver] = Field(default_factory=list, description="advisories waived for some cells")
+    waive: list[Waiver] = Field(
+        default_factory=list,
+        description="advisories waived for some cells (a scanner's findings of the same ID too)",
+    )
+    scan: ScanSettings = Field(default_factory=ScanSettings, description="the vulnerability gate of publish")
 
 
 class Matrix(StrictModel):

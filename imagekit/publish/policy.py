@@ -17,14 +17,16 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from typing import Literal
+from typing import Any, Literal
 
 from imagekit.core import naming, platforms
 from imagekit.core.errors import RegistryError
-from imagekit.core.platforms import PlatformName
+from imagekit.core.platforms import Platform, PlatformName
+from imagekit.core.text import shown
 from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.schema import Publish
+from imagekit.report.lockfile import LockEntry
 from imagekit.report.pullcost import ImageReader, PullCost, gib, measure
 from imagekit.report.store import BuildReport, CellResult, Staged
 from imagekit.report.verification import Verification
@@ -352,3 +354,17 @@ def select(plan: Plan, cells: Sequence[Cell], report: BuildReport) -> Selection:
         if group is not None:
             groups.append(group)
     return Selection(tuple(singles), tuple(groups), tuple(refused))
+
+
+def gpus_of(entry: LockEntry) -> tuple[str, ...]:
+    """The GPU products a published image's verification saw (its provenance's word)."""
+    return entry.provenance.gpus if entry.provenance is not None else ()
+
+
+def check_platform(where: str, config: Mapping[str, Any], platform: Platform) -> None:
+    """The image config's platform (required by the OCI image spec) must be the cell's: an index
+    entry, a Kubernetes node selector and the lock say so on its word."""
+    found = (config.get("os"), config.get("architecture"))
+    if found != (platform.os, platform.arch):
+        said = "/".join(str(x) for x in found) if all(isinstance(x, str) for x in found) else "no platform"
+        raise RegistryError(f"{where} is an image for {shown(said)}, not the cell's {platform.name}")

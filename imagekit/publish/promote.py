@@ -13,6 +13,7 @@ Order of work, chosen so that a failure leaves nothing half-done:
    cell whose staged manifest is gone or is not the verified image is refused here, and so is a
    cell (or group) one of whose immutable tags already names another digest: an immutable tag is
    written once, so only the readable tag ever moves, and only to an image that proved itself;
+   and a cell its scanners' findings refuse (``imagekit.publish.scan_gate``);
 4. promote each by digest (PUT the same bytes under each immutable tag, the moving readable tag
    last) and add it to the lock only when all its tags are written. No layer moves and the digest
    is identical, so a tag can only ever name an image that passed. A group of platforms: each
@@ -41,13 +42,14 @@ from imagekit.core import naming, platforms
 from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, RegistryError
 from imagekit.core.limits import DEFAULT_MAX_LAYER_BYTES, TEXT_CHARS
-from imagekit.core.platforms import Platform
 from imagekit.core.safetypes import EXPECTATION, SCRIPT_PATH
-from imagekit.core.text import counted, shown
+from imagekit.core.text import counted
 from imagekit.engine.client import PushFailed, connect, inspect_image, push_as
 from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.schema_values import PublishPolicy, ServedFrontend
+from imagekit.publish import policy as admission
 from imagekit.publish.policy import Candidate, Group, Refusal, counted_cost, select, settle
+from imagekit.publish.scan_gate import ScanGate, ScanRefused
 from imagekit.registry.client import Backoff, Registry, open_registry
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.registry.manifest import INDEX_TYPES, Manifest, image_index
@@ -61,6 +63,7 @@ from imagekit.report.lockfile import (
     verified_by,
 )
 from imagekit.report.pullcost import PullCost
+from imagekit.report.scans import ScanSummary
 from imagekit.report.store import BuildReport
 from imagekit.report.verification import clipped
 
@@ -92,6 +95,7 @@ class PublishOptions:
     # nothing is signed (and publish says so). Its repr names the key id only.
     signing_key: SigningKey | None = None
     max_layer_size: int = DEFAULT_MAX_LAYER_BYTES  # publish.max_layer_size: a larger layer is refused
+    scan_gate: ScanGate | None = None  # the scanners' findings each staged digest is held to
 
 
 def registry_side(candidate: Candidate, registry: str) -> bool:
@@ -139,6 +143,7 @@ class Publisher:
         self.target = naming.repository(options.registry, options.repository)
         self.staging = options.staging_repository or options.repository
         self.costs: dict[str, PullCost] = {}  # each prepared cell's pull cost, for the report
+        self.scans: dict[str, tuple[ScanSummary, ...]] = {}  # what its scanners found, likewise
 
     def _engine(self) -> docker.APIClient:
         if self.api is None:
@@ -204,7 +209,7 @@ class Publisher:
             raise RegistryError(f"{where} holds image {held}, not the verified {candidate.image_id}")
         raw = self.registry.get_blob(staged.source, ours.config.digest)
         config = ours.read_config(raw, where, then)
-        _check_platform(where, config.document, platforms.get(candidate.platform))
+        admission.check_platform(where, config.document, platforms.get(candidate.platform))
         labels = config.labels
         built_from = labels.get(naming.INPUT_DIGEST_LABEL)
         if built_from != candidate.input_digest:
@@ -213,6 +218,10 @@ class Publisher:
                 f" (its {naming.INPUT_DIGEST_LABEL} label), the report says {candidate.input_digest[:12]};"
                 " build and verify again"
             )
+        gate = self.options.scan_gate  # a scan may name the image by any of these digests
+        if gate is not None:  # before any blob or tag moves
+            names = (ours.manifest.digest, ours.config.digest, candidate.image_id)
+            self.scans[candidate.cell] = gate.judge(candidate.cell, staged.digest, names)
         if staged.source != self.options.repository:
             for record in records:
                 # each blob once, with its size: a blob copied (where a mount is declined) reads no more
@@ -294,6 +303,7 @@ class Publisher:
                 provenance.cuda_driver if provenance else None,
                 entry.platform,
                 entry.advisories,
+                self.scans.get(entry.cell, ()),
             )
             made = attest.verification_predicate(subject, verification)
         statements: list[dict[str, Any]] = []
@@ -345,7 +355,7 @@ class Publisher:
         from imagekit.attest.index import LeftOutPlatform, PlatformProof, index_predicate
 
         proofs = [
-            PlatformProof(e.platform, e.cell, e.digest, m.verification, _gpus(e), tuple(a))
+            PlatformProof(e.platform, e.cell, e.digest, m.verification, admission.gpus_of(e), tuple(a))
             for m, e, a in zip(group.members, entries, attached, strict=True)
         ]
         missing = [LeftOutPlatform(x.platform, x.cell, clipped(x.reason, TEXT_CHARS)) for x in group.missing]
@@ -472,7 +482,7 @@ class Publisher:
                 prepared = self.prepare(pending, in_index=cell in in_index)
                 self.check_unmoved(pending.candidate.tags, prepared.manifest.digest)
                 ready[cell] = prepared
-            except RegistryError as exc:
+            except (RegistryError, ScanRefused) as exc:
                 failed[cell] = f"{exc}; nothing promoted for this cell"
         refused = [Refusal(c.cell, failed[c.cell]) for c in candidates if c.cell in failed]
         for refusal in refused:
@@ -525,20 +535,6 @@ def _index_of(group: Group, ready: Mapping[str, _Ready]) -> tuple[Manifest, dict
     return index, expected
 
 
-def _gpus(entry: LockEntry) -> tuple[str, ...]:
-    """The GPU products a published image's verification saw (its provenance's word)."""
-    return entry.provenance.gpus if entry.provenance is not None else ()
-
-
-def _check_platform(where: str, config: Mapping[str, Any], platform: Platform) -> None:
-    """The image config's platform (required by the OCI image spec) must be the cell's: an index
-    entry, a Kubernetes node selector and the lock say so on its word."""
-    found = (config.get("os"), config.get("architecture"))
-    if found != (platform.os, platform.arch):
-        said = "/".join(str(x) for x in found) if all(isinstance(x, str) for x in found) else "no platform"
-        raise RegistryError(f"{where} is an image for {shown(said)}, not the cell's {platform.name}")
-
-
 def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
     return open_registry(host, backoff, say)
 
@@ -553,6 +549,7 @@ class PublishRun:
     indexes: tuple[PublishedIndex, ...]
     refused: tuple[Refusal, ...]
     costs: Mapping[str, PullCost] = field(default_factory=dict)  # each prepared cell's pull cost
+    scans: Mapping[str, tuple[ScanSummary, ...]] = field(default_factory=dict)  # and its scans
 
 
 def publish_cells(
@@ -597,4 +594,5 @@ def publish_cells(
         indexes,
         (*selection.refused, *unready),
         publisher.costs,
+        publisher.scans,
     )

@@ -13,7 +13,7 @@ shows a report imports a stage.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import date
@@ -46,6 +46,7 @@ from imagekit.core.safetypes import (
 from imagekit.core.text import redact
 from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.report.pullcost import MatrixPull, PullCost, matrix_pull, with_shared
+from imagekit.report.scans import ScanSummary
 from imagekit.report.state import LOCK_NAME, LOGS_DIR, REPORT_NAME, report_json_text, state_lock
 from imagekit.report.verification import ClusterValidation, Verification, VerifyRun, clipped, derive_verdict
 
@@ -126,6 +127,9 @@ class CellResult:
     # The advisories that affect what the cell installs, each waived by the matrix (with its
     # reason) or below its threshold (``imagekit.plan.advisories``); none in earlier reports.
     advisories: Annotated[tuple[AdvisoryFinding, ...], Items(MAX_ITEMS)] = ()
+    # What the scanners passed to `imagekit publish --scan` found in its staged digest, counted
+    # per severity (``imagekit.publish.scan_gate``); none before it was published with a scan.
+    scans: Annotated[tuple[ScanSummary, ...], Items(MAX_ITEMS)] = ()
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -136,6 +140,7 @@ class CellResult:
         data["built_on"] = self.built_on.isoformat() if self.built_on else None
         data["pull_cost"] = self.pull_cost.as_json() if self.pull_cost else None
         data["advisories"] = [finding.as_json() for finding in self.advisories]
+        data["scans"] = [scan.as_json() for scan in self.scans]
         return data
 
 
@@ -217,6 +222,11 @@ class BuildReport:
         found = {r.id: costs.get(r.id, r.pull_cost) for r in self.cells}
         shared = with_shared({cell: cost for cell, cost in found.items() if cost is not None})
         return replace(self, cells=tuple(replace(r, pull_cost=shared.get(r.id)) for r in self.cells))
+
+    def with_scans(self, scans: Mapping[str, tuple[ScanSummary, ...]]) -> BuildReport:
+        """A copy in which each cell of ``scans`` carries what its scanners found (the newest
+        publish of a cell replaces the findings of an earlier one)."""
+        return replace(self, cells=tuple(replace(r, scans=scans.get(r.id, r.scans)) for r in self.cells))
 
     def counts(self) -> dict[str, int]:
         return {status: sum(1 for r in self.cells if r.status == status) for status in STATUSES}

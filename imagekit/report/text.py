@@ -204,6 +204,29 @@ def advisory_rows(report: BuildReport) -> list[tuple[str, ...]]:
     return out
 
 
+SCAN_HEADERS = ("cell", "scanner", "digest", "critical", "high", "medium", "low", "other", "waived")
+
+
+def scan_rows(report: BuildReport) -> list[tuple[str, ...]]:
+    """Each published cell's scanner findings, counted per severity (other: negligible and
+    unknown), and the findings at or above the threshold that a waiver let through."""
+    out: list[tuple[str, ...]] = []
+    for result in report.cells:
+        for scan in result.scans:
+            counts = scan.counts
+            waived = "; ".join(f"{w.id} ({w.package}): {w.reason}" for w in scan.waived) or "-"
+            row = (
+                result.id,
+                f"{scan.scanner} {scan.version}",
+                scan.digest[:19],
+                *(str(n) for n in (counts.critical, counts.high, counts.medium, counts.low)),
+                str(counts.negligible + counts.unknown),
+                waived,
+            )
+            out.append(tuple(printable(value) for value in row))
+    return out
+
+
 def pull_line(report: BuildReport) -> str | None:
     """The matrix-level line: distinct bytes against the images' sum; None when none was counted."""
     pulled = report.pull()
@@ -248,6 +271,9 @@ def markdown(report: BuildReport, lock: Lock | None = None) -> str:
     advised = advisory_rows(report)
     if advised:
         lines += ["", "#### advisories", "", *_markdown_table(ADVISORY_HEADERS, advised)]
+    scanned = scan_rows(report)
+    if scanned:
+        lines += ["", "#### vulnerability scans", "", *_markdown_table(SCAN_HEADERS, scanned)]
     pulled = pull_rows(report)
     if pulled:
         lines += ["", "#### pull cost", "", markdown_text(pull_line(report) or ""), ""]

@@ -333,3 +333,52 @@ def test_a_signal_during_publish_promotes_nothing(
     mine = f"/{project.repository}:staging-"
     staging = [t for image in api.images() for t in image.get("RepoTags") or () if mine in t]
     assert staging == [], f"{cell}: a local staging tag outlived the interrupted publish"
+
+
+def _scan_of(image: str, severity: str) -> dict[str, object]:
+    """The recorded Trivy scan (tests/fixtures/scans), made a scan of ``image``: its findings'
+    CRITICAL ones at ``severity``."""
+    from tests.unit.publish.test_scan_gate import TRIVY
+
+    document = json.loads(TRIVY.read_text())
+    document["ArtifactName"] = f"busybox-cell@{image}"
+    document["Metadata"] = {"ImageID": image}
+    for result in document["Results"]:
+        for finding in result["Vulnerabilities"]:
+            finding["Severity"] = severity if finding["Severity"] == "CRITICAL" else finding["Severity"]
+    return document
+
+
+def test_a_critical_scanner_finding_refuses_the_cell_and_moves_no_tag(
+    project: Project, registry: LocalRegistry
+) -> None:
+    (cell,) = make_cells(project, "built", ("2.1",))
+    image = str(project.report()[cell]["image_id"])
+    scan = project.root / "trivy.json"
+    scan.write_text(json.dumps(_scan_of(image, "CRITICAL")))
+    publish = ("publish", "--matrix", "matrix.yaml", "--registry", registry.host, "--scan", str(scan))
+    done = project.run(*publish)
+    assert done.returncode == 1, done.stderr
+    assert f"imagekit: refused: {cell}: libssl3 3.0.20-1~deb12u2 has CVE-2099-0001 (critical)" in done.stderr
+    assert "fixed in 3.0.99-1~deb12u1" in done.stderr and "nothing promoted for this cell" in done.stderr
+    assert final_tags(registry, project.repository) == []
+    assert not (project.root / "images.lock.json").exists()
+    # a scan of another image is refused before anything is pushed, with exit 2
+    other = project.root / "other.json"
+    other.write_text(json.dumps(_scan_of("sha256:" + "4" * 64, "LOW")))
+    foreign = project.run(*publish[:-1], str(other))
+    assert foreign.returncode == 2 and "is no cell's staged digest or image" in foreign.stderr
+    # the same image with the finding below the threshold: published, its counts in the report
+    scan.write_text(json.dumps(_scan_of(image, "MEDIUM")))
+    again = project.run(*publish)
+    assert again.returncode == 0, again.stderr
+    assert final_tags(registry, project.repository) != [] and cell in lock_of(project)
+    (counted,) = project.report()[cell]["scans"]  # type: ignore[misc]
+    assert counted["counts"] == {
+        "critical": 0,
+        "high": 2,
+        "medium": 2,
+        "low": 2,
+        "negligible": 0,
+        "unknown": 0,
+    }

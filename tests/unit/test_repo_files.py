@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,6 +100,39 @@ def test_nightly_builds_and_verifies_per_platform_and_publishes_validated_cells(
     assert names.index("Promote validated cells in the registry") < names.index(
         "Matrix summary and HTML page"
     )
+
+
+def test_nightly_scans_each_staged_digest_with_trivy_and_publish_reads_the_scans() -> None:
+    nightly = workflow("nightly.yml")
+    jobs = nightly["jobs"]
+    assert isinstance(jobs, dict)
+    steps = jobs["build"]["steps"]
+    uses = [str(s.get("uses", "")) for s in steps]
+    (scan,) = [s for s in steps if str(s.get("uses", "")).startswith("aquasecurity/trivy-action@")]
+    # pinned by commit (its version tags were rewritten once), after the build staged the digest
+    assert re.fullmatch(r"aquasecurity/trivy-action@[0-9a-f]{40}", scan["uses"])
+    names = [str(s.get("name", "")) for s in steps]
+    assert (
+        names.index("Build and stage by digest")
+        < steps.index(scan)
+        < uses.index("actions/upload-artifact@v6")
+    )
+    assert scan["with"]["image-ref"] == "${{ steps.staged.outputs.ref }}" and scan["with"]["format"] == "json"
+    assert scan["with"]["exit-code"] == "0"  # publish decides, with the matrix's waivers
+    output = scan["with"]["output"]
+    built = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    verified = [
+        s for s in jobs["verify"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")
+    ]
+    assert output in built["with"]["path"] and output in verified[0]["with"]["path"]
+    staged = next(s for s in steps if s.get("id") == "staged")
+    assert "imagekit report" in staged["run"] and '["staged"]' in staged["run"]
+    publish = next(
+        s for s in jobs["publish"]["steps"] if s.get("name") == "Promote validated cells in the registry"
+    )
+    assert "cells/*/trivy.json" in publish["run"] and "--scan" in publish["run"]
+    matrix = yaml.safe_load((REPO / "matrix.yaml").read_text())
+    assert matrix["advisories"]["scan"]["required"] is True  # a cell the nightly did not scan is refused
 
 
 def test_ci_runs_the_readme_test_command_and_the_drift_check() -> None:

@@ -72,6 +72,30 @@ def test_the_predicate_holds_what_the_verdict_rests_on() -> None:
     assert waived[1]["advisories"][0]["waived"] == "seed row: loads only trusted checkpoints"
 
 
+def test_the_predicate_counts_the_scanners_findings_of_the_published_digest() -> None:
+    from imagekit.report.scans import ScanSummary, SeverityCounts, WaivedFinding
+
+    excused = WaivedFinding("GHSA-53q9-r3pm-6pq6", "torch", "2.5.1", "critical", "CVE-2025-32434", "seed row")
+    scan = ScanSummary("trivy", "0.76.0", DIGEST, "critical", SeverityCounts(critical=1, low=3), (excused,))
+    made = attest.verification_predicate(replace(SUBJECT, scans=(scan,)), gpu_verification())
+    assert made is not None
+    (found,) = made[1]["scans"]
+    assert found["digest"] == DIGEST and found["threshold"] == "critical"
+    assert found["counts"] == {"critical": 1, "high": 0, "medium": 0, "low": 3, "negligible": 0, "unknown": 0}
+    assert found["waived"] == [
+        {
+            "id": "GHSA-53q9-r3pm-6pq6",
+            "package": "torch",
+            "version": "2.5.1",
+            "severity": "critical",
+            "advisory": "CVE-2025-32434",
+            "reason": "seed row",
+        }
+    ]
+    unscanned = attest.verification_predicate(SUBJECT, gpu_verification())
+    assert unscanned is not None and unscanned[1]["scans"] == []
+
+
 def test_no_gpu_gets_a_different_predicate_type_and_a_failure_none() -> None:
     checked = attest.verification_predicate(SUBJECT, gpu_verification("checked"))
     assert checked is not None and checked[0] == attest.CHECKED_PREDICATE
