@@ -21,12 +21,14 @@ from imagekit.report.text import (
     ADVISORY_HEADERS,
     PUBLISHED_HEADERS,
     PULL_HEADERS,
+    SCAN_HEADERS,
     advisory_rows,
     cuda_archs,
     format_size,
     published_rows,
     pull_line,
     pull_rows,
+    scan_rows,
     summary_line,
     throttle_note,
 )
@@ -264,6 +266,11 @@ def render_advisories(report: BuildReport) -> str:
     return _section("advisories", "Advisories", ADVISORY_HEADERS, advisory_rows(report))
 
 
+def render_scans(report: BuildReport) -> str:
+    """Each published cell's scanner findings, counted per severity, with the waivers used."""
+    return _section("scans", "Vulnerability scans", SCAN_HEADERS, scan_rows(report))
+
+
 def render_pull(report: BuildReport) -> str:
     """What a node pulls for each counted cell, and for all of them (each layer once)."""
     return _section("pull", "Pull cost", PULL_HEADERS, pull_rows(report), pull_line(report) or "")
@@ -292,6 +299,6 @@ def render_html(report: BuildReport, lock: Lock | None = None) -> str:
         f'<p id="summary">{escape(summary_line(report))}; started {escape(report.started)}'
         f" on {escape(report.engine)}</p>"
         f'<p class="legend">{legend}</p>{grids}{bases}'
-        f"{render_advisories(report)}{render_pull(report)}{render_published(lock)}"
+        f"{render_advisories(report)}{render_scans(report)}{render_pull(report)}{render_published(lock)}"
         "</body></html>\n"
     )

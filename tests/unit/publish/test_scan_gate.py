@@ -410,6 +410,9 @@ def test_publish_cli_refuses_on_the_scan_and_writes_no_lock(
     assert json.loads(report.stdout)["cells"][0]["scans"][0]["counts"]["high"] == 2
     table = run_cli("report", "--state-dir", str(tmp_path), "--lock", str(lock), "--markdown")
     assert "#### vulnerability scans" in table.stdout and "| c | trivy 0.76.0 |" in table.stdout
+    page = tmp_path / "page.html"
+    run_cli("report", "--state-dir", str(tmp_path), "--lock", str(lock), "--html", str(page))
+    assert "<h2>Vulnerability scans</h2>" in page.read_text() and "<td>trivy 0.76.0</td>" in page.read_text()
     # the staged cell's high findings at --scan-threshold high refuse it
     registry.calls.clear()
     lock.unlink()
