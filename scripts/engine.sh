@@ -306,10 +306,9 @@ glibc_version() { local v; v=$(ldd --version 2>&1) || true; awk 'NR == 1 {print 
 elf_machine() { local m; m=$(od -An -tx2 -j18 -N2 "$1") || return 1; echo "${m//[[:space:]]/}"; }
 
 # binary_problem BIN: nothing when BIN runs here (it answers --version, buildx `version`, the
-# containerd shims -v, within
-# BINARY_CHECK_TIMEOUT), else what is wrong with it, in a few words. The ELF header is read first:
-# a binary of another architecture could run under a registered QEMU (`engine.sh emulation`) and
-# pass the run, yet dockerd must be this host's.
+# containerd shims -v, within BINARY_CHECK_TIMEOUT), else what is wrong with it, in a few words.
+# The ELF header is read first: a binary of another architecture could run under a registered QEMU
+# (`engine.sh emulation`) and pass the run, yet dockerd must be this host's.
 binary_problem() {
     local bin=$1 magic machine host out rc=0 arg=--version
     [[ -e $bin ]] || { echo "missing"; return 0; }
@@ -452,7 +451,7 @@ install_engine() {
             SUITE_PROBLEM="$suite's $SUITE_PROBLEM"
             log "$SUITE_PROBLEM"
         fi
-        why+=("$SUITE_PROBLEM")
+        why+=("${SUITE_PROBLEM:-$suite: its packages could not be unpacked}")
         log "not using $suite's engine; trying the next suite"
     done
     if [[ -z $got ]]; then
