@@ -21,9 +21,14 @@
 # OCI output and registry cache need). Debian 12 has no such packages, so their .debs are fetched
 # with a private apt state (the host's apt configuration is not touched), cached per suite in
 # /var/cache/imagekit-engine for reruns, and unpacked beside /opt/imagekit-engine, then moved into
-# place whole. Some of their binaries need glibc 2.38 (Debian 12 has 2.36): runc (Debian 12's runc
-# 1.1.5 serves) and the dynamic tini (trixie's static one is docker-init; sid's tini has no static
-# build, so sid's engine has no docker-init); they are left out. The buildx
+# place whole. docker-init (what `docker run --init` runs as the container's pid 1) is the suite's
+# static tini: sid's own package tini-static (split out of tini in 0.19.0-5), trixie's tini's
+# /usr/bin/tini-static. Before anything is moved into place every binary is run once (--version,
+# bounded): dockerd, containerd, its runc shim, the CLI, buildx and docker-init must run, or that
+# suite is not used; any other that does not is left out: runc and the dynamic tini need glibc 2.38
+# (Debian 12 has 2.36; Debian 12's runc 1.1.5 serves). When no suite's engine runs here, one line
+# says why for each, exit 3, and nothing is installed. A cached .deb whose SHA256 is not the
+# archive's is downloaded again. The buildx
 # plugin is linked into /usr/local/lib/docker/cli-plugins, where every docker CLI looks; the CLI
 # into /usr/local/bin when there is none. An installed engine that is running is never replaced.
 # An engine already answering on /var/run/docker.sock is used as it is (a user's docker-ce, say).
@@ -57,7 +62,11 @@
 #   IMAGEKIT_ENGINE_SUITE    the Debian releases whose engine is tried, newest first (default
 #                            "sid trixie": the first whose dockerd, containerd, CLI and buildx run on
 #                            this libc is installed; "trixie" alone gives dockerd 26.1.5)
-#   IMAGEKIT_ENGINE_PREFIX   where the engine is unpacked (default /opt/imagekit-engine)
+#   IMAGEKIT_ENGINE_PREFIX   where the engine is unpacked (default /opt/imagekit-engine). Another
+#                            prefix holds another engine beside it, e.g. trixie's 26.1.5 as a
+#                            second engine: IMAGEKIT_ENGINE_SUITE=trixie
+#                            IMAGEKIT_ENGINE_PREFIX=/opt/imagekit-engine-trixie engine.sh second
+#                            trixie (`second` links buildx and the CLI only where none is linked)
 #   IMAGEKIT_ENGINE_CACHE    its apt lists and .debs, per suite (default /var/cache/imagekit-engine)
 set -euo pipefail
 
@@ -74,7 +83,19 @@ PACKAGES=(runc docker-registry busybox-static debootstrap curl procps)
 # The suites tried, newest first: the first whose engine runs on this libc is installed.
 read -r -a ENGINE_SUITES <<<"${IMAGEKIT_ENGINE_SUITE:-sid trixie}"
 ENGINE_MIRROR="${IMAGEKIT_ENGINE_MIRROR:-http://deb.debian.org/debian}"
-ENGINE_PACKAGES=(docker.io docker-cli docker-buildx containerd tini)
+# A|B: A where the suite has it, else B (sid ships the static tini as its own package tini-static;
+# trixie's is inside tini).
+ENGINE_PACKAGES=(docker.io docker-cli docker-buildx containerd "tini-static|tini")
+# The binaries an engine needs (prefix-relative): a suite where one of them does not run is not used.
+# containerd-shim-runc-v2 starts every container; docker-init is what `docker run --init` runs.
+ENGINE_BINARIES=(usr/sbin/dockerd usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/docker
+                 usr/libexec/docker/cli-plugins/docker-buildx usr/bin/tini-static)
+# How long one binary may take to answer --version: they answer in well under a second; one that
+# hangs (a damaged binary spinning, a daemon that ignores the flag) is killed and counts as not running.
+BINARY_CHECK_TIMEOUT=10
+# engine.sh's exit codes beside 1 (any other failure) and 2 (usage): no suite's engine runs here (as
+# imagekit's ExitCode.ENVIRONMENT: what is missing is outside imagekit).
+EXIT_NO_ENGINE=3
 ENGINE_PREFIX="${IMAGEKIT_ENGINE_PREFIX:-/opt/imagekit-engine}"
 ENGINE_CACHE="${IMAGEKIT_ENGINE_CACHE:-/var/cache/imagekit-engine}"
 IMAGE_STORE="${IMAGEKIT_IMAGE_STORE:-containerd}"
@@ -86,8 +107,8 @@ CDI_SPEC_DIRS_JSON='"/etc/cdi", "/var/run/cdi"'
 
 log() { printf '[engine] %s\n' "$*" >&2; }
 die() { printf '[engine] ERROR: %s\n' "$*" >&2; exit 1; }
-
-[[ $(id -u) -eq 0 ]] || die "must run as root"
+# die_code CODE MESSAGE: die with another exit code than 1 (one of the EXIT_* above).
+die_code() { printf '[engine] ERROR: %s\n' "$2" >&2; exit "$1"; }
 
 # ---------------------------------------------------------------- install ----
 # Whether the command(s) a package is installed for are already here.
@@ -279,17 +300,51 @@ docker_up() { docker_cli info >/dev/null 2>&1; }
 # needs_newer_glibc BIN: whether ldd finds a versioned symbol BIN needs missing from this libc.
 needs_newer_glibc() { [[ $(ldd "$1" 2>&1) == *"version"*"not found"* ]]; }
 
-# engine_fits PREFIX: whether the engine's own binaries run on this libc (ldd finds every versioned
-# symbol). sid's builds move to a newer glibc from time to time; then the next suite is used.
-engine_fits() {
-    local bin
-    for bin in "$1/usr/sbin/dockerd" "$1/usr/bin/containerd" "$1/usr/bin/docker" \
-               "$1/usr/libexec/docker/cli-plugins/docker-buildx"; do
-        [[ -x $bin ]] || { log "no $bin in the packages"; return 1; }
-        if needs_newer_glibc "$bin"; then
-            log "$(basename "$bin") needs a newer glibc than this system's ($(ldd --version 2>&1 | awk 'NR == 1 {print $NF}'))"
-            return 1
-        fi
+glibc_version() { local v; v=$(ldd --version 2>&1) || true; awk 'NR == 1 {print $NF}' <<<"$v"; }
+
+# elf_machine FILE: its ELF e_machine, as od prints it (this host's byte order, as for every file).
+elf_machine() { local m; m=$(od -An -tx2 -j18 -N2 "$1") || return 1; echo "${m//[[:space:]]/}"; }
+
+# binary_problem BIN: nothing when BIN runs here (it answers --version, buildx `version`, the
+# containerd shims -v, within BINARY_CHECK_TIMEOUT), else what is wrong with it, in a few words.
+# The ELF header is read first: a binary of another architecture could run under a registered QEMU
+# (`engine.sh emulation`) and pass the run, yet dockerd must be this host's.
+binary_problem() {
+    local bin=$1 magic machine host out rc=0 arg=--version
+    [[ -e $bin ]] || { echo "missing"; return 0; }
+    [[ -f $bin && -x $bin ]] || { echo "not an executable file"; return 0; }
+    magic=$(od -An -tx1 -N4 "$bin") || magic=""
+    machine=$(elf_machine "$bin") || machine=""  # empty where the file ends before it
+    [[ ${magic//[[:space:]]/} == 7f454c46 && -n $machine ]] ||
+        { echo "not an ELF program (truncated or damaged)"; return 0; }
+    host=$(elf_machine "$BASH") || host=""
+    [[ $machine == "$host" ]] ||
+        { echo "built for another machine (ELF machine 0x$machine, this host's is 0x$host)"; return 0; }
+    case ${bin##*/} in
+        docker-buildx) arg=version ;;
+        containerd-shim*) arg=-v ;;  # its flags are Go's single-dash ones: --version is refused
+    esac
+    out=$(timeout -k 2 "$BINARY_CHECK_TIMEOUT" "$bin" "$arg" 2>&1 </dev/null) || rc=$?
+    ((rc == 0)) && return 0
+    if needs_newer_glibc "$bin"; then
+        echo "needs a newer glibc than this system's ($(glibc_version))"
+    elif ((rc == 124 || rc == 137)); then
+        echo "did not answer $arg within ${BINARY_CHECK_TIMEOUT}s"
+    elif ((rc > 128)); then
+        echo "died of signal $((rc - 128)) on $arg (truncated or damaged)"
+    else
+        out=$(awk 'NF {print; exit}' <<<"$out")  # the first line that says something
+        echo "exit $rc on $arg${out:+: ${out:0:200}}"
+    fi
+}
+
+# engine_problem PREFIX: nothing when every binary of ENGINE_BINARIES runs here, else the first that
+# does not and why. sid's builds move to a newer glibc from time to time; then the next suite is used.
+engine_problem() {
+    local rel why
+    for rel in "${ENGINE_BINARIES[@]}"; do
+        why=$(binary_problem "$1/$rel")
+        [[ -z $why ]] || { echo "${rel##*/} $why"; return 0; }
     done
 }
 
@@ -317,6 +372,12 @@ engine_versions() {
         "$(awk '{print $3}' <<<"$c")" "$(awk '{print $2}' <<<"$b")"
 }
 
+# suite_failed REASON: why the suite being tried is not used (logged, and kept for the last line).
+suite_failed() { SUITE_PROBLEM=$1; log "$1"; }
+
+# deb_matches DEB SHA256: whether DEB is the archive's file (the SHA256 its signed index gives).
+deb_matches() { local sum; [[ -n $2 ]] && sum=$(sha256sum <"$1") && [[ $sum == "$2  -" ]]; }
+
 # unpack_suite SUITE DEST: SUITE's engine packages unpacked into DEST, with a private apt state
 # (lists and .debs cached per suite in ENGINE_CACHE for reruns; the host's apt is not touched).
 unpack_suite() {
@@ -333,25 +394,39 @@ unpack_suite() {
         -o "APT::Sandbox::User=root"  # the cache is root's: no "_apt couldn't access" warning
     )
     log "resolving $suite's ${ENGINE_PACKAGES[*]} (private apt lists in $apt)"
-    apt-get "${opts[@]}" update -qq >&2 || { log "apt-get update of $suite failed"; return 1; }
-    local pkg version arch deb policy show
-    for pkg in "${ENGINE_PACKAGES[@]}"; do
+    apt-get "${opts[@]}" update -qq >&2 || { suite_failed "apt-get update of $suite failed"; return 1; }
+    local want candidate pkg version arch sha deb policy show
+    for want in "${ENGINE_PACKAGES[@]}"; do
         # Each answer is read whole before it is parsed: a reader that stops early (awk's exit,
         # head, grep -q) kills the writer with SIGPIPE, and under pipefail the step then fails
         # at random (141). tests/unit/test_shell_scripts.py refuses such pipelines everywhere.
-        policy=$(apt-cache "${opts[@]}" policy "$pkg") || { log "apt-cache policy $pkg failed"; return 1; }
-        version=$(awk '/Candidate:/ {v = $2} END {print v}' <<<"$policy")
-        [[ -n $version && $version != "(none)" ]] || { log "$suite has no $pkg"; return 1; }
-        show=$(apt-cache "${opts[@]}" show "$pkg=$version") || { log "apt-cache show $pkg=$version failed"; return 1; }
+        pkg=""
+        for candidate in ${want//|/ }; do
+            policy=$(apt-cache "${opts[@]}" policy "$candidate") ||
+                { suite_failed "apt-cache policy $candidate failed"; return 1; }
+            version=$(awk '/Candidate:/ {v = $2} END {print v}' <<<"$policy")
+            if [[ -n $version && $version != "(none)" ]]; then pkg=$candidate; break; fi
+        done
+        [[ -n $pkg ]] || { suite_failed "$suite has no ${want//|/ or }"; return 1; }
+        show=$(apt-cache "${opts[@]}" show "$pkg=$version") ||
+            { suite_failed "apt-cache show $pkg=$version failed"; return 1; }
         arch=$(awk '/^Architecture:/ && a == "" {a = $2} END {print a}' <<<"$show")
+        sha=$(awk '/^SHA256:/ && s == "" {s = $2} END {print s}' <<<"$show")
         deb="$apt/debs/${pkg}_${version//:/%3a}_${arch}.deb"
+        # A cached .deb is checked as apt checks a download: a truncated or damaged one (a disk
+        # filled up, an interrupted copy) would otherwise be unpacked on every rerun.
+        if [[ -s $deb ]] && ! deb_matches "$deb" "$sha"; then
+            log "cached $deb is not the archive's (SHA256 differs): downloading it again"
+            rm -f "$deb"
+        fi
         if [[ ! -s $deb ]]; then
             log "downloading $suite's $pkg $version"
             (cd "$apt/debs" && apt-get "${opts[@]}" download -qq "$pkg=$version" >&2) ||
-                { log "cannot download $pkg $version"; return 1; }
+                { suite_failed "cannot download $pkg $version"; return 1; }
         fi
-        [[ -s $deb ]] || { log "expected $deb after the download"; return 1; }
-        dpkg-deb -x "$deb" "$dest" || { log "cannot unpack $deb"; return 1; }
+        [[ -s $deb ]] || { suite_failed "expected $deb after the download"; return 1; }
+        deb_matches "$deb" "$sha" || { suite_failed "$deb is not the archive's (SHA256 differs)"; return 1; }
+        dpkg-deb -x "$deb" "$dest" || { suite_failed "cannot unpack $deb"; return 1; }
     done
 }
 
@@ -366,37 +441,63 @@ install_engine() {
         log "an engine from $ENGINE_PREFIX is running ($(engine_versions "$ENGINE_PREFIX")); not replacing it under it: stop it to install ${ENGINE_SUITES[*]}'s"
         return 0
     fi
-    local suite staging="$ENGINE_PREFIX.new" got=""
+    local suite staging="$ENGINE_PREFIX.new" got="" why=()
     for suite in "${ENGINE_SUITES[@]}"; do
         rm -rf "$staging"
-        if unpack_suite "$suite" "$staging" && engine_fits "$staging"; then
-            got=$suite
-            break
+        SUITE_PROBLEM=""
+        if unpack_suite "$suite" "$staging"; then
+            SUITE_PROBLEM=$(engine_problem "$staging")
+            [[ -z $SUITE_PROBLEM ]] && { got=$suite; break; }
+            SUITE_PROBLEM="$suite's $SUITE_PROBLEM"
+            log "$SUITE_PROBLEM"
         fi
+        why+=("${SUITE_PROBLEM:-$suite: its packages could not be unpacked}")
         log "not using $suite's engine; trying the next suite"
     done
-    [[ -n $got ]] || { rm -rf "$staging"; die "no engine of ${ENGINE_SUITES[*]} installs and runs here"; }
-    # Drop what this libc cannot run (sid's and trixie's runc and dynamic tini need glibc 2.38), so
-    # nothing first on the engine's PATH shadows a working host binary with a broken one.
-    local bin
+    if [[ -z $got ]]; then
+        rm -rf "$staging"
+        local reasons
+        printf -v reasons '%s; ' "${why[@]}"
+        die_code "$EXIT_NO_ENGINE" "no engine of ${ENGINE_SUITES[*]} installs and runs here (${reasons%; }); nothing was installed into $ENGINE_PREFIX: set IMAGEKIT_ENGINE_SUITE to a suite whose engine runs here"
+    fi
+    promote_engine "$got" "$staging" "$wanted"
+}
+
+# promote_engine SUITE STAGING WANTED: STAGING (SUITE's engine, its ENGINE_BINARIES running) into
+# ENGINE_PREFIX, whole, with .complete saying WANTED and what was got. Every other binary that
+# does not run here is dropped first (sid's and trixie's runc and dynamic tini need glibc 2.38),
+# so nothing first on the engine's PATH shadows a working host binary with a broken one.
+promote_engine() {
+    local got=$1 staging=$2 wanted=$3 bin why
     for bin in "$staging"/usr/bin/* "$staging"/usr/sbin/*; do
         [[ -f $bin && ! -L $bin ]] || continue
-        if needs_newer_glibc "$bin"; then
-            log "not using $got's $(basename "$bin"): it needs a newer glibc than this system's"
+        why=$(binary_problem "$bin")
+        if [[ -n $why ]]; then
+            log "not using $got's ${bin##*/}: $why"
             rm -f "$bin"
         fi
     done
-    [[ -e $staging/usr/bin/tini-static ]] && ln -sfn tini-static "$staging/usr/bin/docker-init"
+    # what dockerd looks for on its PATH for `docker run --init` (docker.io links it itself)
+    ln -sfn tini-static "$staging/usr/bin/docker-init"
     find "$staging/usr/bin" "$staging/usr/sbin" -xtype l -delete
     printf '%s\nsuite=%s %s\n' "$wanted" "$got" "$(engine_versions "$staging")" > "$staging/.complete"
-    rm -rf "$ENGINE_PREFIX"
+    # the old engine aside, the new one in, the old one gone: never a moment with a half prefix
+    rm -rf "$ENGINE_PREFIX.old"
+    if [[ -e $ENGINE_PREFIX ]]; then mv "$ENGINE_PREFIX" "$ENGINE_PREFIX.old"; fi
     mv "$staging" "$ENGINE_PREFIX"
+    rm -rf "$ENGINE_PREFIX.old"
     log "installed $got's engine into $ENGINE_PREFIX: $(engine_versions "$ENGINE_PREFIX")"
 }
 
-# link_clients: buildx where every docker CLI finds it, and the CLI on PATH when none is.
+# link_clients [if-missing]: buildx where every docker CLI finds it, and the CLI on PATH when none
+# is. if-missing (a second engine): buildx only where no working one is linked, so a second engine
+# of another prefix (trixie's, a test's) leaves every docker CLI's buildx as it was.
 link_clients() {
     mkdir -p "$PLUGIN_DIR"
+    if [[ ${1:-} == if-missing && -x $PLUGIN_DIR/docker-buildx ]]; then
+        log "buildx stays $(readlink -f "$PLUGIN_DIR/docker-buildx")"
+        return 0
+    fi
     ln -sfn "$ENGINE_PREFIX/usr/libexec/docker/cli-plugins/docker-buildx" "$PLUGIN_DIR/docker-buildx"
     if ! command -v docker >/dev/null 2>&1; then
         ln -sfn "$ENGINE_PREFIX/usr/bin/docker" /usr/local/bin/docker
@@ -543,7 +644,7 @@ valid_name() { [[ $1 =~ ^[a-z0-9]{1,20}$ ]] || die "NAME must be 1-20 of [a-z0-9
 start_second() {
     valid_name "${1:-}"
     install_engine
-    link_clients
+    link_clients if-missing
     start_engine "$1"
     docker_cli context inspect "imagekit-$1" >/dev/null 2>&1 ||
         docker_cli context create "imagekit-$1" --docker "host=unix://$SOCKET" >/dev/null
@@ -653,6 +754,7 @@ usage() {
 main() {
     local cmd="${1:-all}"
     shift || true
+    [[ $cmd == @(-h|--help|help) || $(id -u) -eq 0 ]] || die "must run as root"
     case "$cmd" in
         install)  install_packages; install_engine; link_clients ;;
         install-engine) install_engine ;;
@@ -668,4 +770,8 @@ main() {
     esac
 }
 
-main "$@"
+# Sourced (tests/unit/test_engine_sh.py runs its functions on binaries that do not run), it only
+# defines them.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    main "$@"
+fi

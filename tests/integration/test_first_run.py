@@ -81,8 +81,19 @@ def test_the_engine_installs_from_empty_again_and_again(scratch: Path) -> None:
     seen: set[str] = set()
     for attempt in range(REPEATS):
         prefix = scratch / f"prefix-{attempt}"
+        damaged = None
+        if attempt == 1:
+            # a cached .deb cut short (a disk that filled up): checked against the archive's
+            # SHA256 and downloaded again, never unpacked
+            damaged = min(cache.glob("*/debs/*.deb"), key=lambda deb: deb.stat().st_size)
+            damaged.write_bytes(damaged.read_bytes()[:1000])
         done = install(prefix, cache)
         assert done.returncode == 0, f"attempt {attempt + 1}: rc {done.returncode}\n{done.stderr[-3000:]}"
+        if damaged is not None:
+            assert (
+                f"cached {damaged} is not the archive's (SHA256 differs): downloading it again" in done.stderr
+            )
+            assert damaged.stat().st_size > 1000
         assert not (scratch / f"prefix-{attempt}.new").exists(), "the staging directory was left behind"
         complete = (prefix / ".complete").read_text().splitlines()
         # what was wanted, then what was got (the suite and the versions, also printed)
@@ -92,6 +103,9 @@ def test_the_engine_installs_from_empty_again_and_again(scratch: Path) -> None:
         found = versions(prefix)
         assert found["dockerd"].startswith("Docker version "), found
         assert found["buildx"].startswith("github.com/docker/buildx "), found
+        # docker-init: the suite's static tini (sid's tini-static package, trixie's tini's)
+        assert (prefix / "usr/bin/docker-init").readlink() == Path("tini-static")
+        assert "not a dynamic executable" in ldd(prefix / "usr/bin/tini-static")
         seen.add(complete[1])
         # a second run over a complete prefix does nothing
         again = install(prefix, cache)
@@ -114,13 +128,82 @@ def test_a_suite_that_cannot_be_had_falls_back_to_the_next(scratch: Path) -> Non
 
 
 def test_no_suite_that_runs_is_one_line_and_nothing_installed(scratch: Path) -> None:
+    # binaries that do not run (truncated, another machine's, a missing library) are
+    # tests/unit/test_engine_sh.py's: no download makes them
     prefix = scratch / "prefix"
     done = install(prefix, scratch / "cache", suites="imagekit-no-such-suite")
-    assert done.returncode == 1
+    assert done.returncode == 3  # engine.sh's EXIT_NO_ENGINE
     assert done.stderr.splitlines()[-1] == (
         "[engine] ERROR: no engine of imagekit-no-such-suite installs and runs here"
+        " (apt-get update of imagekit-no-such-suite failed);"
+        f" nothing was installed into {prefix}: set IMAGEKIT_ENGINE_SUITE to a suite whose engine runs here"
     )
     assert not prefix.exists() and not (scratch / "prefix.new").exists()
+
+
+def ldd(binary: Path) -> str:
+    done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout + done.stderr
+
+
+def engine_sh(command: str, name: str, prefix: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "IMAGEKIT_ENGINE_PREFIX": str(prefix), "IMAGEKIT_ENGINE_CACHE": str(cache)}
+    env.pop("IMAGEKIT_ENGINE_SUITE", None)
+    return subprocess.run(
+        ["bash", str(ENGINE_SH), command, name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_the_engine_from_empty_runs_a_container_with_init(scratch: Path) -> None:
+    # `engine.sh second` with a prefix of the test's own: that engine installed from empty and
+    # started on its own socket, data and containerd; the engine at /var/run/docker.sock, and the
+    # buildx every docker CLI uses, are not touched.
+    name = f"init{RUN_ID[:8]}"
+    prefix, cache = scratch / "prefix", scratch / "cache"
+    plugin = Path("/usr/local/lib/docker/cli-plugins/docker-buildx")
+    buildx_before = os.path.realpath(plugin)
+    try:
+        started = engine_sh("second", name, prefix, cache)
+        assert started.returncode == 0, started.stderr[-3000:]
+        assert os.path.realpath(plugin) == buildx_before
+        docker_cli = [str(prefix / "usr/bin/docker"), "-H", f"unix:///run/imagekit-engine-{name}/docker.sock"]
+        # an image of the static busybox alone (engine.sh installs busybox-static): nothing pulled
+        rootfs = scratch / "rootfs"
+        (rootfs / "bin").mkdir(parents=True)
+        shutil.copy2("/bin/busybox", rootfs / "bin" / "busybox")
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(scratch / "rootfs.tar"), "."], check=True)
+        image = f"imagekit-test/first-run-init-{RUN_ID}:latest"
+        subprocess.run(
+            [*docker_cli, "import", str(scratch / "rootfs.tar"), image], check=True, capture_output=True
+        )
+        ran = subprocess.run(
+            [
+                *docker_cli,
+                "run",
+                "--rm",
+                "--init",
+                "--network",
+                "none",
+                image,
+                "/bin/busybox",
+                "cat",
+                "/proc/1/cmdline",
+            ],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr.decode(errors="replace")
+        # pid 1 is docker-init (tini), the command its child
+        assert ran.stdout.split(b"\0")[:3] == [b"/sbin/docker-init", b"--", b"/bin/busybox"], ran.stdout
+    finally:
+        stopped = engine_sh("stop-second", name, prefix, cache)
+        assert stopped.returncode == 0, stopped.stderr[-3000:]
 
 
 def remove_image(api: docker.APIClient, image: str) -> None:
