@@ -30,6 +30,7 @@ from imagekit.cli.publish import AttestationPolicyOption, RequireAttestationOpti
 from imagekit.core.errors import ExitCode, InputError
 from imagekit.core.limits import MAX_INT32
 from imagekit.core.text import counted
+from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT
 from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ def k8s(
         list[str] | None,
         typer.Option(
             "--toleration",
-            help="gpu (the nvidia.com/gpu:NoSchedule taint), key=value:Effect or key:Effect (repeatable).",
+            help="gpu (the nvidia.com/gpu:NoSchedule taint), key=value:Effect or key:Effect (repeatable)."
+            " DRA claims bring no toleration: give the GPU pool's taints here.",
         ),
     ] = None,
     runtime_class: Annotated[
@@ -94,19 +96,47 @@ def k8s(
             " behind the image's entrypoint, as verification ran.",
         ),
     ] = None,
-    cpu: Annotated[str | None, typer.Option("--cpu", help="CPU request and limit (8, 500m).")] = None,
-    memory: Annotated[str | None, typer.Option("--memory", help="Memory request and limit (64Gi).")] = None,
+    cpu: Annotated[
+        str | None,
+        typer.Option("--cpu", help="CPU request (8, 500m); default 1 + 1 per GPU, sized for the probe."),
+    ] = None,
+    cpu_limit: Annotated[
+        str | None, typer.Option("--cpu-limit", help="CPU limit; none by default (a quota throttles NCCL).")
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option("--memory", help="Memory request (64Gi); default 4Gi + 2Gi per GPU, for the probe."),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option("--memory-limit", help="Memory limit; default the request plus /dev/shm (it counts)."),
+    ] = None,
     shm: Annotated[
         str | None,
         typer.Option(
             "--shm",
             help="Size of /dev/shm (DataLoader workers, NCCL); default 8Gi per GPU (at least 2Gi),"
-            " at most --memory.",
+            " at most --memory-limit.",
         ),
     ] = None,
+    uid_mode: Annotated[
+        str,
+        typer.Option(
+            "--uid-mode",
+            help="fixed (uid/gid/fsGroup 10001) or scc (OpenShift: no runAsUser, runAsGroup or fsGroup;"
+            " restricted-v2 assigns them from the namespace's range; the rest stays restricted).",
+        ),
+    ] = "fixed",
     backoff_limit: Annotated[
-        int, typer.Option("--backoff-limit", min=0, max=MAX_INT32, help="Job retries.")
-    ] = 0,
+        int,
+        typer.Option(
+            "--backoff-limit",
+            min=0,
+            max=MAX_INT32,
+            help="Retries of a pod that failed neither by disruption (ignored: replaced) nor by the"
+            " probe's verdict (fails the Job); per index for --compute-domain.",
+        ),
+    ] = DEFAULT_BACKOFF_LIMIT,
     deadline: Annotated[
         int, typer.Option("--deadline", min=1, max=MAX_INT32, help="activeDeadlineSeconds of each Job.")
     ] = 3600,
@@ -194,16 +224,15 @@ def k8s(
     Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --out rack
     Example: imagekit k8s --only '*arm64*' --compute-domain 2 --gpus 4 --validate-on NVIDIA-GB200
     Example: imagekit k8s --gpu-request dra --validate-on 'NVIDIA H100 80GB HBM3' --out validate
+    Example: imagekit k8s --uid-mode scc --namespace ml --toleration gpu --gpus 8 --memory 64Gi
     """
     from imagekit.k8s import manifests as kube
     from imagekit.k8s.dra import parse_gpu_request
+    from imagekit.k8s.resources import sizes
+    from imagekit.k8s.security import parse_uid_mode
     from imagekit.plan.cells import frontend_of
     from imagekit.report.lockfile import entries_for, read_lock
 
-    the_plan, cells = select_cells(matrix, only)
-    matrix_platforms = {c.id: c.platform for c in cells}
-    published = entries_for(read_lock(lock), matrix_platforms, the_plan.matrix.publish.repository, lock)
-    entries = published.images
     argv = _command_argv(command)
     options = kube.JobOptions(
         gpus=gpus,
@@ -214,9 +243,12 @@ def k8s(
         runtime_class=runtime_class,
         claims=tuple(kube.Claim.parse(p) for p in pvc or []),
         command=argv,
-        cpu=kube.check_quantity("--cpu", cpu),
-        memory=kube.check_quantity("--memory", memory),
-        shm=kube.check_quantity("--shm", shm),
+        cpu=cpu,
+        cpu_limit=cpu_limit,
+        memory=memory,
+        memory_limit=memory_limit,
+        shm=shm,
+        uid_mode=parse_uid_mode(uid_mode),
         backoff_limit=backoff_limit,
         deadline_s=deadline,
         namespace=namespace,
@@ -225,6 +257,11 @@ def k8s(
         workspace_claim=workspace_claim,
         workspace_size=workspace_size,
     )
+    sizes(options)  # every flag checked before any file is read
+    the_plan, cells = select_cells(matrix, only)
+    matrix_platforms = {c.id: c.platform for c in cells}
+    published = entries_for(read_lock(lock), matrix_platforms, the_plan.matrix.publish.repository, lock)
+    entries = published.images
     policy_key = _policy_key(policy, key, attestation_policy)
     if require_attestation is not None:
         from imagekit.cli.attest import require_attested
