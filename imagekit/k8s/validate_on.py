@@ -20,8 +20,10 @@ Where each Job runs:
   that could not pass would otherwise wait unscheduled forever, while the probe's arch and driver
   checks say why the image does not serve that product, which is the finding to record.
 
-The pod is the restricted one every imagekit workload is (``imagekit.k8s.manifests``): uid 10001, no
-capability, a read-only root with /tmp and /dev/shm as emptyDirs. ``imagekit verify`` runs the
+The pod is the restricted one every imagekit workload is (``imagekit.k8s.security``): uid 10001 (with
+``--uid-mode scc``, the one OpenShift assigns), no capability, a read-only root with /tmp and /dev/shm
+as emptyDirs, sized for the probe (``imagekit.k8s.resources``), and its Job ends at the probe's
+verdict but survives a disruption (``imagekit.k8s.failure``). ``imagekit verify`` runs the
 probe as the image's user (root in a plain image) without capabilities; the probe needs neither
 root nor a user of its own (tests/unit/probe/test_nonroot.py runs it as uid 65534 and as a uid no
 /etc/passwd names), and the NVIDIA runtime makes the GPU device nodes usable by any user.
