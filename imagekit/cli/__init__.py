@@ -1,9 +1,9 @@
 """The command line: a thin shell that parses options, calls a stage, and prints.
 
 One module per command group (``plan``: plan, render, schema, matrix; ``build``: build, verify,
-report; ``publish``: publish, images, k8s; ``attest``: attest verify; ``ci``: bake-import,
-merge-reports), all registered on the one app in ``imagekit.cli.app`` with the options they
-share. The stages are imported inside the commands that use them: `imagekit verify IMAGE` or
+report; ``publish``: publish, images; ``k8s``: k8s, k8s-results; ``attest``: attest verify;
+``ci``: bake-import, merge-reports), all registered on the one app in ``imagekit.cli.app`` with
+the options they share. The stages are imported inside the commands that use them: `imagekit verify IMAGE` or
 `imagekit report` should not pay for pydantic models and Jinja (process start is measured).
 
 Exit codes everywhere: 0 success; 1 a cell failed (or drift); 2 invalid input or usage;

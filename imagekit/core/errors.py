@@ -25,6 +25,9 @@ class ExitCode(IntEnum):
     # `rebuild-check`'s two answers that are no error: a script tells them from a failure to check.
     DIFFERS = 4  # the rebuilt image is not the published one (a layer, the config or the manifest)
     INPUTS_CHANGED = 5  # the matrix renders other inputs than the image was built from; nothing built
+    # `k8s-results`: some Jobs of the plan reported nothing (each named, with why); the others are
+    # recorded. None reporting at all is ENVIRONMENT: the cluster ran no Job to an output.
+    INCOMPLETE = 6
 
 
 class ImagekitError(Exception):

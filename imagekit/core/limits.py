@@ -97,6 +97,10 @@ CDI_SPEC_HEAD_BYTES = 4_096
 # One Job's output as `kubectl logs` prints it: the probe's document is a few hundred kilobytes
 # (its inventory lists every package), after the entrypoint's banner and the libraries' warnings.
 JOB_OUTPUT_BYTES = 16 << 20
+# `kubectl get jobs,pods -o json` of one validate-on round (`imagekit k8s-results --status`): a Job's
+# object is about 5 kB and a pod's 10 kB; a few hundred Jobs with a few retried pods each are a few
+# MB. JSON is read whole, so this also bounds the memory its objects take (ten times the bytes).
+K8S_STATUS_BYTES = 32 << 20
 
 # -- caches imagekit keeps for itself -----------------------------------------------------------------
 

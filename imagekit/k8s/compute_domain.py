@@ -34,7 +34,7 @@ beside the Job and whose selectors replace feature discovery's node affinity.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -43,6 +43,7 @@ from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES
 from imagekit.k8s.dra import check_gpu_request, gpu_claim
+from imagekit.k8s.failure import job_spec
 from imagekit.k8s.manifests import (
     JobOptions,
     ManifestDumper,
@@ -51,11 +52,11 @@ from imagekit.k8s.manifests import (
     dns_name,
     node_affinity,
     object_metadata,
-    shm_size,
     workload_container,
     workload_pod,
 )
 from imagekit.k8s.placement import entry_fit
+from imagekit.k8s.resources import sizes
 from imagekit.plan.coverage import capability, families, family_machines
 from imagekit.probe import protocol
 from imagekit.report.lockfile import Lock, LockEntry
@@ -220,6 +221,7 @@ def domain_manifests(
 ) -> list[dict[str, Any]]:
     """The ComputeDomain, the GPUs' own objects, the Service and the Job for ``entry``; each pod
     runs ``--command``, else the image's check script, unless ``run`` says otherwise."""
+    probe = run is not None or not options.command
     run = run or DomainRun(job_name(entry.cell), tuple(options.command or check_command(entry, options.gpus)))
     name, args = run.name, list(run.args)
     metadata = object_metadata(name, entry, options, run.component)
@@ -227,7 +229,7 @@ def domain_manifests(
         metadata["annotations"][naming.annotation("gpu-product")] = run.product
     gpus = requested_gpus(name, entry, options, metadata, run.product_name)
     # the GPUs are the attachment's: the container gets no device-plugin limit of its own
-    container = workload_container("check", entry, replace(options, gpus=0), entry.reference)
+    container = workload_container("check", entry, options, entry.reference, gpu_limits=False)
     for resource, count in gpus.limits:
         container["resources"]["limits"][resource] = container["resources"]["requests"][resource] = count
     claims = ((CHANNEL_CLAIM, channel_template(name)), *gpus.claims)
@@ -245,16 +247,15 @@ def domain_manifests(
         resourceClaims=[{"name": claim, "resourceClaimTemplateName": template} for claim, template in claims],
     )
     labels = dict(metadata["labels"])
-    spec: dict[str, Any] = {
-        "completionMode": "Indexed",
-        "completions": domain.nodes,
-        "parallelism": domain.nodes,
-        "backoffLimit": options.backoff_limit,
-        "activeDeadlineSeconds": options.deadline_s,
-        "template": {"metadata": {"labels": labels}, "spec": pod},
-    }
-    if options.ttl_s is not None:
-        spec["ttlSecondsAfterFinished"] = options.ttl_s
+    spec = job_spec(
+        {"metadata": {"labels": labels}, "spec": pod},
+        backoff_limit=options.backoff_limit,
+        deadline_s=options.deadline_s,
+        ttl_s=options.ttl_s,
+        # the probe: imagekit's check script or a validate-on run's, never --command
+        probe=probe,
+        pods=domain.nodes,
+    )
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -283,7 +284,7 @@ def check_options(options: JobOptions) -> None:
         )
     check_gpu_resource(options)
     check_gpu_request(options)
-    shm_size(options)
+    sizes(options)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,10 @@ import yaml
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
+from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT, job_spec
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit, gfd_affinity
+from imagekit.k8s.resources import TMP_SIZE, check_quantity, sizes
+from imagekit.k8s.security import RUN_AS, UidMode, container_security, pod_security
 from imagekit.render.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 from imagekit.verify.gpus import GpuRequest
@@ -43,36 +46,7 @@ GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU oper
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-# Pod Security Standards, level 'restricted', for every workload written here. The user is the
-# front-end images' (FRONTEND.uid, numeric so the kubelet can prove it is not root); a plain image
-# has no such user in /etc/passwd, which nothing the check script runs needs (HOME is /tmp, as
-# in verification). The root filesystem is read-only: /tmp and /dev/shm are emptyDirs, a front
-# end's home is its workspace claim.
-RUN_AS = FRONTEND.uid
-CONTAINER_SECURITY: dict[str, Any] = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "privileged": False,
-    "readOnlyRootFilesystem": True,
-    "runAsNonRoot": True,
-    "runAsUser": RUN_AS,
-    "runAsGroup": RUN_AS,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-POD_SECURITY: dict[str, Any] = {
-    "runAsNonRoot": True,
-    "runAsUser": RUN_AS,
-    "runAsGroup": RUN_AS,
-    # claims writable by that user where the storage honours fsGroup; OnRootMismatch: a large
-    # workspace is not walked again at every start once its root is right
-    "fsGroup": RUN_AS,
-    "fsGroupChangePolicy": "OnRootMismatch",
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-TMP_SIZE = "8Gi"  # torch.compile and extension builds write and load their output here
 
 
 @dataclass(frozen=True)
@@ -131,10 +105,14 @@ class JobOptions:
     runtime_class: str | None = None
     claims: tuple[Claim, ...] = ()
     command: tuple[str, ...] = ()  # the container's args (behind the entrypoint); empty: the check script
-    cpu: str | None = None
-    memory: str | None = None
-    shm: str | None = None  # /dev/shm's size limit; None: shm_default(gpus), capped by memory
-    backoff_limit: int = 0  # a failed check is a finding, not a flake to retry
+    cpu: str | None = None  # the CPU request; None: sized for the probe and --gpus (k8s.resources)
+    cpu_limit: str | None = None  # None: no CPU limit
+    memory: str | None = None  # the memory request; None: sized for the probe and --gpus
+    memory_limit: str | None = None  # None: the memory request and /dev/shm
+    shm: str | None = None  # /dev/shm's size limit; None: 8Gi per GPU, at most the memory limit
+    uid_mode: UidMode = "fixed"  # fixed: uid/gid 10001; scc: left to OpenShift's constraints
+    # retries of a failure that is neither a disruption nor the probe's verdict (k8s.failure)
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
@@ -152,52 +130,6 @@ def parse_node_selector(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
             raise InputError(f"--node-selector {shown(pair)}: use key=value with Kubernetes label syntax")
         out.append((key, value))
     return tuple(out)
-
-
-def check_quantity(option: str, value: str | None) -> str | None:
-    if value is not None and not _QUANTITY.fullmatch(value):
-        raise InputError(f"{option} {shown(value)}: not a Kubernetes quantity (like 8, 500m, 16Gi)")
-    return value
-
-
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-_UNITS["Ti"] = 2**40
-SHM_PER_GPU_GI = 8  # DataLoader workers pass batches through /dev/shm: one GPU's worth each
-SHM_MIN_GI = 2  # NCCL's intra-node transport alone needs more than Docker's 64 MiB
-
-
-def quantity_bytes(value: str) -> float:
-    """A checked quantity (``check_quantity``) in bytes (``500m`` is half a byte)."""
-    match = _QUANTITY.fullmatch(value)
-    assert match is not None
-    number = float(value[: match.start(2)] if match.group(2) else value)
-    unit = match.group(2) or ""
-    return number / 1000 if unit == "m" else number * _UNITS[unit]
-
-
-def shm_default(gpus: int) -> str:
-    """/dev/shm for ``gpus`` GPUs: 8Gi each, at least 2Gi. A memory-backed emptyDir reserves
-    nothing; what is written there counts against the container's memory limit."""
-    return f"{max(SHM_MIN_GI, SHM_PER_GPU_GI * gpus)}Gi"
-
-
-def shm_size(options: JobOptions) -> str:
-    """``--shm`` as checked, or the default for ``--gpus``; never above ``--memory`` (pages in
-    /dev/shm are the container's memory: a larger limit would only move where it is killed)."""
-    if options.shm is not None:
-        check_quantity("--shm", options.shm)
-        if quantity_bytes(options.shm) < 2**20:
-            raise InputError(f"--shm {shown(options.shm)}: below 1Mi; give a size like 16Gi")
-        if options.memory and quantity_bytes(options.shm) > quantity_bytes(options.memory):
-            raise InputError(
-                f"--shm {shown(options.shm)}: larger than --memory {options.memory}; /dev/shm is"
-                " memory the container's limit counts: raise --memory or lower --shm"
-            )
-        return options.shm
-    default = shm_default(options.gpus)
-    if options.memory and quantity_bytes(default) > quantity_bytes(options.memory):
-        return options.memory
-    return default
 
 
 def check_gpu_resource(options: JobOptions) -> None:
@@ -282,25 +214,26 @@ def node_selector(entry: LockEntry, index: LockIndex | None, options: JobOptions
     return selector
 
 
-def workload_container(name: str, entry: LockEntry, options: JobOptions, image: str) -> dict[str, Any]:
-    """The image by digest, the resources asked for (GPUs: request == limit), and Pod Security's
-    'restricted' profile: non-root, no privilege escalation, no capability, a read-only root."""
-    limits: dict[str, str | int] = {}
-    requests: dict[str, str | int] = {}
-    if options.gpus and options.gpu_request == "device-plugin":  # DRA: the pod's claim instead
+def workload_container(
+    name: str, entry: LockEntry, options: JobOptions, image: str, gpu_limits: bool = True
+) -> dict[str, Any]:
+    """The image by digest, the resources asked for (GPUs: request == limit; CPU and memory as
+    ``imagekit.k8s.resources`` sizes them for ``--gpus``), and Pod Security's 'restricted' profile:
+    non-root, no privilege escalation, no capability, a read-only root. ``gpu_limits`` False: the
+    caller attaches the GPUs itself."""
+    sized = sizes(options)
+    limits: dict[str, str | int] = dict(sized.limits())
+    requests: dict[str, str | int] = dict(sized.requests())
+    if gpu_limits and options.gpus and options.gpu_request == "device-plugin":  # DRA: a claim instead
         limits[options.gpu_resource] = options.gpus  # extended resources: request == limit
         requests[options.gpu_resource] = options.gpus
-    if options.cpu:
-        limits["cpu"] = requests["cpu"] = options.cpu
-    if options.memory:
-        limits["memory"] = requests["memory"] = options.memory
     return {
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",  # by digest, a cached copy is the same image
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {"limits": limits, "requests": requests},
-        "securityContext": CONTAINER_SECURITY,
+        "securityContext": container_security(options.uid_mode),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
     }
 
@@ -314,7 +247,7 @@ def workload_pod(
 ) -> dict[str, Any]:
     """The pod around ``container``: /dev/shm for NCCL, the claims asked for, where it may run."""
     volumes = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(options)}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": sizes(options).shm}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         *volumes,
     ]
@@ -325,7 +258,7 @@ def workload_pod(
     pod: dict[str, Any] = {
         # no workload here talks to the Kubernetes API: no service account token in the pod
         "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
+        "securityContext": pod_security(options.uid_mode),
         "containers": [container],
         "volumes": volumes,
     }
@@ -352,13 +285,13 @@ def job_manifest(entry: LockEntry, options: JobOptions, index: LockIndex | None 
     # forward compatibility; a front end's starts dumb-init), while verification replaced only CMD.
     container["args"] = list(options.command) or check_command(entry, options.gpus)
     pod = {"restartPolicy": "Never", **workload_pod(container, options, [], entry, index)}
-    spec: dict[str, Any] = {
-        "backoffLimit": options.backoff_limit,
-        "activeDeadlineSeconds": options.deadline_s,
-        "template": {"metadata": {"labels": metadata["labels"]}, "spec": pod},
-    }
-    if options.ttl_s is not None:
-        spec["ttlSecondsAfterFinished"] = options.ttl_s
+    spec = job_spec(
+        {"metadata": {"labels": metadata["labels"]}, "spec": pod},
+        backoff_limit=options.backoff_limit,
+        deadline_s=options.deadline_s,
+        ttl_s=options.ttl_s,
+        probe=not options.command,  # the check script is the probe: its exit codes are its verdict
+    )
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 
 
@@ -383,8 +316,8 @@ WORKSPACE_INIT = f"""set -eu
 cd {FRONTEND.workspace}
 if ! (: > .imagekit-writable) 2>/dev/null; then
   echo "imagekit: the workspace claim at {FRONTEND.workspace} is not writable by uid $(id -u)." \\
-    "Its storage ignores fsGroup: make the volume's root owned by uid {RUN_AS}" \\
-    "(chown {RUN_AS}:{RUN_AS} on the NFS export, or the provisioner's uid/gid options)" >&2
+    "Its storage ignores fsGroup: make the volume's root owned by uid $(id -u)" \\
+    "(chown $(id -u):$(id -g) on the NFS export, or the provisioner's uid/gid options)" >&2
   exit 1
 fi
 rm -f .imagekit-writable
@@ -436,7 +369,7 @@ def frontend_manifests(
                 kind: {r: v for r, v in amounts.items() if r in ("cpu", "memory")}
                 for kind, amounts in container["resources"].items()
             },
-            "securityContext": CONTAINER_SECURITY,
+            "securityContext": container_security(options.uid_mode),
             "volumeMounts": [workspace_mount],
         }
     ]
@@ -527,7 +460,7 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
 
     check_gpu_resource(options)
     check_gpu_request(options)
-    shm_size(options)
+    sizes(options)
     out: dict[str, str] = {}
     made_by: dict[str, str] = {}
     entries = published.images
@@ -539,6 +472,13 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
                 f" {frontend or 'none'}; run `imagekit publish` again"
             )
         check_mounts(options, frontend is not None)
+        if frontend == "ssh" and options.uid_mode == "scc":
+            raise InputError(
+                f"{cell}: --uid-mode scc runs the pod as a uid of the namespace's range, and the ssh"
+                f" front end's sshd logs in only a user of the image's /etc/passwd (uid {RUN_AS}): grant"
+                " its service account OpenShift's nonroot-v2 constraints and leave --uid-mode out, or"
+                " leave the cell out with --only"
+            )
         entry = entries[cell]
         index = published.index_of(cell)
         manifests = (

@@ -36,8 +36,6 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_PREPULL_IMAGES
 from imagekit.core.text import shown
 from imagekit.k8s.manifests import (
-    CONTAINER_SECURITY,
-    POD_SECURITY,
     JobOptions,
     ManifestDumper,
     Toleration,
@@ -46,6 +44,7 @@ from imagekit.k8s.manifests import (
     render_jobs,
 )
 from imagekit.k8s.placement import ARCH_LABEL, COMPUTE_MAJOR
+from imagekit.k8s.security import container_security, pod_security
 from imagekit.report.lockfile import Lock
 
 COMPONENT = "prepull"  # app.kubernetes.io/component: `kubectl get ds -l app.kubernetes.io/component=prepull`
@@ -114,7 +113,7 @@ def images_by_arch(published: Lock) -> dict[str, dict[str, str]]:
     return out
 
 
-def _pull_containers(images: dict[str, str]) -> list[dict[str, Any]]:
+def _pull_containers(images: dict[str, str], options: JobOptions) -> list[dict[str, Any]]:
     made_by: dict[str, str] = {}
     containers: list[dict[str, Any]] = []
     for image, cell in images.items():
@@ -130,7 +129,7 @@ def _pull_containers(images: dict[str, str]) -> list[dict[str, Any]]:
                 "command": PULLED,
                 "env": NO_GPU,
                 "resources": RESOURCES,
-                "securityContext": CONTAINER_SECURITY,
+                "securityContext": container_security(options.uid_mode),
             }
         )
     return containers
@@ -160,10 +159,10 @@ def daemonset(arch: str, images: dict[str, str], options: JobOptions) -> dict[st
     metadata: dict[str, Any] = {"name": name, "labels": labels}
     if options.namespace:
         metadata["namespace"] = options.namespace
-    pulls = _pull_containers(images)
+    pulls = _pull_containers(images, options)
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,  # it never talks to the Kubernetes API
-        "securityContext": POD_SECURITY,
+        "securityContext": pod_security(options.uid_mode),
         "initContainers": pulls,
         "containers": [
             {

@@ -8,6 +8,11 @@ edited it): each is read up to a bound, and each problem is one line naming the 
 is written once, after every file has been read and found to be what its Job printed; with any
 problem nothing is written.
 
+Not every Job reports: a Job whose file holds no probe document (or that has no file) is no
+problem but a Job that did not report, named with why (``imagekit.k8s.job_status``, from the
+Jobs' and pods' status where ``--status`` gives it: evicted, pending, deadline, failed without
+output); the Jobs that did report are recorded all the same.
+
 What makes an output a Job's own: its file is named after a Job of the plan; it holds the probe's
 document (its first line a lone ``{``, as the probe prints it); the probe was asked for what the
 Job asked (the cell's expectations, the GPU required); and every GPU it names is the product the
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,7 @@ from imagekit.core.limits import JOB_OUTPUT_BYTES, SHORT_CHARS, STATE_BYTES
 from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import validate_json
 from imagekit.core.text import printable, redact, shown
+from imagekit.k8s.job_status import JobState, why_missing
 from imagekit.k8s.validate_on import PlannedJob, label_form, parse_plan, product_base
 from imagekit.probe import protocol
 from imagekit.report.store import BuildReport
@@ -189,8 +195,12 @@ def _verification(document: Mapping[str, Any], job: PlannedJob, cluster: str, pa
     )
 
 
-def read_output(path: Path, job: PlannedJob, cluster: str, now: str) -> ClusterValidation:
-    """One Job's output as its record; an InputError naming the file for any problem."""
+NO_DOCUMENT = "no probe document in it (the JSON object check.py prints; not `kubectl logs --timestamps`)"
+
+
+def read_output(path: Path, job: PlannedJob, cluster: str, now: str) -> ClusterValidation | None:
+    """One Job's output as its record; None where it holds no probe document (the Job did not
+    report: ``imagekit.k8s.job_status`` says why); an InputError naming the file for any problem."""
     raw = read_regular_file(path, JOB_OUTPUT_BYTES, OUTPUT_WHAT)
     documents = probe_documents(raw.decode("utf-8", errors="replace"))
     if len(documents) > 1:
@@ -200,12 +210,9 @@ def read_output(path: Path, job: PlannedJob, cluster: str, now: str) -> ClusterV
             f"{path}: {len(documents)} probe documents in it, one run each; a Job's output holds one"
             f" (`kubectl logs job/{job.job}` of its last pod): give that run's output alone"
         )
-    document = documents[0] if documents else None
-    if document is None:
-        raise InputError(
-            f"{path}: no probe document in it (the JSON object check.py prints); the pod may not have"
-            f" started (`kubectl describe job {job.job}`), or the file holds `kubectl logs --timestamps`"
-        )
+    if not documents:
+        return None
+    document = documents[0]
     problem = _expectations_problem(document, job)
     verification = _verification(document, job, cluster, path)
     problem = problem or _product_problem(verification.checks, job)
@@ -216,13 +223,21 @@ def read_output(path: Path, job: PlannedJob, cluster: str, now: str) -> ClusterV
     return validate_json(ClusterValidation, json.dumps(record.as_json()), str(path), "record it again")
 
 
-def read_outputs(
-    jobs: Mapping[str, PlannedJob], paths: Sequence[Path], cluster: str
-) -> tuple[list[Recorded], list[str]]:
-    """(each output's record, one line per problem); every file is read, whatever the others hold."""
+@dataclass
+class Outputs:
+    """What the files given held: a record per Job that reported, one line per problem, and for each
+    Job whose file held no probe document, what it held instead."""
+
+    recorded: list[Recorded] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    empty: dict[str, str] = field(default_factory=dict)  # Job -> what its file held
+
+
+def read_outputs(jobs: Mapping[str, PlannedJob], paths: Sequence[Path], cluster: str) -> Outputs:
+    """Every file read, whatever the others hold."""
     now = timestamp()
-    recorded: list[Recorded] = []
-    problems: list[str] = []
+    found = Outputs()
+    recorded, problems = found.recorded, found.problems
     seen: dict[str, Path] = {}
     for path in paths:
         name = job_of(path)
@@ -235,12 +250,29 @@ def read_outputs(
             continue
         seen[name] = path
         try:
-            recorded.append(Recorded(job, read_output(path, job, cluster, now)))
+            record = read_output(path, job, cluster, now)
         except FileNotFoundError:
             problems.append(f"{path}: no such file")
         except InputError as exc:
             problems.append(exc.message)
-    return recorded, problems
+        else:
+            if record is None:
+                found.empty[name] = f"{path}: {NO_DOCUMENT}"
+            else:
+                recorded.append(Recorded(job, record))
+    return found
+
+
+def unreported(
+    jobs: Mapping[str, PlannedJob], found: Outputs, status: Mapping[str, JobState] | None, source: str
+) -> list[tuple[str, str, str]]:
+    """(Job, kind, detail) for each Job of the plan that left no record, in the plan's order."""
+    reported = {r.job.job for r in found.recorded}
+    return [
+        (name, *why_missing(name, status, source, found.empty.get(name, "no output of it given")))
+        for name in jobs
+        if name not in reported
+    ]
 
 
 def into_report(

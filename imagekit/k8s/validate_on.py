@@ -20,8 +20,10 @@ Where each Job runs:
   that could not pass would otherwise wait unscheduled forever, while the probe's arch and driver
   checks say why the image does not serve that product, which is the finding to record.
 
-The pod is the restricted one every imagekit workload is (``imagekit.k8s.manifests``): uid 10001, no
-capability, a read-only root with /tmp and /dev/shm as emptyDirs. ``imagekit verify`` runs the
+The pod is the restricted one every imagekit workload is (``imagekit.k8s.security``): uid 10001 (with
+``--uid-mode scc``, the one OpenShift assigns), no capability, a read-only root with /tmp and /dev/shm
+as emptyDirs, sized for the probe (``imagekit.k8s.resources``), and its Job ends at the probe's
+verdict but survives a disruption (``imagekit.k8s.failure``). ``imagekit verify`` runs the
 probe as the image's user (root in a plain image) without capabilities; the probe needs neither
 root nor a user of its own (tests/unit/probe/test_nonroot.py runs it as uid 65534 and as a uid no
 /etc/passwd names), and the NVIDIA runtime makes the GPU device nodes usable by any user.
@@ -59,17 +61,18 @@ from imagekit.core.text import shown
 from imagekit.k8s.compute_domain import NAME_CHARS as DOMAIN_NAME_CHARS
 from imagekit.k8s.dra import check_gpu_request, claim_gpus
 from imagekit.k8s.dra_cel import checked_product_name
+from imagekit.k8s.failure import job_spec
 from imagekit.k8s.manifests import (
     JobOptions,
     ManifestDumper,
     check_gpu_resource,
     dns_name,
     object_metadata,
-    shm_size,
     workload_container,
     workload_pod,
 )
 from imagekit.k8s.placement import ARCH_LABEL
+from imagekit.k8s.resources import sizes
 from imagekit.render.contract import CHECK_SCRIPT_PATH
 from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 from imagekit.report.verification import DnsLabel, GpuProduct
@@ -290,13 +293,13 @@ def validate_job(entry: LockEntry, product: Product, options: JobOptions) -> dic
     container["args"] = probe_arguments(entry, options.gpus, product.machine)
     # index None: the cell's own manifest, and kubernetes.io/arch from its platform
     pod = {"restartPolicy": "Never", **workload_pod(container, pinned, [], entry, None)}
-    spec: dict[str, Any] = {
-        "backoffLimit": options.backoff_limit,
-        "activeDeadlineSeconds": options.deadline_s,
-        "template": {"metadata": {"labels": dict(metadata["labels"])}, "spec": pod},
-    }
-    if options.ttl_s is not None:
-        spec["ttlSecondsAfterFinished"] = options.ttl_s
+    spec = job_spec(
+        {"metadata": {"labels": dict(metadata["labels"])}, "spec": pod},
+        backoff_limit=options.backoff_limit,
+        deadline_s=options.deadline_s,
+        ttl_s=options.ttl_s,
+        probe=True,
+    )
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 
 
@@ -325,7 +328,7 @@ def check_options(options: JobOptions) -> None:
         )
     check_gpu_resource(options)
     check_gpu_request(options)
-    shm_size(options)
+    sizes(options)
 
 
 @dataclass(frozen=True)

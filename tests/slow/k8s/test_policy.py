@@ -13,6 +13,7 @@ from imagekit.k8s.manifests import JobOptions, Toleration, write_jobs
 from tests.unit.k8s.test_policy import (
     ACCEPTED,
     NAMESPACED,
+    OPENSHIFT,
     OPTIONS,
     UNSIZED,
     _compute_domains,
@@ -37,7 +38,8 @@ def test_the_policy_scanner_finds_only_what_the_readme_explains(options: JobOpti
     write_jobs(_manifests(options), tmp_path)
     accepted = {
         **ACCEPTED,
-        **(UNSIZED if options.cpu is None or options.memory is None else {}),
+        **(UNSIZED if options.cpu_limit is None else {}),
+        **(OPENSHIFT if options.uid_mode == "scc" else {}),
         **(NAMESPACED if options.namespace is None else {}),
     }
     found = {f"{f['check_id']} {f['resource']}" for f in _findings(tmp_path) if f["check_id"] not in accepted}
@@ -45,7 +47,9 @@ def test_the_policy_scanner_finds_only_what_the_readme_explains(options: JobOpti
 
 
 def test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_path: Path) -> None:
-    options = JobOptions(namespace="ml", cpu="8", memory="64Gi", tolerations=(Toleration.parse("gpu"),))
+    options = JobOptions(
+        namespace="ml", cpu="8", cpu_limit="8", memory="64Gi", tolerations=(Toleration.parse("gpu"),)
+    )
     files = _validate_on(options)
     assert _kinds(files) == {"Job"}
     for text in files.values():
@@ -57,7 +61,12 @@ def test_validate_on_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_pat
 
 def test_compute_domain_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_path: Path) -> None:
     options = JobOptions(
-        gpus=4, namespace="ml", cpu="16", memory="256Gi", tolerations=(Toleration.parse("gpu"),)
+        gpus=4,
+        namespace="ml",
+        cpu="16",
+        cpu_limit="16",
+        memory="256Gi",
+        tolerations=(Toleration.parse("gpu"),),
     )
     files = _compute_domains(options)
     assert _kinds(files) == {"ComputeDomain", "Service", "Job"}

@@ -30,7 +30,7 @@ OPTIONS = {
 
 @pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
 def test_the_prepull_daemonsets_pass_the_policy_scanner(options: JobOptions, tmp_path: Path) -> None:
-    """Sized and restricted whatever the flags: no --cpu/--memory finding to accept (UNSIZED)."""
+    """Sized and restricted whatever the flags: no --cpu-limit finding to accept (UNSIZED)."""
     for number, matrix in enumerate(MATRICES):
         plan = load_plan(REPO / matrix)
         repository = naming.repository(plan.matrix.publish.registry, plan.matrix.publish.repository)

@@ -55,7 +55,7 @@ def test_one_job_per_cell_and_product_its_platform_runs_on() -> None:
                 job.host_machine,
             ]
         )
-        assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+        assert container["resources"]["limits"] == {"memory": "14Gi", "nvidia.com/gpu": 1}  # + /dev/shm
         security = container["securityContext"]
         assert (
             security["runAsNonRoot"] and security["runAsUser"] == 10001 and security["readOnlyRootFilesystem"]

@@ -124,7 +124,13 @@ def test_the_domain_job_and_service_fit_together() -> None:
     assert pod["resourceClaims"] == [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": f"{name}-channel"}]
     (container,) = pod["containers"]
     assert container["resources"]["claims"] == [{"name": CHANNEL_CLAIM}]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}  # as the single-node Jobs ask
+    resources = container["resources"]
+    assert (
+        resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == 4
+    )  # as single-node Jobs
+    # sized for the 4 GPUs the pod holds (not 0: the GPUs are attached apart from the container)
+    assert resources["requests"] == {"cpu": "5", "memory": "12Gi", "nvidia.com/gpu": 4}
+    assert resources["limits"]["memory"] == "44Gi"  # 12Gi and the 32Gi of /dev/shm it counts
     assert container["image"] == lock.images[FIT].reference  # by digest
     # the pods' names: <job>-<index>.<subdomain>, the Service selecting exactly them
     assert pod["subdomain"] == name and service["spec"]["clusterIP"] == "None"

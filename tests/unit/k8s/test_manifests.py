@@ -205,6 +205,9 @@ def test_manifests_are_written_all_or_none(tmp_path: Path) -> None:
         ("--memory", "https://u:s3cret@h"),
         ("--workspace-size", "u:s3cret@h"),
         ("--shm", "u:s3cret@h"),
+        ("--cpu-limit", "u:s3cret@h"),
+        ("--memory-limit", "https://u:s3cret@h"),
+        ("--uid-mode", "u:s3cret@h"),
         ("--gpu-resource", "u:s3cret@h"),
     ],
     ids=lambda flag: flag[0],
@@ -281,7 +284,7 @@ def _shm(options: JobOptions) -> str:
         (JobOptions(gpus=0), "2Gi"),
         (JobOptions(gpus=1), "8Gi"),
         (JobOptions(gpus=8), "64Gi"),  # DataLoader workers of 8 ranks: far beyond a fixed 2Gi
-        (JobOptions(gpus=8, memory="32Gi"), "32Gi"),  # never above the memory it counts against
+        (JobOptions(gpus=8, memory_limit="32Gi"), "32Gi"),  # never above the memory it counts against
         (JobOptions(gpus=8, shm="100Gi"), "100Gi"),
         (JobOptions(gpus=1, shm="512Mi", memory="1Gi"), "512Mi"),
     ],
@@ -294,8 +297,8 @@ def test_shared_memory_scales_with_the_gpus_or_is_the_flag(options: JobOptions, 
     ("options", "message"),
     [
         (JobOptions(shm="lots"), "--shm 'lots': not a Kubernetes quantity"),
-        (JobOptions(shm="100"), "--shm '100': below 1Mi"),
-        (JobOptions(shm="64Gi", memory="32Gi"), "--shm '64Gi': larger than --memory 32Gi"),
+        (JobOptions(shm="100"), "--shm '100': give a size from 1Mi to 64Ti"),
+        (JobOptions(shm="64Gi", memory_limit="32Gi"), "--shm '64Gi': larger than --memory-limit 32Gi"),
     ],
 )
 def test_a_bad_shm_is_one_line_naming_the_flag(options: JobOptions, message: str) -> None:
@@ -309,7 +312,10 @@ def test_a_mig_slice_is_requested_by_its_resource_name() -> None:
     kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
     (container,) = _pod_of(text)["containers"]
     resources = container["resources"]
-    assert resources["limits"] == resources["requests"] == {"nvidia.com/mig-1g.10gb": 1}
+    assert (
+        resources["limits"]["nvidia.com/mig-1g.10gb"] == resources["requests"]["nvidia.com/mig-1g.10gb"] == 1
+    )
+    assert "nvidia.com/gpu" not in resources["limits"]
     assert "--require-gpu" in container["args"]  # a slice is a GPU the checks must see
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from imagekit.core.errors import ExitCode
 from imagekit.core.limits import JOB_OUTPUT_BYTES
 from imagekit.k8s.results import MAX_ATTEMPTS, OUTPUT_WHAT, _expectations_problem, probe_document
 from imagekit.k8s.validate_on import PLAN_NAME, parse_plan
@@ -46,10 +47,16 @@ class Setup:
         path.write_text(text if text is not None else (FIXTURES / name).read_text(encoding="utf-8"))
         return path
 
-    def results(self, *paths: Path, cluster: str = "prod-east") -> Any:
+    def results(self, *paths: Path, cluster: str = "prod-east", status: Any = None) -> Any:
+        """``k8s-results`` of ``paths``; ``status``: the objects ``kubectl get jobs,pods -o json`` lists."""
+        if status is not None:
+            file = self.root / "status.json"
+            file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": status}))
+            status = ("--status", str(file))
+        status = status or ()
         return run_cli(
             "k8s-results", "--cluster", cluster, "--plan", str(self.plan), "--state-dir", str(self.state),
-            *map(str, paths),
+            *status, *map(str, paths),
         )  # fmt: skip
 
     def report_bytes(self) -> bytes:
@@ -124,8 +131,9 @@ def test_both_products_are_recorded_per_digest_and_read_back(setup: Setup) -> No
 
 def test_a_rerun_replaces_its_record_and_another_cluster_adds_its_own(setup: Setup) -> None:
     assert setup.results(setup.log(H100), setup.log(L40S)).exit_code == 0
-    assert setup.results(setup.log(H100), cluster="lab").exit_code == 0
-    assert setup.results(setup.log(H100)).exit_code == 0
+    # the L40S Job did not report this time: H100's run is recorded all the same (exit 6 says so)
+    assert setup.results(setup.log(H100), cluster="lab").exit_code == ExitCode.INCOMPLETE
+    assert setup.results(setup.log(H100)).exit_code == ExitCode.INCOMPLETE
     (cell,) = read_report(setup.state).cells
     assert sorted((c.cluster, c.product) for c in cell.clusters) == [
         ("lab", H100),
@@ -209,10 +217,6 @@ def timestamps(text: str) -> str:
 
 
 BAD_OUTPUTS = {
-    "kubectl logs --timestamps": (
-        lambda: timestamps((FIXTURES / "l40s.log").read_text()),
-        "no probe document in it",
-    ),
     "the H100 node's output": (
         (FIXTURES / "h100-sxm.log").read_text,
         "the probe ran on 'NVIDIA H100 80GB HBM3', not on NVIDIA-L40S",
@@ -287,7 +291,7 @@ def test_the_document_is_found_after_the_banner_and_bounded() -> None:
 
 
 def test_a_skipped_rebuild_keeps_the_runs_and_a_new_image_drops_them(setup: Setup) -> None:
-    assert setup.results(setup.log(H100)).exit_code == 0
+    assert setup.results(setup.log(H100), setup.log(L40S)).exit_code == 0
     previous = read_report(setup.state)
     (recorded,) = previous.cells
     same = replace(recorded, status="skipped", clusters=())
@@ -342,3 +346,144 @@ def test_a_plan_entry_whose_digest_is_not_its_jobs_is_refused(setup: Setup) -> N
     setup.plan.write_text(json.dumps(data))
     done = setup.results(setup.log(H100))
     assert done.exit_code == 2 and f"is not its digest {DIGEST}" in done.stderr, done.stderr
+
+
+# -- Jobs that did not report: named with why, the others recorded ----------------------------------
+
+
+def job_object(name: str, *conditions: tuple[str, str], active: int = 0) -> dict[str, Any]:
+    """A Job as the API server lists it: its conditions (type, reason) True."""
+    listed = [{"type": kind, "status": "True", "reason": reason, "message": f"{reason} happened"}
+              for kind, reason in conditions]  # fmt: skip
+    return {"kind": "Job", "metadata": {"name": name}, "status": {"active": active, "conditions": listed}}
+
+
+def pod_object(job: str, created: str, phase: str, **status: Any) -> dict[str, Any]:
+    labels = {"job": job, "batch.kubernetes.io/job-name": job}
+    metadata = {"name": f"{job}-{created[-2:]}", "labels": labels, "creationTimestamp": created}
+    return {"kind": "Pod", "metadata": metadata, "status": {"phase": phase, **status}}
+
+
+SCHEDULER_SAYS = "0/12 nodes are available: 12 Insufficient nvidia.com/gpu."
+OOM_KILLED = {"name": "check", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+EVICTED = {
+    "conditions": [
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+        }
+    ],
+    "containerStatuses": [{"name": "check", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}],
+}
+UNSCHEDULABLE = {
+    "conditions": [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/12 nodes are available: 12 Insufficient nvidia.com/gpu.",
+        }
+    ],
+}
+
+
+def test_an_evicted_job_is_named_and_every_job_that_reported_is_recorded(setup: Setup) -> None:
+    """One eviction no longer blocks the round: H100's run is recorded, L40S's Job is named as
+    evicted with its replacement's state, exit 6 (some Jobs did not report)."""
+    l40s = setup.jobs[L40S]
+    status = [
+        job_object(setup.jobs[H100], ("Complete", "CompletionsReached")),
+        job_object(l40s, active=1),
+        pod_object(l40s, "2026-12-01T10:00:01Z", "Failed", **EVICTED),
+        pod_object(l40s, "2026-12-01T10:05:02Z", "Pending", **UNSCHEDULABLE),
+    ]
+    empty = setup.log(L40S, "")  # `kubectl logs` of the evicted pod printed nothing
+    done = setup.results(setup.log(H100), empty, status=status)
+    assert done.exit_code == ExitCode.INCOMPLETE, done.stderr
+    assert done.stderr.splitlines()[0] == (
+        f"imagekit: not reported: {l40s}: evicted: EvictionByEvictionAPI: Eviction API: evicting; replaced;"
+        " its last pod: Pending, Unschedulable: 0/12 nodes are available: 12 Insufficient nvidia.com/gpu."
+    )
+    assert "recorded 1 run on prod-east, 0 failed, 1 not reported" in done.stderr
+    (cell,) = read_report(setup.state).cells
+    assert [(c.product, c.verification.verdict) for c in cell.clusters] == [(H100, "validated")]
+
+
+@pytest.mark.parametrize(
+    ("objects", "line"),
+    [
+        (
+            lambda job: [job_object(job, ("Failed", "DeadlineExceeded")),
+                         pod_object(job, "2026-12-01T10:00:01Z", "Pending", **UNSCHEDULABLE)],
+            "deadline: activeDeadlineSeconds passed; its last pod: Pending, Unschedulable: 0/12 nodes",
+        ),
+        (
+            lambda job: [job_object(job, ("Failed", "BackoffLimitExceeded")),
+                         pod_object(job, "2026-12-01T10:00:01Z", "Failed", containerStatuses=[
+                             OOM_KILLED])],
+            "failed: failed without a probe document (BackoffLimitExceeded: BackoffLimitExceeded happened);"
+            " its last pod: Failed, exit 137, OOMKilled",
+        ),
+        (lambda job: [], "not-found: no Job {job} in {status}: never applied, or removed since"),
+        (
+            lambda job: [job_object(job, ("Suspended", "JobSuspended"))],
+            "pending: suspended: a queue holds it until it admits the Job",
+        ),
+        (
+            lambda job: [job_object(job, active=1), pod_object(job, "2026-12-01T10:00:01Z", "Running")],
+            "running: Running",
+        ),
+        (
+            lambda job: [job_object(job, ("Complete", "CompletionsReached"))],
+            "no-output: the Job completed, but no output of it given: collect its output again",
+        ),
+    ],
+    ids=["deadline", "failed", "not-found", "suspended", "running", "completed"],
+)  # fmt: skip
+def test_why_a_job_did_not_report_is_said_from_its_status(setup: Setup, objects: Any, line: str) -> None:
+    l40s = setup.jobs[L40S]
+    done = setup.results(setup.log(H100), status=[job_object(setup.jobs[H100]), *objects(l40s)])
+    assert done.exit_code == ExitCode.INCOMPLETE, done.stderr
+    expected = line.format(job=l40s, status=setup.root / "status.json")
+    assert done.stderr.splitlines()[0].startswith(f"imagekit: not reported: {l40s}: {expected}"), done.stderr
+
+
+def test_no_job_reporting_is_exit_3_and_records_nothing(setup: Setup) -> None:
+    before = setup.report_bytes()
+    timestamped = setup.log(L40S, timestamps((FIXTURES / "l40s.log").read_text()))
+    done = setup.results(timestamped)
+    assert done.exit_code == ExitCode.ENVIRONMENT, done.stderr
+    assert done.stderr.splitlines() == [
+        f"imagekit: not reported: {setup.jobs[H100]}: no-output: no output of it given; --status FILE says"
+        " why",
+        f"imagekit: not reported: {setup.jobs[L40S]}: no-output: {timestamped}: no probe document in it (the"
+        " JSON object check.py prints; not `kubectl logs --timestamps`); --status FILE says why",
+        f"imagekit: error: none of the 2 Jobs of {setup.plan} reported; nothing recorded",
+    ]
+    assert setup.report_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON"),
+        ('"text"', "not a list of Kubernetes objects"),
+        ('{"items": [1]}', "not a list of Kubernetes objects"),
+        ('{"items": [{"kind": "Service"}]}', "no Job and no pod of a Job in it"),
+        ("[" * 100_000, "not JSON"),
+    ],
+)
+def test_a_bad_status_file_is_one_line_and_exit_2(setup: Setup, text: str, message: str) -> None:
+    before = setup.report_bytes()
+    status = setup.root / "status.json"
+    status.write_text(text)
+    done = run_cli(
+        "k8s-results", "--cluster", "prod-east", "--plan", str(setup.plan), "--state-dir", str(setup.state),
+        "--status", str(status), str(setup.log(H100)),
+    )  # fmt: skip
+    assert done.exit_code == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"imagekit: error: {status}: {message}"), line
+    assert setup.report_bytes() == before
