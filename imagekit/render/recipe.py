@@ -23,6 +23,7 @@ from imagekit.probe import protocol
 from imagekit.render.contract import (
     CHECK_SCRIPT_CONTEXT,
     CHECK_SCRIPT_PATH,
+    CONSTRAINT_ENV,
     CONSTRAINTS_FILE,
     FRONTEND,
     VENV,
@@ -110,6 +111,11 @@ class Recipe:
     # a CUDA cell with torch from an index: the CUDA wheels its build pins exactly, when the table
     # (``imagekit.facts.cuda_wheels``) knows them; None: torch from a wheelhouse, a stack, or CPU
     index_cuda_wheels: IndexCudaWheels | None = None
+
+    @property
+    def constraint_env(self) -> tuple[tuple[str, str], ...]:
+        """Every variable that names the constraints file, pip's and uv's (``CONSTRAINT_ENV``)."""
+        return tuple((name, self.constraints_file) for name in CONSTRAINT_ENV)
 
     @property
     def cuda_wheels(self) -> tuple[str, ...]:
