@@ -150,6 +150,8 @@ class BuildkitSettings:
     compression: Literal["gzip", "zstd"]
     work_dir: Path  # OCI tars and metadata files, one pair per running build
     secrets: tuple[tuple[str, Path], ...] = ()  # (secret id, file) every build mounts
+    # SOURCE_DATE_EPOCH: created times and the rewritten file times (imagekit.plan.source)
+    epoch: int = REPRODUCIBLE_EPOCH
 
 
 def build_image(
@@ -206,7 +208,7 @@ def build_oci(
             output=output,
             name=name,
             compression=settings.compression,
-            epoch=REPRODUCIBLE_EPOCH,
+            epoch=settings.epoch,
             network=request.network_mode or "none",
             host_network=host_network,
             secrets=settings.secrets,
@@ -216,7 +218,7 @@ def build_oci(
         ),
         metadata,
     )
-    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)})
+    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(settings.epoch)})
     failed: StepFailed | None = None
     text: list[str] = []
     with running(run):

@@ -18,15 +18,28 @@ def today() -> date:
 
     A malformed SOURCE_DATE_EPOCH stops the run, as the reproducible-builds specification asks:
     silently dating tags today would defeat the reason it was set."""
+    epoch = source_date_epoch()
+    if epoch is None:
+        return datetime.now(tz=timezone.utc).date()
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).date()
+
+
+def source_date_epoch() -> int | None:
+    """SOURCE_DATE_EPOCH, checked; None when it is unset or empty."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if not epoch:
-        return datetime.now(tz=timezone.utc).date()
+        return None
     if not (epoch.isascii() and epoch.isdigit() and len(epoch) <= 12 and int(epoch) <= _LAST_EPOCH):
         raise InputError(
             f"SOURCE_DATE_EPOCH={shown(epoch)} is not a Unix time in seconds up to {_LAST_EPOCH}"
             " (9999-12-31); set it to `date +%s` of the day to stamp, or unset it"
         )
-    return datetime.fromtimestamp(int(epoch), tz=timezone.utc).date()
+    return int(epoch)
+
+
+def utc_seconds(epoch: int) -> str:
+    """``2026-11-30T12:00:00Z`` of a Unix time: an image's created time, to the second."""
+    return _utc(datetime.fromtimestamp(epoch, tz=timezone.utc))
 
 
 def timestamp() -> str:

@@ -53,8 +53,8 @@ from imagekit.core.platforms import MACHINES
 from imagekit.core.platforms import get as get_platform
 from imagekit.core.versions import project_key
 from imagekit.facts.cuda_wheels import is_cuda_project
-from imagekit.render.wheel_toolkit import COMPILER_PROJECTS
 from imagekit.render.contract import CONSTRAINT_ENV
+from imagekit.render.wheel_toolkit import COMPILER_PROJECTS
 
 TIMEOUT_S = 300.0
 DOWNLOAD_TIMEOUT_S = 3600.0  # a download of CUDA wheels is GBs

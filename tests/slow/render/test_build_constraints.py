@@ -25,30 +25,30 @@ REPO = Path(__file__).resolve().parents[3]
 BACKEND = "ikbuildbackend"
 # A PEP 517 backend that builds a wheel of project `built-by` whose version is the backend's own:
 # the wheel's name says which backend version the isolated build environment received.
-BACKEND_CODE = '''
+WHEEL_FILE = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+BACKEND_CODE = """
 import zipfile
 VERSION = "{version}"
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     name = f"built_by-{{VERSION}}-py3-none-any.whl"
     info = f"built_by-{{VERSION}}.dist-info"
+    metadata = f"Metadata-Version: 2.1\\nName: built-by\\nVersion: {{VERSION}}\\n"
     with zipfile.ZipFile(f"{{wheel_directory}}/{{name}}", "w") as archive:
         archive.writestr("built_by.py", "")
-        archive.writestr(f"{{info}}/METADATA", f"Metadata-Version: 2.1\\nName: built-by\\nVersion: {{VERSION}}\\n")
-        archive.writestr(f"{{info}}/WHEEL", "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n")
+        archive.writestr(f"{{info}}/METADATA", metadata)
+        archive.writestr(f"{{info}}/WHEEL", {wheel_file!r})
         archive.writestr(f"{{info}}/RECORD", "")
     return name
-'''
+"""
 
 
 def _backend_wheel(where: Path, version: str) -> None:
     info = f"{BACKEND}-{version}.dist-info"
     with zipfile.ZipFile(where / f"{BACKEND}-{version}-py3-none-any.whl", "w") as archive:
-        archive.writestr(f"{BACKEND}.py", BACKEND_CODE.format(version=version))
+        archive.writestr(f"{BACKEND}.py", BACKEND_CODE.format(version=version, wheel_file=WHEEL_FILE))
         archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {BACKEND}\nVersion: {version}\n")
-        archive.writestr(
-            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
+        archive.writestr(f"{info}/WHEEL", WHEEL_FILE)
         archive.writestr(f"{info}/RECORD", "")
 
 
@@ -59,7 +59,8 @@ def image_pip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("pip")
     env = {k: v for k, v in os.environ.items() if not k.endswith("CONSTRAINT")}
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(dest), pin],
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--dest", str(dest), pin],
         env=env, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     return next(dest.glob("pip-*.whl"))
@@ -69,7 +70,9 @@ def _image_constraint_env() -> dict[str, str]:
     """The ENV pairs of a rendered cell that name the constraints file."""
     plan = load_plan(REPO / "matrix.yaml")
     text = Renderer(plan).dockerfile(plan.cells[0])
-    pairs = re.findall(r"(\w+)=(\S+)", "\n".join(line for line in text.splitlines() if CONSTRAINTS_FILE in line))
+    pairs = re.findall(
+        r"(\w+)=(\S+)", "\n".join(line for line in text.splitlines() if CONSTRAINTS_FILE in line)
+    )
     return {name: value for name, value in pairs if value == CONSTRAINTS_FILE}
 
 
@@ -89,7 +92,8 @@ def _built_version(pip: Path, tmp_path: Path, env: dict[str, str]) -> str:
     done = subprocess.run(
         [sys.executable, str(pip / "pip"), "wheel", "--no-index", "--find-links", str(wheels),
          "--no-deps", "--wheel-dir", str(out), str(project)],
-        env={**clean, "PIP_CONFIG_FILE": os.devnull, **env}, capture_output=True, text=True, timeout=300,
+        env={**clean, "PIP_CONFIG_FILE": os.devnull, **env}, capture_output=True, text=True,
+        timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (built,) = out.glob("built_by-*.whl")
@@ -114,12 +118,26 @@ def test_a_build_without_isolation_is_refused_with_the_build_constraint_unless_e
     constraints = tmp_path / "constraints.txt"
     constraints.write_text(f"{BACKEND}==1.0\n", encoding="utf-8")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    base = [sys.executable, str(image_pip / "pip"), "install", "--no-index", "--dry-run", "--no-build-isolation"]
+    base = [
+        sys.executable,
+        str(image_pip / "pip"),
+        "install",
+        "--no-index",
+        "--dry-run",
+        "--no-build-isolation",
+    ]
     env = {**clean, "PIP_CONFIG_FILE": os.devnull, "PIP_BUILD_CONSTRAINT": str(constraints)}
-    refused = subprocess.run([*base, "pip"], env=env, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [*base, "pip"], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert refused.returncode != 0
     assert "--build-constraint cannot be used with --no-build-isolation" in refused.stderr
     emptied = subprocess.run(
-        [*base, "pip"], env={**env, "PIP_BUILD_CONSTRAINT": ""}, capture_output=True, text=True, timeout=300
+        [*base, "pip"],
+        env={**env, "PIP_BUILD_CONSTRAINT": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert emptied.returncode == 0, emptied.stderr
