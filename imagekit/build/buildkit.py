@@ -33,13 +33,13 @@ import docker
 
 from imagekit.build.jobs import JobFailed
 from imagekit.core import secret_values
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
 from imagekit.core.limits import SECRET_FILE_BYTES, SECRET_MIN_CHARS
 from imagekit.core.paths import read_regular_text
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import counted, elided
 from imagekit.engine.buildx import (
-    REPRODUCIBLE_EPOCH,
     Buildx,
     BuildxRequest,
     BuildxRun,

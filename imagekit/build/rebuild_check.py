@@ -48,12 +48,12 @@ from imagekit.build.layer_diff import (
 )
 from imagekit.build.run_state import RunState
 from imagekit.core import naming, platforms
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import ImagekitError, InputError, InputsChanged, one_line
 from imagekit.core.limits import CONFIG_BYTES, MANIFEST_BYTES
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable, shown
 from imagekit.engine import buildx
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
 from imagekit.engine.client import BuildAborted, BuildRequest
 from imagekit.plan.cells import Cell, Plan, local_base_of
 from imagekit.plan.schema import BuildSettings

@@ -9,6 +9,14 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import CLOCK_SKEW_S
 from imagekit.core.text import shown
 
+# Created times and the file times BuildKit rewrites (only those newer: a base's own files keep
+# theirs) where the matrix's checkout gives no time of its own (``imagekit.plan.source``): a fixed
+# instant, so two runners building the same inputs make the same layers. Not 0: zip and wheel tools
+# refuse times before 1980. One for the whole matrix, derived from nothing of a cell: a per-cell
+# value would clamp the file times of the layers cells share (venv, CUDA wheels, dependencies)
+# differently in each, so no layer could be shared across cells.
+REPRODUCIBLE_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
+
 # The last second a four-digit year (a {date} tag's YYYYMMDD) can hold: 9999-12-31T23:59:59Z.
 _LAST_EPOCH = 253_402_300_799
 

@@ -25,10 +25,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from imagekit.core import naming
-from imagekit.core.clock import parse_time, source_date_epoch, utc_seconds
+from imagekit.core.clock import REPRODUCIBLE_EPOCH, parse_time, source_date_epoch, utc_seconds
 from imagekit.core.errors import InputError
 from imagekit.core.limits import EARLIEST_EPOCH, GIT_ANSWER_BYTES, GIT_QUERY_DEADLINE_S, URL_CHARS
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
 
 CREATED_LABEL = f"{naming.OCI_PREFIX}created"
 REVISION_LABEL = f"{naming.OCI_PREFIX}revision"

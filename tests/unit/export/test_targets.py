@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.export.targets import (
     GITHUB_MAX_JOBS,
     bake_file,

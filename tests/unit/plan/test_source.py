@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import InputError
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
 from imagekit.plan import source
 from imagekit.plan.source import (
     CREATED_LABEL,
