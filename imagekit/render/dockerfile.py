@@ -189,7 +189,6 @@ def pairs(items: Iterable[tuple[Any, Any]], separator: str, quote: str = "", she
 
 # json.dumps(document, sort_keys=True), without a new encoder per call (one per cell)
 _DIGEST_JSON = json.JSONEncoder(sort_keys=True)
-OCI_BASE_DIGEST_LABEL = f"{naming.OCI_PREFIX}base.digest"
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,7 @@ class RenderedCell:
             labels[naming.BASE_DIGEST_LABEL] = base_digest  # name@sha256:..., or a local base's id
             _, at, digest = base_digest.partition("@")
             if at and naming.DIGEST.fullmatch(digest):  # a registry's manifest digest; an image id is none
-                labels[OCI_BASE_DIGEST_LABEL] = digest
+                labels[naming.OCI_BASE_DIGEST_LABEL] = digest
         return labels
 
     def context_tar(self) -> IO[bytes]:

@@ -309,7 +309,6 @@ _OCI_TITLE = f"{naming.OCI_PREFIX}title"
 _OCI_DESCRIPTION = f"{naming.OCI_PREFIX}description"
 _OCI_VERSION = f"{naming.OCI_PREFIX}version"
 _OCI_BASE_NAME = f"{naming.OCI_PREFIX}base.name"
-_OCI_BASE_DIGEST = f"{naming.OCI_PREFIX}base.digest"
 _OCI_VENDOR = f"{naming.OCI_PREFIX}vendor"
 _TORCH_LABEL = naming.label("torch")
 _TORCHVISION_LABEL = naming.label("torchvision")
@@ -339,7 +338,7 @@ def _labels(cell: ImageCell, cuda_archs: str) -> tuple[tuple[str, str], ...]:
         f"({cell.flavour}) on {cell.base_image}",
         _OCI_VERSION: cell.readable_tag,
         _OCI_BASE_NAME: base_name,
-        _OCI_BASE_DIGEST: base_digest,
+        naming.OCI_BASE_DIGEST_LABEL: base_digest,
         _OCI_VENDOR: "imagekit",
         naming.CELL_LABEL: cell.id,
         _TORCH_LABEL: cell.torch,
