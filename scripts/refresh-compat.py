@@ -96,6 +96,7 @@ AARCH64 = platforms.get("linux/arm64").machine
 # Environment variables that would point pip at another index, add constraints or links.
 PIP_ENV_DROPPED = (
     "PIP_CONSTRAINT",
+    "PIP_BUILD_CONSTRAINT",
     "PIP_FIND_LINKS",
     "PIP_EXTRA_INDEX_URL",
     "PIP_INDEX_URL",

@@ -21,7 +21,7 @@ import functools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import date
@@ -48,7 +48,7 @@ from imagekit.build.jobs import (
 from imagekit.build.no_change import unrecorded
 from imagekit.build.progress import Progress
 from imagekit.build.registry_use import BuildRegistry, StagingFailed
-from imagekit.build.reuse import EngineImages, missing_labels, skipped
+from imagekit.build.reuse import EngineImages, reusable, skipped
 from imagekit.build.run_state import Abortable, RunState
 from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
@@ -68,6 +68,7 @@ from imagekit.engine.client import (
 from imagekit.engine.raw_socket import engine_address
 from imagekit.plan.cells import Cell, FrontendCell, Plan, local_base_of
 from imagekit.plan.schema import BuildSettings
+from imagekit.plan.source import SourceState
 from imagekit.registry.client import Backoff
 from imagekit.render.context import FileHasher, local_base_context
 from imagekit.render.contract import PIP_NETRC_SECRET
@@ -97,6 +98,7 @@ class BuildOptions:
     compression: Literal["gzip", "zstd"] = "gzip"  # of the BuildKit builder's images
     buildx_builder: str | None = None  # a buildx builder, or a Docker context, to build on
     secret_files: tuple[tuple[str, Path], ...] = ()  # --secret ID=FILE
+    source: SourceState = field(default_factory=SourceState)  # the checkout's labels, BuildKit's epoch
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,9 @@ class Builder:
             buildkit.engine_holds_oci(api)
             with unrecorded():  # which buildx runs the builds is no input of an image
                 found = buildx.find(options.buildx_builder)
-            self.buildkit = buildkit.BuildkitSettings(found, options.compression, store.state_dir / "buildx")
+            self.buildkit = buildkit.BuildkitSettings(
+                found, options.compression, store.state_dir / "buildx", epoch=options.source.build_epoch
+            )
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
                 api, options.registry, plan.matrix.publish, options.backoff, self.previous
@@ -377,21 +381,6 @@ class Builder:
                 write(elided(f"FAILED: {message}"))
                 return done("failed", error=message, error_tail=tuple(tail))
 
-    def _reusable(
-        self, image: Mapping[str, Any] | None, write: Callable[[str], None]
-    ) -> Mapping[str, Any] | None:
-        """``image`` (built from this cell's inputs) when it also carries every ``--label`` asked
-        for: the labels are not an input of the digest, and a skip must not hand out an image
-        without them. Otherwise None, and the cell is built (every step but the labels cached)."""
-        if image is None:
-            return None
-        labels: Mapping[str, str] = image.get("Labels") or {}
-        missing = missing_labels(labels, self.options.extra_labels)
-        if missing:
-            write(f"image {image['Id']} has this input digest but not --label {', '.join(missing)}; building")
-            return None
-        return image
-
     def _build_cell(
         self, job: CellJob, write: Callable[[str], None], done: Callable[..., CellResult]
     ) -> CellResult:
@@ -414,9 +403,10 @@ class Builder:
                 return reused
         if rendered.wheel_note:
             write(f"context: {rendered.wheel_note}")
-        labels = {**rendered.build_labels(), **dict(self.options.extra_labels)}
-        if base_digest:
-            labels[naming.BASE_DIGEST_LABEL] = base_digest
+        labels = {
+            **rendered.build_labels(self.options.source, base_digest),
+            **dict(self.options.extra_labels),
+        }
         if self.buildkit is not None:  # BuildKit's registry cache: every stage, no image pulled
             cache = self.remote.build_cache(rendered) if self.remote else None
             self._buildkit_cache[job.name] = (
@@ -457,7 +447,7 @@ class Builder:
     ) -> CellResult | None:
         """The record of a cell whose image exists already (here, or staged in the registry from
         the same inputs); None when it is to be built."""
-        existing = self._reusable(self.images.cell_image(rendered, tags), write)
+        existing = reusable(self.images.cell_image(rendered, tags), self.options.extra_labels, write)
         if existing is None and cache_registry is not None and self.buildkit is not None:
             staged = cache_registry.staged_unpulled(rendered, self.options.extra_labels, write)
             if staged is not None:  # nothing pulled: verify --pull and publish work from the registry
@@ -471,7 +461,9 @@ class Builder:
                     staged=staged,
                 )
         elif existing is None and cache_registry is not None:
-            existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
+            existing = reusable(
+                cache_registry.staged_elsewhere(rendered, write), self.options.extra_labels, write
+            )
         if existing is None:
             return None
         write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")

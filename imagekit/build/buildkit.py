@@ -33,13 +33,13 @@ import docker
 
 from imagekit.build.jobs import JobFailed
 from imagekit.core import secret_values
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError, one_line
 from imagekit.core.limits import SECRET_FILE_BYTES, SECRET_MIN_CHARS
 from imagekit.core.paths import read_regular_text
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import counted, elided
 from imagekit.engine.buildx import (
-    REPRODUCIBLE_EPOCH,
     Buildx,
     BuildxRequest,
     BuildxRun,
@@ -150,6 +150,8 @@ class BuildkitSettings:
     compression: Literal["gzip", "zstd"]
     work_dir: Path  # OCI tars and metadata files, one pair per running build
     secrets: tuple[tuple[str, Path], ...] = ()  # (secret id, file) every build mounts
+    # SOURCE_DATE_EPOCH: created times and the rewritten file times (imagekit.plan.source)
+    epoch: int = REPRODUCIBLE_EPOCH
 
 
 def build_image(
@@ -206,7 +208,7 @@ def build_oci(
             output=output,
             name=name,
             compression=settings.compression,
-            epoch=REPRODUCIBLE_EPOCH,
+            epoch=settings.epoch,
             network=request.network_mode or "none",
             host_network=host_network,
             secrets=settings.secrets,
@@ -216,7 +218,7 @@ def build_oci(
         ),
         metadata,
     )
-    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)})
+    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(settings.epoch)})
     failed: StepFailed | None = None
     text: list[str] = []
     with running(run):

@@ -7,7 +7,8 @@ from the record. The matrix this run is given is read with the plan's own YAML r
 each value as the plan reads it; no pydantic, no Jinja), the paths it names are taken from it
 (``NAMED``: the template directory, else imagekit's own, whose front-end templates a matrix's own
 directory may fall back to; each local base's build context; each wheelhouse of
-``sources.pip.find_links``; the matrix's own advisories file), and each is walked: every
+``sources.pip.find_links``; the matrix's own advisories file; the lock of its bases' digests,
+present or not), and each is walked: every
 directory, file and link below it. A record answers only when it lists each of them, and its
 stat check then covers them all; a full run adds the same walk to the record it leaves, so an
 honest record always does.
@@ -29,6 +30,7 @@ from typing import Any
 
 from imagekit.core.errors import ImagekitError
 from imagekit.core.paths import relative_path_is_inside
+from imagekit.plan.pin_file import pins_path
 from imagekit.render.template_dirs import default_templates_dir
 
 # Entries one record may list (``imagekit.build.no_change.MAX_FILES``): a walk past it is not
@@ -122,5 +124,6 @@ def matrix_inputs(matrix: str | Path, ignored: tuple[str, ...]) -> set[str] | No
     root = os.path.dirname(os.path.realpath(matrix))  # as the plan resolves it (``load_plan``)
     tops = [os.path.abspath(os.path.join(root, path)) for path in named]
     tops.append(os.path.abspath(default_templates_dir()))
+    tops.append(str(pins_path(Path(root) / Path(matrix).name)))  # the bases' digests; absent or not
     found = walk(tops, ignored)
     return None if found is None else found | {os.path.abspath(matrix)}

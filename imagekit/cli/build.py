@@ -297,6 +297,7 @@ def build(
     from imagekit.build.builder import Builder, BuildOptions
     from imagekit.build.progress import make_progress
     from imagekit.engine.client import connect
+    from imagekit.plan.source import source_state
     from imagekit.report.store import open_store
     from imagekit.report.text import summary_line
 
@@ -322,6 +323,7 @@ def build(
             extra_labels=extra_labels,
             push=push,
             registry=host,
+            source=source_state(the_plan.root),
             **_builder_options(the_plan.matrix, builder, compression, buildx_builder, secret or []),
         )
         api = connect(pool_size=jobs + 8)

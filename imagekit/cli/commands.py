@@ -20,7 +20,7 @@ from typer.main import get_command_name
 from imagekit.cli.app import Launch, PlainHelp, app, say
 
 # Each group registers its commands on import, in the order `imagekit --help` lists them.
-for _group in ("plan", "build", "rebuild", "publish", "k8s", "attest", "ci"):
+for _group in ("plan", "pins", "build", "rebuild", "publish", "k8s", "attest", "ci"):
     import_module(f"imagekit.cli.{_group}")
 for _command in app.registered_commands:  # every command's --help in the plain layout
     if _command.cls in (None, TyperCommand):  # typer's default, not a class a command chose

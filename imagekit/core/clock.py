@@ -9,6 +9,14 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import CLOCK_SKEW_S
 from imagekit.core.text import shown
 
+# Created times and the file times BuildKit rewrites (only those newer: a base's own files keep
+# theirs) where the matrix's checkout gives no time of its own (``imagekit.plan.source``): a fixed
+# instant, so two runners building the same inputs make the same layers. Not 0: zip and wheel tools
+# refuse times before 1980. One for the whole matrix, derived from nothing of a cell: a per-cell
+# value would clamp the file times of the layers cells share (venv, CUDA wheels, dependencies)
+# differently in each, so no layer could be shared across cells.
+REPRODUCIBLE_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
+
 # The last second a four-digit year (a {date} tag's YYYYMMDD) can hold: 9999-12-31T23:59:59Z.
 _LAST_EPOCH = 253_402_300_799
 
@@ -18,15 +26,28 @@ def today() -> date:
 
     A malformed SOURCE_DATE_EPOCH stops the run, as the reproducible-builds specification asks:
     silently dating tags today would defeat the reason it was set."""
+    epoch = source_date_epoch()
+    if epoch is None:
+        return datetime.now(tz=timezone.utc).date()
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).date()
+
+
+def source_date_epoch() -> int | None:
+    """SOURCE_DATE_EPOCH, checked; None when it is unset or empty."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if not epoch:
-        return datetime.now(tz=timezone.utc).date()
+        return None
     if not (epoch.isascii() and epoch.isdigit() and len(epoch) <= 12 and int(epoch) <= _LAST_EPOCH):
         raise InputError(
             f"SOURCE_DATE_EPOCH={shown(epoch)} is not a Unix time in seconds up to {_LAST_EPOCH}"
             " (9999-12-31); set it to `date +%s` of the day to stamp, or unset it"
         )
-    return datetime.fromtimestamp(int(epoch), tz=timezone.utc).date()
+    return int(epoch)
+
+
+def utc_seconds(epoch: int) -> str:
+    """``2026-11-30T12:00:00Z`` of a Unix time: an image's created time, to the second."""
+    return _utc(datetime.fromtimestamp(epoch, tz=timezone.utc))
 
 
 def timestamp() -> str:

@@ -22,6 +22,19 @@ DOCKERFILE_BYTES = 1_000_000
 # imagekit.build.buildkit) and the white space around it; a larger file holds no token.
 SECRET_FILE_BYTES = 64 << 10
 
+# -- the matrix's checkout ------------------------------------------------------------------------------
+
+# One `git` query of the matrix's checkout (HEAD's commit and time, whether tracked files differ, the
+# origin's URL), for an image's created, revision and source labels: each answers in milliseconds on
+# a large repository; one that has not answered in this long (a hung network file system, a lock)
+# leaves the labels out rather than hold the build.
+GIT_QUERY_DEADLINE_S = 10.0
+# What one such answer may hold: a commit line, a URL, a page of `git status`: past it the tree is
+# taken as changed (revision left out) and nothing more is read.
+GIT_ANSWER_BYTES = 1 << 20
+# The earliest SOURCE_DATE_EPOCH a build takes: zip and wheel tools refuse file times before 1980.
+EARLIEST_EPOCH = 315_532_800  # 1980-01-01T00:00:00Z
+
 # -- the plan ----------------------------------------------------------------------------------------
 
 # Combinations a matrix may ask for (the product of its axis lengths plus its include entries):

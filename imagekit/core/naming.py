@@ -57,6 +57,7 @@ LOCAL_BASE_LABEL = label("base")  # a local base's name, on bake targets
 VERIFY_RUN_LABEL = label("verify-run")  # on check containers: which run made them
 TARGET_LABEL = label("target")  # on check containers: which cell or image they check
 OCI_PREFIX = "org.opencontainers.image."
+OCI_BASE_DIGEST_LABEL = OCI_PREFIX + "base.digest"  # the base image's manifest digest (a registry's)
 
 # The labels that tell the check script what an image must hold (its --expect-* options).
 EXPECTED_LABELS: tuple[str, ...] = tuple(protocol.EXPECT_OPTIONS)

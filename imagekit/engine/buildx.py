@@ -45,13 +45,6 @@ from imagekit.engine.client import BuildAborted
 # The oldest buildx whose behaviour this module is written against: rawjson progress and the
 # metadata file's keys (0.13.0).
 MIN_BUILDX = (0, 13, 0)
-# Created times and the file times BuildKit rewrites (only those newer: a base's own files keep
-# theirs): a fixed instant, so two runners building the same inputs make the same layers. Not 0:
-# zip and wheel tools refuse times before 1980. One for the whole matrix, derived from nothing of
-# a cell: issue 36 asks for a fixed epoch per cell "from its identity, not the clock", and a
-# constant is not the clock; a per-cell value would clamp the file times of the layers cells share
-# (venv, CUDA wheels, dependencies) differently in each, so no layer could be shared across cells.
-REPRODUCIBLE_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
 ABORT_GRACE_S = 10.0  # SIGTERM lets BuildKit cancel the solve; past this, SIGKILL
 _VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)")
 _BUILDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

@@ -18,7 +18,7 @@ import yaml
 from imagekit.core import naming
 from imagekit.core.atomic import atomic_write_all
 from imagekit.plan.cells import Cell, StackCell, local_base_of
-from imagekit.render.contract import CHECK_SCRIPT_PATH, CONSTRAINTS_FILE, VENV
+from imagekit.render.contract import CHECK_SCRIPT_PATH, CONSTRAINT_ENV, CONSTRAINTS_FILE, VENV
 
 SCHEMA_VERSION = "2.0.0"
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -47,7 +47,7 @@ def _labels(cell: Cell) -> list[dict[str, Any]]:
 
 def _env(cell: Cell) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"key": k, "value": v} for k, v in cell.env]
-    env.append({"key": "PIP_CONSTRAINT", "value": CONSTRAINTS_FILE})
+    env += [{"key": name, "value": CONSTRAINTS_FILE} for name in CONSTRAINT_ENV]
     if not isinstance(cell, StackCell):
         env.append({"key": "VIRTUAL_ENV", "value": VENV})
     if cell.is_cuda and cell.cuda_full and local_base_of(cell) is None:

@@ -24,8 +24,9 @@ from imagekit.core.errors import InputError
 from imagekit.core.paths import os_problem, refuse_links
 from imagekit.core.safetypes import secret_env_name
 from imagekit.core.text import shown
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH, compression_options, registry_cache
+from imagekit.engine.buildx import compression_options, registry_cache
 from imagekit.plan.cells import Cell, FrontendCell, LocalBase, Plan, local_base_of
+from imagekit.plan.source import source_state
 from imagekit.render.context import DOCKERFILE_NAME
 from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import RenderedCell
@@ -77,13 +78,14 @@ def github_matrix(cells: Sequence[Cell]) -> dict[str, Any]:
 def json_export(plan: Plan, rendered: Sequence[RenderedCell], today: date) -> dict[str, Any]:
     """Every cell with what an external tool needs to build it: versions, base, args, tags, labels."""
     cells = []
+    source = source_state(plan.root)
     for item in rendered:
         entry: dict[str, Any] = item.cell.summary()
         entry["readable_tag"] = item.cell.readable_tag
         entry["tags"] = list(item.names(plan.matrix.publish, today).references())
         entry["input_digest"] = item.input_digest
         entry["build_args"] = dict(item.build_args)
-        entry["build_labels"] = item.build_labels()
+        entry["build_labels"] = item.build_labels(source)
         local = local_base_of(item.cell)
         entry["local_base"] = local.image if local else None
         cells.append(entry)
@@ -255,6 +257,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
     group: list[str] = []
     publish = plan.matrix.publish
     staging = naming.repository(publish.registry, publish.staging_repository)
+    source = source_state(plan.root)  # its labels and its time, as `imagekit build` gives them
     for name, base in sorted(_local_bases(rendered).items()):
         made_by[base_target_name(base)] = f"local base {name}"
         targets[base_target_name(base)] = {
@@ -276,13 +279,13 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "dockerfile": DOCKERFILE_NAME,
             "args": dict(item.build_args),
             "tags": [naming.reference(staging, naming.staging_tag(item.input_digest))],
-            "labels": item.build_labels(),
+            "labels": item.build_labels(source),
             "platforms": [cell.platform],
         }
         if item.build.builder == "buildkit":
             target.update(_buildkit_target(plan, item, staging, target["tags"][0]))
             # buildx's epoch for created times, as `imagekit build --builder buildkit` sets it
-            target["args"]["SOURCE_DATE_EPOCH"] = str(REPRODUCIBLE_EPOCH)
+            target["args"]["SOURCE_DATE_EPOCH"] = str(source.build_epoch)
         local = local_base_of(cell)
         if local is not None:
             target["contexts"] = {local.image: f"target:{base_target_name(local)}"}

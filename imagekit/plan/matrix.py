@@ -20,6 +20,7 @@ from imagekit.core.yamlsource import SourceDocument, as_mapping, format_path, re
 from imagekit.facts.compat import Compat, load_compat
 from imagekit.plan.cells import Cell, LocalBase, Plan, Refusal
 from imagekit.plan.expand import check_size, collapse, expand
+from imagekit.plan.pins import apply_pins
 from imagekit.plan.resolve import Refused, Resolver
 from imagekit.plan.schema import Matrix, validate_matrix
 
@@ -189,9 +190,14 @@ def _refuse_shared_immutable_tags(cells: Sequence[Cell], matrix: Matrix, doc: So
         )
 
 
-def load_plan(path: Path, compat: Compat | None = None) -> Plan:
-    """Read, validate and plan a matrix file: the one entry point every CLI verb uses."""
+def load_plan(path: Path, compat: Compat | None = None, *, pinned: bool = True) -> Plan:
+    """Read, validate and plan a matrix file: the one entry point every CLI verb uses. ``pinned``:
+    its cells FROM the digests of the lock beside it (``imagekit.plan.pins``); only `pin-bases`,
+    which writes the lock, plans without."""
     doc = read_yaml_file(path)
     as_mapping(doc)
     matrix = validate_matrix(doc)
-    return plan_matrix(matrix, path.resolve().parent, doc, compat)
+    plan = plan_matrix(matrix, path.resolve().parent, doc, compat)
+    if not pinned:
+        return plan
+    return replace(plan, cells=apply_pins(plan.cells, plan.root / path.name, matrix.require_base_pins))

@@ -414,6 +414,12 @@ class Matrix(StrictModel):
         " air-gapped sites and deleted upstream tags (nvidia/cuda -> 127.0.0.1:5000/mirror/nvidia-cuda)",
     )
     allow_unknown: bool = Field(False, description="admit versions newer than the compatibility table")
+    require_base_pins: bool = Field(
+        False,
+        description="refuse to plan without the lock of base digests beside the matrix"
+        " (<matrix>.bases.lock.json, written by `imagekit pin-bases`); with the lock, bases are pinned"
+        " whether this is set or not",
+    )
     output: RelativePath = Field(
         "dockerfiles/generated", description="where `render` writes, relative to the matrix file"
     )

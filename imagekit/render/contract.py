@@ -12,6 +12,14 @@ from pathlib import Path
 CHECK_SCRIPT_CONTEXT = "imagekit-check.py"  # its name in a build context
 CHECK_SCRIPT_PATH = "/opt/imagekit/check.py"  # its path in every image
 CONSTRAINTS_FILE = "/etc/imagekit/constraints.txt"  # pins torch for every later pip install
+# The variables that name CONSTRAINTS_FILE in every image: pip's and uv's, for installs and for
+# isolated builds. pip 26.2 stopped applying constraints files, PIP_CONSTRAINT included, to isolated
+# build environments ("Use --build-constraint or the PIP_BUILD_CONSTRAINT environment variable",
+# pip's changelog, 26.2, pypa/pip#14094): without PIP_BUILD_CONSTRAINT an sdist that build-requires
+# torch (an extension) gets the newest torch from the index in its build environment, and is built
+# against another torch than the image's. uv reads UV_CONSTRAINT and UV_BUILD_CONSTRAINT (its
+# build isolation is its own too). pip versions before --build-constraint ignore the variable.
+CONSTRAINT_ENV = ("PIP_CONSTRAINT", "PIP_BUILD_CONSTRAINT", "UV_CONSTRAINT", "UV_BUILD_CONSTRAINT")
 VENV = "/opt/venv"  # where torch lives in images whose base brings no PyTorch of its own
 # The BuildKit secret that holds the index logins as a netrc file (sources.pip.credentials): the
 # Dockerfile mounts it by this id; `imagekit build` makes it from the credentials' secrets.

@@ -33,6 +33,7 @@ from imagekit.core.paths import depends_on, read_regular_text
 from imagekit.plan.cells import Cell, FrontendCell, ImageCell, Plan, local_base_of
 from imagekit.plan.rules import check_build_settings
 from imagekit.plan.schema import BuildSettings, Publish
+from imagekit.plan.source import SourceState
 from imagekit.render.context import DOCKERFILE_NAME, FileHasher, local_base_digest, make_tar, walk_context
 from imagekit.render.contract import (
     CHECK_SCRIPT_CONTEXT,
@@ -231,9 +232,22 @@ class RenderedCell:
         """Where this cell's image goes: the matrix's repository, readable tag then immutable ones."""
         return publish.tagging.names(self.cell.image_tag, day, self.input_digest)
 
-    def build_labels(self) -> dict[str, str]:
-        """Labels only known at build time; the builder adds them."""
-        return {naming.INPUT_DIGEST_LABEL: self.input_digest, naming.VERSION_LABEL: __version__}
+    def build_labels(
+        self, source: SourceState | None = None, base_digest: str | None = None
+    ) -> dict[str, str]:
+        """Labels only known at build time, which every builder (imagekit's two, bake's file) adds:
+        the input digest, imagekit's version, the checkout's created, revision and source (none of
+        them an input: ``imagekit.plan.source``) and the base's digest as it was pulled. The labels
+        the Dockerfile's LABEL holds are ``imagekit.render.recipe``'s."""
+        labels = {naming.INPUT_DIGEST_LABEL: self.input_digest, naming.VERSION_LABEL: __version__}
+        if source is not None:
+            labels.update(source.labels())
+        if base_digest:
+            labels[naming.BASE_DIGEST_LABEL] = base_digest  # name@sha256:..., or a local base's id
+            _, at, digest = base_digest.partition("@")
+            if at and naming.DIGEST.fullmatch(digest):  # a registry's manifest digest; an image id is none
+                labels[naming.OCI_BASE_DIGEST_LABEL] = digest
+        return labels
 
     def context_tar(self) -> IO[bytes]:
         """The build context: this Dockerfile and every file it copies."""

@@ -23,6 +23,7 @@ from imagekit.probe import protocol
 from imagekit.render.contract import (
     CHECK_SCRIPT_CONTEXT,
     CHECK_SCRIPT_PATH,
+    CONSTRAINT_ENV,
     CONSTRAINTS_FILE,
     FRONTEND,
     VENV,
@@ -78,6 +79,7 @@ class Recipe:
     pins_command: tuple[str, ...]  # prints the constraints file
     constraints_dir: str
     constraints_file: str
+    constraint_env: tuple[tuple[str, str], ...]  # each of pip's and uv's variables (CONSTRAINT_ENV): the file
     build_guard: tuple[str, ...]  # fails the build unless torch is the cell's build
     extension_build: tuple[str, ...]  # devel: builds the extension check's modules; () elsewhere
     wheelhouse: bool
@@ -328,12 +330,15 @@ def _labels(cell: ImageCell, cuda_archs: str) -> tuple[tuple[str, str], ...]:
     """Static labels. Build-time ones (input digest, created, base digest) come from the builder:
     the input digest hashes this very file, so it cannot be written into it."""
     accel = "CPU" if cell.cuda == "cpu" else f"CUDA {cell.cuda_full or cell.cuda}"
+    # FROM name:tag@sha256:... (a pin): base.name is the name and tag, base.digest the digest
+    base_name, _, base_digest = cell.base_image.partition("@")
     labels = {
         _OCI_TITLE: f"pytorch-{cell.readable_tag}",
         _OCI_DESCRIPTION: f"PyTorch {cell.torch} {accel} Python {cell.python} "
         f"({cell.flavour}) on {cell.base_image}",
         _OCI_VERSION: cell.readable_tag,
-        _OCI_BASE_NAME: cell.base_image,
+        _OCI_BASE_NAME: base_name,
+        naming.OCI_BASE_DIGEST_LABEL: base_digest,
         _OCI_VENDOR: "imagekit",
         naming.CELL_LABEL: cell.id,
         _TORCH_LABEL: cell.torch,
@@ -410,6 +415,7 @@ def _pip_arguments(
 
 
 _CONSTRAINTS_DIR = str(PurePosixPath(CONSTRAINTS_FILE).parent)
+_CONSTRAINT_ENV = tuple((name, CONSTRAINTS_FILE) for name in CONSTRAINT_ENV)
 
 
 def _runs(cell: StepInputs, options: StepOptions, wheelhouse: bool) -> ImageRuns:
@@ -462,6 +468,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "pins_command": _pins_command(cell),
         "constraints_dir": _CONSTRAINTS_DIR,
         "constraints_file": CONSTRAINTS_FILE,
+        "constraint_env": _CONSTRAINT_ENV,
         "build_guard": _build_guard(cell),
         "extension_build": _extension_build(cell),
         "wheelhouse": wheelhouse,

@@ -53,6 +53,7 @@ from imagekit.core.platforms import MACHINES
 from imagekit.core.platforms import get as get_platform
 from imagekit.core.versions import project_key
 from imagekit.facts.cuda_wheels import is_cuda_project
+from imagekit.render.contract import CONSTRAINT_ENV
 from imagekit.render.wheel_toolkit import COMPILER_PROJECTS
 
 TIMEOUT_S = 300.0
@@ -297,12 +298,12 @@ def download(
     """``pip download`` of ``requirements`` and their closure as Python ``python`` on ``machine``
     with ``glibc`` installs them, into ``dest``; pip's exit status. Unlike a resolution it uses the
     host's index configuration (where wheels come from), except a constraint file (some hosts cap
-    torch), which must not change what an image gets."""
+    torch; pip's or uv's, for installs or builds), which must not change what an image gets."""
     command = [
         *pip_command(python, machine), "download", "--dest", str(dest),
         *target_options(python, platform_tags(glibc, machine)), *pip_options, *requirements,
     ]  # fmt: skip
-    env = {**os.environ, "PIP_CONSTRAINT": ""}
+    env = {**os.environ, **dict.fromkeys(CONSTRAINT_ENV, "")}
     try:
         return subprocess.run(command, env=env, timeout=timeout_s, check=False).returncode
     except subprocess.TimeoutExpired:

@@ -51,7 +51,13 @@ RUN pip install --no-cache-dir --disable-pip-version-check --constraint /etc/ima
 # CUDA extensions build for the wheel's own architectures where no GPU is visible (a `docker build`
 # has none; without this torch's _get_cuda_arch_flags fails: pytorch issue 137261).
 ENV TORCH_CUDA_ARCH_LIST='5.0;6.0;7.0;7.5;8.0;8.6;9.0'
-ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# pip 26.2 no longer applies PIP_CONSTRAINT to isolated builds (pip's changelog, 26.2): PIP_BUILD_CONSTRAINT
+# keeps a package built from source on this torch; uv reads UV_*. `pip install --no-build-isolation`
+# refuses a build constraint: run it as `PIP_BUILD_CONSTRAINT= pip install --no-build-isolation ...`.
+ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt \
+    PIP_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt
 # The extension check's modules, built now with no GPU (CUDA's for the image's arch list):
 # verification only loads and runs them. A missing compiler, Python.h, ninja or arch list fails
 # the build here, named as the check would name it.

@@ -32,7 +32,13 @@ RUN python3 /opt/imagekit/check.py build-guard --torch 2.5.1 --cuda 11.8 \
  && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
-ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# pip 26.2 no longer applies PIP_CONSTRAINT to isolated builds (pip's changelog, 26.2): PIP_BUILD_CONSTRAINT
+# keeps a package built from source on this torch; uv reads UV_*. `pip install --no-build-isolation`
+# refuses a build constraint: run it as `PIP_BUILD_CONSTRAINT= pip install --no-build-isolation ...`.
+ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt \
+    PIP_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda11.8-cudnn9-runtime-ubuntu22.04" \
       org.opencontainers.image.description="PyTorch 2.5.1 CUDA 11.8.0 Python 3.10 (runtime) on nvidia/cuda:11.8.0-base-ubuntu22.04" \
       org.opencontainers.image.version="2.5.1-cuda11.8-cudnn9-runtime-ubuntu22.04" \

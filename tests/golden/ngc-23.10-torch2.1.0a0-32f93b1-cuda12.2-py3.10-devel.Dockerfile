@@ -18,7 +18,13 @@ RUN python3 /opt/imagekit/check.py build-guard --torch 2.1.0a0+32f93b1 --cuda 12
  && if [ -n "${PIP_CONSTRAINT:-}" ] && [ "$PIP_CONSTRAINT" != /etc/imagekit/constraints.txt ]; then \
       for file in $PIP_CONSTRAINT; do echo "-c $file" >> /etc/imagekit/constraints.txt; done; \
     fi
-ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# pip 26.2 no longer applies PIP_CONSTRAINT to isolated builds (pip's changelog, 26.2): PIP_BUILD_CONSTRAINT
+# keeps a package built from source on this torch; uv reads UV_*. `pip install --no-build-isolation`
+# refuses a build constraint: run it as `PIP_BUILD_CONSTRAINT= pip install --no-build-isolation ...`.
+ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt \
+    PIP_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt
 # The extension check's modules, built now with no GPU (CUDA's for the image's arch list):
 # verification only loads and runs them. A missing compiler, Python.h, ninja or arch list fails
 # the build here, named as the check would name it.

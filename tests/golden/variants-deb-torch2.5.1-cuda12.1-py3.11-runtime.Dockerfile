@@ -67,7 +67,13 @@ ENV OMP_NUM_THREADS=1 \
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA='cuda>=12.0'
-ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt
+# pip 26.2 no longer applies PIP_CONSTRAINT to isolated builds (pip's changelog, 26.2): PIP_BUILD_CONSTRAINT
+# keeps a package built from source on this torch; uv reads UV_*. `pip install --no-build-isolation`
+# refuses a build constraint: run it as `PIP_BUILD_CONSTRAINT= pip install --no-build-isolation ...`.
+ENV PIP_CONSTRAINT=/etc/imagekit/constraints.txt \
+    PIP_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_CONSTRAINT=/etc/imagekit/constraints.txt \
+    UV_BUILD_CONSTRAINT=/etc/imagekit/constraints.txt
 # The probe ran the build steps in the build stage; the image carries its own copy.
 COPY imagekit-check.py /opt/imagekit/check.py
 LABEL org.opencontainers.image.title="pytorch-2.5.1-cuda12.1-cudnn9-runtime-debian12" \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.export.targets import (
     GITHUB_MAX_JOBS,
     bake_file,
@@ -19,11 +19,14 @@ from imagekit.export.targets import (
     bake_target_name,
     github_matrix,
 )
+from imagekit.plan import source
 from imagekit.plan.cells import Plan
 from imagekit.plan.matrix import load_plan
+from imagekit.plan.source import source_state
 from imagekit.render.dockerfile import RenderedCell, Renderer
 from tests.conftest import CUDA_BASE as BARE_CUDA_BASE
 from tests.conftest import REPO, WAIVE_OLD_TORCH, CliResult, run_cli
+from tests.unit.plan.test_source import COMMIT_TIME, git
 
 # The cells here are torch 2.1, about bake targets: their advisories are waived.
 CUDA_BASE = BARE_CUDA_BASE + WAIVE_OLD_TORCH
@@ -71,7 +74,9 @@ def test_json_format_carries_tags_digests_and_build_labels() -> None:
     for entry in document["cells"]:
         item = rendered[entry["id"]]
         assert entry["input_digest"] == item.input_digest
-        assert entry["build_labels"] == item.build_labels()
+        # the checkout's created (revision and source where it has them), as `imagekit build` labels
+        assert entry["build_labels"] == item.build_labels(source_state(REPO))
+        assert "org.opencontainers.image.created" in entry["build_labels"]
         assert entry["tags"][0].endswith(":" + item.cell.image_tag)
         assert entry["tags"][0].startswith(document["repository"] + ":")
 
@@ -223,6 +228,7 @@ def test_a_buildkit_bake_target_carries_no_provenance_the_netrc_secret_the_cache
         assert staging.startswith("127.0.0.1:5000/team/pytorch:staging-")
         assert target["attest"] == ["type=provenance,disabled=true"]
         assert target["args"]["SOURCE_DATE_EPOCH"] == str(REPRODUCIBLE_EPOCH)  # as imagekit build sets it
+        assert "org.opencontainers.image.created" not in target["labels"]  # no checkout: no time invented
         assert target["secret"] == ["id=imagekit-pip-netrc,env=IMAGEKIT_PIP_NETRC"]
         # the very cache `imagekit build --builder buildkit --push` reads and writes
         cache = f"127.0.0.1:5000/team/pytorch/buildcache:{cell.image_tag}"
@@ -265,3 +271,22 @@ def test_a_buildkit_cell_with_a_host_network_step_is_refused_for_bake_in_one_lin
     assert "`imagekit build --builder buildkit` instead" in result.stderr
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert not (tmp_path / "ctx").exists()  # refused before any context is written
+
+
+def test_a_bake_target_from_a_committed_matrix_takes_the_commits_time_and_revision(
+    write_matrix: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BuildKit's file times and the created label are one instant: the commit's, not a fixed date."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    axes = 'version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n'
+    publish = "publish: {repository: team/pytorch, registry: 127.0.0.1:5000}\n"
+    path = write_matrix(axes + BUILDKIT_ZSTD + publish + CUDA_BASE)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", path.name)
+    git(tmp_path, "commit", "-q", "-m", "matrix")
+    source._checkout.cache_clear()
+    plan = load_plan(path)
+    (target,) = bake_file(plan, _bakeable(plan), tmp_path / "ctx")["target"].values()
+    assert target["args"]["SOURCE_DATE_EPOCH"] == str(COMMIT_TIME)
+    assert target["labels"]["org.opencontainers.image.created"] == "2026-05-28T20:26:40Z"
+    assert target["labels"]["org.opencontainers.image.revision"] == git(tmp_path, "rev-parse", "HEAD")

@@ -22,6 +22,7 @@ from imagekit.core.errors import InputError
 from imagekit.facts.advisories import load_advisories
 from imagekit.plan.cells import FrontendCell
 from imagekit.plan.matrix import load_plan
+from imagekit.plan.source import SourceState
 from imagekit.render.dockerfile import Renderer, sh, shjoin
 from imagekit.render.drift import check_drift, dockerfile_path, expected_files
 from imagekit.render.recipe import Recipes
@@ -387,6 +388,26 @@ def test_tags(tmp_path: Path) -> None:
         f"2.1.2-cuda12.1-cudnn8-devel-ubuntu22.04-{rendered.input_digest[:12]}",
     )
     assert rendered.build_labels()["imagekit.input-digest"] == rendered.input_digest
+
+
+def test_the_build_labels_name_the_checkout_and_the_bases_registry_digest_only() -> None:
+    """One owner of the labels a build adds: created, revision and source from the checkout, the
+    OCI base.digest only where the base came from a registry (a local base's image id is a config
+    digest, no manifest anyone could pull); none of them changes the input digest."""
+    plan = load_plan(REPO / "matrix.yaml")
+    rendered = Renderer(plan).render(plan.cells[0])
+    digest = "sha256:" + "ab" * 32
+    source = SourceState(1_780_000_000, "c" * 40, "https://example.org/acme/images.git")
+    labels = rendered.build_labels(source, f"nvidia/cuda@{digest}")
+    assert labels["org.opencontainers.image.created"] == "2026-05-28T20:26:40Z"
+    assert labels["org.opencontainers.image.revision"] == "c" * 40
+    assert labels["org.opencontainers.image.source"] == "https://example.org/acme/images.git"
+    assert labels["org.opencontainers.image.base.digest"] == digest
+    assert labels["imagekit.base-digest"] == f"nvidia/cuda@{digest}"
+    local = rendered.build_labels(SourceState(), digest)  # an image id
+    assert "org.opencontainers.image.base.digest" not in local and local["imagekit.base-digest"] == digest
+    assert not {k for k in local if k.endswith(("created", "revision", "source"))}
+    assert rendered.input_digest == Renderer(plan).render(plan.cells[0]).input_digest
 
 
 def test_template_typo_fails_loudly(write_matrix: Callable[[str], Path], tmp_path: Path) -> None:
