@@ -37,8 +37,14 @@ def docker_config_path() -> Path:
     return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
 
 
-def find_credentials(registry: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
+def find_credentials(
+    registry: str, environ: Mapping[str, str] | None = None, *, environment_pair: bool = True
+) -> Credentials | None:
     """The environment's pair first, then the Docker config's ``auths`` entry for ``registry``.
+
+    The environment's pair names no host: it is the login of the registry imagekit publishes to
+    (``--registry``). A caller that asks other registries (``pin-bases`` asks Docker Hub, nvcr.io
+    and mirrors) passes ``environment_pair=False``, so that login is never sent to another host.
 
     The Docker config is read like every other input: a regular file, at most
     ``DOCKER_CONFIG_BYTES`` (a FIFO would block, ``/dev/zero`` never end); anything else is an
@@ -46,7 +52,7 @@ def find_credentials(registry: str, environ: Mapping[str, str] | None = None) ->
     """
     env = os.environ if environ is None else environ
     user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
-    if user and password:
+    if environment_pair and user and password:
         return _masked_from_now_on(Credentials(user, password))
     path = docker_config_path()
     try:

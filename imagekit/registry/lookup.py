@@ -3,8 +3,10 @@
 A reference without a registry host is Docker Hub's, as the engine reads it: its API is at
 registry-1.docker.io, a one-part name is under ``library/``, and a login the Docker config keeps
 for it is under ``https://index.docker.io/v1/``. Any other registry (nvcr.io, a mirror,
-127.0.0.1:5000) is asked at its own host, with the login found for it
-(``imagekit.registry.credentials``).
+127.0.0.1:5000) is asked at its own host, with the login the Docker config keeps for it
+(``imagekit.registry.credentials``): never ``IMAGEKIT_REGISTRY_USER``/``_PASSWORD``, which are the
+login of the registry imagekit publishes to and name no host, so they would go to every registry
+a matrix's bases come from.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def manifest_digest(reference: str) -> str:
     now. A tag the registry does not have is a RegistryError naming it; an unreachable registry an
     EnvironmentProblem (the transport's)."""
     host, login, repository, tag = registry_of(reference)
-    registry = Registry(host, find_credentials(login), deadline_s=deadline_setting())
+    registry = Registry(host, find_credentials(login, environment_pair=False), deadline_s=deadline_setting())
     try:
         digest = registry.tag_digest(repository, tag)
     finally:

@@ -135,3 +135,34 @@ def test_pin_bases_asks_the_registry_the_engine_would_pull_from(
     reference: str, expected: tuple[str, str, str, str]
 ) -> None:
     assert registry_of(reference) == expected
+
+
+def test_pin_bases_never_sends_the_publishing_registrys_login_to_a_bases_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # IMAGEKIT_REGISTRY_USER/_PASSWORD name no host: they are --registry's login, and pin-bases asks
+    # Docker Hub, nvcr.io and mirrors. Only the Docker config's entry for that host goes there.
+    from imagekit.registry import lookup
+
+    monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "ci")
+    monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "publish-secret")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    (tmp_path / "config.json").write_text('{"auths": {"nvcr.io": {"auth": "JG9hdXRodG9rZW46bmdj"}}}')
+    sent: dict[str, object] = {}
+
+    class Asked:
+        def __init__(self, host: str, credentials: object, **_: object) -> None:
+            sent[host] = credentials
+
+        def tag_digest(self, repository: str, tag: str) -> str:
+            return ONE
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(lookup, "Registry", Asked)
+    assert lookup.manifest_digest("nvidia/cuda:12.1.1-base-ubuntu22.04") == ONE
+    assert lookup.manifest_digest("nvcr.io/nvidia/pytorch:23.10-py3") == ONE
+    assert sent["registry-1.docker.io"] is None
+    nvcr = sent["nvcr.io"]
+    assert getattr(nvcr, "username", None) == "$oauthtoken" and getattr(nvcr, "password", None) == "ngc"
