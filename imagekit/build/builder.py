@@ -10,7 +10,9 @@ build never carries a cell's tag.
 With ``push``, each cell built or found unchanged is then staged in the registry under
 ``staging-<input digest, 12 hex>`` (never a final tag), and the pushed manifest digest goes into
 the report: verify and publish can then work from the registry alone, on other machines. A cell
-whose staging tag already names its image is not pushed again.
+whose staging tag already names its image is not pushed again. With BuildKit, BuildKit pushes
+the cell itself and the engine never holds it (``buildkit.push_image``), except a cell another
+job of the run is built FROM.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import functools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import date
@@ -48,7 +50,7 @@ from imagekit.build.jobs import (
 from imagekit.build.no_change import unrecorded
 from imagekit.build.progress import Progress
 from imagekit.build.registry_use import BuildRegistry, StagingFailed
-from imagekit.build.reuse import EngineImages, missing_labels, skipped
+from imagekit.build.reuse import EngineImages, reusable, skipped
 from imagekit.build.run_state import Abortable, RunState
 from imagekit.core import naming, platforms
 from imagekit.core.atomic import open_new
@@ -70,7 +72,6 @@ from imagekit.plan.cells import Cell, FrontendCell, Plan, local_base_of
 from imagekit.plan.schema import BuildSettings
 from imagekit.registry.client import Backoff
 from imagekit.render.context import FileHasher, local_base_context
-from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import RenderedCell, Renderer
 from imagekit.report.store import BuildReport, CellResult, ReportStore, Status
 from imagekit.report.verification import Verification
@@ -142,6 +143,10 @@ class Builder:
             with unrecorded():  # which buildx runs the builds is no input of an image
                 found = buildx.find(options.buildx_builder)
             self.buildkit = buildkit.BuildkitSettings(found, options.compression, store.state_dir / "buildx")
+            if options.push and options.registry:
+                say = functools.partial(progress.event, "build", "push")
+                self.buildkit = buildkit.pushing(self.buildkit, options.registry, say)
+        self._built_on: set[str] = set()  # the jobs another job is built FROM: those are loaded
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
                 api, options.registry, plan.matrix.publish, options.backoff, self.previous
@@ -194,11 +199,9 @@ class Builder:
         credentials = tuple(
             buildkit.Credential(c.host, c.login, c.secret) for c in self.plan.matrix.sources.pip.credentials
         )
-        files = dict(self.options.secret_files)
-        with buildkit.pip_netrc(credentials, files, self.state_dir, os.environ) as netrc:
-            settings = self.buildkit
-            if netrc is not None:
-                self.buildkit = dataclasses.replace(settings, secrets=((PIP_NETRC_SECRET, netrc),))
+        settings, files = self.buildkit, dict(self.options.secret_files)
+        with buildkit.with_secrets(settings, credentials, files, self.state_dir, os.environ) as for_run:
+            self.buildkit = for_run
             try:
                 yield
             finally:
@@ -250,7 +253,9 @@ class Builder:
         build = BuildSettings(builder=options.builder, compression=options.compression)
         renderer = Renderer(self.plan, hasher=self.hasher, build=build)
         rendered = [renderer.render(cell, build_from=built_from(cell, resolved)) for cell in mirrored]
-        return [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
+        jobs: list[Job] = [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
+        self._built_on = {parent for job in jobs for parent in job.depends_on}
+        return jobs
 
     def schedule(self, jobs: list[Job]) -> None:
         waiting = {j.name: j for j in jobs}
@@ -377,21 +382,6 @@ class Builder:
                 write(elided(f"FAILED: {message}"))
                 return done("failed", error=message, error_tail=tuple(tail))
 
-    def _reusable(
-        self, image: Mapping[str, Any] | None, write: Callable[[str], None]
-    ) -> Mapping[str, Any] | None:
-        """``image`` (built from this cell's inputs) when it also carries every ``--label`` asked
-        for: the labels are not an input of the digest, and a skip must not hand out an image
-        without them. Otherwise None, and the cell is built (every step but the labels cached)."""
-        if image is None:
-            return None
-        labels: Mapping[str, str] = image.get("Labels") or {}
-        missing = missing_labels(labels, self.options.extra_labels)
-        if missing:
-            write(f"image {image['Id']} has this input digest but not --label {', '.join(missing)}; building")
-            return None
-        return image
-
     def _build_cell(
         self, job: CellJob, write: Callable[[str], None], done: Callable[..., CellResult]
     ) -> CellResult:
@@ -457,7 +447,7 @@ class Builder:
     ) -> CellResult | None:
         """The record of a cell whose image exists already (here, or staged in the registry from
         the same inputs); None when it is to be built."""
-        existing = self._reusable(self.images.cell_image(rendered, tags), write)
+        existing = reusable(self.images.cell_image(rendered, tags), self.options.extra_labels, write)
         if existing is None and cache_registry is not None and self.buildkit is not None:
             staged = cache_registry.staged_unpulled(rendered, self.options.extra_labels, write)
             if staged is not None:  # nothing pulled: verify --pull and publish work from the registry
@@ -471,7 +461,9 @@ class Builder:
                     staged=staged,
                 )
         elif existing is None and cache_registry is not None:
-            existing = self._reusable(cache_registry.staged_elsewhere(rendered, write), write)
+            existing = reusable(
+                cache_registry.staged_elsewhere(rendered, write), self.options.extra_labels, write
+            )
         if existing is None:
             return None
         write(f"skipped: image {existing['Id']} already has input digest {rendered.input_digest}")
@@ -495,13 +487,17 @@ class Builder:
             rendered.cell.platform,
         )
 
-    def _stage(self, result: CellResult, write: Callable[[str], None], platform: str) -> CellResult:
-        """With --push: the cell's image staged in the registry (its digest and pull cost recorded)."""
-        if not self.options.push:
+    def _stage(
+        self, result: CellResult, write: Callable[[str], None], platform: str, pushed: bool = False
+    ) -> CellResult:
+        """With --push: the cell's image staged in the registry (its digest and pull cost recorded);
+        ``pushed``: BuildKit pushed it already, recorded once the registry serves it."""
+        if not self.options.push or result.staged is not None:
             return result
         assert self.remote is not None, "push needs a registry (the CLI asks for one)"
+        stage = self.remote.pushed_by_buildkit if pushed else self.remote.stage
         try:
-            return self.remote.stage(result, write, platforms.get(platform))
+            return stage(result, write, platforms.get(platform))
         except StagingFailed as failed:
             raise JobFailed(failed.message) from None
 
@@ -543,6 +539,13 @@ class Builder:
     ) -> CellResult:
         """Build untagged, then tag: an image carries its tags only once the engine finished it."""
         self.progress.event(job.name, "building")
+        if self.buildkit is not None and self.buildkit.pushes and job.name not in self._built_on:
+            # no archive, no load, no tag here: staged once the registry serves what buildx reports
+            assert self.remote is not None and fields.get("input_digest")  # a cell's: bases are built FROM
+            staging = naming.reference(self.remote.staging_name, naming.staging_tag(fields["input_digest"]))
+            digest = self._buildx(job, request, context, staging, write, push=True)
+            pushed = done("built", image_id=digest, tags=(), **fields)
+            return self._stage(pushed, write, request.platform or platforms.DEFAULT, pushed=True)
         if self.buildkit is not None:
             image_id = self._buildx(job, request, context, tags[0], write)
             self._tag(image_id, tags, write)
@@ -578,20 +581,15 @@ class Builder:
         context: Callable[[], IO[bytes]],
         name: str,
         write: Callable[[str], None],
+        push: bool = False,
     ) -> str:
-        """One image built by buildx and loaded into the engine; its image id there."""
+        """One image built by buildx and loaded into the engine as ``name`` (its image id there), or
+        ``push``ed by BuildKit to ``name`` (the manifest digest buildx reports; never in the engine)."""
         assert self.buildkit is not None
+        build = buildkit.push_image if push else functools.partial(buildkit.build_image, self.api)
+        cache = self._buildkit_cache.get(job.name, (None, None))
         with context() as tar:
-            return buildkit.build_image(
-                self.api,
-                self.buildkit,
-                request,
-                tar,
-                name,
-                self._buildkit_cache.get(job.name, (None, None)),
-                write,
-                self._running_build,
-            )
+            return build(self.buildkit, request, tar, name, cache, write, self._running_build)
 
     def _tag(self, image_id: str, tags: tuple[str, ...], write: Callable[[str], None]) -> None:
         for reference in tags:

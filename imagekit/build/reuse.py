@@ -24,6 +24,21 @@ def missing_labels(labels: Mapping[str, str], required: Sequence[tuple[str, str]
     return [f"{key}={value}" for key, value in required if labels.get(key) != value]
 
 
+def reusable(
+    image: Mapping[str, Any] | None, required: Sequence[tuple[str, str]], write: Callable[[str], None]
+) -> Mapping[str, Any] | None:
+    """``image`` (built from this cell's inputs) when it also carries every ``--label`` asked
+    for (``required``): the labels are not an input of the digest, and a skip must not hand out an
+    image without them. Otherwise None, and the cell is built (every step but the labels cached)."""
+    if image is None:
+        return None
+    missing = missing_labels(image.get("Labels") or {}, required)
+    if missing:
+        write(f"image {image['Id']} has this input digest but not --label {', '.join(missing)}; building")
+        return None
+    return image
+
+
 class EngineImages:
     """The engine's images by input-digest label, listed once per run (on first use)."""
 

@@ -328,7 +328,10 @@ def build(
         with open_store(state_dir) as store:
             unchanged.forget(state_dir)  # this run may change the report and the engine
             progress = make_progress(live=sys.stderr.isatty() and not as_json)
-            harness = _harness(api, gpus, verify_timeout, "16g", store.logs) if then_verify else None
+            # BuildKit's --push leaves the engine without the image (pushed, or reused from the
+            # registry unpulled): verify the staged digest, pulled where this engine lacks it
+            pull = push and options.builder == "buildkit"
+            harness = _harness(api, gpus, verify_timeout, "16g", store.logs, pull) if then_verify else None
             try:
                 outcome = build_and_verify(
                     Builder(api, the_plan, options, progress, store),
