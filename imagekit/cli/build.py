@@ -221,7 +221,8 @@ def build(
         typer.Option(
             "--push",
             help="Stage each cell built or unchanged in the registry (staging-<input digest>) and"
-            " record the manifest digest, for verify --pull and engine-free publish.",
+            " record the manifest digest, for verify --pull and engine-free publish. With"
+            " --builder buildkit, BuildKit pushes it itself (no archive, not loaded).",
         ),
     ] = False,
     registry: RegistryOption = None,
