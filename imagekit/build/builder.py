@@ -7,10 +7,10 @@ finished; a failure fails only its dependents unless ``fail_fast``. Images are b
 tagged only after the engine reports the finished image, so an interrupted, timed-out or failed
 build never carries a cell's tag.
 
-With ``push``, each cell built or found unchanged is then staged in the registry under
-``staging-<input digest, 12 hex>`` (never a final tag), and the pushed manifest digest goes into
-the report: verify and publish can then work from the registry alone, on other machines. A cell
-whose staging tag already names its image is not pushed again.
+With ``push``, each cell built or unchanged is staged under ``staging-<input digest, 12 hex>``
+(never a final tag) and its manifest digest goes into the report, so verify and publish work from
+the registry alone; a staging tag that names the image already is not pushed again. BuildKit pushes
+a cell itself, never held by the engine (``buildkit.push_image``), unless a job is built FROM it.
 """
 
 from __future__ import annotations
@@ -71,7 +71,6 @@ from imagekit.plan.schema import BuildSettings
 from imagekit.plan.source import SourceState
 from imagekit.registry.client import Backoff
 from imagekit.render.context import FileHasher, local_base_context
-from imagekit.render.contract import PIP_NETRC_SECRET
 from imagekit.render.dockerfile import RenderedCell, Renderer
 from imagekit.report.store import BuildReport, CellResult, ReportStore, Status
 from imagekit.report.verification import Verification
@@ -136,8 +135,7 @@ class Builder:
         self.images = EngineImages(api, self.previous)
         self._buildkit_cache: dict[str, tuple[str | None, str | None]] = {}  # job -> (from, to)
         self.remote: BuildRegistry | None = None
-        # The BuildKit builder, found and checked once (buildx, the builder, the image store);
-        # its secrets are added by `run`, which owns their files.
+        # The BuildKit builder, found and checked once; `run` adds its secrets (it owns their files).
         self.buildkit: buildkit.BuildkitSettings | None = None
         if options.builder == "buildkit":
             buildkit.engine_holds_oci(api)
@@ -146,6 +144,10 @@ class Builder:
             self.buildkit = buildkit.BuildkitSettings(
                 found, options.compression, store.state_dir / "buildx", epoch=options.source.build_epoch
             )
+            if options.push and options.registry:
+                say = functools.partial(progress.event, "build", "push")
+                self.buildkit = buildkit.pushing(self.buildkit, options.registry, say)
+        self._built_on: set[str] = set()  # the jobs another job is built FROM: those are loaded
         if options.registry and (options.push or options.cache_from):
             self.remote = BuildRegistry(
                 api, options.registry, plan.matrix.publish, options.backoff, self.previous
@@ -198,11 +200,9 @@ class Builder:
         credentials = tuple(
             buildkit.Credential(c.host, c.login, c.secret) for c in self.plan.matrix.sources.pip.credentials
         )
-        files = dict(self.options.secret_files)
-        with buildkit.pip_netrc(credentials, files, self.state_dir, os.environ) as netrc:
-            settings = self.buildkit
-            if netrc is not None:
-                self.buildkit = dataclasses.replace(settings, secrets=((PIP_NETRC_SECRET, netrc),))
+        settings, files = self.buildkit, dict(self.options.secret_files)
+        with buildkit.with_secrets(settings, credentials, files, self.state_dir, os.environ) as for_run:
+            self.buildkit = for_run
             try:
                 yield
             finally:
@@ -254,7 +254,9 @@ class Builder:
         build = BuildSettings(builder=options.builder, compression=options.compression)
         renderer = Renderer(self.plan, hasher=self.hasher, build=build)
         rendered = [renderer.render(cell, build_from=built_from(cell, resolved)) for cell in mirrored]
-        return [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
+        jobs: list[Job] = [*bases, *cell_jobs(self.plan, mirrored, rendered, resolved, options.today)]
+        self._built_on = {parent for job in jobs for parent in job.depends_on}
+        return jobs
 
     def schedule(self, jobs: list[Job]) -> None:
         waiting = {j.name: j for j in jobs}
@@ -487,13 +489,17 @@ class Builder:
             rendered.cell.platform,
         )
 
-    def _stage(self, result: CellResult, write: Callable[[str], None], platform: str) -> CellResult:
-        """With --push: the cell's image staged in the registry (its digest and pull cost recorded)."""
-        if not self.options.push:
+    def _stage(
+        self, result: CellResult, write: Callable[[str], None], platform: str, pushed: bool = False
+    ) -> CellResult:
+        """With --push: the cell's image staged in the registry (its digest and pull cost recorded);
+        ``pushed``: BuildKit pushed it already, recorded once the registry serves it."""
+        if not self.options.push or result.staged is not None:
             return result
         assert self.remote is not None, "push needs a registry (the CLI asks for one)"
+        stage = self.remote.pushed_by_buildkit if pushed else self.remote.stage
         try:
-            return self.remote.stage(result, write, platforms.get(platform))
+            return stage(result, write, platforms.get(platform))
         except StagingFailed as failed:
             raise JobFailed(failed.message) from None
 
@@ -535,6 +541,13 @@ class Builder:
     ) -> CellResult:
         """Build untagged, then tag: an image carries its tags only once the engine finished it."""
         self.progress.event(job.name, "building")
+        if self.buildkit is not None and self.buildkit.pushes and job.name not in self._built_on:
+            # no archive, no load, no tag here: staged once the registry serves what buildx reports
+            assert self.remote is not None and fields.get("input_digest")  # a cell's: bases are built FROM
+            staging = naming.reference(self.remote.staging_name, naming.staging_tag(fields["input_digest"]))
+            digest = self._buildx(job, request, context, staging, write, push=True)
+            pushed = done("built", image_id=digest, tags=(), **fields)
+            return self._stage(pushed, write, request.platform or platforms.DEFAULT, pushed=True)
         if self.buildkit is not None:
             image_id = self._buildx(job, request, context, tags[0], write)
             self._tag(image_id, tags, write)
@@ -570,20 +583,15 @@ class Builder:
         context: Callable[[], IO[bytes]],
         name: str,
         write: Callable[[str], None],
+        push: bool = False,
     ) -> str:
-        """One image built by buildx and loaded into the engine; its image id there."""
+        """One image built by buildx and loaded into the engine as ``name`` (its image id there), or
+        ``push``ed by BuildKit to ``name`` (the manifest digest buildx reports; never in the engine)."""
         assert self.buildkit is not None
+        build = buildkit.push_image if push else functools.partial(buildkit.build_image, self.api)
+        cache = self._buildkit_cache.get(job.name, (None, None))
         with context() as tar:
-            return buildkit.build_image(
-                self.api,
-                self.buildkit,
-                request,
-                tar,
-                name,
-                self._buildkit_cache.get(job.name, (None, None)),
-                write,
-                self._running_build,
-            )
+            return build(self.buildkit, request, tar, name, cache, write, self._running_build)
 
     def _tag(self, image_id: str, tags: tuple[str, ...], write: Callable[[str], None]) -> None:
         for reference in tags:

@@ -1,11 +1,15 @@
-"""The BuildKit path of ``imagekit build``: one image through ``docker buildx build``, then loaded.
+"""The BuildKit path of ``imagekit build``: one image through ``docker buildx build``, then loaded,
+or pushed by BuildKit itself.
 
 ``Builder`` keeps everything else (scheduling, no-change, tagging only once finished, staging, the
-report); this module runs one image and hands back its engine image id. buildx writes the image as
-an OCI tar (dockerd 26 cannot export rewritten timestamps any other way, see
-``imagekit.engine.buildx``), which docker-py loads into the engine: on the containerd image store
-the image id is then the manifest digest the tar names, which a push keeps, so the staged digest is
-the one built and verified.
+report); this module runs one image and hands back its digest. A local build writes the image as
+an OCI tar, which docker-py loads into the engine: dockerd 26 and 28.5.2 refuse rewritten
+timestamps for an image the engine stores (``--load``, ``type=docker``, ``type=image`` without
+``store=false``: "conflicts with unpack"; see ``imagekit.engine.buildx``). On the containerd image
+store the image id is then the manifest digest the tar names, which a push keeps, so the staged
+digest is the one built and verified. With ``--push`` (``push_image``) BuildKit pushes the image
+straight to its staging tag (``store=false``): no tar, no load, and the digest buildx reports is
+recorded only once the registry serves it there (``imagekit.build.registry_use``).
 
 Secrets: the index credentials of ``sources.pip.credentials`` reach the build as one netrc file
 (``PIP_NETRC_SECRET``), written 0600 into a private directory of the state directory for the run and
@@ -19,6 +23,7 @@ netrc (or pip, or the engine) prints it into no log, progress line, report or er
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -50,10 +55,13 @@ from imagekit.engine.buildx import (
     StepOutput,
     StepStarted,
     build_argv,
+    push_refusal,
     read_metadata,
 )
 from imagekit.engine.client import BuildRequest, engine_info, load
 from imagekit.engine.oci_archive import check_archive
+from imagekit.registry.credentials import USER_ENV, docker_auth_config
+from imagekit.render.contract import PIP_NETRC_SECRET
 
 Write = Callable[[str], None]
 Register = Callable[[BuildxRun], contextlib.AbstractContextManager[None]]
@@ -144,6 +152,36 @@ def pip_netrc(
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def with_secrets(
+    settings: BuildkitSettings,
+    credentials: tuple[Credential, ...],
+    files: Mapping[str, Path],
+    state_dir: Path,
+    env: Mapping[str, str],
+) -> Iterator[BuildkitSettings]:
+    """``settings`` with the run's index credentials mounted as a secret (``pip_netrc``)."""
+    with pip_netrc(credentials, files, state_dir, env) as netrc:
+        yield (
+            settings if netrc is None else dataclasses.replace(settings, secrets=((PIP_NETRC_SECRET, netrc),))
+        )
+
+
+def pushing(settings: BuildkitSettings, registry: str, say: Write) -> BuildkitSettings:
+    """``settings`` for a ``--push`` run: BuildKit pushes each cell itself where this buildx can
+    and the registry login is one buildx reads; otherwise (said once) through the archive."""
+    refusal = push_refusal(settings.buildx)
+    if refusal is None and docker_auth_config(registry) is not None:
+        refusal = (
+            f"the login to {registry} comes from ${USER_ENV}, which buildx does not read (it reads the"
+            " Docker config): each image goes through an OCI archive and the engine, then is pushed"
+        )
+    if refusal is not None:
+        say(refusal)
+        return settings
+    return dataclasses.replace(settings, pushes=True)
+
+
 @dataclass(frozen=True)
 class BuildkitSettings:
     buildx: Buildx
@@ -152,6 +190,8 @@ class BuildkitSettings:
     secrets: tuple[tuple[str, Path], ...] = ()  # (secret id, file) every build mounts
     # SOURCE_DATE_EPOCH: created times and the rewritten file times (imagekit.plan.source)
     epoch: int = REPRODUCIBLE_EPOCH
+    # `--push` straight from BuildKit (``push_image``); False: through the tar and the engine
+    pushes: bool = False
 
 
 def build_image(
@@ -195,9 +235,52 @@ def build_oci(
     """Build ``request`` with buildx into the OCI tar ``output`` (and nothing else: no engine image,
     no push); the digests buildx reports, once the tar is found to hold that image, named ``name``,
     with ``request``'s labels (ArchiveMismatch when not). Raises JobFailed naming the failed step."""
+    metadata = output.with_name(output.name + ".metadata.json")
+    built = _run(settings, request, context, (output, name), metadata, cache, write, running)
+    check_archive(output, built.manifest_digest, built.config_digest, name, request.labels)
+    return built
+
+
+def push_image(
+    settings: BuildkitSettings,
+    request: BuildRequest,
+    context: IO[bytes],
+    reference: str,
+    cache: tuple[str | None, str | None],
+    write: Write,
+    running: Register,
+) -> str:
+    """Build ``request`` with buildx and let BuildKit push it to ``reference`` (a staging tag),
+    with nothing stored in the engine and no archive; the manifest digest buildx's metadata file
+    reports, which the caller checks against the registry before recording it. JobFailed as
+    build_oci; ImagekitError (one line) when the metadata file names no digest."""
+    settings.work_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="push-", dir=settings.work_dir))
+    try:
+        metadata = work / "metadata.json"
+        built = _run(settings, request, context, (None, reference), metadata, cache, write, running)
+        write(
+            f"built {built.manifest_digest} (config {built.config_digest}); BuildKit pushed it to {reference}"
+        )
+        return built.manifest_digest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(
+    settings: BuildkitSettings,
+    request: BuildRequest,
+    context: IO[bytes],
+    target: tuple[Path | None, str],  # (the OCI tar, the name in it) or (None, the reference pushed)
+    metadata: Path,
+    cache: tuple[str | None, str | None],
+    write: Write,
+    running: Register,
+) -> BuiltOci:
+    """One ``docker buildx build``, its progress written as it comes; what its metadata file says."""
+    output, name = target
     host_network = "--network=host" in _dockerfile_text(context, request.dockerfile)
     context.seek(0)
-    metadata = output.with_name(output.name + ".metadata.json")
     argv = build_argv(
         settings.buildx,
         BuildxRequest(
@@ -215,6 +298,7 @@ def build_oci(
             cache_from=cache[0],
             cache_to=cache[1],
             no_cache=request.nocache,
+            push=output is None,
         ),
         metadata,
     )
@@ -243,9 +327,7 @@ def build_oci(
             raise JobFailed(f"step {step}: {failed.error}")
         last = next((line for line in reversed(text) if line.strip()), f"exit status {run.returncode}")
         raise JobFailed(f"docker buildx build failed: {last}")
-    built = read_metadata(metadata)
-    check_archive(output, built.manifest_digest, built.config_digest, name, request.labels)
-    return built
+    return read_metadata(metadata)
 
 
 def _load(api: docker.APIClient, tar: Path) -> None:

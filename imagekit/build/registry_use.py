@@ -99,12 +99,42 @@ class BuildRegistry:
                     say=lambda message: write(f"push: {message}"),
                 )
                 write(f"staged: pushed {where} as {digest}")
-            with self._lock:
-                cost = measure(self.registry, repository, digest, platform, f"{where}@{digest[:19]}")
+            return self._staged(result, tag, digest, write, platform)
         except (PushFailed, RegistryError) as exc:
             raise StagingFailed(
                 f"built as {result.image_id}, but staging it at {where} failed: {exc}"
             ) from None
+
+    def pushed_by_buildkit(self, result: CellResult, write: Write, platform: Platform) -> CellResult:
+        """The cell BuildKit pushed to its staging tag itself (``buildkit.push_image``), recorded as
+        its image id (the manifest digest buildx's metadata file reports) only once the registry
+        serves that very manifest under the tag: the registry, not buildx's file, is what verify
+        and publish pull. StagingFailed when it serves another or none; nothing is then recorded."""
+        digest = result.image_id
+        assert digest is not None and result.input_digest is not None
+        tag = naming.staging_tag(result.input_digest)
+        where = naming.reference(self.staging_name, tag)
+        try:
+            with self._lock:
+                served = self.registry.tag_digest(self.publish.staging_repository, tag)
+            if served != digest:
+                raise StagingFailed(
+                    f"buildx reports pushing {where} as {digest}, but the registry serves"
+                    f" {served or 'no manifest'} there; nothing recorded: build it again with --push"
+                )
+            write(f"staged: BuildKit pushed {where} as {digest}")
+            return self._staged(result, tag, digest, write, platform)
+        except RegistryError as exc:
+            raise StagingFailed(f"BuildKit pushed {where}, but reading it back failed: {exc}") from None
+
+    def _staged(
+        self, result: CellResult, tag: str, digest: str, write: Write, platform: Platform
+    ) -> CellResult:
+        """``result`` staged as ``digest`` under ``tag``, with what a node pulls for it."""
+        repository = self.publish.staging_repository
+        where = naming.reference(self.staging_name, tag)
+        with self._lock:
+            cost = measure(self.registry, repository, digest, platform, f"{where}@{digest[:19]}")
         largest = cost.largest
         if largest is not None:
             write(f"pull: {gib(cost.total)}; largest layer {gib(largest.size)}, made by {cost.largest_step}")

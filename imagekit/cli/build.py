@@ -221,7 +221,8 @@ def build(
         typer.Option(
             "--push",
             help="Stage each cell built or unchanged in the registry (staging-<input digest>) and"
-            " record the manifest digest, for verify --pull and engine-free publish.",
+            " record the manifest digest, for verify --pull and engine-free publish. With"
+            " --builder buildkit, BuildKit pushes it itself (no archive, not loaded).",
         ),
     ] = False,
     registry: RegistryOption = None,
@@ -330,7 +331,10 @@ def build(
         with open_store(state_dir) as store:
             unchanged.forget(state_dir)  # this run may change the report and the engine
             progress = make_progress(live=sys.stderr.isatty() and not as_json)
-            harness = _harness(api, gpus, verify_timeout, "16g", store.logs) if then_verify else None
+            # BuildKit's --push leaves the engine without the image (pushed, or reused from the
+            # registry unpulled): verify the staged digest, pulled where this engine lacks it
+            pull = push and options.builder == "buildkit"
+            harness = _harness(api, gpus, verify_timeout, "16g", store.logs, pull) if then_verify else None
             try:
                 outcome = build_and_verify(
                     Builder(api, the_plan, options, progress, store),

@@ -13,7 +13,13 @@ Pinned to what buildx 0.13.1 (Debian 13's, the engine of record) does, measured 
   exit status decides and the failing step is the last errored vertex that is not a cache import;
 - dockerd 26's image exporter always unpacks, which conflicts with ``rewrite-timestamp``
   (moby#51493, fixed in Docker 29): images go out as an OCI tar (``--output type=oci``) that the
-  caller loads with docker-py, keeping the manifest digest;
+  caller loads with docker-py, keeping the manifest digest; dockerd 28.5.2 still refuses it
+  ("conflicts with unpack") for ``--load``, ``type=docker`` and ``type=image`` without
+  ``store=false``, so a local build keeps the tar;
+- a push goes straight to the registry (``type=image,push=true,store=false``, ``BuildxRequest.push``):
+  nothing is unpacked, so ``rewrite-timestamp`` holds, and there is no tar and no load. Measured
+  with buildx 0.29.1 on dockerd 28.5.2; buildx 0.13.1 pushed and then failed ("tag does not
+  exist"), so an older buildx than MIN_PUSH_BUILDX keeps the tar and loads (``push_refusal``);
 - a docker-driver builder of another Docker context is chosen with ``docker --context NAME``;
   ``--builder NAME`` refuses it ("use `docker --context=NAME buildx`").
 """
@@ -45,6 +51,10 @@ from imagekit.engine.client import BuildAborted
 # The oldest buildx whose behaviour this module is written against: rawjson progress and the
 # metadata file's keys (0.13.0).
 MIN_BUILDX = (0, 13, 0)
+# The oldest buildx measured to push with store=false and rewrite-timestamp and exit 0 (0.29.1;
+# 0.13.1 pushed, then failed "tag does not exist"; the versions between were not measured, so
+# they keep the archive round trip, which works on each).
+MIN_PUSH_BUILDX = (0, 29, 0)
 ABORT_GRACE_S = 10.0  # SIGTERM lets BuildKit cancel the solve; past this, SIGKILL
 _VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)")
 _BUILDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -155,8 +165,8 @@ class BuildxRequest:
     labels: tuple[tuple[str, str], ...]
     build_args: tuple[tuple[str, str], ...]
     platform: str | None
-    output: Path  # the OCI tar written here
-    name: str  # the reference the OCI tar names the image by (one of its own tags)
+    output: Path | None  # the OCI tar written here; None with ``push``
+    name: str  # the reference the OCI tar names the image by (one of its own tags), or pushed to
     compression: Literal["gzip", "zstd"]
     epoch: int  # SOURCE_DATE_EPOCH: created times and every layer's newer file times
     # The network of a RUN step without its own --network= (a user's template or local base):
@@ -167,6 +177,30 @@ class BuildxRequest:
     cache_from: str | None = None  # a registry cache reference
     cache_to: str | None = None
     no_cache: bool = False
+    push: bool = False  # straight to the registry as ``name``: no tar, nothing in the engine
+
+
+def push_refusal(buildx: Buildx) -> str | None:
+    """Why ``buildx`` cannot push a build straight to the registry (None: it can)."""
+    found = _VERSION.search(buildx.version)
+    version = tuple(int(part) for part in found.groups()) if found else (0, 0, 0)
+    if version >= MIN_PUSH_BUILDX:
+        return None
+    return (
+        f"buildx {buildx.version} is older than {'.'.join(map(str, MIN_PUSH_BUILDX))}, the oldest measured"
+        " to push with rewrite-timestamp and store=false: each image goes through an OCI archive and"
+        " the engine, then is pushed"
+    )
+
+
+def image_output(request: BuildxRequest) -> str:
+    """The ``--output`` of ``request``: pushed by BuildKit itself, or written as an OCI tar."""
+    if request.push:
+        # store=false: the engine neither stores nor unpacks it, so rewrite-timestamp is allowed
+        where: tuple[str, ...] = ("type=image", f"name={request.name}", "push=true", "store=false")
+    else:
+        where = ("type=oci", f"dest={request.output}", f"name={request.name}")
+    return ",".join((*where, *compression_options(request.compression), "rewrite-timestamp=true"))
 
 
 def compression_options(compression: Literal["gzip", "zstd"]) -> tuple[str, ...]:
@@ -193,22 +227,15 @@ def registry_cache(ref: str) -> tuple[str, str]:
 
 
 def build_argv(buildx: Buildx, request: BuildxRequest, metadata: Path) -> list[str]:
-    output = ",".join(
-        (
-            "type=oci",
-            f"dest={request.output}",
-            f"name={request.name}",
-            *compression_options(request.compression),
-            "rewrite-timestamp=true",
-        )
-    )
+    output = image_output(request)
     args = [
         "build",
         "--progress",
         "rawjson",
         "--metadata-file",
         str(metadata),
-        # provenance holds the build's start time: never reproducible, and it makes an index
+        # provenance holds the build's start time and invocation id: the platform manifest keeps
+        # its digest, but the index around it changes on every build (README: Provenance)
         "--provenance=false",
         "--sbom=false",
         "--file",

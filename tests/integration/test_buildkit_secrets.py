@@ -375,6 +375,10 @@ def test_an_authenticated_index_its_secret_and_the_pip_cache_mount(
     assert outputs[0].returncode == 0, outputs[0].stderr
     result = project.report()[CELL]
     assert result["status"] == "built" and index.wheel_downloads() == 1
+    # BuildKit pushed it straight to the registry (issue 46): run what was staged
+    staged = result["staged"]
+    assert isinstance(staged, dict) and staged["digest"] == result["image_id"]
+    api.pull(f"{staged['registry']}/{staged['repository']}@{staged['digest']}")
     command = [f"{VENV}/bin/python", "-c", f"import {MODULE}; print({MODULE}.GREETING)"]
     installed = api.create_container(str(result["image_id"]), command, network_disabled=True)
     try:

@@ -4,10 +4,13 @@ build through stand-ins of buildx and the engine that check what buildx says it 
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import stat
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +195,90 @@ def test_a_runaway_line_from_buildx_makes_no_line_longer_than_the_bound(tmp_path
     assert cell["error"].startswith("step [2/2] RUN --network=none xxx") and len(cell["error"]) <= LINE_CHARS
     log = Path(cell["log"]).read_text().splitlines()
     assert log[-1].startswith("FAILED: step [2/2]") and len(log[-1]) <= LINE_CHARS
+
+
+# -- BuildKit's own push (issue 46) ---------------------------------------------------------------------
+
+
+def settings_with(tmp_path: Path, version: str) -> buildkit.BuildkitSettings:
+    from imagekit.engine.buildx import Buildx
+
+    return buildkit.BuildkitSettings(Buildx(str(tmp_path / "docker"), version), "zstd", tmp_path / "work")
+
+
+def test_a_push_run_says_once_why_buildkit_does_not_push_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("IMAGEKIT_REGISTRY_USER", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no Docker config: no login
+    said: list[str] = []
+    assert buildkit.pushing(settings_with(tmp_path, "0.29.1"), "reg:5000", said.append).pushes
+    assert said == []
+    old = buildkit.pushing(settings_with(tmp_path, "0.13.1"), "reg:5000", said.append)
+    assert not old.pushes and len(said) == 1 and said[0].startswith("buildx 0.13.1 is older than 0.29.0")
+    # a login from the environment is one buildx never sees: imagekit pushes through the engine
+    monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "ci-bot")
+    monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "s3cret-Passw0rd")
+    said.clear()
+    assert not buildkit.pushing(settings_with(tmp_path, "0.29.1"), "reg:5000", said.append).pushes
+    assert len(said) == 1 and "$IMAGEKIT_REGISTRY_USER, which buildx does not read" in said[0]
+
+
+# A buildx that builds nothing and writes the metadata file given (METADATA: its JSON text).
+METADATA_BUILDX = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  if [ "$1" = --metadata-file ]; then printf '%s' "$METADATA" > "$2"; fi
+  shift
+done
+cat > /dev/null
+"""
+
+
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        ("{}", "the buildx metadata has no containerimage.digest digest"),
+        (
+            json.dumps({"containerimage.digest": "sha256:" + "a" * 64}),
+            "the buildx metadata has no containerimage.config.digest digest",
+        ),
+        (json.dumps({"containerimage.digest": "sha256:../../x"}), "no containerimage.digest digest"),
+        ("[not json", "buildx wrote no readable metadata file"),
+    ],
+    ids=["empty", "no-config", "not-a-digest", "not-json"],
+)
+def test_a_push_whose_metadata_names_no_digest_is_one_line_and_records_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metadata: str, says: str
+) -> None:
+    from imagekit.build.jobs import JobFailed
+    from imagekit.core.errors import ImagekitError
+    from imagekit.engine.client import BuildRequest
+
+    cli = tmp_path / "docker"
+    cli.write_text(METADATA_BUILDX)
+    cli.chmod(0o755)
+    monkeypatch.setenv("METADATA", metadata)
+    context = tmp_path / "context.tar"
+    with tarfile.open(context, "w") as tar:
+        data = b"FROM scratch\n"
+        member = tarfile.TarInfo("Dockerfile")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    request = BuildRequest(
+        dockerfile="Dockerfile", labels=(), build_args=(), cache_from=(), network_mode=None
+    )
+    lines: list[str] = []
+    with context.open("rb") as tar, pytest.raises(ImagekitError) as raised:
+        buildkit.push_image(
+            settings_with(tmp_path, "0.29.1"),
+            request,
+            tar,
+            "reg:5000/r/x:staging-abc",
+            (None, None),
+            lines.append,
+            lambda _run: contextlib.nullcontext(),
+        )
+    assert not isinstance(raised.value, JobFailed)
+    assert says in raised.value.message and "\n" not in raised.value.message
+    assert not any("BuildKit pushed" in line for line in lines)
+    assert list((tmp_path / "work").iterdir()) == []  # the metadata file is not left behind

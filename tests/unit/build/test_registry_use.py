@@ -174,3 +174,51 @@ def test_a_staged_image_no_engine_could_pull_is_not_reused(monkeypatch: pytest.M
     monkeypatch.setattr(registry_use, "open_registry", lambda *_: StagedRegistry(registry.labels))
     use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
     assert use.staged_unpulled(SimpleNamespace(input_digest=digest), (), said.append) is not None  # type: ignore[arg-type]
+
+
+class ServingRegistry(StagedRegistry):
+    """The staging tag names ``serves`` (None: no manifest under it); reads are counted."""
+
+    def __init__(self, serves: str | None) -> None:
+        super().__init__()
+        self.serves = serves
+
+    def tag_digest(self, repository: str, tag: str) -> str | None:
+        assert tag == naming.staging_tag("f" * 64)
+        return self.serves
+
+
+@pytest.mark.parametrize(
+    ("serves", "says"),
+    [
+        (MANIFEST, None),
+        ("sha256:" + "9" * 64, f"but the registry serves sha256:{'9' * 64} there; nothing recorded"),
+        (None, "but the registry serves no manifest there; nothing recorded"),
+    ],
+    ids=["the-same", "another", "none"],
+)
+def test_what_buildkit_pushed_is_recorded_only_as_the_registry_serves_it(
+    serves: str | None, says: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: the digest in buildx's metadata file is checked against the staging tag the
+    registry serves (the registry is what verify and publish pull) before it is recorded."""
+    monkeypatch.setattr(registry_use, "open_registry", lambda *_: ServingRegistry(serves))
+    monkeypatch.setattr(registry_use, "push_as", lambda *_, **__: pytest.fail("pushed through the engine"))
+    use = registry_use.BuildRegistry(None, "reg:5000", Publish(), DEFAULT_BACKOFF, None)  # type: ignore[arg-type]
+    result = CellResult(
+        id="c", kind="cell", status="built", base_image="b", image_id=MANIFEST, input_digest="f" * 64
+    )
+    said: list[str] = []
+    if says is None:
+        staged = use.pushed_by_buildkit(result, said.append, platforms.get("linux/amd64"))
+        assert staged.staged is not None and staged.staged.digest == MANIFEST
+        assert staged.staged.tag == naming.staging_tag("f" * 64) and staged.pull_cost is not None
+        where = f"reg:5000/{Publish().staging_repository}:{staged.staged.tag}"
+        assert said[0] == f"staged: BuildKit pushed {where} as {MANIFEST}"
+        return
+    with pytest.raises(registry_use.StagingFailed) as failed:
+        use.pushed_by_buildkit(result, said.append, platforms.get("linux/amd64"))
+    assert (
+        failed.value.message.startswith("buildx reports pushing reg:5000/") and says in failed.value.message
+    )
+    assert said == []

@@ -174,3 +174,35 @@ def test_a_runaway_step_name_or_error_is_bounded() -> None:
     assert isinstance(failed, StepFailed)
     assert len(failed.step) <= 2_000 and len(failed.error) <= 2_000
     assert failed.step.startswith("RUN nnn") and failed.error.endswith("exit code: 2")
+
+
+def test_a_push_goes_straight_to_the_registry_with_rewritten_timestamps(tmp_path: Path) -> None:
+    """Issue 46: BuildKit pushes the image itself (store=false: the engine neither stores nor
+    unpacks it, which is what lets rewrite-timestamp through), with no OCI tar."""
+    pushed = request(tmp_path, output=None, name="reg:5000/r/x:staging-abc", push=True)
+    argv = build_argv(Buildx("/bin/docker", "0.29.1"), pushed, tmp_path / "m.json")
+    output = argv[argv.index("--output") + 1]
+    assert output == (
+        "type=image,name=reg:5000/r/x:staging-abc,push=true,store=false,"
+        "compression=zstd,force-compression=true,oci-mediatypes=true,rewrite-timestamp=true"
+    )
+    assert "dest=" not in " ".join(argv) and "--load" not in argv and "--provenance=false" in argv
+    assert argv[argv.index("--metadata-file") + 1] == str(tmp_path / "m.json")
+    gzip = build_argv(
+        Buildx("d", "0.29.1"), request(tmp_path, output=None, push=True, compression="gzip"), tmp_path
+    )
+    assert "push=true,store=false,compression=gzip,oci-mediatypes=true,rewrite-timestamp=true" in " ".join(
+        gzip
+    )
+    local = build_argv(Buildx("d", "0.29.1"), request(tmp_path), tmp_path / "m")
+    assert local[local.index("--output") + 1].startswith(f"type=oci,dest={tmp_path / 'o.tar'},name=r/x:1,")
+
+
+@pytest.mark.parametrize(
+    ("version", "pushes"), [("0.13.1", False), ("0.28.9", False), ("0.29.1", True), ("1.0.0", True)]
+)
+def test_only_a_buildx_measured_to_push_with_store_false_does(version: str, pushes: bool) -> None:
+    refusal = buildx.push_refusal(Buildx("d", version))
+    assert (refusal is None) is pushes
+    if refusal is not None:
+        assert refusal.startswith(f"buildx {version} is older than 0.29.0") and "\n" not in refusal
