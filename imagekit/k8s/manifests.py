@@ -25,6 +25,7 @@ import yaml
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
+from imagekit.k8s.mig import PLUGIN_PROFILE_PATTERN
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit, gfd_affinity
 from imagekit.render.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.report.lockfile import Lock, LockEntry, LockIndex
@@ -37,8 +38,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GpuRequestKind = Literal["device-plugin", "dra"]
 GPU_REQUESTS: tuple[GpuRequestKind, ...] = ("device-plugin", "dra")
 # What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
-# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`).
-_GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]{1,3}gb(\.me)?)")
+# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`;
+# every spelling go-nvlib writes: imagekit.k8s.mig).
+_GPU_RESOURCE = re.compile(rf"nvidia\.com/(gpu|gpu\.shared|mig-{PLUGIN_PROFILE_PATTERN})")
 GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU operator's docs) carry
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")

@@ -303,13 +303,25 @@ def test_a_bad_shm_is_one_line_naming_the_flag(options: JobOptions, message: str
         render({"c": entry("c")}, options)
 
 
-def test_a_mig_slice_is_requested_by_its_resource_name() -> None:
-    options = JobOptions(gpu_resource="nvidia.com/mig-1g.10gb")
+@pytest.mark.parametrize(
+    "resource",
+    # the device plugin's name for each of go-nvlib's profile spellings ('+' as '.'): imagekit.k8s.mig
+    [
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-1g.10gb.me",
+        "nvidia.com/mig-1g.23gb.me.all",
+        "nvidia.com/mig-1g.23gb-me",
+        "nvidia.com/mig-1g.23gb.gfx",
+        "nvidia.com/mig-1c.2g.20gb",
+    ],
+)
+def test_a_mig_slice_is_requested_by_its_resource_name(resource: str) -> None:
+    options = JobOptions(gpu_resource=resource)
     (text,) = render({"c": entry("c")}, options).values()
     kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
     (container,) = _pod_of(text)["containers"]
     resources = container["resources"]
-    assert resources["limits"] == resources["requests"] == {"nvidia.com/mig-1g.10gb": 1}
+    assert resources["limits"] == resources["requests"] == {resource: 1}
     assert "--require-gpu" in container["args"]  # a slice is a GPU the checks must see
 
 
