@@ -188,7 +188,9 @@ def rendezvous_env(name: str, domain: ComputeDomainOptions, gpus: int) -> list[d
         protocol.NODE_RANK: index,
     }
     torchrun = {f"{TORCHRUN_PREFIX}{key}": value for key, value in values.items()}
-    one_process = {protocol.WORLD_SIZE: {"value": str(domain.nodes)}, RANK: index} if gpus == 1 else {}
+    one_process: dict[str, dict[str, Any]] = (
+        {protocol.WORLD_SIZE: {"value": str(domain.nodes)}, RANK: index} if gpus == 1 else {}
+    )
     # each entry's objects its own: a shared one would be written as a YAML alias
     return [
         {"name": key, **copy.deepcopy(value)} for key, value in {**values, **torchrun, **one_process}.items()
