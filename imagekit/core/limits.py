@@ -107,6 +107,10 @@ GPUS_TEXT_CHARS = 1_024
 # first lines (nvidia-ctk writes cdiVersion, then kind).
 MAX_CDI_SPEC_FILES = 64
 CDI_SPEC_HEAD_BYTES = 4_096
+# A whole CDI spec, read for its device names (imagekit.verify.cdi_specs): nvidia-ctk's for a node
+# of 8 GPUs with every MIG device named two ways is some hundred kilobytes; the bounded YAML
+# reader it is parsed by takes no more than a matrix's bytes either.
+CDI_SPEC_BYTES = MATRIX_BYTES
 # One Job's output as `kubectl logs` prints it: the probe's document is a few hundred kilobytes
 # (its inventory lists every package), after the entrypoint's banner and the libraries' warnings.
 JOB_OUTPUT_BYTES = 16 << 20

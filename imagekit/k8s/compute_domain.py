@@ -19,8 +19,8 @@ rack, one file holding three objects, all named after the Job:
   requires the label to exist; required affinity of a pod to pods it matches itself lets the first
   one schedule anywhere, and the rest follow it into its clique;
 - a headless Service whose name is the pods' subdomain: pod i is ``<job>-i.<job>`` in the
-  namespace, and the rendezvous env (``MASTER_ADDR`` is pod 0's name) is what torch.distributed's
-  ``env://`` and torchrun read.
+  namespace, and the rendezvous env (``MASTER_ADDR`` is pod 0's name) is what the probe,
+  torchrun (``PET_*``) and torch.distributed's ``env://`` read (:func:`rendezvous_env`).
 
 Which cells: an image of the Grace hosts' platform (linux/arm64) whose torch has kernels for a rack
 family's compute capability (GB200: 10.0, GB300: 10.3; ``imagekit/data/gpus.yaml``), as
@@ -33,6 +33,7 @@ beside the Job and whose selectors replace feature discovery's node affinity.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +74,8 @@ CHANNEL_CLAIM = "channel"  # the pod's name for its claim of the domain's IMEX c
 # entry cannot refer to: it is added after the template's); the downward API reads it.
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 RENDEZVOUS_PORT = 29500  # torch.distributed's and torchrun's default MASTER_PORT
+TORCHRUN_PREFIX = "PET_"  # torchrun reads its options from PET_<OPTION> (rendezvous_env)
+RANK = "RANK"  # torch.distributed's env:// rank of the process
 # A pod's hostname is `<job>-<index>`, a DNS label: the Job's name leaves room for the index.
 NAME_CHARS = 63 - len(f"-{MAX_COMPUTE_DOMAIN_NODES - 1}")
 
@@ -163,18 +166,36 @@ def compute_domain(name: str, metadata: dict[str, Any], domain: ComputeDomainOpt
 
 
 def rendezvous_env(name: str, domain: ComputeDomainOptions, gpus: int) -> list[dict[str, Any]]:
-    """What torch.distributed's env:// and torchrun need, by their names: pod 0 is the master;
-    NODE_RANK is the pod's completion index; WORLD_SIZE counts processes, one per GPU."""
-    values = {
-        protocol.MASTER_ADDR: f"{name}-0.{name}",  # pod 0 in the Service's subdomain, this namespace
-        protocol.MASTER_PORT: str(RENDEZVOUS_PORT),
-        protocol.NNODES: str(domain.nodes),
-        protocol.NPROC_PER_NODE: str(gpus),
-        protocol.WORLD_SIZE: str(domain.nodes * gpus),
+    """The rendezvous under the name each launcher reads it by; pod 0 is the master, a pod's node
+    rank its completion index:
+
+    - the probe's nccl check (imagekit.probe.rendezvous): MASTER_ADDR, MASTER_PORT, NNODES,
+      NODE_RANK, NPROC_PER_NODE, unprefixed;
+    - torchrun: the same with ``PET_`` (torch/distributed/argparse_util.py's ``env`` action reads
+      ``PET_<DEST>`` for --nnodes, --node-rank, --nproc-per-node, --master-addr, --master-port of
+      torch/distributed/run.py), so a bare ``torchrun train.py`` joins; it gives each worker its
+      own RANK and WORLD_SIZE;
+    - torch.distributed's ``env://`` in the pod's own process: MASTER_ADDR, MASTER_PORT,
+      WORLD_SIZE and RANK. Only when a pod is one process (one GPU) is that process's rank the
+      pod's: then WORLD_SIZE (the pods) and RANK (the node rank) both; with more GPUs a pod runs a
+      process a GPU and its launcher numbers them, so neither (a WORLD_SIZE with no RANK, or a
+      RANK of the pod, would be a world no process can join)."""
+    index = {"valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}}
+    values: dict[str, dict[str, Any]] = {
+        protocol.MASTER_ADDR: {"value": f"{name}-0.{name}"},  # pod 0 in the Service's subdomain
+        protocol.MASTER_PORT: {"value": str(RENDEZVOUS_PORT)},
+        protocol.NNODES: {"value": str(domain.nodes)},
+        protocol.NPROC_PER_NODE: {"value": str(gpus)},
+        protocol.NODE_RANK: index,
     }
-    env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
-    env.append({"name": protocol.NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}})
-    return env
+    torchrun = {f"{TORCHRUN_PREFIX}{key}": value for key, value in values.items()}
+    one_process: dict[str, dict[str, Any]] = (
+        {protocol.WORLD_SIZE: {"value": str(domain.nodes)}, RANK: index} if gpus == 1 else {}
+    )
+    # each entry's objects its own: a shared one would be written as a YAML alias
+    return [
+        {"name": key, **copy.deepcopy(value)} for key, value in {**values, **torchrun, **one_process}.items()
+    ]
 
 
 def placement(entry: LockEntry, options: JobOptions, name: str, gpus: GpuAttachment) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.dra_cel import fit_selectors, mig_profile_selector, product_selector
 from imagekit.k8s.manifests import GPU_REQUESTS, GpuRequestKind, JobOptions
+from imagekit.k8s.mig import driver_profile
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit
 from imagekit.report.lockfile import LockEntry
 
@@ -45,11 +46,12 @@ def parse_gpu_request(text: str) -> GpuRequestKind:
 
 def mig_profile(resource: str) -> str | None:
     """The DRA driver's profile name for a device plugin's MIG resource (``nvidia.com/mig-1g.10gb``
-    -> ``1g.10gb``; the plugin's ``.me`` suffix is NVML's ``+me`` attribute), None for a whole GPU."""
+    -> ``1g.10gb``; the plugin's ``.me.all`` is go-nvlib's ``+me.all``: imagekit.k8s.mig), None
+    for a whole GPU. A profile neither spells is passed on as given, for the selector to refuse."""
     if not resource.startswith(_MIG_PREFIX):
         return None
     profile = resource.removeprefix(_MIG_PREFIX)
-    return profile.removesuffix(".me") + "+me" if profile.endswith(".me") else profile
+    return driver_profile(profile) or profile
 
 
 def check_gpu_request(options: JobOptions) -> None:

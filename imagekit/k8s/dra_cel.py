@@ -10,7 +10,7 @@ driver's name, ``gpu.nvidia.com``, so a selector reads ``device.attributes['gpu.
   normal form: ``9.0`` as ``9.0.0``, driver ``560.35.03`` as ``560.35.3``;
 - ``productName`` (NVML's device name, ``NVIDIA H100 80GB HBM3``), ``architecture`` (the GPU's:
   ``Hopper``, ``Ada Lovelace``; not the host CPU's, which no device attribute names), ``type``
-  (``gpu``, ``mig``), and on MIG devices ``profile`` (``1g.10gb``, ``1g.10gb+me``): strings.
+  (``gpu``, ``mig``), and on MIG devices ``profile`` (``1g.10gb``, ``1g.10gb+me.all``): strings.
 
 Kubernetes' CEL environment for device selectors has the semver library
 (k8s.io/apiserver/pkg/cel/library/semverlib.go): ``semver(s)`` parses strictly (blang/semver:
@@ -30,6 +30,7 @@ import re
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_PRODUCT_NAME
 from imagekit.core.text import shown
+from imagekit.k8s.mig import DRIVER_PROFILE, EXAMPLES
 from imagekit.plan.gpu_fit import Capability, GpuFit, Kernels
 
 DRIVER = "gpu.nvidia.com"  # the DRA driver's name: the domain of its attributes
@@ -41,7 +42,6 @@ DRIVER_VERSION = f"{ATTRIBUTES}.driverVersion"
 # treats specially, and with its spaces as '-' a feature-discovery label value, the form the
 # validate-on plan and the probe's records name a product by.
 _PRODUCT_NAME = re.compile(rf"[A-Za-z0-9]([A-Za-z0-9 ._-]{{0,{MAX_PRODUCT_NAME - 2}}}[A-Za-z0-9])?")
-_MIG_PROFILE = re.compile(r"([1-8]c\.)?[1-8]g\.[0-9]{1,4}gb(\+[a-z]{1,8})?")
 _NUMBERS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9}){0,2}")
 
 
@@ -99,9 +99,10 @@ def product_selector(name: str) -> str:
 
 
 def mig_profile_selector(profile: str) -> str:
-    """A MIG device of ``profile`` (the driver's spelling, ``1g.10gb``, ``1g.10gb+me``)."""
-    if not _MIG_PROFILE.fullmatch(profile):
-        raise InputError(f"MIG profile {shown(profile)}: not a profile like 1g.10gb or 1c.2g.20gb")
+    """A MIG device of ``profile`` (go-nvlib's spelling, ``1g.10gb``, ``1g.10gb+me.all``, ``1g.10gb-me``:
+    imagekit.k8s.mig)."""
+    if not DRIVER_PROFILE.fullmatch(profile):
+        raise InputError(f"MIG profile {shown(profile)}: not a profile go-nvlib names ({EXAMPLES})")
     return f"{ATTRIBUTES}.profile == '{profile}'"
 
 

@@ -26,6 +26,7 @@ from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT, job_spec
+from imagekit.k8s.mig import PLUGIN_PROFILE_PATTERN
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit, gfd_affinity
 from imagekit.k8s.resources import TMP_SIZE, check_quantity, sizes
 from imagekit.k8s.security import RUN_AS, UidMode, container_security, pod_security
@@ -40,8 +41,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GpuRequestKind = Literal["device-plugin", "dra"]
 GPU_REQUESTS: tuple[GpuRequestKind, ...] = ("device-plugin", "dra")
 # What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
-# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`).
-_GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\.shared|mig-[1-7]g\.[0-9]{1,3}gb(\.me)?)")
+# and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`;
+# every spelling go-nvlib writes: imagekit.k8s.mig).
+_GPU_RESOURCE = re.compile(rf"nvidia\.com/(gpu|gpu\.shared|mig-{PLUGIN_PROFILE_PATTERN})")
 GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU operator's docs) carry
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")

@@ -19,7 +19,14 @@ from imagekit.report.lockfile import LockEntry
 ARCH_LABEL = "kubernetes.io/arch"
 COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
 COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
-DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
+# The driver's major under both of feature discovery's names: ``cuda.driver-version.major`` since
+# k8s-device-plugin v0.15.0 (eba41da, "align cuda driver and runtime labels with the NFD kernel
+# version label format"), ``cuda.driver.major`` before it and still written beside it, "(Deprecated)"
+# in docs/gpu-feature-discovery/README.md. A node carrying either is selected (terms are ORed), so
+# neither a node of an older feature discovery nor one of a release that drops the old label is lost.
+DRIVER_MAJOR = "nvidia.com/cuda.driver-version.major"
+DEPRECATED_DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
+DRIVER_MAJOR_LABELS = (DRIVER_MAJOR, DEPRECATED_DRIVER_MAJOR)
 
 
 def entry_fit(entry: LockEntry) -> GpuFit:
@@ -34,13 +41,15 @@ def _requirement(key: str, operator: str, *values: object) -> dict[str, Any]:
 def gfd_affinity(fit: GpuFit, gpus: int) -> dict[str, Any]:
     """Node affinity from ``fit``: its platform; with GPUs, the compute capabilities its torch has
     kernels for and a driver at or above the floor (by driver major, the granularity of the
-    label; PTX by later majors, the granularity a term of majors can say beside the cubins')."""
-    common = [_requirement(ARCH_LABEL, "In", fit.platform.arch)]
+    label, under either of its names; PTX by later majors, the granularity a term of majors can say
+    beside the cubins')."""
+    arch = _requirement(ARCH_LABEL, "In", fit.platform.arch)
+    drivers: list[list[dict[str, Any]]] = [[]]
     capabilities: list[list[dict[str, Any]]] = [[]]
     if gpus and fit.gpu:
         if fit.driver_floor is not None:
             floor = version_key(fit.driver_floor)[0]
-            common.append(_requirement(DRIVER_MAJOR, "Gt", floor - 1))
+            drivers = [[_requirement(label, "Gt", floor - 1)] for label in DRIVER_MAJOR_LABELS]
         if fit.kernels is not None:
             cubins, ptx = fit.kernels.cubins, fit.kernels.ptx
             whole = [major for major, minor in cubins if minor == 0]
@@ -55,5 +64,11 @@ def gfd_affinity(fit: GpuFit, gpus: int) -> dict[str, Any]:
                     )
             if ptx is not None:  # the driver compiles the PTX for every later major
                 capabilities.append([_requirement(COMPUTE_MAJOR, "Gt", max(ptx[0], *(m for m, _ in cubins)))])
-    terms = [{"matchExpressions": [*common, *extra]} for extra in capabilities]
+    # every (driver label, capability) pair a term of its own: the expressions of a term are ANDed,
+    # the terms ORed; each term's expressions are its own objects (a writer appends to them)
+    terms = [
+        {"matchExpressions": [{**e, "values": list(e["values"])} for e in (arch, *driver, *extra)]}
+        for driver in drivers
+        for extra in capabilities
+    ]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}

@@ -71,6 +71,7 @@ from imagekit.k8s.manifests import (
     workload_container,
     workload_pod,
 )
+from imagekit.k8s.mig import PLUGIN_PROFILE_PATTERN
 from imagekit.k8s.placement import ARCH_LABEL
 from imagekit.k8s.resources import sizes
 from imagekit.render.contract import CHECK_SCRIPT_PATH
@@ -86,8 +87,9 @@ PLAN_VERSION = 1
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Suffixes GPU feature discovery adds to a product: time-slicing's "-SHARED", and the MIG
-# profile under the single strategy ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"). The GPU is the same.
-_PRODUCT_SUFFIX = re.compile(r"(-MIG-[0-9]+g\.[0-9]+gb(\.me)?)?(-SHARED)?$")
+# profile under the single strategy ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "...-MIG-1g.10gb.me.all":
+# the device plugin's spelling, imagekit.k8s.mig). The GPU is the same.
+_PRODUCT_SUFFIX = re.compile(rf"(-MIG-{PLUGIN_PROFILE_PATTERN})?(-SHARED)?$")
 
 
 def product_base(product: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from imagekit.core import cdi
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import CDI_SPEC_HEAD_BYTES, MAX_CDI_SPEC_FILES
 from imagekit.core.paths import open_regular_file
-from imagekit.verify.gpus import GpuRequest
+from imagekit.verify.cdi_specs import SPEC_SUFFIXES
+from imagekit.verify.gpus import GpuRequest, cdi_gpu_names
 
 NO_GPU_DRIVER = "could not select device driver"
 UNRESOLVABLE_CDI = "unresolvable CDI devices"
@@ -52,7 +54,6 @@ _NVIDIA_KIND = re.compile(
     rb"""^\s*"?kind"?\s*:\s*["']?""" + re.escape(cdi.NVIDIA_GPU_KIND.encode()) + rb"""["']?\s*,?\s*$""",
     re.MULTILINE,
 )
-_SPEC_SUFFIXES = (".json", ".yaml", ".yml")  # the files CDI reads from a spec dir
 
 
 def spec_dirs(info: Mapping[str, Any]) -> tuple[str, ...]:
@@ -81,17 +82,22 @@ def nvidia_spec_present(dirs: Iterable[str]) -> bool:
             paths = list(itertools.islice(Path(directory).iterdir(), MAX_CDI_SPEC_FILES))
         except OSError:
             continue
-        if any(p.suffix in _SPEC_SUFFIXES and _NVIDIA_KIND.search(_head(p)) for p in paths):
+        if any(p.suffix in SPEC_SUFFIXES and _NVIDIA_KIND.search(_head(p)) for p in paths):
             return True
     return False
 
 
 def refusal_problem(
-    text: str, gpus: GpuRequest, info: Callable[[], Mapping[str, Any]], local_engine: bool
+    text: str,
+    gpus: GpuRequest,
+    info: Callable[[], Mapping[str, Any]],
+    local_engine: bool,
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> EnvironmentProblem | None:
     """The line for an engine's refusal ``text`` of ``gpus`` (None: not a GPU refusal). ``info``
     is asked only when the answer depends on it; ``local_engine``: the engine's spec dirs are this
-    host's, so whether NVIDIA's spec is there can be looked at."""
+    host's, so whether NVIDIA's spec is there, and how it names the GPUs (``run`` runs nvidia-smi),
+    can be looked at."""
     if UNRESOLVABLE_CDI in text and gpus.cdi_devices:
         missing = text.split(UNRESOLVABLE_CDI, 1)[1].strip() or ", ".join(gpus.cdi_devices)
         where = ", ".join(spec_dirs(info())) or "none"
@@ -104,14 +110,25 @@ def refusal_problem(
     if not dirs:
         return EnvironmentProblem(GPU_FIX.format(detail=text))
     spec = "" if not local_engine or nvidia_spec_present(dirs) else SPEC_MISSING
+    # a local engine's spec says how it names each GPU (by index, or by UUID: cdi_gpu_names)
+    named = cdi_gpu_names(run, dirs) if local_engine and gpus.count > 0 else None
     line = NO_HOOK_BUT_CDI.format(
-        gpus=gpus.text, detail=text, dirs=", ".join(dirs), instead=cdi_equivalent(gpus), spec=spec
+        gpus=gpus.text, detail=text, dirs=", ".join(dirs), instead=cdi_equivalent(gpus, named), spec=spec
     )
     return EnvironmentProblem(line)
 
 
-def cdi_equivalent(gpus: GpuRequest) -> str:
+def cdi_equivalent(gpus: GpuRequest, named: tuple[str, ...] | None = None) -> str:
     """``--gpus`` for the NVIDIA hook said as NVIDIA's CDI names: ``all``, the ids given, or the
-    first N GPUs by index (what the hook's count takes)."""
+    first N GPUs (what the hook's count takes); an index as ``named`` (the spec's qualified name of
+    each GPU by index, :func:`cdi_gpu_names`) names it where given, else as the index itself."""
     ids = gpus.device_ids or tuple(str(i) for i in range(max(gpus.count, 0)))
-    return f"{cdi.CDI_PREFIX}{cdi.NVIDIA_GPU_KIND}={','.join(ids) if ids else cdi.ALL_DEVICES}"
+    if not ids:
+        return f"{cdi.CDI_PREFIX}{cdi.NVIDIA_GPU_KIND}={cdi.ALL_DEVICES}"
+    devices = [
+        cdi.device_of(named[int(i)])
+        if named and re.fullmatch(r"[0-9]{1,3}", i) and int(i) < len(named)
+        else i
+        for i in ids
+    ]
+    return f"{cdi.CDI_PREFIX}{cdi.NVIDIA_GPU_KIND}={','.join(devices)}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import GPUS_TEXT_CHARS, MAX_GPUS
 from imagekit.core.text import shown
 from imagekit.probe import protocol
+from imagekit.verify.cdi_specs import DEFAULT_SPEC_DIRS, spec_device_names
 
 if TYPE_CHECKING:  # docker-py is imported by the commands that talk to an engine
     from docker.types import DeviceRequest
@@ -134,15 +135,64 @@ def _nvidia_smi_indexes(run: Callable[..., subprocess.CompletedProcess[str]]) ->
     return found[:MAX_GPUS]
 
 
+_GPU_UUID = re.compile(r"GPU-[0-9A-Fa-f-]{1,64}")  # nvidia-smi's uuid: GPU-4cf8db2d-06c0-...
+
+
+def _nvidia_smi_gpus(
+    run: Callable[..., subprocess.CompletedProcess[str]],
+) -> tuple[tuple[str, str], ...] | None:
+    """(index, uuid) of each of the host's GPUs, as nvidia-smi lists them."""
+    try:
+        done = run(
+            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [
+        tuple(part.strip() for part in line.split(",")) for line in done.stdout.splitlines() if line.strip()
+    ]
+    gpus = tuple((row[0], row[1]) for row in rows if len(row) == 2)
+    valid = all(re.fullmatch(r"[0-9]{1,3}", i) and _GPU_UUID.fullmatch(u) for i, u in gpus)
+    if done.returncode != 0 or not gpus or len(gpus) != len(rows) or not valid:
+        return None
+    return gpus[:MAX_GPUS]
+
+
+def cdi_gpu_names(
+    run: Callable[..., subprocess.CompletedProcess[str]], spec_dirs: Sequence[str]
+) -> tuple[str, ...] | None:
+    """A qualified name per GPU of this host, each as NVIDIA's CDI spec in ``spec_dirs`` names it:
+    by index (``nvidia.com/gpu=0``), by UUID (``nvidia.com/gpu=GPU-...``, ``nvidia-ctk cdi generate
+    --device-name-strategy=uuid``) or by type and index (``gpu0``), whichever it defines; None when
+    no such spec is readable there or it names some GPU none of these ways."""
+    defined = spec_device_names(spec_dirs, cdi.NVIDIA_GPU_KIND)
+    gpus = _nvidia_smi_gpus(run) if defined is not None else None
+    if defined is None or gpus is None:
+        return None
+    names: list[str] = []
+    for index, uuid in gpus:
+        name = next((n for n in (index, uuid, f"gpu{index}") if n in defined), None)
+        if name is None:
+            return None
+        names.append(f"{cdi.NVIDIA_GPU_KIND}={name}")
+    return tuple(names)
+
+
 def runner_devices(
     request: GpuRequest,
     environ: Mapping[str, str] | None = None,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    spec_dirs: Callable[[], Sequence[str]] = lambda: DEFAULT_SPEC_DIRS,
 ) -> tuple[str, ...] | None:
     """The devices ``request`` covers on this runner, as docker's device requests name them: the
     ids given, ``0..N-1`` for a count (docker's NVIDIA driver takes the first N), and for ``all``
     the host's nvidia-smi indexes when the engine is local (CDI: the names given, and for
-    ``nvidia.com/gpu=all`` a name per index); None when they cannot be known."""
+    ``nvidia.com/gpu=all`` a name per GPU as the engine's spec names it, ``spec_dirs`` asked only
+    then: :func:`cdi_gpu_names`); None when they cannot be known."""
     if not request.requested:
         return ()
     if request.cdi_devices and request.count > 0:
@@ -156,11 +206,9 @@ def runner_devices(
         return None  # another vendor's `all`, or `all` beside other names: not nvidia-smi's to count
     if not local_engine(os.environ if environ is None else environ):
         return None
-    indexes = _nvidia_smi_indexes(run)
-    if indexes is None or not request.cdi_devices:
-        return indexes
-    # NVIDIA's CDI spec names each GPU by its nvidia-smi index
-    return tuple(f"{cdi.NVIDIA_GPU_KIND}={index}" for index in indexes)
+    if request.cdi_devices:
+        return cdi_gpu_names(run, spec_dirs())
+    return _nvidia_smi_indexes(run)
 
 
 @dataclass(frozen=True)

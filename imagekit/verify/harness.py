@@ -64,7 +64,7 @@ from imagekit.probe import protocol
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.render.contract import packaged_check_script
 from imagekit.report.verification import Inventory, RunPlatform, Verification, gemm_figures
-from imagekit.verify.gpu_support import refusal_problem
+from imagekit.verify.gpu_support import refusal_problem, spec_dirs
 from imagekit.verify.gpus import CheckPass, GpuRequest, local_engine, runner_devices
 from imagekit.verify.invocation import check_invocation, verdict_of
 
@@ -249,7 +249,8 @@ class Harness:
     def devices(self) -> tuple[str, ...] | None:
         """The runner's devices this run's ``--gpus`` covers (None: ``all`` and not known), asked once."""
         if not self._devices_asked:
-            self._devices = runner_devices(self.gpus)
+            # a CDI `all` is pinned by the names the engine's own spec dirs hold
+            self._devices = runner_devices(self.gpus, spec_dirs=lambda: spec_dirs(self._info()))
             self._devices_asked = True
         return self._devices
 

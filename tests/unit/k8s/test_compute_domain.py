@@ -137,8 +137,10 @@ def test_the_domain_job_and_service_fit_together() -> None:
     assert service["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["MASTER_ADDR"] == f"{name}-0.{name}" and env["MASTER_PORT"] == "29500"
-    assert (env["NNODES"], env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("4", "4", "16")
+    assert (env["NNODES"], env["NPROC_PER_NODE"]) == ("4", "4")
     assert env["NODE_RANK"] == {"fieldRef": {"fieldPath": INDEX_FIELD}}
+    # a process a GPU: its launcher gives each its RANK and WORLD_SIZE, the pod neither
+    assert "WORLD_SIZE" not in env and "RANK" not in env
     # Grace hosts in one NVLink clique, one pod a node, GPUs the wheel has kernels for
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -300,3 +302,43 @@ def test_the_command_writes_the_domain_files_and_notes_the_cells_left_out(tmp_pa
     written = sorted(p.name for p in out.iterdir())
     assert f"{job_name(FIT)}.yaml" in written and f"{job_name(OLD_ARM)}.yaml" not in written
     assert f"imagekit: note: no compute-domain Job for {OLD_ARM}" in result.stderr
+
+
+# What torchrun reads (torch/distributed/run.py's options, through argparse_util.py's ``env``
+# action: PET_<DEST>), and what torch.distributed's env:// reads (MASTER_ADDR, MASTER_PORT,
+# WORLD_SIZE, RANK).
+TORCHRUN = ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+
+def _env_of(gpus: int, nodes: int = 4) -> dict[str, Any]:
+    lock = shipped_lock().only([FIT])
+    (text,) = render_domains(lock, JobOptions(gpus=gpus), ComputeDomainOptions(nodes)).files.values()
+    job = list(yaml.safe_load_all(text))[-1]
+    for version in ("1.34.0", "1.35.0", "1.36.0", "1.37.0"):
+        kubernetes_validate.validate(job, version, strict=True)
+    assert "&id" not in text and "*id" not in text
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_a_bare_torchrun_reads_the_rendezvous_from_the_pods_env(gpus: int) -> None:
+    """`--command torchrun train.py` needs no flags: torchrun takes each from PET_<OPTION>."""
+    env = _env_of(gpus)
+    name = job_name(FIT)
+    assert {k: env[k] for k in TORCHRUN} == {
+        "PET_NNODES": "4",
+        "PET_NODE_RANK": {"fieldRef": {"fieldPath": INDEX_FIELD}},
+        "PET_NPROC_PER_NODE": str(gpus),
+        "PET_MASTER_ADDR": f"{name}-0.{name}",
+        "PET_MASTER_PORT": "29500",
+    }
+
+
+def test_a_pod_of_one_process_is_given_its_world_size_and_rank_together() -> None:
+    """With one GPU a pod is one env:// process: WORLD_SIZE counts the pods and RANK is the pod's;
+    never one without the other."""
+    env = _env_of(1, nodes=3)
+    assert env["WORLD_SIZE"] == "3" and env["RANK"] == {"fieldRef": {"fieldPath": INDEX_FIELD}}
+    many = _env_of(4, nodes=3)
+    assert ("WORLD_SIZE" in many) == ("RANK" in many)

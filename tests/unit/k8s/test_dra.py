@@ -436,3 +436,44 @@ def test_semver_literals_are_kubernetes_strict_form() -> None:
     for bad in ("", "1.2.3.4", "v1.0", "1.0-rc1", "1" * 10):
         with pytest.raises(InputError):
             semver_literal(bad, "x")
+
+
+# go-nvlib's profile strings (pkg/nvlib/device/mig_profile.go, MigProfileInfo.String) beside the
+# device plugin's resource for each ('+' as '.', NVIDIA/k8s-device-plugin internal/rm/rm.go).
+GO_NVLIB_PROFILES = {
+    "nvidia.com/mig-1g.10gb": "1g.10gb",
+    "nvidia.com/mig-1g.10gb.me": "1g.10gb+me",
+    "nvidia.com/mig-1g.23gb.me.all": "1g.23gb+me.all",
+    "nvidia.com/mig-1g.23gb-me": "1g.23gb-me",
+    "nvidia.com/mig-1g.23gb.gfx": "1g.23gb+gfx",
+    "nvidia.com/mig-1c.2g.20gb": "1c.2g.20gb",
+}
+
+
+@pytest.mark.parametrize(("resource", "profile"), GO_NVLIB_PROFILES.items())
+def test_every_mig_profile_go_nvlib_writes_is_claimed_by_the_drivers_spelling(
+    resource: str, profile: str
+) -> None:
+    assert mig_profile(resource) == profile
+    options = JobOptions(gpu_request="dra", gpu_resource=resource)
+    text = rendered("matrix.yaml", options)["cuda-ubuntu22.04-torch2.5.1-cuda12.1-py3.10-runtime"]
+    template = next(yaml.safe_load_all(text))
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    expressions = [s["cel"]["expression"] for s in request["exactly"]["selectors"]]
+    # the selector accepts the device the driver publishes with that profile, and no other
+    device = {"attributes": {"type": {"string": "mig"}, "profile": {"string": profile}}}
+    other = {"attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.10gb+me.al"}}}
+    (selector,) = [e for e in expressions if ".profile" in e]
+    assert evaluate(selector, device_activation("gpu.nvidia.com", device))
+    assert not evaluate(selector, device_activation("gpu.nvidia.com", other))
+    for version in (KUBERNETES[0], KUBERNETES[-1]):
+        for document in yaml.safe_load_all(text):
+            kubernetes_validate.validate(document, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    "resource", ["nvidia.com/mig-1g.10gb+me", "nvidia.com/mig-1g.10gb.mee", "nvidia.com/mig-1g.10gb-gfx"]
+)
+def test_a_mig_profile_go_nvlib_does_not_write_is_refused(resource: str) -> None:
+    with pytest.raises(InputError, match=r"^--gpu-resource .*: use nvidia.com/gpu"):
+        rendered("matrix.yaml", JobOptions(gpu_request="dra", gpu_resource=resource))

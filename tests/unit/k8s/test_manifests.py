@@ -306,15 +306,25 @@ def test_a_bad_shm_is_one_line_naming_the_flag(options: JobOptions, message: str
         render({"c": entry("c")}, options)
 
 
-def test_a_mig_slice_is_requested_by_its_resource_name() -> None:
-    options = JobOptions(gpu_resource="nvidia.com/mig-1g.10gb")
+@pytest.mark.parametrize(
+    "resource",
+    # the device plugin's name for each of go-nvlib's profile spellings ('+' as '.'): imagekit.k8s.mig
+    [
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-1g.10gb.me",
+        "nvidia.com/mig-1g.23gb.me.all",
+        "nvidia.com/mig-1g.23gb-me",
+        "nvidia.com/mig-1g.23gb.gfx",
+        "nvidia.com/mig-1c.2g.20gb",
+    ],
+)
+def test_a_mig_slice_is_requested_by_its_resource_name(resource: str) -> None:
+    options = JobOptions(gpu_resource=resource)
     (text,) = render({"c": entry("c")}, options).values()
     kubernetes_validate.validate(yaml.safe_load(text), kubernetes_validate.latest_version(), strict=True)
     (container,) = _pod_of(text)["containers"]
     resources = container["resources"]
-    assert (
-        resources["limits"]["nvidia.com/mig-1g.10gb"] == resources["requests"]["nvidia.com/mig-1g.10gb"] == 1
-    )
+    assert resources["limits"][resource] == resources["requests"][resource] == 1
     assert "nvidia.com/gpu" not in resources["limits"]
     assert "--require-gpu" in container["args"]  # a slice is a GPU the checks must see
 
@@ -445,6 +455,40 @@ def test_node_affinity_keeps_an_image_off_gpus_it_cannot_serve(cuda: str, runs_o
     pod = _pod_of(text)
     assert {name for name, labels in NODES.items() if _schedulable(pod, labels)} == runs_on
     assert "&id" not in text and "*id" not in text  # shared terms written out, not as YAML aliases
+
+
+OLD_DRIVER_LABEL = "nvidia.com/cuda.driver.major"  # feature discovery before v0.15.0; deprecated since
+NEW_DRIVER_LABEL = "nvidia.com/cuda.driver-version.major"  # its replacement (k8s-device-plugin v0.15.0)
+
+
+def _driver_labels(labels: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    driver = labels[OLD_DRIVER_LABEL]
+    return {**{k: v for k, v in labels.items() if k != OLD_DRIVER_LABEL}, **dict.fromkeys(names, driver)}
+
+
+@pytest.mark.parametrize(
+    "names",
+    [(OLD_DRIVER_LABEL,), (NEW_DRIVER_LABEL,), (OLD_DRIVER_LABEL, NEW_DRIVER_LABEL)],
+    ids=["old-feature-discovery", "a-release-without-the-deprecated-label", "both"],
+)
+def test_node_affinity_takes_the_driver_major_under_either_label(names: tuple[str, ...]) -> None:
+    """Feature discovery writes the driver's major as cuda.driver.major (deprecated) and as
+    cuda.driver-version.major: a node with either, or both, is placed alike."""
+    cell = entry("c")
+    cell = replace(cell, expect={**cell.expect, "cuda": "12.1"})
+    (text,) = render({"c": cell}, JobOptions()).values()
+    for version in ("1.34.0", "1.35.0", "1.36.0", "1.37.0"):
+        kubernetes_validate.validate(yaml.safe_load(text), version, strict=True)
+    pod = _pod_of(text)
+    nodes = {name: _driver_labels(labels, names) for name, labels in NODES.items()}
+    assert {name for name, labels in nodes.items() if _schedulable(pod, labels)} == {
+        "V100",
+        "T4",
+        "A100",
+        "L40S",
+        "H100",
+    }
+    assert "&id" not in text and "*id" not in text
 
 
 def test_node_affinity_without_gpus_or_feature_discovery() -> None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from imagekit.core.errors import InputError
+from imagekit.k8s import validate_on
 from imagekit.k8s.manifests import Claim, JobOptions
 from imagekit.k8s.validate_on import (
     PLAN_NAME,
@@ -151,3 +152,20 @@ def test_the_command_writes_the_jobs_and_the_plan(tmp_path: Path) -> None:
     )  # fmt: skip
     assert refused.exit_code == 2 and not (tmp_path / "again").exists()
     assert "not a nvidia.com/gpu.product label value" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "NVIDIA-B200-MIG-1g.23gb",
+        "NVIDIA-B200-MIG-1g.23gb.me",
+        "NVIDIA-B200-MIG-1g.23gb.me.all",
+        "NVIDIA-B200-MIG-1g.23gb-me",
+        "NVIDIA-B200-MIG-1g.23gb.gfx-SHARED",
+        "NVIDIA-B200-MIG-1c.2g.45gb",
+        "NVIDIA-B200-SHARED",
+    ],
+)
+def test_every_mig_profile_of_a_product_label_names_its_gpu(label: str) -> None:
+    """Feature discovery writes the device plugin's spelling of go-nvlib's profile after -MIG-."""
+    assert validate_on.product_base(label) == "NVIDIA-B200"

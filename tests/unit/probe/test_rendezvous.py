@@ -25,9 +25,10 @@ def pod_env(node_rank: int) -> dict[str, str]:
     """What a pod of a 3-node, 4-GPU compute-domain Job sees, from the Job imagekit writes."""
     env = rendezvous_env("job", ComputeDomainOptions(3), 4)
     values = {e["name"]: e["value"] for e in env if "value" in e}
-    # NODE_RANK comes from the pod's completion-index annotation through the downward API
-    assert [e["name"] for e in env if "valueFrom" in e] == ["NODE_RANK"]
-    return {**values, "NODE_RANK": str(node_rank)}
+    # the node rank comes from the pod's completion-index annotation through the downward API,
+    # for the probe and for torchrun (PET_); RANK is no pod's with a process a GPU
+    assert [e["name"] for e in env if "valueFrom" in e] == ["NODE_RANK", "PET_NODE_RANK"]
+    return {**values, "NODE_RANK": str(node_rank), "PET_NODE_RANK": str(node_rank)}
 
 
 def test_each_pod_gets_its_own_ranks_of_one_world() -> None:
@@ -107,7 +108,7 @@ def test_two_nodes_spawn_their_own_ranks_of_the_shared_world(
 def test_the_job_gives_every_variable_the_probe_reads() -> None:
     """A pod of the Job imagekit writes reads back as its place (a rename on one side fails here)."""
     env = rendezvous_env("job", ComputeDomainOptions(2), 1)
-    assert {e["name"] for e in env} == {
+    assert {e["name"] for e in env} >= {
         protocol.MASTER_ADDR,
         protocol.MASTER_PORT,
         protocol.NNODES,

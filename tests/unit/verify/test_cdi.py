@@ -13,9 +13,10 @@ from imagekit.core import cdi, safetypes
 from imagekit.core.errors import EnvironmentProblem, ExitCode, InputError
 from imagekit.core.limits import MAX_GPUS
 from imagekit.verify import gpu_support
+from imagekit.verify.cdi_specs import spec_device_names
 from imagekit.verify.gpu_support import refusal_problem
 from imagekit.verify.gpus import CheckPass, GpuRequest, runner_devices
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 UUID = "GPU-5f3c2a10-9b1e-4d7a-8c2e-0123456789ab"
 
@@ -141,18 +142,85 @@ def smi(out: str, rc: int = 0) -> Any:
     return lambda *a, **k: subprocess.CompletedProcess(a, rc, out, "")
 
 
+# the two GPUs of tests/fixtures/cdi's specs, as `nvidia-smi --query-gpu=index,uuid` lists them
+SPECS = REPO / "tests" / "fixtures" / "cdi"
+GPU0, GPU1 = "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", "GPU-9d6a7b3e-2f1c-4e0a-8b5d-1c2e3f4a5b6c"
+SMI = f"0, {GPU0}\n1, {GPU1}\n"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "names"),
+    [
+        ("index", ("nvidia.com/gpu=0", "nvidia.com/gpu=1")),
+        ("uuid", (f"nvidia.com/gpu={GPU0}", f"nvidia.com/gpu={GPU1}")),
+    ],
+)
+def test_each_gpu_of_a_cdi_all_is_pinned_by_the_name_its_spec_gives_it(
+    strategy: str, names: tuple[str, ...]
+) -> None:
+    """`nvidia-ctk cdi generate --device-name-strategy=uuid` defines no `nvidia.com/gpu=0`: a pass
+    pinned to one GPU names it GPU-<uuid>, as the spec does, or the engine refuses it."""
+    every = GpuRequest.parse("cdi:nvidia.com/gpu=all")
+    dirs = (str(SPECS / strategy),)
+    assert spec_device_names(dirs, "nvidia.com/gpu") is not None
+    devices = runner_devices(every, {}, smi(SMI), lambda: dirs)
+    assert devices == names
+    assert all(cdi.device_of(n) in (spec_device_names(dirs, "nvidia.com/gpu") or ()) for n in names)
+    for device in names:
+        (request,) = CheckPass.one_gpu(device).gpus.device_requests()
+        assert request["Driver"] == "cdi" and request["DeviceIDs"] == [device]
+    # a spec of both strategies names each GPU twice: one name each, by index
+    both = (str(SPECS / "index"), str(SPECS / "uuid"))
+    assert runner_devices(every, {}, smi(SMI), lambda: both) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+
+
+def test_gpus_a_cdi_spec_does_not_name_are_not_pinned(tmp_path: Path) -> None:
+    """No readable spec, or one naming some GPU none of nvidia-ctk's ways: the devices are unknown
+    (one cell at a time on all of them), never a name the engine would refuse."""
+    every = GpuRequest.parse("cdi:nvidia.com/gpu=all")
+    assert runner_devices(every, {}, smi(SMI), lambda: (str(tmp_path),)) is None
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices: [{name: '0'}, {name: all}]\n")
+    assert runner_devices(every, {}, smi(SMI), lambda: (str(tmp_path),)) is None  # GPU 1 unnamed
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices: [{name: gpu0}, {name: gpu1}]\n")
+    assert runner_devices(every, {}, smi(SMI), lambda: (str(tmp_path),)) == (
+        "nvidia.com/gpu=gpu0",
+        "nvidia.com/gpu=gpu1",
+    )
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices: [{name: '0'\n")  # broken
+    assert runner_devices(every, {}, smi(SMI), lambda: (str(tmp_path),)) is None
+    assert runner_devices(every, {}, smi("0\n1\n"), lambda: (str(SPECS / "uuid"),)) is None  # no uuids
+
+
+def test_the_cdi_names_said_for_the_hooks_ids_are_the_specs(tmp_path: Path) -> None:
+    """`--gpus 2` on a CDI-only host: the line names the first two GPUs as the local spec does."""
+    for strategy, said in (("index", "nvidia.com/gpu=0,1"), ("uuid", f"nvidia.com/gpu={GPU0},{GPU1}")):
+        problem = refusal_problem(
+            HOOKLESS, GpuRequest.parse("2"), info_of([str(SPECS / strategy)]), local_engine=True, run=smi(SMI)
+        )
+        assert problem is not None and f"pass --gpus cdi:{said}" in problem.message, problem
+    ids = refusal_problem(
+        HOOKLESS,
+        GpuRequest.parse("device=1"),
+        info_of([str(SPECS / "uuid")]),
+        local_engine=True,
+        run=smi(SMI),
+    )
+    assert ids is not None and f"pass --gpus cdi:nvidia.com/gpu={GPU1}" in ids.message
+
+
 def test_runner_devices_of_a_cdi_request() -> None:
     # explicit names: the names (each pins as a CDI request of its own)
     two = GpuRequest.parse("cdi:nvidia.com/gpu=0,1")
     assert runner_devices(two) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
     assert two.held(runner_devices(two)) == 2
-    # NVIDIA's all: a name per nvidia-smi index of a local engine's host
+    # NVIDIA's all: a name per GPU of a local engine's host, as its spec names it (by index here)
     every = GpuRequest.parse("cdi:nvidia.com/gpu=all")
-    assert runner_devices(every, {}, smi("0\n1\n")) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
-    assert runner_devices(every, {}, smi("", 9)) is None
-    assert runner_devices(every, {"DOCKER_HOST": "tcp://gpu-box:2376"}, smi("0\n")) is None
+    by_index = lambda: (str(SPECS / "index"),)  # noqa: E731
+    assert runner_devices(every, {}, smi(SMI), by_index) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert runner_devices(every, {}, smi("", 9), by_index) is None
+    assert runner_devices(every, {"DOCKER_HOST": "tcp://gpu-box:2376"}, smi(SMI), by_index) is None
     # another vendor's all is not nvidia-smi's to count
-    assert runner_devices(GpuRequest.parse("cdi:vendor.example/gpu=all"), {}, smi("0\n")) is None
+    assert runner_devices(GpuRequest.parse("cdi:vendor.example/gpu=all"), {}, smi(SMI), by_index) is None
     assert every.held(None) is None
 
 
