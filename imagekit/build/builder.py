@@ -141,9 +141,7 @@ class Builder:
             buildkit.engine_holds_oci(api)
             with unrecorded():  # which buildx runs the builds is no input of an image
                 found = buildx.find(options.buildx_builder)
-            self.buildkit = buildkit.BuildkitSettings(
-                found, options.compression, store.state_dir / "buildx", epoch=options.source.build_epoch
-            )
+            self.buildkit = buildkit.BuildkitSettings(found, options.compression, store.state_dir / "buildx")
             if options.push and options.registry:
                 say = functools.partial(progress.event, "build", "push")
                 self.buildkit = buildkit.pushing(self.buildkit, options.registry, say)

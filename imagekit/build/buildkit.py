@@ -188,8 +188,6 @@ class BuildkitSettings:
     compression: Literal["gzip", "zstd"]
     work_dir: Path  # OCI tars and metadata files, one pair per running build
     secrets: tuple[tuple[str, Path], ...] = ()  # (secret id, file) every build mounts
-    # SOURCE_DATE_EPOCH: created times and the rewritten file times (imagekit.plan.source)
-    epoch: int = REPRODUCIBLE_EPOCH
     # `--push` straight from BuildKit (``push_image``); False: through the tar and the engine
     pushes: bool = False
 
@@ -291,7 +289,7 @@ def _run(
             output=output,
             name=name,
             compression=settings.compression,
-            epoch=settings.epoch,
+            epoch=REPRODUCIBLE_EPOCH,
             network=request.network_mode or "none",
             host_network=host_network,
             secrets=settings.secrets,
@@ -302,7 +300,7 @@ def _run(
         ),
         metadata,
     )
-    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(settings.epoch)})
+    run = BuildxRun(argv, context, {"SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)})
     failed: StepFailed | None = None
     text: list[str] = []
     with running(run):

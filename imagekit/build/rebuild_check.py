@@ -48,7 +48,6 @@ from imagekit.build.layer_diff import (
 )
 from imagekit.build.run_state import RunState
 from imagekit.core import naming, platforms
-from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import ImagekitError, InputError, InputsChanged, one_line
 from imagekit.core.limits import CONFIG_BYTES, MANIFEST_BYTES
 from imagekit.core.safetypes import parse_json
@@ -57,7 +56,6 @@ from imagekit.engine import buildx
 from imagekit.engine.client import BuildAborted, BuildRequest
 from imagekit.plan.cells import Cell, Plan, local_base_of
 from imagekit.plan.schema import BuildSettings
-from imagekit.plan.source import epoch_of_labels
 from imagekit.registry.client import Registry
 from imagekit.registry.manifest import INDEX_TYPES, Manifest, config_labels
 from imagekit.render.contract import PIP_NETRC_SECRET
@@ -216,9 +214,7 @@ def rebuilt_image(
     afterwards, whatever happens); its image and the tar its blobs are read from."""
     found = buildx.find(None)
     found_labels = config_labels(image.config)
-    # The image's own time (its created label; none: the fixed epoch of the builds before it).
-    epoch = epoch_of_labels(found_labels) or REPRODUCIBLE_EPOCH
-    settings = buildkit.BuildkitSettings(found, rendered.build.compression, Path(), epoch=epoch)
+    settings = buildkit.BuildkitSettings(found, rendered.build.compression, Path())
     # The image's own labels (--label, the base digest, created, revision, source: what it was
     # built at, not this checkout), then the ones rendering gives (input digest, version).
     labels_given = {**found_labels, **rendered.build_labels()}

@@ -20,6 +20,7 @@ from typing import Any
 
 from imagekit.core import naming, platforms
 from imagekit.core.atomic import atomic_write
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import InputError
 from imagekit.core.paths import os_problem, refuse_links
 from imagekit.core.safetypes import secret_env_name
@@ -285,7 +286,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
         if item.build.builder == "buildkit":
             target.update(_buildkit_target(plan, item, staging, target["tags"][0]))
             # buildx's epoch for created times, as `imagekit build --builder buildkit` sets it
-            target["args"]["SOURCE_DATE_EPOCH"] = str(source.build_epoch)
+            target["args"]["SOURCE_DATE_EPOCH"] = str(REPRODUCIBLE_EPOCH)
         local = local_base_of(cell)
         if local is not None:
             target["contexts"] = {local.image: f"target:{base_target_name(local)}"}

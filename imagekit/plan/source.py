@@ -5,13 +5,17 @@ Read from the matrix's git checkout, never made up: ``created`` is SOURCE_DATE_E
 (the reproducible-builds variable; CI sets it to the commit's time), else the time of the commit
 the checkout is at; ``revision`` is that commit only while no tracked file differs from it (an edited
 tree was not built from it); ``source`` is the origin's URL without a login. Outside a checkout (or
-without git) each is left out, and BuildKit's file times keep the fixed ``REPRODUCIBLE_EPOCH``.
+without git) each is left out.
 
-One time for the whole matrix, not one per cell: BuildKit clamps every layer's file times to it, and
-layers that cells share (the venv, the CUDA wheels) stay one layer only when their times are equal.
-None of the three is in a cell's input digest: each changes with every commit, also one that changes
+The label only: BuildKit's file times and build argument stay the fixed ``REPRODUCIBLE_EPOCH``.
+SOURCE_DATE_EPOCH is a build argument every RUN step sees, so a time that moves with each commit
+would miss the registry cache on every step of every cell, and layers that cells share (the venv,
+the CUDA wheels) stay one blob only when their file times are equal, also across commits; labels
+are given to the build (``--label``), in no step's cache key. None of the three is in a cell's
+input digest: each changes with every commit, also one that changes
 no input (a README), and a no-change run keeps the image built from equal inputs, whose labels
-truly name the commit and time it was built from. ``rebuild-check`` rebuilds with the image's own.
+truly name the commit and time it was built from. ``rebuild-check`` rebuilds with the image's own
+labels.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from imagekit.core import naming
-from imagekit.core.clock import REPRODUCIBLE_EPOCH, parse_time, source_date_epoch, utc_seconds
+from imagekit.core.clock import source_date_epoch, utc_seconds
 from imagekit.core.errors import InputError
 from imagekit.core.limits import EARLIEST_EPOCH, GIT_ANSWER_BYTES, GIT_QUERY_DEADLINE_S, URL_CHARS
 
@@ -45,11 +49,6 @@ class SourceState:
     revision: str | None = None  # the commit, when the checkout's tracked files are that commit's
     url: str | None = None  # the origin's URL, without a login
 
-    @property
-    def build_epoch(self) -> int:
-        """BuildKit's SOURCE_DATE_EPOCH: this time, else the fixed one (file times need one)."""
-        return self.epoch if self.epoch is not None else REPRODUCIBLE_EPOCH
-
     def labels(self) -> dict[str, str]:
         """The OCI labels these give, only those known."""
         found = {
@@ -60,22 +59,15 @@ class SourceState:
         return {key: value for key, value in found.items() if value}
 
 
-def epoch_of_labels(labels: dict[str, str]) -> int | None:
-    """The build time an image's created label names (what ``rebuild-check`` builds it with)."""
-    when = parse_time(labels.get(CREATED_LABEL))
-    if when is None or when.microsecond or not when.timestamp() >= EARLIEST_EPOCH:
-        return None
-    return int(when.timestamp())
-
-
 def source_state(root: Path) -> SourceState:
     """What the checkout holding ``root`` (the matrix's directory) says. A malformed
     SOURCE_DATE_EPOCH is refused (InputError), as ``imagekit.core.clock.today`` refuses it."""
     epoch = source_date_epoch()
     if epoch is not None and epoch < EARLIEST_EPOCH:
         raise InputError(
-            f"SOURCE_DATE_EPOCH={epoch} is before 1980-01-01 ({EARLIEST_EPOCH}), which zip and wheel"
-            " tools refuse as a file time; set it to the commit's time (`git log -1 --format=%ct`)"
+            f"SOURCE_DATE_EPOCH={epoch} is before 1980-01-01 ({EARLIEST_EPOCH}), the earliest time"
+            " zip and wheel tools accept, so no commit of a matrix is older; set it to the commit's time"
+            " (`git log -1 --format=%ct`)"
         )
     found = _checkout(root.resolve())
     if epoch is None:

@@ -26,7 +26,7 @@ from imagekit.plan.source import source_state
 from imagekit.render.dockerfile import RenderedCell, Renderer
 from tests.conftest import CUDA_BASE as BARE_CUDA_BASE
 from tests.conftest import REPO, WAIVE_OLD_TORCH, CliResult, run_cli
-from tests.unit.plan.test_source import COMMIT_TIME, git
+from tests.unit.plan.test_source import git
 
 # The cells here are torch 2.1, about bake targets: their advisories are waived.
 CUDA_BASE = BARE_CUDA_BASE + WAIVE_OLD_TORCH
@@ -276,7 +276,8 @@ def test_a_buildkit_cell_with_a_host_network_step_is_refused_for_bake_in_one_lin
 def test_a_bake_target_from_a_committed_matrix_takes_the_commits_time_and_revision(
     write_matrix: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BuildKit's file times and the created label are one instant: the commit's, not a fixed date."""
+    """The created label is the commit's time; BuildKit's SOURCE_DATE_EPOCH (a build argument every
+    RUN step sees, and the file times) stays fixed, so a new commit misses no cached step."""
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     axes = 'version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], base: [cuda]}\n'
     publish = "publish: {repository: team/pytorch, registry: 127.0.0.1:5000}\n"
@@ -287,6 +288,6 @@ def test_a_bake_target_from_a_committed_matrix_takes_the_commits_time_and_revisi
     source._checkout.cache_clear()
     plan = load_plan(path)
     (target,) = bake_file(plan, _bakeable(plan), tmp_path / "ctx")["target"].values()
-    assert target["args"]["SOURCE_DATE_EPOCH"] == str(COMMIT_TIME)
+    assert target["args"]["SOURCE_DATE_EPOCH"] == str(REPRODUCIBLE_EPOCH)
     assert target["labels"]["org.opencontainers.image.created"] == "2026-05-28T20:26:40Z"
     assert target["labels"]["org.opencontainers.image.revision"] == git(tmp_path, "rev-parse", "HEAD")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.core.errors import InputError
 from imagekit.plan import source
 from imagekit.plan.source import (
@@ -17,7 +16,6 @@ from imagekit.plan.source import (
     REVISION_LABEL,
     SOURCE_LABEL,
     SourceState,
-    epoch_of_labels,
     source_state,
 )
 
@@ -71,7 +69,6 @@ def test_a_clean_checkout_gives_its_commit_its_time_and_its_public_url(checkout:
         REVISION_LABEL: found.revision,
         SOURCE_LABEL: "https://github.example.org/acme/images.git",
     }
-    assert found.build_epoch == COMMIT_TIME  # BuildKit's file times: the same instant as the label
 
 
 def test_an_edited_checkout_names_no_revision(checkout: Path) -> None:
@@ -108,7 +105,6 @@ def test_outside_a_checkout_nothing_is_invented(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above tmp_path either
     found = source_state(tmp_path)
     assert found == SourceState() and found.labels() == {}
-    assert found.build_epoch == REPRODUCIBLE_EPOCH  # file times still need one, fixed
 
 
 def test_without_git_nothing_is_invented(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,11 +128,3 @@ def test_a_source_date_epoch_no_build_can_use_is_one_line(
     with pytest.raises(InputError, match=match) as raised:
         source_state(checkout)
     assert "\n" not in raised.value.message
-
-
-def test_rebuild_check_reads_the_time_back_from_the_label() -> None:
-    labels = SourceState(COMMIT_TIME).labels()
-    assert epoch_of_labels(labels) == COMMIT_TIME
-    for broken in ("", "yesterday", "1970-01-01T00:00:00Z", "2026-05-28T20:26:40.5Z"):
-        assert epoch_of_labels({CREATED_LABEL: broken}) is None
-    assert epoch_of_labels({}) is None
