@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from tests.integration.conftest import Project, write_cells
 from tests.integration.registry_server import LocalRegistry
 from tests.integration.test_bake import BK_CHECK_TEMPLATE

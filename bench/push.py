@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.buildkit import CELL, DOCKER, MATRIX, RUN, WHEELHOUSE, Engine, cell
 from bench.cache_from import imagekit, timed
-from imagekit.engine.buildx import REPRODUCIBLE_EPOCH, compression_options, registry_cache
+from imagekit.core.clock import REPRODUCIBLE_EPOCH
+from imagekit.engine.buildx import compression_options, registry_cache
 from tests.integration.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
