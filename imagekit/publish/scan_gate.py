@@ -39,7 +39,7 @@ from typing import Any, cast
 
 from imagekit.core import naming
 from imagekit.core.errors import ImagekitError, InputError
-from imagekit.core.limits import MAX_SCAN_FINDINGS, SCAN_BYTES
+from imagekit.core.limits import MAX_SCAN_FINDINGS, SCAN_BYTES, SHORT_CHARS
 from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import counted, printable, shown
@@ -143,6 +143,10 @@ class _Reader:
             return ""
         if not isinstance(value, str) or (not value.strip() and not optional):
             raise self.fail(where, f"expected text, not {_kind(value)}")
+        # An ID, a package or a version goes into the report's records (ShortText, which reading
+        # the report back enforces) and into one-line refusals: longer is no scanner's.
+        if len(value) > SHORT_CHARS:
+            raise self.fail(where, f"is {len(value):,} characters long; at most {SHORT_CHARS:,}")
         return value
 
     def severity(

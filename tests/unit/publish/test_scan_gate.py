@@ -238,6 +238,16 @@ HOSTILE: dict[str, tuple[Callable[[], object], str]] = {
         lambda: _grype_with(lambda d: d.update(source={"type": "directory", "target": "/"})),
         "'directory' is no image",
     ),
+    # read back as the report's records (at most 1,024 characters each): a longer one was written
+    # into report.json, and every later command that read the report failed
+    "trivy: a runaway version": (
+        lambda: _trivy_with(lambda d: _first_trivy(d).update(InstalledVersion="9" * 2_000)),
+        "is 2,000 characters long; at most 1,024",
+    ),
+    "grype: a runaway id": (
+        lambda: _grype_with(lambda d: _first_grype(d).update(id="CVE-" + "1" * 2_000)),
+        "is 2,004 characters long; at most 1,024",
+    ),
     "neither": (lambda: {"vulnerabilities": []}, "neither Trivy's JSON"),
     "a list": (lambda: [], "(top level): expected an object, not list"),
     "deep nesting": (lambda: None, "not readable JSON"),
