@@ -311,6 +311,10 @@ def build(
             host: str | None = registry_host(registry, the_plan, matrix)
         else:
             host = the_plan.matrix.publish.registry
+        # The checkout's commit, time and origin label an image and are no input of it
+        # (imagekit.plan.source): git's reads are not recorded, so a no-change record is still left.
+        with unchanged.unrecorded():
+            source = source_state(the_plan.root)
         options = BuildOptions(
             today=day,
             jobs=jobs,
@@ -324,7 +328,7 @@ def build(
             extra_labels=extra_labels,
             push=push,
             registry=host,
-            source=source_state(the_plan.root),
+            source=source,
             **_builder_options(the_plan.matrix, builder, compression, buildx_builder, secret or []),
         )
         api = connect(pool_size=jobs + 8)

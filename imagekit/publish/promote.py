@@ -549,7 +549,7 @@ class PublishRun:
     indexes: tuple[PublishedIndex, ...]
     refused: tuple[Refusal, ...]
     costs: Mapping[str, PullCost] = field(default_factory=dict)  # each prepared cell's pull cost
-    scans: Mapping[str, tuple[ScanSummary, ...]] = field(default_factory=dict)  # and its scans
+    scans: Mapping[str, tuple[ScanSummary, ...]] = field(default_factory=dict)  # each published cell's
 
 
 def publish_cells(
@@ -587,6 +587,8 @@ def publish_cells(
     indexes = tuple(d for d in done if isinstance(d, PublishedIndex))
     cells_done = {p.entry.cell for p in published}
     groups_done = {i.index.group for i in indexes}
+    # Scans are judged while cells are prepared; a cell refused after that was never published.
+    scanned = {*cells_done, *(e.cell for i in indexes for e in i.entries)}
     return PublishRun(
         tuple(c for c in selection.singles if c.cell in cells_done),
         tuple(g for g in selection.groups if g.tag in groups_done),
@@ -594,5 +596,5 @@ def publish_cells(
         indexes,
         (*selection.refused, *unready),
         publisher.costs,
-        publisher.scans,
+        {cell: found for cell, found in publisher.scans.items() if cell in scanned},
     )
