@@ -29,6 +29,7 @@ from imagekit.render.contract import (
     FrontendLayout,
 )
 from imagekit.render.layers import (
+    BundledCudaWheels,
     IndexCudaWheels,
     PinnedCudaWheels,
     UnknownCudaWheels,
@@ -122,6 +123,17 @@ class Recipe:
         """The build whose CUDA wheels the table lacks, for the Dockerfile to say so."""
         found = self.index_cuda_wheels
         return found.build if isinstance(found, UnknownCudaWheels) else None
+
+    @property
+    def cuda_wheels_bundled(self) -> BundledCudaWheels | None:
+        """The build whose wheel brings CUDA inside it (one step), for the Dockerfile to say so."""
+        found = self.index_cuda_wheels
+        return found if isinstance(found, BundledCudaWheels) else None
+
+    @property
+    def cuda_wheels_from_pypi(self) -> bool:
+        """Whether torch comes from PyPI because PyTorch's index's build bundles CUDA."""
+        return _from_pypi(self.index_cuda_wheels)
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -376,12 +388,31 @@ def pip_arguments(
 ) -> tuple[list[str], list[str]]:
     """pip's options for torch (its variant's index) and for everything else, in this cell."""
     options = options or StepOptions.of(matrix, matrix.build)
-    return _pip_arguments(matrix, cell.variant, options, wheelhouse=uses_wheelhouse(cell, matrix))
+    wheelhouse = uses_wheelhouse(cell, matrix)
+    found = _index_cuda_wheels(cell, matrix, wheelhouse, stack=False) if isinstance(cell, WheelCell) else None
+    return _pip_arguments(
+        matrix, cell.variant, options, wheelhouse=wheelhouse, torch_from_pypi=_from_pypi(found)
+    )
+
+
+def _index_cuda_wheels(
+    cell: StepInputs | WheelCell, matrix: Matrix, wheelhouse: bool, *, stack: bool
+) -> IndexCudaWheels | None:
+    """The table's word on a CUDA cell's wheels when it installs torch from an index; else None."""
+    if not cell.is_cuda or stack or wheelhouse or matrix.sources.pip.no_index:
+        return None
+    torch_index = bool(matrix.sources.pip.torch_index_url)
+    return index_cuda_wheels(cell.torch, cell.variant, cell.platform, torch_index)
+
+
+def _from_pypi(found: IndexCudaWheels | None) -> bool:
+    return isinstance(found, PinnedCudaWheels) and found.from_pypi
 
 
 def _pip_arguments(
-    matrix: Matrix, variant: str, options: StepOptions, *, wheelhouse: bool
+    matrix: Matrix, variant: str, options: StepOptions, *, wheelhouse: bool, torch_from_pypi: bool = False
 ) -> tuple[list[str], list[str]]:
+    """``torch_from_pypi``: torch comes from the index of everything else (``PinnedCudaWheels``)."""
     pip = matrix.sources.pip
     common: list[str] = [*options.pip_cache_dir_flag, "--disable-pip-version-check"]
     for host in pip.trusted_hosts:
@@ -394,7 +425,7 @@ def _pip_arguments(
         torch_args.append("--no-index")
         extra_args.append("--no-index")
     else:
-        if pip.torch_index_url:
+        if pip.torch_index_url and not torch_from_pypi:
             index = naming.fill_placeholders(
                 pip.torch_index_url, {"variant": variant}, "sources.pip.torch_index_url"
             )
@@ -431,7 +462,10 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
     """The recipe's fields that its steps decide (all but the matrix's name, the build arguments and
     the labels, which name the cell), as ``Recipe``'s keyword arguments."""
     wheelhouse = _uses_wheelhouse(matrix, cell.stack)
-    torch_args, extra_args = _pip_arguments(matrix, cell.variant, options, wheelhouse=wheelhouse)
+    cuda_wheels = _index_cuda_wheels(cell, matrix, wheelhouse, stack=cell.stack)
+    torch_args, extra_args = _pip_arguments(
+        matrix, cell.variant, options, wheelhouse=wheelhouse, torch_from_pypi=_from_pypi(cuda_wheels)
+    )
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
@@ -481,11 +515,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "apt_cleanup": options.apt_cleanup,
         "reproducible": options.buildkit,
         "wheel_toolkit": wheel_toolkit(cell.python, cell.cuda) if cell.nvcc_from_wheels else None,
-        "index_cuda_wheels": (
-            index_cuda_wheels(cell.torch, cell.variant, cell.platform)
-            if cell.is_cuda and not (cell.stack or wheelhouse or matrix.sources.pip.no_index)
-            else None
-        ),
+        "index_cuda_wheels": cuda_wheels,
     }
 
 

@@ -11,7 +11,11 @@ from imagekit.facts.cuda_wheels import is_cuda_project, load_cuda_wheels, parse_
 
 
 def table(pins: Any) -> dict[str, Any]:
-    return {"checked_on": "2026-12-03", "wheels": {"2.1.2": {"cu121": {"x86_64": pins}}}}
+    return {
+        "checked_on": "2026-12-03",
+        "wheels": {"2.1.2": {"cu121": {"x86_64": pins}}},
+        "sources": {"2.1.2": {"cu121": {"x86_64": "pip --dry-run --report"}}},
+    }
 
 
 def test_the_packaged_table_answers_per_build_and_machine() -> None:

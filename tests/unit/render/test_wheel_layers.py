@@ -81,20 +81,22 @@ def test_buildkit_installs_the_closure_in_shared_layers(write_matrix: Callable[[
     for rendered in cells:
         text = rendered.dockerfile
         names = [name for name, _ in rendered.context_files]
-        assert "wheelhouse-cuda/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
+        # each CUDA wheel in a directory (and a step) of its own, named by its project alone
+        assert "wheelhouse-cuda-nvidia-fake-cu12/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
         assert f"wheelhouse-venv/pip-{load_advisories().venv_tools['pip']}-py3-none-any.whl" in names
         assert "wheelhouse-deps/numpy-1.0-py3-none-any.whl" in names
         assert any(name.startswith("wheelhouse/torch-") for name in names)
         # the header names every directory of the context
-        listed = "imagekit-check.py, wheelhouse-venv/, wheelhouse-cuda/, wheelhouse-deps/, wheelhouse/"
+        listed = "imagekit-check.py, wheelhouse-venv/, wheelhouse-cuda-nvidia-fake-cu12/, wheelhouse-deps/,"
+        listed += " wheelhouse/"
         assert f"{listed} (`imagekit build`" in text
         tools = text.index("source=wheelhouse-venv,target=/tmp/wheelhouse-venv")
         assert text.index("-m venv /opt/venv\n") < tools < text.index("source=wheelhouse-cuda")
-        cuda = text.index("source=wheelhouse-cuda,target=/tmp/wheelhouse-cuda")
+        cuda = text.index("source=wheelhouse-cuda-nvidia-fake-cu12,target=/tmp/wheelhouse-cuda-nvidia-fake-cu12")
         deps = text.index("source=wheelhouse-deps,target=/tmp/wheelhouse-deps")
         top = text.index("source=wheelhouse,target=/tmp/wheelhouse")
         assert cuda < deps < top < text.index("pip check")
-        assert "--no-deps --find-links /tmp/wheelhouse-cuda --no-compile" in text
+        assert "--no-deps --find-links /tmp/wheelhouse-cuda-nvidia-fake-cu12 --no-compile" in text
         assert "nvidia-fake-cu12==1.0" in text and "/tmp/wheelhouse-cuda/nvidia" not in text  # by name
         # the epoch before every RUN; the cell's own arguments only after the shared installs
         assert text.index("ARG SOURCE_DATE_EPOCH\n") < text.index("\nRUN ")
