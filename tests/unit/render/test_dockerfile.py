@@ -651,3 +651,31 @@ def test_the_input_digest_names_the_builder_but_not_the_index_logins(
         "local_base": None,
     }
     assert classic.input_digest == hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def test_cells_that_share_a_cuda_wheel_have_the_same_step_for_it_whatever_else_they_pin() -> None:
+    """torch 2.2.2 and 2.3.1 (cu121) differ only in NCCL, 2.4.1 from 2.3.1 only in cuDNN: every
+    other CUDA wheel's step is the same line at the same place in each (the same cache key and
+    layer), and the differing ones are on top."""
+
+    def cuda_steps(cell: str) -> list[str]:
+        text = (DOCKERFILES / cell / "Dockerfile").read_text(encoding="utf-8")
+        return [
+            line for line in text.splitlines() if line.startswith("RUN ") and "--no-deps --no-compile" in line
+        ]
+
+    first, second, third = (
+        cuda_steps(f"cuda-ubuntu22.04-torch{torch}-cuda12.1-py3.10-devel")
+        for torch in ("2.2.2", "2.3.1", "2.4.1")
+    )
+    cublas = "RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile"
+    cublas += " nvidia-cublas-cu12==12.1.3.1"
+    assert first[0] == second[0] == third[0] == cublas
+    assert (
+        first[:-1] == second[:-1]
+        and first[-1] != second[-1]
+        and first[-1].endswith("nvidia-nccl-cu12==2.19.3")
+    )
+    assert second[:-2] == third[:-2] and second[-1] == third[-1] and second[-2] != third[-2]
+    # 2.1.2, from PyPI (its index wheel bundles CUDA), shares them too: one index for every CUDA step
+    assert cuda_steps("cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel")[:-1] == first[:-1]
