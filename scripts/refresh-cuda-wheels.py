@@ -66,7 +66,7 @@ from imagekit.core.yamlsource import parse_yaml  # noqa: E402
 from imagekit.facts.cuda_wheels import is_cuda_project, parse_cuda_wheels  # noqa: E402
 from imagekit.plan.cells import WheelCell  # noqa: E402
 from imagekit.plan.matrix import load_plan  # noqa: E402
-from imagekit.render.recipe import pip_arguments, uses_wheelhouse  # noqa: E402
+from imagekit.render.pip_sources import pip_arguments, uses_wheelhouse  # noqa: E402
 from imagekit.render.wheels import pip_command, platform_tags, target_options  # noqa: E402
 
 DATA = REPO / "imagekit" / "data" / "cuda_wheels.yaml"

@@ -42,7 +42,8 @@ from imagekit.render.contract import (
     packaged_frontend_check,
 )
 from imagekit.render.layers import slice_contexts, wheel_layers
-from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes, uses_wheelhouse
+from imagekit.render.pip_sources import uses_wheelhouse
+from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes
 from imagekit.render.run_options import (
     WHEELHOUSE_CONTEXT,
 )

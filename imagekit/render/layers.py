@@ -121,3 +121,9 @@ def index_cuda_wheels(
     if pins is None:
         return UnknownCudaWheels(build) if bundled is None else BundledCudaWheels(build, bundled)
     return PinnedCudaWheels(table.layer_order(pins), from_pypi=bundled is not None)
+
+
+def torch_from_pypi(found: IndexCudaWheels | None) -> bool:
+    """Whether torch comes from the index of everything else: PyTorch's index's build bundles CUDA
+    and PyPI's wheel of the same build pins it (``PinnedCudaWheels.from_pypi``)."""
+    return isinstance(found, PinnedCudaWheels) and found.from_pypi
