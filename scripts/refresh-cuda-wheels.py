@@ -84,6 +84,7 @@ REQUIREMENT_CHARS = 1_024  # one Requires-Dist line: the longest, with its marke
 ENVIRONMENT_KEYS = 64  # a marker environment: PEP 508 defines 11 names
 DATA_BYTES = 1_000_000  # the table: 20 kB for 16 builds
 PIP_ERROR_BYTES = 64 << 10  # the end of pip's stderr, where its ERROR line is
+PYPI_SIMPLE = "https://pypi.org/simple"  # pip's default index
 HEADER = """\
 # CUDA's library wheels each torch build pins exactly: a cell that installs torch from an index
 # installs these first, in a layer of their own (imagekit/facts/cuda_wheels.py says why exactly
@@ -120,10 +121,12 @@ def builds_of(matrix_path: Path, index_url: str | None) -> list[Build]:
     for cell in plan.cells:
         if not isinstance(cell, WheelCell) or not cell.is_cuda or uses_wheelhouse(cell, plan.matrix):
             continue
-        torch_args, _ = pip_arguments(cell, plan.matrix)
-        url = index_url or _option(torch_args, "--index-url")
-        if url is None:
+        if plan.matrix.sources.pip.no_index:
             continue  # no index: nothing to read
+        torch_args, _ = pip_arguments(cell, plan.matrix)
+        # no --index-url: pip's own default, PyPI (torch 2.1.2 cu121 comes from there: its build on
+        # PyTorch's index bundles CUDA, imagekit.render.pip_sources)
+        url = index_url or _option(torch_args, "--index-url") or PYPI_SIMPLE
         machine = get_platform(cell.platform).machine
         system = plan.compat.operating_systems.get(cell.os)
         build = Build(cell.torch, cell.variant, machine, cell.python, system.glibc if system else None, url)
@@ -531,7 +534,7 @@ def render(
     """The file's text: the pins, then each entry's source note (one written for an entry that has
     none: the dry run of ``checked_on``), then the bundled builds' notes."""
     sources = dict((notes or {}).get("sources", {}))
-    lines = [HEADER.rstrip("\n"), f'checked_on: "{checked_on}"', "wheels:"]
+    lines = [HEADER.rstrip("\n"), f'checked_on: "{checked_on}"', "wheels:" if table else "wheels: {}"]
     for torch in sorted(table, key=_release):
         lines.append(f'  "{torch}":')
         for variant in sorted(table[torch]):

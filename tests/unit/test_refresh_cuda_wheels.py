@@ -454,3 +454,19 @@ def test_saved_reports_are_trimmed_to_what_is_read_and_hold_no_login(tmp_path: P
     assert code == 0
     for path in FIXTURES.glob("*.json"):  # the recordings are trimmed already: saved as they are
         assert (saved / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_a_build_whose_index_wheel_bundles_cuda_is_read_where_the_cell_installs_it(tmp_path: Path) -> None:
+    """torch 2.1.2 cu121 installs from PyPI (PyTorch's index's wheel bundles CUDA): the refresh
+    reads it there, pip's default index when the matrix names none; 2.2.2 from PyTorch's index."""
+    from tests.conftest import WAIVE_OLD_TORCH
+
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        'version: 1\naxes: {torch: ["2.1.2", "2.2.2"], cuda: ["12.1"], base: [cuda], flavour: [runtime]}\n'
+        'bases: {cuda: {image: "nvidia/cuda:{cuda_full}-{image_flavour}-ubuntu22.04", os: ubuntu22.04}}\n'
+        'sources: {pip: {torch_index_url: "https://download.pytorch.org/whl/{variant}"}}\n' + WAIVE_OLD_TORCH,
+        encoding="utf-8",
+    )
+    found = {build.torch: build.index_url for build in tool.builds_of(matrix, None)}
+    assert found == {"2.1.2": "https://pypi.org/simple", "2.2.2": "https://download.pytorch.org/whl/cu121"}
