@@ -260,6 +260,11 @@ class Bench:
         return {
             "distinct": pulled.distinct,
             "summed": pulled.summed,
+            # each exact-pin pip step once per Python and machine, base layers by digest
+            # (imagekit.report.pullcost.matrix_pull), and the snapshots a node unpacks
+            "floor": pulled.floor,
+            "chains": pulled.chains,
+            "chain_bytes": pulled.chain_bytes,
             "cells": {
                 cell: {"total": cost.total, "largest": cost.largest.size if cost.largest else 0}
                 for cell, cost in costs.items()
@@ -314,6 +319,12 @@ class Bench:
         record["fetched_over_distinct"] = round(
             record["fetched"]["blob_bytes"] / record["manifest_distinct_bytes"], 4
         )
+        # the floor from the wheels themselves: every distinct wheel file of the project's wheelhouse
+        # once (both cells' closures; a wheel is deflate-compressed about as a gzip layer of its
+        # files is) beside imagekit's floor from the manifests
+        wheels = sum(w.stat().st_size for w in (self.project / "wheelhouse").glob("*.whl"))
+        record["wheelhouse_bytes"] = wheels
+        record["fetched_over_floor"] = round(record["fetched"]["blob_bytes"] / record["imagekit"]["floor"], 4)
         self.result.setdefault("pull", {})[layout] = record
         if "old" in self.result["pull"] and "new" in self.result["pull"]:
             old, new = (self.result["pull"][k]["fetched"]["blob_bytes"] for k in ("old", "new"))

@@ -66,7 +66,7 @@ from imagekit.core.yamlsource import parse_yaml  # noqa: E402
 from imagekit.facts.cuda_wheels import is_cuda_project, parse_cuda_wheels  # noqa: E402
 from imagekit.plan.cells import WheelCell  # noqa: E402
 from imagekit.plan.matrix import load_plan  # noqa: E402
-from imagekit.render.recipe import pip_arguments, uses_wheelhouse  # noqa: E402
+from imagekit.render.pip_sources import pip_arguments, uses_wheelhouse  # noqa: E402
 from imagekit.render.wheels import pip_command, platform_tags, target_options  # noqa: E402
 
 DATA = REPO / "imagekit" / "data" / "cuda_wheels.yaml"
@@ -84,10 +84,13 @@ REQUIREMENT_CHARS = 1_024  # one Requires-Dist line: the longest, with its marke
 ENVIRONMENT_KEYS = 64  # a marker environment: PEP 508 defines 11 names
 DATA_BYTES = 1_000_000  # the table: 20 kB for 16 builds
 PIP_ERROR_BYTES = 64 << 10  # the end of pip's stderr, where its ERROR line is
+PYPI_SIMPLE = "https://pypi.org/simple"  # pip's default index
 HEADER = """\
 # CUDA's library wheels each torch build pins exactly: a cell that installs torch from an index
 # installs these first, in a layer of their own (imagekit/facts/cuda_wheels.py says why exactly
-# these). Written by scripts/refresh-cuda-wheels.py from pip's dry-run reports; do not edit by hand.
+# these). Written by scripts/refresh-cuda-wheels.py from pip's dry-run reports, or entered by hand
+# from the public sources its note in `sources` names (PyTorch's own index is not reachable from
+# every machine); `bundled` names the builds of PyTorch's index whose wheel brings CUDA inside it.
 """
 
 
@@ -118,10 +121,12 @@ def builds_of(matrix_path: Path, index_url: str | None) -> list[Build]:
     for cell in plan.cells:
         if not isinstance(cell, WheelCell) or not cell.is_cuda or uses_wheelhouse(cell, plan.matrix):
             continue
-        torch_args, _ = pip_arguments(cell, plan.matrix)
-        url = index_url or _option(torch_args, "--index-url")
-        if url is None:
+        if plan.matrix.sources.pip.no_index:
             continue  # no index: nothing to read
+        torch_args, _ = pip_arguments(cell, plan.matrix)
+        # no --index-url: pip's own default, PyPI (torch 2.1.2 cu121 comes from there: its build on
+        # PyTorch's index bundles CUDA, imagekit.render.pip_sources)
+        url = index_url or _option(torch_args, "--index-url") or PYPI_SIMPLE
         machine = get_platform(cell.platform).machine
         system = plan.compat.operating_systems.get(cell.os)
         build = Build(cell.torch, cell.variant, machine, cell.python, system.glibc if system else None, url)
@@ -475,8 +480,13 @@ def read_table_text(path: Path) -> str | None:
         return None
 
 
-def read_table(path: Path) -> tuple[str, Table, str | None]:
-    """The table at ``path``: its text ("" where there is none yet), its entries, its checked_on.
+Build3 = tuple[str, str, str]
+Notes = dict[str, dict[Build3, str]]  # "sources" and "bundled": (torch, variant, machine) -> note
+
+
+def read_table(path: Path, notes: Notes | None = None) -> tuple[str, Table, str | None]:
+    """The table at ``path``: its text ("" where there is none yet), its entries, its checked_on;
+    its ``sources`` and ``bundled`` notes into ``notes`` where given (a rewrite keeps them).
     Anything but a table the package would read is one InputError naming the file and the place."""
     text = read_table_text(path)
     if text is None:
@@ -493,6 +503,9 @@ def read_table(path: Path) -> tuple[str, Table, str | None]:
     if checked_on is not None and checked_on != "" and not _is_date(checked_on):
         shown_value = shown(checked_on) if isinstance(checked_on, str) else f"a {type(checked_on).__name__}"
         raise InputError(f"{path}: checked_on: {shown_value} is not a date (YYYY-MM-DD)")
+    if notes is not None:
+        notes["sources"] = dict(wheels.sources)
+        notes["bundled"] = dict(wheels.bundled)
     table: Table = {}
     for (torch, variant, machine), pins in wheels.pins.items():
         table.setdefault(torch, {}).setdefault(variant, {})[machine] = list(pins)
@@ -513,18 +526,50 @@ def _is_date(value: object) -> bool:
     return True
 
 
-def render(table: Mapping[str, Mapping[str, Mapping[str, Iterable[str]]]], checked_on: str) -> str:
-    lines = [HEADER.rstrip("\n"), f'checked_on: "{checked_on}"', "wheels:"]
-    for torch in sorted(table, key=lambda v: [int(p) for p in v.split(".")]):
+def render(
+    table: Mapping[str, Mapping[str, Mapping[str, Iterable[str]]]],
+    checked_on: str,
+    notes: Notes | None = None,
+) -> str:
+    """The file's text: the pins, then each entry's source note (one written for an entry that has
+    none: the dry run of ``checked_on``), then the bundled builds' notes."""
+    sources = dict((notes or {}).get("sources", {}))
+    lines = [HEADER.rstrip("\n"), f'checked_on: "{checked_on}"', "wheels:" if table else "wheels: {}"]
+    for torch in sorted(table, key=_release):
         lines.append(f'  "{torch}":')
         for variant in sorted(table[torch]):
             lines.append(f"    {variant}:")
             for machine in sorted(table[torch][variant]):
                 lines.append(f"      {machine}:")
                 lines += [f"        - {pin}" for pin in table[torch][variant][machine]]
+                sources.setdefault(
+                    (torch, variant, machine),
+                    f"pip --dry-run --report of torch=={torch} from its index, {checked_on}",
+                )
+    for section, found in (("sources", sources), ("bundled", (notes or {}).get("bundled", {}))):
+        if found:
+            lines.append(f"{section}:")
+            lines += _note_lines(found)
     text = "\n".join(lines) + "\n"
     parse_cuda_wheels(yaml.safe_load(text))  # what it writes, the package can read
     return text
+
+
+def _release(version: str) -> list[int]:
+    return [int(p) for p in version.split(".")]
+
+
+def _note_lines(notes: Mapping[Build3, str]) -> list[str]:
+    lines: list[str] = []
+    last: tuple[str, ...] = ()
+    for torch, variant, machine in sorted(notes, key=lambda b: (_release(b[0]), b[1], b[2])):
+        if last[:1] != (torch,):
+            lines.append(f'  "{torch}":')
+        if last[:2] != (torch, variant):
+            lines.append(f"    {variant}:")
+        lines.append(f"      {machine}: {json.dumps(notes[(torch, variant, machine)])}")
+        last = (torch, variant)
+    return lines
 
 
 # -- the command line --------------------------------------------------------------------------------
@@ -610,7 +655,8 @@ def _read_build(build: Build, args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def refresh(args: argparse.Namespace) -> int:
-    before, table, checked_on = read_table(args.data)
+    notes: Notes = {}
+    before, table, checked_on = read_table(args.data, notes)
     builds = builds_of(args.matrix, args.index_url)
     if args.save_reports:
         try:
@@ -630,7 +676,9 @@ def refresh(args: argparse.Namespace) -> int:
             continue
         table.setdefault(build.torch, {}).setdefault(build.variant, {})[build.machine] = list(pins)
         read += 1
-    after = render(table, args.today if read else (checked_on if checked_on is not None else args.today))
+    after = render(
+        table, args.today if read else (checked_on if checked_on is not None else args.today), notes
+    )
     if args.write:
         if after != before:
             atomic_write(args.data, after)

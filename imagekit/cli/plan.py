@@ -177,6 +177,14 @@ def render(
             " scripts/refresh-cuda-wheels.py reads them from the index",
             err=True,
         )
+    bundled = renderer.bundled_cuda_builds()
+    if bundled and not as_json:
+        typer.echo(
+            f"imagekit: {len(bundled)} torch builds install in one step with nothing to split:"
+            f" PyTorch's index's wheel brings CUDA's libraries inside torch ({'; '.join(bundled)};"
+            " imagekit/data/cuda_wheels.yaml, bundled)",
+            err=True,
+        )
     drift = check_drift(expected, target) if check else write_rendered(expected, target)
     if as_json:
         document = {

@@ -13,17 +13,28 @@ the pinned ``cuda-toolkit`` names exactly under one of its extras (nvshmem's any
 so a devel cell's compiler (``cuda-toolkit[nvcc,crt,nvvm,cccl]``) installs under the image's pins.
 
 ``scripts/refresh-cuda-wheels.py`` writes the file from pip's dry-run reports; a torch build it has
-no entry for installs in one step, as before, and its Dockerfile says why. The file is validated
-when it is read: a hand edit that would put a non-CUDA project or an open version into the layer
-fails loudly.
+no entry for installs in one step, as before, and its Dockerfile says why. Every entry carries the
+note of where its pins were read (``sources``): pins compiled from other public sources than a
+dry run of the index are entered by hand, with their note. ``bundled`` names the builds of
+PyTorch's own index whose wheel brings CUDA's libraries inside it (torch 2.1.2's cu118 and cu121:
+no CUDA Requires-Dist at all): nothing to split, so they stay in one step, and the Dockerfile says
+why. Where PyPI serves the same CUDA build with its pins (``wheels`` has an entry for it too),
+``imagekit.render.layers`` installs torch from PyPI instead, so that its CUDA libraries sit in
+layers other cells share. The file is validated when it is read: a hand edit that would put a
+non-CUDA project or an open version into the layer, or an entry without its source, fails loudly.
+
+The layers go in ``layer_order``: the projects whose version changes least across the table lowest
+(cuBLAS, cuFFT, ... pinned alike from torch 2.1 to 2.5; cuDNN moves with a major; NCCL with nearly
+every release), so that cells differing only in NCCL share every layer but the top one, and their
+layer chains too (containerd unpacks a layer once per chain of parents).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from typing import Any
 
 from imagekit.core.platforms import MACHINES
@@ -38,6 +49,8 @@ CUDA_PROJECT_PREFIXES = ("nvidia-", "cuda-")
 _TORCH = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 _VARIANT = re.compile(r"^cu[0-9]{3}$")
 # project==version, the project normalised (PEP 503) and the version a plain release (PEP 440)
+# a source note: a line or two naming a file, a commit or a command (the longest, about 400)
+NOTE_CHARS = 2_000
 _PIN = re.compile(r"^([a-z0-9]+(?:-[a-z0-9]+)*)==([0-9]+(?:\.[0-9]+)*(?:\.post[0-9]+)?)$")
 
 
@@ -46,15 +59,42 @@ def is_cuda_project(project: str) -> bool:
     return project.startswith(CUDA_PROJECT_PREFIXES)
 
 
+Build = tuple[str, str, str]  # (torch patch, variant, machine)
+
+
 @dataclass(frozen=True)
 class CudaWheels:
-    """The table: (torch patch, variant, machine) -> its exact CUDA pins, sorted."""
+    """The table: (torch patch, variant, machine) -> its exact CUDA pins, sorted; where each
+    entry's pins were read; the builds of PyTorch's index that bundle CUDA, each with its note."""
 
-    pins: Mapping[tuple[str, str, str], tuple[str, ...]]
+    pins: Mapping[Build, tuple[str, ...]]
+    sources: Mapping[Build, str] = field(default_factory=dict)
+    bundled: Mapping[Build, str] = field(default_factory=dict)
 
     def pinned(self, torch: str, variant: str, machine: str) -> tuple[str, ...] | None:
         """The CUDA wheels torch ``torch`` of ``variant`` pins on ``machine``; None: not known."""
         return self.pins.get((torch, variant, machine))
+
+    def bundles(self, torch: str, variant: str, machine: str) -> str | None:
+        """Why PyTorch's index's wheel of this build has no CUDA wheels to split; None: it has."""
+        return self.bundled.get((torch, variant, machine))
+
+    @cached_property
+    def _versions_seen(self) -> dict[str, int]:
+        seen: dict[str, set[str]] = {}
+        for pins in self.pins.values():
+            for pin in pins:
+                project, _, version = pin.partition("==")
+                seen.setdefault(project, set()).add(version)
+        return {project: len(versions) for project, versions in seen.items()}
+
+    def layer_order(self, pins: tuple[str, ...]) -> tuple[str, ...]:
+        """``pins`` bottom to top: the project pinned at fewest versions across the whole table
+        first, then by name (one the table never pins, last). The rank is the table's, never the
+        cell's: a pin's place does not depend on which other pins a cell has."""
+        seen = self._versions_seen
+        unknown = len(self.pins) + 1  # a project no entry pins (an open requirement's): on top
+        return tuple(sorted(pins, key=lambda pin: (seen.get(pin.partition("==")[0], unknown), pin)))
 
 
 def _pin_list(where: str, value: Any) -> tuple[str, ...]:
@@ -108,7 +148,43 @@ def parse_cuda_wheels(raw: Any, source: str = f"imagekit/data/{DATA_FILE}") -> C
                 pins[(torch, variant, machine)] = _pin_list(
                     f"{source}: wheels.{torch}.{variant}.{machine}", value
                 )
-    return CudaWheels(pins)
+    notes = raw.get("sources", {})
+    sources = _notes(notes, f"{source}: sources")
+    for build in pins:
+        if build not in sources:
+            where = f"{source}: wheels.{'.'.join(build)}"
+            raise ValueError(f"{where}: no note in sources.{'.'.join(build)} of where its pins were read")
+    for build in sources:
+        if build not in pins:
+            raise ValueError(f"{source}: sources.{'.'.join(build)}: names no entry of wheels")
+    bundled = _notes(raw.get("bundled", {}), f"{source}: bundled")
+    return CudaWheels(pins, sources, bundled)
+
+
+def _notes(raw: Any, where: str) -> dict[Build, str]:
+    """A mapping torch patch -> variant -> machine -> one note (a non-empty line of text)."""
+    found: dict[Build, str] = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a mapping of torch patch -> variant -> machine -> note")
+    for torch, variants in raw.items():
+        if not isinstance(torch, str) or not _TORCH.match(torch) or not isinstance(variants, dict):
+            raise ValueError(f"{where}.{_shown(torch)}: expected a torch patch (2.1.2) mapping variants")
+        for variant, machines in variants.items():
+            if not isinstance(variant, str) or not _VARIANT.match(variant) or not isinstance(machines, dict):
+                raise ValueError(
+                    f"{where}.{torch}.{_shown(variant)}: expected a CUDA variant mapping machines"
+                )
+            for machine, note in machines.items():
+                if machine not in MACHINES:
+                    place = f"{where}.{torch}.{variant}.{_shown(machine)}"
+                    raise ValueError(f"{place}: machine must be one of {', '.join(MACHINES)}")
+                if not isinstance(note, str) or not note.strip() or len(note) > NOTE_CHARS:
+                    place = f"{where}.{torch}.{variant}.{machine}"
+                    raise ValueError(
+                        f"{place}: expected a note of 1 to {NOTE_CHARS} characters, not {_shown(note)}"
+                    )
+                found[(torch, variant, machine)] = " ".join(note.split())
+    return found
 
 
 @cache

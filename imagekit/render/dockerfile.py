@@ -42,13 +42,10 @@ from imagekit.render.contract import (
     packaged_check_script,
     packaged_frontend_check,
 )
-from imagekit.render.layers import wheel_layers
-from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes, uses_wheelhouse
+from imagekit.render.layers import slice_contexts, wheel_layers
+from imagekit.render.pip_sources import uses_wheelhouse
+from imagekit.render.recipe import FrontendRecipe, Recipe, Recipes
 from imagekit.render.run_options import (
-    COMPILER_WHEELS_CONTEXT,
-    CUDA_WHEELS_CONTEXT,
-    DEPS_WHEELS_CONTEXT,
-    VENV_TOOLS_CONTEXT,
     WHEELHOUSE_CONTEXT,
 )
 from imagekit.render.template_code import load_template
@@ -333,6 +330,17 @@ class Renderer:
         }
         return tuple(sorted(m for m in missing if m))
 
+    def bundled_cuda_builds(self) -> tuple[str, ...]:
+        """The torch builds of the plan whose wheel from PyTorch's index brings CUDA's libraries
+        inside it (each installs in one step, with nothing to split), sorted."""
+        found = set()
+        for cell in self.plan.cells:
+            if not isinstance(cell, FrontendCell):
+                bundled = self.image_recipe(cell).cuda_wheels_bundled
+                if bundled is not None:
+                    found.add(bundled.build)
+        return tuple(sorted(found))
+
     def frontend_recipe(self, cell: FrontendCell) -> FrontendRecipe:
         found = self._frontend_recipes.get(cell)
         if found is None:
@@ -468,13 +476,7 @@ class Renderer:
         wheel_note = None
         slices = self.closure_slices(cell)
         if slices is not None:
-            for directory, files in (
-                (VENV_TOOLS_CONTEXT, slices.tools),
-                (CUDA_WHEELS_CONTEXT, slices.cuda),
-                (COMPILER_WHEELS_CONTEXT, slices.compiler),
-                (DEPS_WHEELS_CONTEXT, slices.deps),
-                (WHEELHOUSE_CONTEXT, slices.top),
-            ):
+            for directory, files in slice_contexts(slices):
                 context += [(f"{directory}/{name}", path) for name, path in files]
         elif uses_wheelhouse(cell, self.plan.matrix):
             wheels, wheel_note = self.cell_wheels(cell)

@@ -17,7 +17,7 @@ from imagekit.core.platforms import PlatformName
 from imagekit.core.versions import project_key
 from imagekit.facts.advisories import load_advisories
 from imagekit.facts.probe_facts import wheel_arch_list
-from imagekit.plan.cells import Cell, FrontendCell, ImageCell, StackCell, WheelCell
+from imagekit.plan.cells import FrontendCell, ImageCell, StackCell, WheelCell
 from imagekit.plan.schema import BuildSettings, Matrix
 from imagekit.probe import protocol
 from imagekit.render.contract import (
@@ -30,11 +30,18 @@ from imagekit.render.contract import (
     FrontendLayout,
 )
 from imagekit.render.layers import (
+    BundledCudaWheels,
     IndexCudaWheels,
     PinnedCudaWheels,
     UnknownCudaWheels,
     WheelLayer,
-    index_cuda_wheels,
+    torch_from_pypi,
+)
+from imagekit.render.pip_sources import (
+    cell_cuda_wheels,
+    uses_wheelhouse,
+    uses_wheelhouse_for,
+    variant_pip_arguments,
 )
 from imagekit.render.run_options import (
     WHEELHOUSE_CONTEXT,
@@ -124,6 +131,12 @@ class Recipe:
         """The build whose CUDA wheels the table lacks, for the Dockerfile to say so."""
         found = self.index_cuda_wheels
         return found.build if isinstance(found, UnknownCudaWheels) else None
+
+    @property
+    def cuda_wheels_bundled(self) -> BundledCudaWheels | None:
+        """The build whose wheel brings CUDA inside it (one step), for the Dockerfile to say so."""
+        found = self.index_cuda_wheels
+        return found if isinstance(found, BundledCudaWheels) else None
 
 
 # -- what a cell's steps read ---------------------------------------------------------------------
@@ -366,54 +379,6 @@ def _labels(cell: ImageCell, cuda_archs: str) -> tuple[tuple[str, str], ...]:
     return tuple(labels.items())
 
 
-def uses_wheelhouse(cell: Cell, matrix: Matrix) -> bool:
-    """Whether ``cell`` installs from the matrix's wheelhouse; a fixed stack installs into its own
-    Python, with no wheelhouse stage and no venv to carry over."""
-    return _uses_wheelhouse(matrix, stack=isinstance(cell, StackCell))
-
-
-def _uses_wheelhouse(matrix: Matrix, stack: bool) -> bool:
-    return bool(matrix.sources.pip.find_links) and not stack
-
-
-def pip_arguments(
-    cell: Cell, matrix: Matrix, options: StepOptions | None = None
-) -> tuple[list[str], list[str]]:
-    """pip's options for torch (its variant's index) and for everything else, in this cell."""
-    options = options or StepOptions.of(matrix, matrix.build)
-    return _pip_arguments(matrix, cell.variant, options, wheelhouse=uses_wheelhouse(cell, matrix))
-
-
-def _pip_arguments(
-    matrix: Matrix, variant: str, options: StepOptions, *, wheelhouse: bool
-) -> tuple[list[str], list[str]]:
-    pip = matrix.sources.pip
-    common: list[str] = [*options.pip_cache_dir_flag, "--disable-pip-version-check"]
-    for host in pip.trusted_hosts:
-        common += ["--trusted-host", host]
-    if wheelhouse:
-        common += ["--find-links", WHEELHOUSE_DIR]
-    torch_args = list(common)
-    extra_args = list(common)
-    if pip.no_index:
-        torch_args.append("--no-index")
-        extra_args.append("--no-index")
-    else:
-        if pip.torch_index_url:
-            index = naming.fill_placeholders(
-                pip.torch_index_url, {"variant": variant}, "sources.pip.torch_index_url"
-            )
-            torch_args += ["--index-url", index]
-        elif pip.index_url:
-            torch_args += ["--index-url", pip.index_url]
-        if pip.index_url:
-            extra_args += ["--index-url", pip.index_url]
-        for url in pip.extra_index_urls:
-            torch_args += ["--extra-index-url", url]
-            extra_args += ["--extra-index-url", url]
-    return torch_args, extra_args
-
-
 _CONSTRAINTS_DIR = str(PurePosixPath(CONSTRAINTS_FILE).parent)
 _CONSTRAINT_ENV = tuple((name, CONSTRAINTS_FILE) for name in CONSTRAINT_ENV)
 
@@ -436,8 +401,12 @@ def _runs(cell: StepInputs, options: StepOptions, wheelhouse: bool) -> ImageRuns
 def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, Any]:
     """The recipe's fields that its steps decide (all but the matrix's name, the build arguments and
     the labels, which name the cell), as ``Recipe``'s keyword arguments."""
-    wheelhouse = _uses_wheelhouse(matrix, cell.stack)
-    torch_args, extra_args = _pip_arguments(matrix, cell.variant, options, wheelhouse=wheelhouse)
+    wheelhouse = uses_wheelhouse_for(matrix, cell.stack)
+    cuda_wheels = cell_cuda_wheels(cell, matrix, wheelhouse, cell.stack)
+    from_pypi = torch_from_pypi(cuda_wheels)
+    torch_args, extra_args = variant_pip_arguments(
+        matrix, cell.variant, options, wheelhouse=wheelhouse, torch_from_pypi=from_pypi
+    )
     pins = _requirements(cell)
     toolchain, toolchain_if_missing = _toolchain(cell)
     apt_packages: list[str] = []
@@ -488,11 +457,7 @@ def _steps(cell: StepInputs, matrix: Matrix, options: StepOptions) -> dict[str, 
         "apt_cleanup": options.apt_cleanup,
         "reproducible": options.buildkit,
         "wheel_toolkit": wheel_toolkit(cell.python, cell.cuda) if cell.nvcc_from_wheels else None,
-        "index_cuda_wheels": (
-            index_cuda_wheels(cell.torch, cell.variant, cell.platform)
-            if cell.is_cuda and not (cell.stack or wheelhouse or matrix.sources.pip.no_index)
-            else None
-        ),
+        "index_cuda_wheels": cuda_wheels,
     }
 
 
@@ -584,7 +549,7 @@ def make_frontend_recipe(
         wheelhouse_stage=options.wheelhouse_stage(wheelhouse),
         wheelhouse_context=WHEELHOUSE_CONTEXT,
         wheelhouse_dir=WHEELHOUSE_DIR,
-        pip_args=tuple(_pip_arguments(matrix, cell.variant, options, wheelhouse=wheelhouse)[1]),
+        pip_args=tuple(variant_pip_arguments(matrix, cell.variant, options, wheelhouse=wheelhouse)[1]),
         python_prefix=VENV,
         requirements=tuple(requirements),
         freeze_command=_probe_step(protocol.FREEZE),

@@ -58,6 +58,8 @@ class PullCost:
     layers: Annotated[tuple[Blob, ...], Items(MAX_IMAGE_LAYERS)]
     largest_step: ShortText = UNKNOWN_STEP  # the Dockerfile step that made the largest layer
     shared: Count = 0  # bytes of its layers that another cell of the report holds too
+    # the Dockerfile step of each layer (``steps``); empty in records of earlier releases
+    steps: Annotated[tuple[ShortText, ...], Items(MAX_IMAGE_LAYERS)] = ()
 
     @property
     def total(self) -> int:
@@ -81,11 +83,15 @@ class PullCost:
 
 @dataclass(frozen=True)
 class MatrixPull:
-    """A fresh node running every counted cell: distinct bytes against the images' sum."""
+    """A fresh node running every counted cell: distinct bytes against the images' sum and the
+    floor (``floor_key``), and what it unpacks (``unpacked_chains``)."""
 
     cells: int
     distinct: int  # each layer and config digest once
     summed: int  # each cell's total, as if nothing were shared
+    floor: int = 0  # each layer's content once (``floor_key``), each config once
+    chains: int = 0  # the snapshots a node unpacks: one per distinct chain of layer digests
+    chain_bytes: int = 0  # the compressed bytes of those: each layer once per chain it stands in
 
 
 class ImageReader(Protocol):
@@ -133,11 +139,12 @@ def pull_cost(manifest: Manifest, config: bytes, where: str) -> PullCost:
     record = manifest.image(where, then)
     record.read_config(config, where, then)
     layers = tuple(Blob(layer.digest, layer.size) for layer in record.layers)
-    cost = PullCost(manifest.digest, Blob(record.config.digest, record.config.size), layers)
+    made_by = steps(config, len(layers))
+    cost = PullCost(manifest.digest, Blob(record.config.digest, record.config.size), layers, steps=made_by)
     largest = cost.largest
     if largest is None:
         return cost
-    return replace(cost, largest_step=steps(config, len(layers))[layers.index(largest)])
+    return replace(cost, largest_step=made_by[layers.index(largest)])
 
 
 def check_answered(cost: PullCost, answered: int | None, where: str) -> None:
@@ -176,20 +183,62 @@ def with_shared(costs: Mapping[str, PullCost]) -> dict[str, PullCost]:
     }
 
 
+def floor_key(layer: Blob, step: str, context: tuple[str, str]) -> tuple[str, ...]:
+    """What a layer's content depends on, for the floor. A ``pip install`` of exact pins
+    (``torch==2.1.2 ...``, ``nvidia-cublas-cu12==12.1.3.1``) writes the same files in any cell of
+    the same Python and machine: keyed by its step and ``context`` (the cell's bottom layer, which
+    differs per OS and machine, and its venv step, which names the Python), so two cells' layers
+    of one wheel count once whichever layers lie below them. Any other layer (a base's, apt's, a
+    step of no known history) by its digest: the base layers' distinct bytes."""
+    if "pip install" in step and "==" in step and " -m venv " not in step:
+        return ("step", step, *context)
+    return ("digest", layer.digest)
+
+
+def _context(cost: PullCost) -> tuple[str, str]:
+    bottom = cost.layers[0].digest if cost.layers else ""
+    venv = next((step for step in cost.steps if " -m venv " in step), "")
+    return bottom, venv
+
+
 def matrix_pull(costs: Iterable[PullCost]) -> MatrixPull | None:
-    """What a fresh node fetches to run every cell (each digest once) against the images' sum;
-    None when no cell was counted."""
+    """What a fresh node fetches to run every cell (each digest once) against the images' sum and
+    the floor: each layer content once (``floor_key``: base layers by digest, each exact-pin pip
+    step, so each CUDA wheel, the other dependencies and one torch per release, once per Python and
+    machine), each config once, every layer at its largest size seen. And what it unpacks:
+    containerd unpacks a snapshot per chain (a layer over its parents), so a layer shared below
+    different parents is unpacked again; manifests give no uncompressed sizes, so the chains'
+    bytes are compressed ones. None when no cell was counted."""
     counted = list(costs)
     if not counted:
         return None
     distinct = {b.digest: b.size for cost in counted for b in (cost.config, *cost.layers)}
-    return MatrixPull(len(counted), sum(distinct.values()), sum(cost.total for cost in counted))
+    floor: dict[tuple[str, ...], int] = {("config", c.config.digest): c.config.size for c in counted}
+    chains: dict[tuple[str, ...], int] = {}
+    for cost in counted:
+        context = _context(cost)
+        known = len(cost.steps) == len(cost.layers)
+        for i, layer in enumerate(cost.layers):
+            key = floor_key(layer, cost.steps[i] if known else UNKNOWN_STEP, context)
+            floor[key] = max(floor.get(key, 0), layer.size)
+            chains[tuple(b.digest for b in cost.layers[: i + 1])] = layer.size
+    return MatrixPull(
+        len(counted),
+        sum(distinct.values()),
+        sum(cost.total for cost in counted),
+        floor=sum(floor.values()),
+        chains=len(chains),
+        chain_bytes=sum(chains.values()),
+    )
 
 
 def matrix_line(summary: MatrixPull) -> str:
     """The report's matrix-level line."""
     ratio = f" ({summary.distinct / summary.summed:.2f}x)" if summary.summed else ""
+    floor = f" ({summary.distinct / summary.floor:.2f}x)" if summary.floor else ""
     return (
         f"pull: a fresh node fetches {gib(summary.distinct)} to run all {summary.cells} counted cells,"
         f" against {gib(summary.summed)} for the images one by one{ratio}"
+        f" and a floor of {gib(summary.floor)}{floor}; it unpacks {summary.chains} layer snapshots"
+        f" ({gib(summary.chain_bytes)} compressed, each layer once per chain of parents)"
     )

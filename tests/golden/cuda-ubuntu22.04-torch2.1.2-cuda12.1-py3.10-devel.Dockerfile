@@ -13,25 +13,28 @@ ENV VIRTUAL_ENV=/opt/venv \
 # advisories affect: it gets the versions imagekit/data/advisories.yaml names (venv_tools) at once.
 RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==81.0.0
-# CUDA's libraries in a layer of their own, below torch: the wheels torch 2.1.2 (cu121) pins
-# exactly (imagekit/data/cuda_wheels.yaml), the same layer in every cell that pins the same ones.
+# CUDA's libraries, one layer per wheel below torch: the wheels torch 2.1.2 (cu121) pins
+# exactly (imagekit/data/cuda_wheels.yaml), those whose version changes least lowest. Each step
+# names its wheel alone and the matrix's index for everything else (PyTorch's index serves the
+# same files), so its layer is the same in every cell that pins that wheel at that version.
 # torch's step names them again: an index that resolves other versions fails the build instead
 # of installing a second copy above them.
-RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 --no-deps --no-compile \
-      nvidia-cublas-cu12==12.1.3.1 \
-      nvidia-cuda-cupti-cu12==12.1.105 \
-      nvidia-cuda-nvrtc-cu12==12.1.105 \
-      nvidia-cuda-runtime-cu12==12.1.105 \
-      nvidia-cudnn-cu12==8.9.2.26 \
-      nvidia-cufft-cu12==11.0.2.54 \
-      nvidia-curand-cu12==10.3.2.106 \
-      nvidia-cusolver-cu12==11.4.5.107 \
-      nvidia-cusparse-cu12==12.1.0.106 \
-      nvidia-nccl-cu12==2.18.1 \
-      nvidia-nvtx-cu12==12.1.105
-RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu121 \
+# torch comes from PyPI, whose torch 2.1.2 is the cu121 build with these pins: PyTorch's index's
+# wheel of it brings CUDA's libraries inside torch (the table's `bundled`), a second copy of them.
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cublas-cu12==12.1.3.1
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-cupti-cu12==12.1.105
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-nvrtc-cu12==12.1.105
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-runtime-cu12==12.1.105
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cufft-cu12==11.0.2.54
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-curand-cu12==10.3.2.106
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusolver-cu12==11.4.5.107
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusparse-cu12==12.1.0.106
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nvtx-cu12==12.1.105
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cudnn-cu12==8.9.2.26
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nccl-cu12==2.18.1
+RUN pip install --no-cache-dir --disable-pip-version-check \
       torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2' \
-      nvidia-cublas-cu12==12.1.3.1 nvidia-cuda-cupti-cu12==12.1.105 nvidia-cuda-nvrtc-cu12==12.1.105 nvidia-cuda-runtime-cu12==12.1.105 nvidia-cudnn-cu12==8.9.2.26 nvidia-cufft-cu12==11.0.2.54 nvidia-curand-cu12==10.3.2.106 nvidia-cusolver-cu12==11.4.5.107 nvidia-cusparse-cu12==12.1.0.106 nvidia-nccl-cu12==2.18.1 nvidia-nvtx-cu12==12.1.105
+      nvidia-cublas-cu12==12.1.3.1 nvidia-cuda-cupti-cu12==12.1.105 nvidia-cuda-nvrtc-cu12==12.1.105 nvidia-cuda-runtime-cu12==12.1.105 nvidia-cufft-cu12==11.0.2.54 nvidia-curand-cu12==10.3.2.106 nvidia-cusolver-cu12==11.4.5.107 nvidia-cusparse-cu12==12.1.0.106 nvidia-nvtx-cu12==12.1.105 nvidia-cudnn-cu12==8.9.2.26 nvidia-nccl-cu12==2.18.1
 # The probe runs the build steps below; it comes in after any install, so a change to the probe
 # leaves the torch layer cached.
 COPY imagekit-check.py /opt/imagekit/check.py

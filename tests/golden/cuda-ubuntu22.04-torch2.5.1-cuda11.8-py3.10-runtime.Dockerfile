@@ -13,11 +13,26 @@ ENV VIRTUAL_ENV=/opt/venv \
 # advisories affect: it gets the versions imagekit/data/advisories.yaml names (venv_tools) at once.
 RUN python3.10 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==81.0.0
-# One install step for torch and CUDA's libraries: imagekit/data/cuda_wheels.yaml does not know
-# which CUDA wheels torch 2.5.1 cu118 on x86_64 pins (`scripts/refresh-cuda-wheels.py --write`
-# reads them from the index).
+# CUDA's libraries, one layer per wheel below torch: the wheels torch 2.5.1 (cu118) pins
+# exactly (imagekit/data/cuda_wheels.yaml), those whose version changes least lowest. Each step
+# names its wheel alone and the matrix's index for everything else (PyTorch's index serves the
+# same files), so its layer is the same in every cell that pins that wheel at that version.
+# torch's step names them again: an index that resolves other versions fails the build instead
+# of installing a second copy above them.
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cublas-cu11==11.11.3.6
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-cupti-cu11==11.8.87
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-nvrtc-cu11==11.8.89
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-runtime-cu11==11.8.89
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cufft-cu11==10.9.0.58
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-curand-cu11==10.3.0.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusolver-cu11==11.4.1.48
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusparse-cu11==11.7.5.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nvtx-cu11==11.8.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cudnn-cu11==9.1.0.70
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nccl-cu11==2.21.5
 RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu118 \
-      torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1
+      torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 \
+      nvidia-cublas-cu11==11.11.3.6 nvidia-cuda-cupti-cu11==11.8.87 nvidia-cuda-nvrtc-cu11==11.8.89 nvidia-cuda-runtime-cu11==11.8.89 nvidia-cufft-cu11==10.9.0.58 nvidia-curand-cu11==10.3.0.86 nvidia-cusolver-cu11==11.4.1.48 nvidia-cusparse-cu11==11.7.5.86 nvidia-nvtx-cu11==11.8.86 nvidia-cudnn-cu11==9.1.0.70 nvidia-nccl-cu11==2.21.5
 # The probe runs the build steps below; it comes in after any install, so a change to the probe
 # leaves the torch layer cached.
 COPY imagekit-check.py /opt/imagekit/check.py

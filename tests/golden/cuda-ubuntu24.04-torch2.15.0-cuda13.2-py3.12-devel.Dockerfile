@@ -13,26 +13,27 @@ ENV VIRTUAL_ENV=/opt/venv \
 # advisories affect: it gets the versions imagekit/data/advisories.yaml names (venv_tools) at once.
 RUN python3.12 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check pip==26.2.1 setuptools==81.0.0
-# CUDA's libraries in a layer of their own, below torch: the wheels torch 2.15.0 (cu132) pins
-# exactly (imagekit/data/cuda_wheels.yaml), the same layer in every cell that pins the same ones.
+# CUDA's libraries, one layer per wheel below torch: the wheels torch 2.15.0 (cu132) pins
+# exactly (imagekit/data/cuda_wheels.yaml), those whose version changes least lowest. Each step
+# names its wheel alone and the matrix's index for everything else (PyTorch's index serves the
+# same files), so its layer is the same in every cell that pins that wheel at that version.
 # torch's step names them again: an index that resolves other versions fails the build instead
 # of installing a second copy above them.
-RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu132 --no-deps --no-compile \
-      cuda-toolkit==13.2.2 \
-      nvidia-cublas==13.4.1.3 \
-      nvidia-cuda-cccl==13.2.86 \
-      nvidia-cuda-cupti==13.2.86 \
-      nvidia-cuda-nvrtc==13.2.86 \
-      nvidia-cuda-runtime==13.2.86 \
-      nvidia-cudnn-cu13==9.26.0.51 \
-      nvidia-cufft==12.2.0.57 \
-      nvidia-cufile==1.17.1.22 \
-      nvidia-cusolver==12.2.0.11 \
-      nvidia-cusparse==12.7.10.12 \
-      nvidia-cusparselt-cu13==0.8.1 \
-      nvidia-nccl-cu13==2.30.7 \
-      nvidia-nvshmem-cu13==3.7.2 \
-      nvidia-nvtx==13.2.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile cuda-toolkit==13.2.2
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cublas==13.4.1.3
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-cccl==13.2.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-cupti==13.2.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-nvrtc==13.2.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cuda-runtime==13.2.86
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cudnn-cu13==9.26.0.51
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cufft==12.2.0.57
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cufile==1.17.1.22
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusolver==12.2.0.11
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusparse==12.7.10.12
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-cusparselt-cu13==0.8.1
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nccl-cu13==2.30.7
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nvshmem-cu13==3.7.2
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile nvidia-nvtx==13.2.86
 RUN pip install --no-cache-dir --disable-pip-version-check --index-url https://download.pytorch.org/whl/cu132 \
       torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \
       cuda-toolkit==13.2.2 nvidia-cublas==13.4.1.3 nvidia-cuda-cccl==13.2.86 nvidia-cuda-cupti==13.2.86 nvidia-cuda-nvrtc==13.2.86 nvidia-cuda-runtime==13.2.86 nvidia-cudnn-cu13==9.26.0.51 nvidia-cufft==12.2.0.57 nvidia-cufile==1.17.1.22 nvidia-cusolver==12.2.0.11 nvidia-cusparse==12.7.10.12 nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2 nvidia-nvtx==13.2.86

@@ -1,13 +1,15 @@
-"""The BuildKit builder's closure in layers for real (issue 36, "Share"): two cells that pin the same
-CUDA wheels and dependencies but not the same torch get the very same CUDA and dependency layers
-(one diff_id each), and torch layers of their own.
+"""The BuildKit builder's closure in layers for real (issue 36, "Share"; issue 49, one layer per CUDA
+wheel): two cells that pin the same cuBLAS stand-in and dependencies but another NCCL stand-in and
+torch get the very same cuBLAS and dependency layers (one diff_id each), and NCCL and torch layers
+of their own.
 
-The wheels are made here by hand (a fake torch per release requiring `nvidia-fake-cu12` and
-`fakedep`, plus a NumPy stand-in: torch without torchvision gets one), so the build takes seconds,
-not the ten minutes of real CUDA wheels. The cells use this test's own template, which holds the
-shipped template's install steps verbatim (cut from dockerfiles/templates/_pip.j2) and nothing of
-its build guard (it would import the fake torch): the slices, their pins, mounts and pip options
-under test are the product's.
+The wheels are made here by hand (a fake torch per release requiring `nvidia-fake-cu12`, its own
+`nvidia-fakenccl-cu12` and `fakedep`, plus a NumPy stand-in: torch without torchvision gets one; the
+nvidia ones share the `nvidia/` package directory and its `__init__.py`, as NVIDIA's wheels do), so
+the build takes seconds, not the ten minutes of real CUDA wheels. The cells use this test's own
+template, which holds the shipped template's install steps verbatim (cut from
+dockerfiles/templates/_pip.j2) and nothing of its build guard (it would import the fake torch):
+the slices, their pins, mounts and pip options under test are the product's.
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ def _wheel(directory: Path, project: str, version: str, requires: tuple[str, ...
     info = f"{module}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n"
     metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    # NVIDIA's wheels each hold nvidia/__init__.py and their own nvidia/<library>/ under it
+    package = f"nvidia/{module}" if project.startswith("nvidia-") else module
+    shared = {"nvidia/__init__.py": ""} if project.startswith("nvidia-") else {}
     files = {
-        f"{module}/__init__.py": f"__version__ = {version!r}\n",
+        **shared,
+        f"{package}/__init__.py": f"__version__ = {version!r}\n",
         f"{info}/METADATA": metadata,
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: imagekit-tests\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
@@ -57,8 +63,14 @@ def sliced(project: Project, debian_python: str) -> Project:
     _wheel(wheelhouse, "nvidia-fake-cu12", "1.0")
     _wheel(wheelhouse, "fakedep", "1.0")
     _wheel(wheelhouse, "numpy", "1.0")
-    for release in RELEASES:
-        _wheel(wheelhouse, "torch", release, ("nvidia-fake-cu12==1.0", "fakedep"))
+    for nccl, release in enumerate(RELEASES, start=1):
+        _wheel(wheelhouse, "nvidia-fakenccl-cu12", f"{nccl}.0")
+        _wheel(
+            wheelhouse,
+            "torch",
+            release,
+            ("nvidia-fake-cu12==1.0", f"nvidia-fakenccl-cu12=={nccl}.0", "fakedep"),
+        )
     venv_tool_wheels(wheelhouse)  # every venv's own pip and setuptools, the real ones
     (project.root / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
     document = {
@@ -88,11 +100,12 @@ def test_cells_with_the_same_cuda_wheels_share_their_layers(sliced: Project, api
         assert {"nvidia-fake-cu12==1.0", "fakedep==1.0", "numpy==1.0"} <= set(listed), listed
     assert len(layers) == 2, layers
     first, second = layers.values()
-    # base, venv, its pip and setuptools, CUDA slice, dependencies slice, torch slice: nothing else
-    assert len(first) == len(second) == base_layers + 5
-    venv, tools, cuda, deps, top = range(base_layers, base_layers + 5)
+    # base, venv, its pip and setuptools, one layer per CUDA wheel, dependencies slice, torch slice
+    assert len(first) == len(second) == base_layers + 6
+    venv, tools, cuda, nccl, deps, top = range(base_layers, base_layers + 6)
     assert first[venv] == second[venv] and first[tools] == second[tools]
-    assert first[cuda] == second[cuda]  # one CUDA layer for both cells
+    assert first[cuda] == second[cuda]  # one cuBLAS layer for both cells, whatever NCCL they pin
+    assert first[nccl] != second[nccl]
     assert first[deps] == second[deps]
     assert first[top] != second[top]  # torch 2.1.1's and 2.1.2's own
 

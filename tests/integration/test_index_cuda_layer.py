@@ -1,6 +1,7 @@
 """The CUDA layer of an index-installed cell for real (issue 36, "Share", the shipped matrix's layout):
 two cells of torch 2.1.2 (cu121) on two different bases, built with BuildKit from a package index
-served on 127.0.0.1, get the very same CUDA layer (one diff_id) although the layers below differ.
+served on 127.0.0.1, get the very same CUDA layers (one per wheel, one diff_id each) although the
+layers below differ.
 
 The index holds stand-in wheels with the real projects' names and torch 2.1.2's pins
 (tests/unit/projects.cuda_index), so the build takes seconds. The cells use this test's own template,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import shutil
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
@@ -44,6 +46,10 @@ class _Quiet(SimpleHTTPRequestHandler):
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[str]:
     root = cuda_index(tmp_path / "index")
+    # the index for everything else (PyPI's stand-in) serves what PyTorch's does, as PyPI serves
+    # NVIDIA's wheels and torch 2.1.2's CUDA 12.1 build: the CUDA steps and, since PyTorch's index's
+    # 2.1.2 bundles CUDA (cuda_wheels.yaml's `bundled`), torch come from it
+    shutil.copytree(root / "cu121", root / "pypi")
     # every venv's own pip and setuptools (the real ones) come from the index for everything else
     for wheel in venv_tool_wheels(root / "files"):
         page = root / "pypi" / wheel.name.split("-")[0]
@@ -101,11 +107,12 @@ def test_cells_on_two_bases_share_the_cuda_layer(two_bases: Project, api: docker
         wanted = {*CUDA_PINS_2_1_2, "torch==2.1.2", "nvidia-nvjitlink-cu12==12.9.86"}
         assert wanted <= listed, sorted(listed)
         layers = api.inspect_image(image)["RootFS"]["Layers"]
-        tops[cell] = layers[-3:]  # the venv (its pip, setuptools), the CUDA wheels, torch: nothing else
+        # the venv (its pip, setuptools), one layer per CUDA wheel, torch: nothing else
+        tops[cell] = layers[-13:]
     (debian_cell, debian), (other_cell, other) = sorted(tops.items())
     assert "debian" in debian_cell and "other" in other_cell
     below = len(api.inspect_image(DEBIAN_PYTHON)["RootFS"]["Layers"])
-    assert len(api.inspect_image(str(cells[other_cell]["image_id"]))["RootFS"]["Layers"]) == below + 4
-    # the bases differ (one more layer under `other`), the CUDA layer's bytes do not: one blob for both
-    assert debian[1] == other[1]
+    assert len(api.inspect_image(str(cells[other_cell]["image_id"]))["RootFS"]["Layers"]) == below + 14
+    # the bases differ (one more layer under `other`), the CUDA layers' bytes do not: one blob each
+    assert debian[1:12] == other[1:12] and len(set(debian[1:12])) == 11
     assert debian[0] == other[0]  # the venv is the same too

@@ -38,6 +38,8 @@ bases:
 sources:
   pip:
     torch_index_url: "INDEX/{variant}"
+    # PyPI's stand-in: PyTorch's index's 2.1.2 bundles CUDA, so the cell's torch comes from here
+    index_url: "INDEX/cu121"
 """
     + WAIVE_OLD_TORCH
 )

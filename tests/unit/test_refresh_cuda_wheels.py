@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imagekit.facts.cuda_wheels import parse_cuda_wheels
+from imagekit.facts.cuda_wheels import load_cuda_wheels, parse_cuda_wheels
 from tests.unit.projects import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,14 +38,26 @@ def report(*installs: tuple[str, str, list[str]], machine: str = "x86_64") -> di
 
 
 def test_the_shipped_table_is_what_the_recorded_reports_give(tmp_path: Path) -> None:
+    """Every entry PyPI's reports give is the shipped one; the entries entered by hand from other
+    sources (cu118, 2.5.1 cu121: PyPI serves other builds), every source note and the bundled
+    builds are kept by a rewrite."""
+    shipped = (REPO / "imagekit" / "data" / "cuda_wheels.yaml").read_text(encoding="utf-8")
     out = tmp_path / "cuda_wheels.yaml"
-    out.write_text('checked_on: ""\nwheels: {}\n', encoding="utf-8")
+    out.write_text(shipped, encoding="utf-8")
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         assert tool.main(["--from-reports", str(FIXTURES), "--data", str(out), "--today", "2026-12-03",
                           "--index-url", "https://pypi.org/simple", "--write"]) == 0  # fmt: skip
-    shipped = (REPO / "imagekit" / "data" / "cuda_wheels.yaml").read_text(encoding="utf-8")
     assert out.read_text(encoding="utf-8") == shipped
+    # from nothing, the reports give the same pins for every build they read, each with a note
+    empty = tmp_path / "empty.yaml"
+    empty.write_text('checked_on: ""\nwheels: {}\n', encoding="utf-8")
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert tool.main(["--from-reports", str(FIXTURES), "--data", str(empty), "--today", "2026-12-03",
+                          "--index-url", "https://pypi.org/simple", "--write"]) == 0  # fmt: skip
+    fresh, table = parse_cuda_wheels(yaml.safe_load(empty.read_text())), load_cuda_wheels()
+    assert fresh.pins and all(table.pins[build] == pins for build, pins in fresh.pins.items())
+    assert fresh.sources[("2.1.2", "cu121", "x86_64")].startswith("pip --dry-run --report of torch==2.1.2")
     # PyPI's other builds are refused by name, never recorded under the cell's variant
     assert (
         "torch-2.5.1-cu121-x86_64: https://pypi.org/simple serves torch 2.5.1 as a cu124 build"
@@ -442,3 +454,19 @@ def test_saved_reports_are_trimmed_to_what_is_read_and_hold_no_login(tmp_path: P
     assert code == 0
     for path in FIXTURES.glob("*.json"):  # the recordings are trimmed already: saved as they are
         assert (saved / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_a_build_whose_index_wheel_bundles_cuda_is_read_where_the_cell_installs_it(tmp_path: Path) -> None:
+    """torch 2.1.2 cu121 installs from PyPI (PyTorch's index's wheel bundles CUDA): the refresh
+    reads it there, pip's default index when the matrix names none; 2.2.2 from PyTorch's index."""
+    from tests.conftest import WAIVE_OLD_TORCH
+
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        'version: 1\naxes: {torch: ["2.1.2", "2.2.2"], cuda: ["12.1"], base: [cuda], flavour: [runtime]}\n'
+        'bases: {cuda: {image: "nvidia/cuda:{cuda_full}-{image_flavour}-ubuntu22.04", os: ubuntu22.04}}\n'
+        'sources: {pip: {torch_index_url: "https://download.pytorch.org/whl/{variant}"}}\n' + WAIVE_OLD_TORCH,
+        encoding="utf-8",
+    )
+    found = {build.torch: build.index_url for build in tool.builds_of(matrix, None)}
+    assert found == {"2.1.2": "https://pypi.org/simple", "2.2.2": "https://download.pytorch.org/whl/cu121"}

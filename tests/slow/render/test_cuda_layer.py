@@ -1,5 +1,6 @@
-"""The CUDA layer of an index-installed cell, run: the two `pip install` steps of its rendered
-Dockerfile, as written there, against a package index on disk (slow: pip runs four times, ~2 s each).
+"""The CUDA layers of an index-installed cell, run: the `pip install` steps of its rendered
+Dockerfile (one per CUDA wheel, then torch's), as written there, against a package index on disk
+that stands in for both PyTorch's and PyPI's (slow: pip runs about thirty times, ~1 s each).
 
 The index holds small stand-in wheels with the real projects' names and the Requires-Dist shape of
 torch 2.1.2's CUDA 12.1 build (its eleven exact nvidia-*-cu12 pins; cuSOLVER asking for any
@@ -38,6 +39,8 @@ bases:
 sources:
   pip:
     torch_index_url: "INDEX/{variant}"
+    # PyPI's stand-in: the CUDA steps and, PyTorch's index's 2.1.2 bundling CUDA, torch's
+    index_url: "INDEX/cu121"
 """
     + WAIVE_OLD_TORCH
 )
@@ -96,9 +99,11 @@ def venv(tmp_path: Path) -> Path:
 
 def test_the_cuda_step_installs_the_pins_and_torch_installs_none_again(tmp_path: Path, venv: Path) -> None:
     assert PINS is not None and len(PINS) == 11
-    cuda_step, torch_step = render(tmp_path, cuda_index(tmp_path / "index"))
-    done = pip(venv, *cuda_step)
-    assert done.returncode == 0, done.stderr
+    *cuda_steps, torch_step = render(tmp_path, cuda_index(tmp_path / "index"))
+    assert len(cuda_steps) == 11 and all(step[-1] in PINS for step in cuda_steps)  # one wheel each
+    for step in cuda_steps:
+        done = pip(venv, *step)
+        assert done.returncode == 0, done.stderr
     assert installed(venv) == dict(pin.split("==") for pin in PINS)  # exactly the pins: --no-deps
     site = next((venv / "lib").glob("python3*/site-packages"))
     before = {p.name: p.stat().st_mtime_ns for p in site.glob("nvidia_*.dist-info")}
@@ -121,8 +126,8 @@ def test_the_cuda_step_installs_the_pins_and_torch_installs_none_again(tmp_path:
 
 
 def test_an_index_whose_torch_pins_another_cuda_wheel_fails_the_build(tmp_path: Path, venv: Path) -> None:
-    cuda_step, torch_step = render(tmp_path, cuda_index(tmp_path / "index", cudnn_for_torch="8.9.2.27"))
-    assert pip(venv, *cuda_step).returncode == 0
+    *cuda_steps, torch_step = render(tmp_path, cuda_index(tmp_path / "index", cudnn_for_torch="8.9.2.27"))
+    assert all(pip(venv, *step).returncode == 0 for step in cuda_steps)
     done = pip(venv, *torch_step)
     assert done.returncode != 0 and "nvidia-cudnn-cu12" in done.stderr
     assert installed(venv)["nvidia-cudnn-cu12"] == "8.9.2.26"  # nothing was swapped in above it

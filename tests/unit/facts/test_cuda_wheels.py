@@ -11,7 +11,11 @@ from imagekit.facts.cuda_wheels import is_cuda_project, load_cuda_wheels, parse_
 
 
 def table(pins: Any) -> dict[str, Any]:
-    return {"checked_on": "2026-12-03", "wheels": {"2.1.2": {"cu121": {"x86_64": pins}}}}
+    return {
+        "checked_on": "2026-12-03",
+        "wheels": {"2.1.2": {"cu121": {"x86_64": pins}}},
+        "sources": {"2.1.2": {"cu121": {"x86_64": "pip --dry-run --report"}}},
+    }
 
 
 def test_the_packaged_table_answers_per_build_and_machine() -> None:
@@ -95,3 +99,43 @@ def test_a_bad_key_or_value_is_repeated_bounded_and_by_its_kind() -> None:
     assert len(str(caught.value)) < 200
     with pytest.raises(ValueError, match=r"x86_64: a mapping is not project==version"):
         parse_cuda_wheels(table([{"nvidia-x": "1"}]))
+
+
+def test_every_entry_names_its_source_and_a_stray_note_is_refused() -> None:
+    raw = table(["nvidia-cublas-cu12==12.1.3.1"])
+    del raw["sources"]
+    with pytest.raises(ValueError, match=r"wheels\.2\.1\.2\.cu121\.x86_64: no note in sources"):
+        parse_cuda_wheels(raw)
+    raw = table(["nvidia-cublas-cu12==12.1.3.1"])
+    raw["sources"]["2.2.2"] = {"cu121": {"x86_64": "a note"}}
+    with pytest.raises(ValueError, match=r"sources\.2\.2\.2\.cu121\.x86_64: names no entry"):
+        parse_cuda_wheels(raw)
+    raw = table(["nvidia-cublas-cu12==12.1.3.1"])
+    raw["bundled"] = {"2.1.2": {"cu118": {"x86_64": ""}}}
+    with pytest.raises(ValueError, match=r"bundled\.2\.1\.2\.cu118\.x86_64: expected a note"):
+        parse_cuda_wheels(raw)
+
+
+def test_the_packaged_table_records_the_bundled_builds_and_the_compiled_pins() -> None:
+    wheels = load_cuda_wheels()
+    # PyTorch's index's 2.1.2 brings CUDA inside torch: nothing to split, for cu118 and cu121
+    assert "bundles" in (wheels.bundles("2.1.2", "cu118", "x86_64") or "")
+    assert wheels.bundles("2.1.2", "cu121", "x86_64") and wheels.bundles("2.2.2", "cu121", "x86_64") is None
+    for torch, cudnn, nccl in (("2.2.2", "8.7.0.84", "2.19.3"), ("2.5.1", "9.1.0.70", "2.21.5")):
+        pins = wheels.pinned(torch, "cu118", "x86_64")
+        assert pins and f"nvidia-cudnn-cu11=={cudnn}" in pins and f"nvidia-nccl-cu11=={nccl}" in pins
+        assert "replicate/monobase@" in wheels.sources[(torch, "cu118", "x86_64")]
+    assert "nvidia-nccl-cu12==2.21.5" in (wheels.pinned("2.5.1", "cu121", "x86_64") or ())
+
+
+def test_the_layer_order_puts_what_changes_least_lowest_whatever_the_cell_pins() -> None:
+    wheels = load_cuda_wheels()
+    old, new = wheels.pinned("2.2.2", "cu121", "x86_64"), wheels.pinned("2.4.1", "cu121", "x86_64")
+    assert old and new
+    ordered_old, ordered_new = wheels.layer_order(old), wheels.layer_order(new)
+    # NCCL changes with nearly every release, cuDNN with a major: both on top, NCCL last
+    assert ordered_old[-2:] == ("nvidia-cudnn-cu12==8.9.2.26", "nvidia-nccl-cu12==2.19.3")
+    assert ordered_new[:9] == ordered_old[:9]  # the nine that never moved: the same layers, same order
+    # a pin's place never depends on the others: any subset keeps the relative order
+    assert wheels.layer_order(tuple(reversed(old[::2]))) == tuple(p for p in ordered_old if p in old[::2])
+    assert wheels.layer_order(("nvidia-unknown-cu12==1", *old))[-1] == "nvidia-unknown-cu12==1"

@@ -30,6 +30,7 @@ from tests.conftest import CUDA_BASE, REPO, WAIVE_OLD_TORCH, run_cli
 from tests.unit.projects import variants_plan
 
 GOLDEN = REPO / "tests" / "golden"
+DOCKERFILES = REPO / "dockerfiles" / "generated"
 
 
 def golden_cases(tmp_path: Path) -> dict[str, str]:
@@ -110,7 +111,10 @@ def test_template_decisions(tmp_path: Path) -> None:
     old = cases["cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel"]
     # torch's wheel brings cuDNN 8.9.2 itself: a plain devel base, never a second cuDNN
     assert "FROM nvidia/cuda:12.1.1-devel-ubuntu22.04\n" in old
-    assert "--index-url https://download.pytorch.org/whl/cu121" in old
+    # PyTorch's index's 2.1.2+cu121 brings CUDA inside torch (a second copy above the CUDA layers):
+    # torch comes from PyPI, whose 2.1.2 is the cu121 build that pins CUDA's wheels
+    assert "--index-url https://download.pytorch.org/whl/cu121" not in old
+    assert "RUN pip install --no-cache-dir --disable-pip-version-check \\\n      torch==2.1.2 " in old
     # torch <= 2.3 was compiled against NumPy 1.x: the cap is installed and stays pinned
     assert "torch==2.1.2 torchvision==0.16.2 torchaudio==2.1.2 'numpy<2'" in old
     assert "python3 /opt/imagekit/check.py pins --extra 'numpy<2' > /etc/imagekit/constraints.txt" in old
@@ -147,15 +151,17 @@ def test_template_decisions(tmp_path: Path) -> None:
             "RUN pip install --no-cache-dir --disable-pip-version-check --constraint"
         )
     ]
-    assert shared.count("RUN ") == 5 and shared in twin
+    assert shared.count("RUN ") == 19 and shared in twin  # apt, venv, 15 CUDA wheels, torch, guard
     assert "cuda-toolkit[nvcc,crt,nvvm,cccl]" in current and current.index("ENV CUDA_HOME=") > len(shared)
     # 2.15's companions are stable-ABI wheels paired by their own torch requirement
     assert "torch==2.15.0 torchvision==0.29.2 torchaudio==2.11.1 \\\n" in current
     # CUDA's wheels first, in a step of their own, at the pins the table read from torch's metadata
     # (CUDA 13: cuda-toolkit and what its extras pin); torch's step names them again
-    cuda_step = "--index-url https://download.pytorch.org/whl/cu132 --no-deps --no-compile \\\n"
-    cuda_step += "      cuda-toolkit==13.2.2 \\\n      nvidia-cublas==13.4.1.3 \\\n"
+    # (one step per wheel, from the index of everything else: the same step in every cell)
+    cuda_step = "RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile"
+    cuda_step += " cuda-toolkit==13.2.2\n"
     assert cuda_step in current
+    assert " --no-deps --no-compile nvidia-cublas==13.4.1.3\n" in current
     assert current.index(cuda_step) < current.index("torch==2.15.0 torchvision")
     assert "torchaudio==2.11.1 \\\n      cuda-toolkit==13.2.2 nvidia-cublas==13.4.1.3 " in current
     # a new venv's pip and setuptools are replaced at once by the versions no advisory affects
@@ -165,9 +171,21 @@ def test_template_decisions(tmp_path: Path) -> None:
     assert step in current and current.index(step) < current.index(cuda_step)
     assert "RUN python3.10 -m venv /opt/venv \\\n && pip install --no-cache-dir" in old
     assert old.index(tools) < old.index("torch==2.1.2 ")
+    # cu118: one step per CUDA wheel, NCCL (a new version nearly every release) on top, then torch
+    # from PyTorch's index
+    steps = [line for line in runtime.splitlines() if "--no-deps --no-compile" in line]
+    assert len(steps) == 11 and steps[0].endswith(" nvidia-cublas-cu11==11.11.3.6")
+    assert steps[-2:] == [steps[-2][: steps[-2].rindex(" ")] + " nvidia-cudnn-cu11==9.1.0.70",
+                          steps[-1][: steps[-1].rindex(" ")] + " nvidia-nccl-cu11==2.21.5"]  # fmt: skip
+    assert "--index-url https://download.pytorch.org/whl/cu118 \\\n      torch==2.5.1" in runtime
     # a build the table does not know installs in one step, and says why
-    assert "cuda_wheels.yaml does not know\n# which CUDA wheels torch 2.5.1 cu118 on x86_64 pins" in runtime
-    assert "--no-deps" not in runtime
+    unknown = (DOCKERFILES / "cuda-ubuntu22.04-torch2.7.1-cuda11.8-py3.10-runtime" / "Dockerfile").read_text()
+    assert "cuda_wheels.yaml does not know\n# which CUDA wheels torch 2.7.1 cu118 on x86_64 pins" in unknown
+    assert "--no-deps" not in unknown
+    # one whose index wheel bundles CUDA says that instead
+    bundled = (DOCKERFILES / "cuda-ubuntu22.04-torch2.1.2-cuda11.8-py3.10-devel" / "Dockerfile").read_text()
+    assert "PyTorch's index's wheel of torch 2.1.2 cu118 on x86_64\n# brings them inside torch" in bundled
+    assert "--no-deps" not in bundled
     assert "ENV TORCH_CUDA_ARCH_LIST='7.5;8.0;8.6;9.0;10.0;12.0'\n" in current  # CUDA 13: no Volta, no PTX
     ngc = cases["ngc-23.10-torch2.1.0a0-32f93b1-cuda12.2-py3.10-devel"]
     assert "RUN pip install" not in ngc and "&& pip install" not in ngc, "nothing may replace NVIDIA's torch"
@@ -237,11 +255,14 @@ def test_committed_dockerfiles_are_up_to_date() -> None:
     result = run_cli("render", "--matrix", str(REPO / "matrix.yaml"), "--check")
     assert result.exit_code == 0, result.stderr
     # the builds whose CUDA wheels the table lacks are named, once each (they install in one step)
-    (note,) = result.stderr.splitlines()
-    assert note.startswith("imagekit: 11 torch builds install CUDA's wheels with torch, in one step")
+    (note, bundled) = result.stderr.splitlines()
+    assert note.startswith("imagekit: 5 torch builds install CUDA's wheels with torch, in one step")
     assert "torch 2.11.0 cu128 on x86_64;" in note  # the Blackwell-on-R570 row: PyPI's 2.11.0 is cu130
-    assert "torch 2.5.1 cu121 on x86_64; torch 2.7.1 cu118 on x86_64)" in note
-    assert "torch 2.1.2 cu121" not in note  # in the table: layered
+    assert "torch 2.14.1 cu126 on x86_64; torch 2.7.1 cu118 on x86_64)" in note
+    assert "torch 2.1.2 cu121" not in note and "2.5.1" not in note  # in the table: layered
+    # PyTorch's index's 2.1.2+cu118 bundles CUDA: one step, and the note says why
+    assert bundled.startswith("imagekit: 1 torch builds install in one step with nothing to split")
+    assert "(torch 2.1.2 cu118 on x86_64;" in bundled and "cu121" not in bundled
 
 
 def test_drift_check_detects_changed_missing_and_stale(tmp_path: Path) -> None:
@@ -651,3 +672,31 @@ def test_the_input_digest_names_the_builder_but_not_the_index_logins(
         "local_base": None,
     }
     assert classic.input_digest == hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def test_cells_that_share_a_cuda_wheel_have_the_same_step_for_it_whatever_else_they_pin() -> None:
+    """torch 2.2.2 and 2.3.1 (cu121) differ only in NCCL, 2.4.1 from 2.3.1 only in cuDNN: every
+    other CUDA wheel's step is the same line at the same place in each (the same cache key and
+    layer), and the differing ones are on top."""
+
+    def cuda_steps(cell: str) -> list[str]:
+        text = (DOCKERFILES / cell / "Dockerfile").read_text(encoding="utf-8")
+        return [
+            line for line in text.splitlines() if line.startswith("RUN ") and "--no-deps --no-compile" in line
+        ]
+
+    first, second, third = (
+        cuda_steps(f"cuda-ubuntu22.04-torch{torch}-cuda12.1-py3.10-devel")
+        for torch in ("2.2.2", "2.3.1", "2.4.1")
+    )
+    cublas = "RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile"
+    cublas += " nvidia-cublas-cu12==12.1.3.1"
+    assert first[0] == second[0] == third[0] == cublas
+    assert (
+        first[:-1] == second[:-1]
+        and first[-1] != second[-1]
+        and first[-1].endswith("nvidia-nccl-cu12==2.19.3")
+    )
+    assert second[:-2] == third[:-2] and second[-1] == third[-1] and second[-2] != third[-2]
+    # 2.1.2, from PyPI (its index wheel bundles CUDA), shares them too: one index for every CUDA step
+    assert cuda_steps("cuda-ubuntu22.04-torch2.1.2-cuda12.1-py3.10-devel")[:-1] == first[:-1]

@@ -107,7 +107,8 @@ def test_buildkit_binds_the_wheelhouse_to_each_pip_step_and_needs_no_build_stage
         # the wheel files reach no layer: bound, never copied, so no stage to keep them out of
         assert "COPY wheelhouse/" not in text and " AS venv-build" not in text, cell_id
         # each pip step binds its own wheel directory: the whole wheelhouse, or a slice of the
-        # cell's closure (wheelhouse-cuda/, wheelhouse-deps/: tests/unit/render/test_wheel_layers.py)
+        # cell's closure (wheelhouse-cuda-<project>/, wheelhouse-deps/:
+        # tests/unit/render/test_wheel_layers.py)
         pip_steps = [run for run in runs(text) if "pip install" in run]
         assert pip_steps and all(len(WHEEL_MOUNT.findall(run)) == 1 for run in pip_steps), cell_id
         assert any(WHEELHOUSE_MOUNT in run for run in pip_steps), cell_id

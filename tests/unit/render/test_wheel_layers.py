@@ -81,20 +81,24 @@ def test_buildkit_installs_the_closure_in_shared_layers(write_matrix: Callable[[
     for rendered in cells:
         text = rendered.dockerfile
         names = [name for name, _ in rendered.context_files]
-        assert "wheelhouse-cuda/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
+        # each CUDA wheel in a directory (and a step) of its own, named by its project alone
+        assert "wheelhouse-cuda-nvidia-fake-cu12/nvidia_fake_cu12-1.0-py3-none-any.whl" in names
         assert f"wheelhouse-venv/pip-{load_advisories().venv_tools['pip']}-py3-none-any.whl" in names
         assert "wheelhouse-deps/numpy-1.0-py3-none-any.whl" in names
         assert any(name.startswith("wheelhouse/torch-") for name in names)
         # the header names every directory of the context
-        listed = "imagekit-check.py, wheelhouse-venv/, wheelhouse-cuda/, wheelhouse-deps/, wheelhouse/"
+        listed = "imagekit-check.py, wheelhouse-venv/, wheelhouse-cuda-nvidia-fake-cu12/, wheelhouse-deps/,"
+        listed += " wheelhouse/"
         assert f"{listed} (`imagekit build`" in text
         tools = text.index("source=wheelhouse-venv,target=/tmp/wheelhouse-venv")
         assert text.index("-m venv /opt/venv\n") < tools < text.index("source=wheelhouse-cuda")
-        cuda = text.index("source=wheelhouse-cuda,target=/tmp/wheelhouse-cuda")
+        cuda = text.index(
+            "source=wheelhouse-cuda-nvidia-fake-cu12,target=/tmp/wheelhouse-cuda-nvidia-fake-cu12"
+        )
         deps = text.index("source=wheelhouse-deps,target=/tmp/wheelhouse-deps")
         top = text.index("source=wheelhouse,target=/tmp/wheelhouse")
         assert cuda < deps < top < text.index("pip check")
-        assert "--no-deps --find-links /tmp/wheelhouse-cuda --no-compile" in text
+        assert "--no-deps --find-links /tmp/wheelhouse-cuda-nvidia-fake-cu12 --no-compile" in text
         assert "nvidia-fake-cu12==1.0" in text and "/tmp/wheelhouse-cuda/nvidia" not in text  # by name
         # the epoch before every RUN; the cell's own arguments only after the shared installs
         assert text.index("ARG SOURCE_DATE_EPOCH\n") < text.index("\nRUN ")
@@ -131,3 +135,41 @@ def test_a_wheelhouse_pip_cannot_satisfy_is_asked_once_per_cell(
     with pytest.raises(InputError, match=cell.id):
         renderer.render(cell)  # the context cannot be made: named, as before
     assert len(asked) == 1
+
+
+def test_a_cuda_wheel_s_step_is_the_same_whatever_other_cuda_wheels_a_cell_installs(
+    write_matrix: Callable[[str], Path],
+) -> None:
+    """Two torch releases that pin the same cuBLAS and different NCCLs: the cuBLAS step (its mount,
+    its context directory and its files) is the same in both, and below NCCL's."""
+    path = write_matrix(MATRIX)
+    house = path.parent / "wheelhouse"
+    house.mkdir()
+    wheel(house, "nvidia_fakeblas_cu12", "1.0")
+    wheel(house, "nvidia_fakenccl_cu12", "1.0")
+    wheel(house, "nvidia_fakenccl_cu12", "2.0")
+    wheel(house, "numpy", "1.0")
+    for tool, version in load_advisories().venv_tools.items():
+        wheel(house, tool, version)
+    wheel(house, "torch", "2.1.1", ("nvidia-fakeblas-cu12==1.0", "nvidia-fakenccl-cu12==1.0"))
+    wheel(house, "torch", "2.1.2", ("nvidia-fakeblas-cu12==1.0", "nvidia-fakenccl-cu12==2.0"))
+    renderer = Renderer(load_plan(path), build=BuildSettings(builder="buildkit"))
+    first, second = (renderer.render(cell) for cell in renderer.plan.cells)
+
+    def step(text: str, project: str) -> str:
+        start = text.rindex("RUN ", 0, text.index(f"source=wheelhouse-cuda-{project},"))
+        return text[start : text.index("\nRUN ", start)]
+
+    assert step(first.dockerfile, "nvidia-fakeblas-cu12") == step(second.dockerfile, "nvidia-fakeblas-cu12")
+    assert step(first.dockerfile, "nvidia-fakenccl-cu12") != step(second.dockerfile, "nvidia-fakenccl-cu12")
+    for rendered in (first, second):
+        assert rendered.dockerfile.index("wheelhouse-cuda-nvidia-fakeblas-cu12") < rendered.dockerfile.index(
+            "wheelhouse-cuda-nvidia-fakenccl-cu12"
+        )
+    blas = [
+        name for name, _ in first.context_files if name.startswith("wheelhouse-cuda-nvidia-fakeblas-cu12/")
+    ]
+    assert blas == [
+        n for n, _ in second.context_files if n.startswith("wheelhouse-cuda-nvidia-fakeblas-cu12/")
+    ]
+    assert blas == ["wheelhouse-cuda-nvidia-fakeblas-cu12/nvidia_fakeblas_cu12-1.0-py3-none-any.whl"]

@@ -102,5 +102,6 @@ def test_the_compiler_wheels_are_a_slice_of_their_own(write_matrix: Callable[[st
         devel, StepOptions.of(load_plan(write_matrix(MATRIX)).matrix, BuildSettings(builder="buildkit"))
     )
     assert [layer.context for layer in layers] == [
-        CUDA_WHEELS_CONTEXT, COMPILER_WHEELS_CONTEXT, WHEELHOUSE_CONTEXT,
+        f"{CUDA_WHEELS_CONTEXT}-cuda-toolkit", f"{CUDA_WHEELS_CONTEXT}-nvidia-cublas",
+        f"{CUDA_WHEELS_CONTEXT}-nvidia-cuda-runtime", COMPILER_WHEELS_CONTEXT, WHEELHOUSE_CONTEXT,
     ]  # fmt: skip

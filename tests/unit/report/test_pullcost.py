@@ -257,7 +257,16 @@ def test_the_record_round_trips_and_older_reports_have_none(tmp_path: Path) -> N
     document = json.loads((tmp_path / "report.json").read_text())
     assert document["cells"][0]["pull_cost"]["total"] == 1310
     assert document["cells"][0]["pull_cost"]["largest_size"] == 1000
-    assert document["pull"] == {"cells": 1, "distinct": 1310, "summed": 1310}
+    assert document["pull"] == {
+        "cells": 1, "distinct": 1310, "summed": 1310, "floor": 1310, "chains": 2, "chain_bytes": 1300,
+    }  # fmt: skip
+    stepped = replace(cost, steps=("ADD x", "RUN pip install torch==2.1.2"))
+    write_report(tmp_path, report_with(stepped).with_pull_costs({}))
+    again = parse_report((tmp_path / "report.json").read_bytes(), tmp_path / "report.json")
+    assert again.cells[0].pull_cost == stepped
+    document = json.loads((tmp_path / "report.json").read_text())
+    del document["cells"][0]["pull_cost"]["steps"]  # a record of the release before steps
+    assert parse_report(json.dumps(document).encode(), tmp_path / "r").cells[0].pull_cost == cost
     del document["cells"][0]["pull_cost"], document["pull"]  # a report of an earlier release
     older = parse_report(json.dumps(document).encode(), tmp_path / "report.json")
     assert older.cells[0].pull_cost is None and older.pull() is None
@@ -312,7 +321,8 @@ def test_text_markdown_and_html_show_each_cell_and_the_matrix_line() -> None:
     line = pull_line(report)
     assert line == (
         "pull: a fresh node fetches 6.00 GiB to run all 2 counted cells, against 9.00 GiB for the"
-        " images one by one (0.67x)"
+        " images one by one (0.67x) and a floor of 6.00 GiB (1.00x); it unpacks 3 layer snapshots"
+        " (6.00 GiB compressed, each layer once per chain of parents)"
     )
     text = markdown(report)
     assert "#### pull cost" in text and line in text and "&lt;b&gt;RUN\\|x&lt;/b&gt;" in text
@@ -350,3 +360,36 @@ def test_imagekit_report_shows_the_pull_table_and_json(tmp_path: Path) -> None:
     assert "largest layer" in table.stdout and "3.00 GiB" in table.stdout
     document = json.loads(run_cli("report", "--state-dir", str(tmp_path), "--json").stdout)
     assert document["pull"]["distinct"] == document["cells"][0]["pull_cost"]["total"] == (4 << 30) + 10
+    assert document["pull"]["floor"] == (4 << 30) + 10 and document["pull"]["chains"] == 2
+
+
+def test_the_floor_counts_each_exact_pin_step_once_per_python_and_machine() -> None:
+    """Three cells on one base: two of one Python whose cuBLAS layers differ in digest (built
+    apart, not reproducibly) and one of another Python. The floor counts the cuBLAS step once for
+    the first two and again for the third (its site-packages path differs); the base once; the
+    torch steps once per release. Unpacking counts the chains: a shared layer over different
+    parents is unpacked again."""
+    venv310, venv312 = "RUN python3.10 -m venv /opt/venv", "RUN python3.12 -m venv /opt/venv"
+    cublas = "RUN pip install --no-deps --no-compile nvidia-cublas-cu12==12.1.3.1"
+
+    def cell(name: str, venv: str, blas: str, torch: str) -> PullCost:
+        made = (BASE, 1000), (digest(venv), 5), (digest(blas), 300), (digest(name), 700)
+        steps = ("ADD file:x in /", venv, cublas, f"RUN pip install torch=={torch}")
+        return replace(cost_of(*made, config=name), steps=steps)
+
+    first = cell("first", venv310, "blas once", "2.2.2")
+    second = cell("second", venv310, "blas again", "2.3.1")  # the same step, another digest
+    third = cell("third", venv312, "blas 3.12", "2.2.2")
+    summary = matrix_pull([first, second, third])
+    assert summary is not None
+    assert summary.distinct == 1000 + 5 + 5 + 300 * 3 + 700 * 3 + 30
+    # base once, each venv once, cuBLAS once per Python, torch once per release and Python
+    assert summary.floor == 1000 + 5 + 5 + 300 * 2 + 700 * 3 + 30 < summary.distinct
+    # chains: the base, then each cell's own path (the venv 3.10 layer shared by two cells)
+    assert summary.chains == 1 + 2 + 3 + 3 and summary.chain_bytes == 1000 + 5 * 2 + 300 * 3 + 700 * 3
+    # a record of an earlier release (no steps) is counted by digest: the floor is its distinct bytes
+    old = matrix_pull([replace(first, steps=()), replace(second, steps=())])
+    assert old is not None and old.floor == old.distinct
+    # the step of each layer is recorded when the cost is read
+    manifest, config = image([layer(BASE, 10), layer(digest("t"), 20)], history("ADD x", cublas))
+    assert pull_cost(manifest, config, "here").steps == ("ADD x", cublas)
