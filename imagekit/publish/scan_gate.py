@@ -244,7 +244,12 @@ def _trivy(reader: _Reader, top: Mapping[str, Any]) -> ScanFile:
                     ),
                 )
             )
-    return _scan(reader, "trivy", version, target, digests, findings)
+    scan = _scan(reader, "trivy", version, target, digests, findings)
+    # Trivy leaves out Results it found nothing in, so a scan that found no operating system (it
+    # could not read the image's packages) reads as a clean one: every imagekit image has one.
+    if not isinstance(metadata.get("OS"), dict) or not metadata["OS"].get("Family"):
+        raise reader.fail("Metadata.OS", "Trivy found no operating system, so no package was scanned")
+    return scan
 
 
 def _grype(reader: _Reader, top: Mapping[str, Any]) -> ScanFile:

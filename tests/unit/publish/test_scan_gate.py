@@ -218,6 +218,11 @@ HOSTILE: dict[str, tuple[Callable[[], object], str]] = {
         lambda: _trivy_with(lambda d: d.update(ArtifactName="debian-python:bookworm", Metadata={})),
         "'debian-python:bookworm' is named by no digest",
     ),
+    # Trivy writes no Results where it found nothing: without an OS it read no package at all
+    "trivy: no operating system": (
+        lambda: _trivy_with(lambda d: (d["Metadata"].pop("OS"), d.update(Results=[]))),
+        "Metadata.OS: Trivy found no operating system, so no package was scanned",
+    ),
     "trivy: no id": (
         lambda: _trivy_with(lambda d: _first_trivy(d).update(VulnerabilityID=7)),
         "VulnerabilityID: expected text, not int",
