@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.render.contract import CONSTRAINT_ENV, CONSTRAINTS_FILE
 from tests.integration.conftest import TEMPLATE, Project, busybox_base, write_cells
 
 # The test template plus what imagekit's own Dockerfiles promise and a CST config checks: the
-# venv and pip constraint environment, the constraints file and the in-image check script.
+# venv and constraint environment (pip's and uv's), the constraints file and the in-image check script.
 CST_TEMPLATE = TEMPLATE.replace(
     "LABEL ",
-    "ENV VIRTUAL_ENV=/opt/venv PIP_CONSTRAINT=/etc/imagekit/constraints.txt\n"
+    "ENV VIRTUAL_ENV=/opt/venv " + " ".join(f"{name}={CONSTRAINTS_FILE}" for name in CONSTRAINT_ENV) + "\n"
     "RUN mkdir -p /etc/imagekit && echo 'torch=={{ cell.torch }}' > /etc/imagekit/constraints.txt\n"
     "COPY imagekit-check.py /opt/imagekit/check.py\n"
     "LABEL ",
