@@ -141,6 +141,15 @@ def k8s(
         int, typer.Option("--deadline", min=1, max=MAX_INT32, help="activeDeadlineSeconds of each Job.")
     ] = 3600,
     namespace: Annotated[str | None, typer.Option("--namespace", help="metadata.namespace.")] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            help="A Kueue LocalQueue: every Job gets its kueue.x-k8s.io/queue-name label and is written"
+            " suspended (Kueue starts it on admission); a --compute-domain Job is admitted as one gang"
+            " in one nvidia.com/gpu.clique (topology-aware scheduling) or not at all.",
+        ),
+    ] = None,
     gpu_affinity: Annotated[
         bool,
         typer.Option(
@@ -222,13 +231,14 @@ def k8s(
     Example: imagekit k8s --only '*-jupyter' --secret jupyter-token --workspace-claim team-ws
     Example: imagekit k8s --validate-on NVIDIA-H100-80GB-HBM3 --validate-on NVIDIA-L40S --out validate
     Example: imagekit k8s --prepull --namespace ml --node-selector pool=training
-    Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --out rack
+    Example: imagekit k8s --only '*arm64*' --compute-domain 4 --gpus 4 --queue team-a --out rack
     Example: imagekit k8s --only '*arm64*' --compute-domain 2 --gpus 4 --validate-on NVIDIA-GB200
     Example: imagekit k8s --gpu-request dra --validate-on 'NVIDIA H100 80GB HBM3' --out validate
     Example: imagekit k8s --uid-mode scc --namespace ml --toleration gpu --gpus 8 --memory 64Gi
     """
     from imagekit.k8s import manifests as kube
     from imagekit.k8s.dra import parse_gpu_request
+    from imagekit.k8s.kueue import parse_queue
     from imagekit.k8s.resources import sizes
     from imagekit.k8s.security import parse_uid_mode
     from imagekit.plan.cells import frontend_of
@@ -253,6 +263,7 @@ def k8s(
         backoff_limit=backoff_limit,
         deadline_s=deadline,
         namespace=namespace,
+        queue=parse_queue(queue),
         gpu_affinity=gpu_affinity,
         secret=secret,
         workspace_claim=workspace_claim,
@@ -316,6 +327,12 @@ def _compute_domains(
         files, left_out = rendered.files, rendered.left_out
     for line in left_out:
         say("note", f"no compute-domain Job for {line}")
+    if options.queue is None:
+        say(
+            "note",
+            "without --queue, a compute-domain Job's pods are scheduled one by one: a clique with too few"
+            " free nodes holds part of the gang until --deadline; --queue NAME (Kueue) admits all or none",
+        )
     return files
 
 

@@ -45,6 +45,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_COMPUTE_DOMAIN_NODES
 from imagekit.k8s.dra import check_gpu_request, gpu_claim
 from imagekit.k8s.failure import job_spec
+from imagekit.k8s.kueue import queued
 from imagekit.k8s.manifests import (
     JobOptions,
     ManifestDumper,
@@ -288,7 +289,12 @@ def domain_manifests(
             "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": "rendezvous"}],
         },
     }
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+    # with --queue, admitted as one gang in one clique or not at all (k8s.kueue)
+    job = queued(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec},
+        options.queue,
+        CLIQUE_LABEL,
+    )
     return [compute_domain(name, metadata, domain), *gpus.documents, service, job]
 
 

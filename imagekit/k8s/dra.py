@@ -24,6 +24,7 @@ from typing import Any
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.dra_cel import fit_selectors, mig_profile_selector, product_selector
+from imagekit.k8s.kueue import QUEUE_LABEL
 from imagekit.k8s.manifests import GPU_REQUESTS, GpuRequestKind, JobOptions
 from imagekit.k8s.mig import driver_profile
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit
@@ -105,7 +106,8 @@ def gpu_claim(
     template_name = f"{name}-gpu"
     template_metadata: dict[str, Any] = {
         "name": template_name,
-        "labels": dict(metadata.get("labels", {})),
+        # the workload's labels but Kueue's queue: a template is not a workload Kueue admits
+        "labels": {k: v for k, v in metadata.get("labels", {}).items() if k != QUEUE_LABEL},
         "annotations": dict(metadata.get("annotations", {})),
     }
     if "namespace" in metadata:

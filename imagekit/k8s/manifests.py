@@ -26,6 +26,7 @@ from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT, job_spec
+from imagekit.k8s.kueue import queued
 from imagekit.k8s.mig import PLUGIN_PROFILE_PATTERN
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit, gfd_affinity
 from imagekit.k8s.resources import TMP_SIZE, check_quantity, sizes
@@ -118,6 +119,7 @@ class JobOptions:
     deadline_s: int = 3600
     ttl_s: int | None = 86400
     namespace: str | None = None
+    queue: str | None = None  # a Kueue LocalQueue: each Job labelled for it and suspended (k8s.kueue)
     gpu_affinity: bool = True  # placement from the cell: GFD node affinity, or with DRA the CEL selectors
     secret: str | None = None  # front ends: the Secret with the token / authorized keys
     workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
@@ -294,7 +296,9 @@ def job_manifest(entry: LockEntry, options: JobOptions, index: LockIndex | None 
         ttl_s=options.ttl_s,
         probe=not options.command,  # the check script is the probe: its exit codes are its verdict
     )
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+    return queued(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}, options.queue
+    )
 
 
 # -- front ends: a Deployment, its Service and its workspace --------------------------------------

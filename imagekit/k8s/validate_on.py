@@ -62,6 +62,7 @@ from imagekit.k8s.compute_domain import NAME_CHARS as DOMAIN_NAME_CHARS
 from imagekit.k8s.dra import check_gpu_request, claim_gpus
 from imagekit.k8s.dra_cel import checked_product_name
 from imagekit.k8s.failure import job_spec
+from imagekit.k8s.kueue import queued
 from imagekit.k8s.manifests import (
     JobOptions,
     ManifestDumper,
@@ -302,7 +303,9 @@ def validate_job(entry: LockEntry, product: Product, options: JobOptions) -> dic
         ttl_s=options.ttl_s,
         probe=True,
     )
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+    return queued(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}, options.queue
+    )
 
 
 def _claimed(

@@ -67,6 +67,7 @@ def test_compute_domain_jobs_are_strictly_valid_and_pass_the_policy_scanner(tmp_
         cpu_limit="16",
         memory="256Gi",
         tolerations=(Toleration.parse("gpu"),),
+        queue="team-a",  # the Job suspended, its pod template carrying Kueue's topology annotation
     )
     files = _compute_domains(options)
     assert _kinds(files) == {"ComputeDomain", "Service", "Job"}

@@ -30,6 +30,9 @@ FLAG_SETS = {
     "prepull": ("--prepull",),
     "compute domain": ("--compute-domain", "2", "--gpus", "4"),
     "compute domain, dra": ("--compute-domain", "2", "--gpus", "4", "--gpu-request", "dra"),
+    "compute domain, dra, queued": (
+        *("--compute-domain", "2", "--gpus", "4", "--gpu-request", "dra", "--queue", "team-a"),
+    ),
     "validate-on": ("--validate-on", "NVIDIA-H100-80GB-HBM3"),
     "validate-on, dra": ("--validate-on", "NVIDIA H100 80GB HBM3", "--gpu-request", "dra"),
     "validate-on a rack": ("--validate-on", "NVIDIA-GB200", "--compute-domain", "2", "--gpus", "4"),

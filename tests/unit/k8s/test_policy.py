@@ -84,6 +84,10 @@ OPTIONS = {
     "DRA claims": JobOptions(gpus=2, gpu_request="dra", namespace="ml"),
     # OpenShift: the uid and fsGroup left to the SecurityContextConstraints
     "OpenShift": JobOptions(namespace="ml", uid_mode="scc", tolerations=(Toleration.parse("gpu"),)),
+    # Kueue: each Job labelled for a LocalQueue and written suspended
+    "a Kueue queue": JobOptions(
+        gpus=8, namespace="ml", queue="team-a", tolerations=(Toleration.parse("gpu"),)
+    ),
 }
 
 
