@@ -342,7 +342,7 @@ def _scan_of(image: str, severity: str) -> dict[str, object]:
 
     document = json.loads(TRIVY.read_text())
     document["ArtifactName"] = f"busybox-cell@{image}"
-    document["Metadata"] = {"ImageID": image}
+    document["Metadata"] = {"ImageID": image, "OS": document["Metadata"]["OS"]}  # Trivy names the OS
     for result in document["Results"]:
         for finding in result["Vulnerabilities"]:
             finding["Severity"] = severity if finding["Severity"] == "CRITICAL" else finding["Severity"]
