@@ -24,7 +24,6 @@ Without ``--status`` every such Job is ``no-output``, its detail saying what the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from imagekit.core.errors import InputError
 from imagekit.core.limits import K8S_STATUS_BYTES
 from imagekit.core.paths import read_regular_file
+from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable
 
 KINDS = ("not-found", "deadline", "failed", "no-output", "evicted", "pending", "running")
@@ -66,7 +66,7 @@ def parse_status(raw: bytes, source: str) -> dict[str, JobState]:
     Kubernetes object list."""
     fix = "write it with `kubectl get jobs,pods -l app.kubernetes.io/component=validate-on -o json`"
     try:
-        data = json.loads(raw)
+        data = parse_json(raw)  # strict: a key given twice is refused, not the last one taken
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{source}: not JSON ({str(exc)[:80]}); {fix}") from None
     items = data.get("items") if isinstance(data, Mapping) and "items" in data else [data]

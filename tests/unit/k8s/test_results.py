@@ -473,6 +473,8 @@ def test_no_job_reporting_is_exit_3_and_records_nothing(setup: Setup) -> None:
         ('{"items": [1]}', "not a list of Kubernetes objects"),
         ('{"items": [{"kind": "Service"}]}', "no Job and no pod of a Job in it"),
         ("[" * 100_000, "not JSON"),
+        # a key given twice: which one kubectl meant is unknown (json.loads took the last)
+        ('{"items": [], "items": [{"kind": "Job", "metadata": {"name": "j"}}]}', "not JSON"),
     ],
 )
 def test_a_bad_status_file_is_one_line_and_exit_2(setup: Setup, text: str, message: str) -> None:
