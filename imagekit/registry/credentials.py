@@ -91,7 +91,7 @@ def _masked_from_now_on(found: Credentials) -> Credentials:
 def docker_auth_config(registry: str) -> dict[str, str] | None:
     """What docker-py's push and pull need to log in: the environment's pair, which the engine
     cannot see itself (it reads the Docker config's ``auths`` on its own)."""
-    if os.environ.get(USER_ENV):
+    if os.environ.get(USER_ENV) and os.environ.get(PASSWORD_ENV):  # half a pair is no login
         found = find_credentials(registry)
         if found:
             return {"username": found.username, "password": found.password}

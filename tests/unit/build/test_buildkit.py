@@ -216,8 +216,12 @@ def test_a_push_run_says_once_why_buildkit_does_not_push_itself(
     assert said == []
     old = buildkit.pushing(settings_with(tmp_path, "0.13.1"), "reg:5000", said.append)
     assert not old.pushes and len(said) == 1 and said[0].startswith("buildx 0.13.1 is older than 0.29.0")
-    # a login from the environment is one buildx never sees: imagekit pushes through the engine
+    # half a pair is no login: the Docker config's (which buildx reads) is the one used
     monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "ci-bot")
+    (tmp_path / "config.json").write_text('{"auths": {"reg:5000": {"auth": "Ym90OnB3"}}}')
+    assert buildkit.pushing(settings_with(tmp_path, "0.29.1"), "reg:5000", said.append).pushes
+    assert len(said) == 1  # only the old buildx's line: nothing said of this one
+    # a login from the environment is one buildx never sees: imagekit pushes through the engine
     monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "s3cret-Passw0rd")
     said.clear()
     assert not buildkit.pushing(settings_with(tmp_path, "0.29.1"), "reg:5000", said.append).pushes
