@@ -235,11 +235,18 @@ def _read_failed(exc: BaseException) -> EnvironmentProblem:
 
 
 def repo_digest(image: dict[str, Any], ref: str) -> str | None:
-    """The ``name@sha256:...`` this image has under ``ref``'s repository, when it came from one."""
-    repository = split_reference(ref)[0]
-    for digest in image.get("RepoDigests") or ():
-        if str(digest).split("@", 1)[0] == repository:
-            return str(digest)
+    """The ``name@sha256:...`` this image has under ``ref``'s repository, when it came from one;
+    for a ``ref`` pinned by digest, that digest (an image can carry several of one repository:
+    the first listed need not be the pin it was pulled by)."""
+    repository, tag_or_digest = split_reference(ref)
+    digests = [str(d) for d in image.get("RepoDigests") or ()]
+    if tag_or_digest and tag_or_digest.startswith("sha256:"):
+        pinned = f"{repository}@{tag_or_digest}"
+        if pinned in digests:
+            return pinned
+    for digest in digests:
+        if digest.split("@", 1)[0] == repository:
+            return digest
     return None
 
 

@@ -225,3 +225,12 @@ def test_a_registry_is_the_first_component_with_a_dot_a_port_or_localhost() -> N
     assert registry_and_path("localhost/torch") == ("localhost", "torch")
     assert registry_and_path("team/torch") is None  # Docker Hub's short form
     assert registry_and_path("ghcr.io") is None  # a host, no repository
+
+
+def test_repo_digest_of_a_pinned_reference_is_its_pin() -> None:
+    # One image of one repository can carry several digests (an index and its platform manifest,
+    # pulled by each): the base.digest label must name the pin the lock put in FROM.
+    first, pin = "nvidia/cuda@sha256:" + "1" * 64, "nvidia/cuda@sha256:" + "2" * 64
+    image = {"RepoDigests": [first, pin]}
+    assert repo_digest(image, "nvidia/cuda:12.1@sha256:" + "2" * 64) == pin
+    assert repo_digest(image, "nvidia/cuda:12.1") == first
