@@ -29,7 +29,8 @@ DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")  # the files CDI reads from a spec dir
 
 
-def _spec_paths(dirs: Iterable[str]) -> list[Path]:
+def spec_paths(dirs: Iterable[str]) -> list[Path]:
+    """The spec files in ``dirs``, a bounded look at each: a spec dir holds a spec per vendor."""
     paths: list[Path] = []
     for directory in dirs:
         try:
@@ -56,7 +57,7 @@ def spec_device_names(dirs: Iterable[str], kind: str) -> frozenset[str] | None:
     None when no spec of that kind could be read there."""
     names: set[str] = set()
     read = False
-    for path in _spec_paths(dirs):
+    for path in spec_paths(dirs):
         found = _names_in(path, kind)
         if found is not None:
             read = True

@@ -11,7 +11,6 @@ so ``--gpus all`` fails there while ``--gpus cdi:nvidia.com/gpu=all`` works: the
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import subprocess
@@ -23,7 +22,7 @@ from imagekit.core import cdi
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.core.limits import CDI_SPEC_HEAD_BYTES, MAX_CDI_SPEC_FILES
 from imagekit.core.paths import open_regular_file
-from imagekit.verify.cdi_specs import SPEC_SUFFIXES
+from imagekit.verify.cdi_specs import spec_paths
 from imagekit.verify.gpus import GpuRequest, cdi_gpu_names
 
 NO_GPU_DRIVER = "could not select device driver"
@@ -76,15 +75,7 @@ def _head(path: Path) -> bytes:
 
 def nvidia_spec_present(dirs: Iterable[str]) -> bool:
     """Whether a spec of kind nvidia.com/gpu is in ``dirs`` (on this host: a local engine's)."""
-    for directory in dirs:
-        try:
-            # a bounded look: a spec dir holds a spec per vendor, not thousands of files
-            paths = list(itertools.islice(Path(directory).iterdir(), MAX_CDI_SPEC_FILES))
-        except OSError:
-            continue
-        if any(p.suffix in SPEC_SUFFIXES and _NVIDIA_KIND.search(_head(p)) for p in paths):
-            return True
-    return False
+    return any(_NVIDIA_KIND.search(_head(path)) for path in spec_paths(dirs))
 
 
 def refusal_problem(
