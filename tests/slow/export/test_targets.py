@@ -8,6 +8,7 @@ from pathlib import Path
 
 from imagekit.export.targets import bake_target_name
 from imagekit.plan.matrix import load_plan
+from imagekit.plan.source import source_state
 from imagekit.render.dockerfile import Renderer
 from tests.conftest import REPO, run_cli
 from tests.unit.export.test_targets import BAKE_NAME
@@ -22,6 +23,7 @@ def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> Non
     bake = json.loads(result.stdout)
     plan = load_plan(REPO / "matrix.yaml")
     rendered = {bake_target_name(r.cell.id): r for r in Renderer(plan).render_all()}
+    checkout = source_state(plan.root)  # the checkout's created, revision and source, as build gives them
     assert bake["group"]["default"]["targets"] == [bake_target_name(c.id) for c in plan.cells]
     assert set(bake["target"]) == set(rendered)
     for name, target in bake["target"].items():
@@ -32,7 +34,7 @@ def test_bake_file_targets_point_at_materialised_contexts(tmp_path: Path) -> Non
         assert (context / target["dockerfile"]).read_text() == item.dockerfile
         for file_name, source in item.context_files:
             assert (context / file_name).read_bytes() == source.read_bytes()
-        assert target["labels"] == item.build_labels()
+        assert target["labels"] == item.build_labels(checkout)
         # only a staging tag: `bake --push` must never write the final (moving) tags
         final = json.loads(
             run_cli("matrix", "-m", str(REPO / "matrix.yaml"), "-f", "json", "--only", item.cell.id).stdout
