@@ -118,10 +118,13 @@ def local_engine(environ: Mapping[str, str]) -> bool:
     return not host or host.startswith("unix://")
 
 
-def _nvidia_smi_indexes(run: Callable[..., subprocess.CompletedProcess[str]]) -> tuple[str, ...] | None:
+def _nvidia_smi_rows(
+    run: Callable[..., subprocess.CompletedProcess[str]], fields: str
+) -> list[tuple[str, ...]] | None:
+    """nvidia-smi's CSV rows of ``fields`` for each of the host's GPUs; None when it did not answer."""
     try:
         done = run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=NVIDIA_SMI_TIMEOUT_S,
@@ -129,8 +132,17 @@ def _nvidia_smi_indexes(run: Callable[..., subprocess.CompletedProcess[str]]) ->
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    found = tuple(line.strip() for line in done.stdout.splitlines() if line.strip())
-    if done.returncode != 0 or not found or not all(re.fullmatch(r"[0-9]{1,3}", i) for i in found):
+    if done.returncode != 0:
+        return None
+    return [
+        tuple(part.strip() for part in line.split(",")) for line in done.stdout.splitlines() if line.strip()
+    ]
+
+
+def _nvidia_smi_indexes(run: Callable[..., subprocess.CompletedProcess[str]]) -> tuple[str, ...] | None:
+    rows = _nvidia_smi_rows(run, "index")
+    found = tuple(",".join(row) for row in rows or ())
+    if not found or not all(re.fullmatch(r"[0-9]{1,3}", i) for i in found):
         return None
     return found[:MAX_GPUS]
 
@@ -142,22 +154,12 @@ def _nvidia_smi_gpus(
     run: Callable[..., subprocess.CompletedProcess[str]],
 ) -> tuple[tuple[str, str], ...] | None:
     """(index, uuid) of each of the host's GPUs, as nvidia-smi lists them."""
-    try:
-        done = run(
-            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    rows = _nvidia_smi_rows(run, "index,uuid")
+    if rows is None:
         return None
-    rows = [
-        tuple(part.strip() for part in line.split(",")) for line in done.stdout.splitlines() if line.strip()
-    ]
     gpus = tuple((row[0], row[1]) for row in rows if len(row) == 2)
     valid = all(re.fullmatch(r"[0-9]{1,3}", i) and _GPU_UUID.fullmatch(u) for i, u in gpus)
-    if done.returncode != 0 or not gpus or len(gpus) != len(rows) or not valid:
+    if not gpus or len(gpus) != len(rows) or not valid:
         return None
     return gpus[:MAX_GPUS]
 
