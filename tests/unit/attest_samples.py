@@ -31,6 +31,13 @@ def public_pem_of(pem: bytes) -> bytes:
     )
 
 
+def signing_key(pem: bytes) -> attest.SigningKey:
+    """``pem``'s key, as imagekit loads one from the environment."""
+    key = attest.load_signing_key(None, {attest.KEY_ENV: pem.decode()})
+    assert key is not None
+    return key
+
+
 def gpu_verification(verdict: str = "validated") -> Verification:
     """A verification as a GPU runner records it (the probe's H200 figures)."""
     gpu = verdict == "validated"

@@ -26,7 +26,14 @@ from imagekit.k8s.kyverno import (
     image_validating_policy,
 )
 from imagekit.registry.manifest import OCI_INDEX, OCI_MANIFEST, Manifest
-from tests.unit.attest_samples import DIGEST, SUBJECT, gpu_verification, private_pem, public_pem_of
+from tests.unit.attest_samples import (
+    DIGEST,
+    SUBJECT,
+    gpu_verification,
+    private_pem,
+    public_pem_of,
+    signing_key,
+)
 from tests.unit.k8s.kyverno_cel import admitted, compile_validations, glob_matches
 from tests.unit.k8s.kyverno_verifier import StubRegistry
 from tests.unit.oci_stub import OciStub, oci_stub
@@ -38,14 +45,8 @@ PUB = public_pem_of(KEY_PEM).decode()
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 
 
-def _signer(pem: bytes) -> attest.SigningKey:
-    key = attest.load_signing_key(None, {attest.KEY_ENV: pem.decode()})
-    assert key is not None
-    return key
-
-
-SIGNER = _signer(KEY_PEM)
-STRANGER = _signer(private_pem())
+SIGNER = signing_key(KEY_PEM)
+STRANGER = signing_key(private_pem())
 
 
 def image_statement(verdict: str) -> dict[str, Any]:

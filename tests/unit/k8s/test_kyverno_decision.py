@@ -25,7 +25,14 @@ from imagekit.attest.attach import attach_envelopes, cosign_tag
 from imagekit.k8s.admission import policy_files
 from imagekit.k8s.kyverno import KYVERNO_IVPOL_POLICY_FILE, KYVERNO_POLICY_FILE, cluster_policy
 from imagekit.registry.manifest import OCI_MANIFEST, Manifest
-from tests.unit.attest_samples import DIGEST, SUBJECT, gpu_verification, private_pem, public_pem_of
+from tests.unit.attest_samples import (
+    DIGEST,
+    SUBJECT,
+    gpu_verification,
+    private_pem,
+    public_pem_of,
+    signing_key,
+)
 from tests.unit.k8s import kyverno_cel
 from tests.unit.k8s.kyverno_verifier import (
     Refused,
@@ -44,14 +51,8 @@ KEY_PEM = private_pem()
 PUB = public_pem_of(KEY_PEM).decode()
 
 
-def _signer(pem: bytes) -> attest.SigningKey:
-    key = attest.load_signing_key(None, {attest.KEY_ENV: pem.decode()})
-    assert key is not None
-    return key
-
-
-SIGNER = _signer(KEY_PEM)
-STRANGER = _signer(private_pem())
+SIGNER = signing_key(KEY_PEM)
+STRANGER = signing_key(private_pem())
 
 
 def verification(verdict: str, edit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
