@@ -1,7 +1,7 @@
 """Builder benchmarks: imagekit build against the docker CLI, no-change rebuilds, --jobs,
 start-up, plan + render.
 
-    python bench/builder.py [--rounds N] [--out bench/results/builder.json] [--base IMAGE]
+    python -m bench.builder [--rounds N] [--out bench/results/builder.json] [--base IMAGE]
         [--wheelhouse DIR] [--only VARIANT ...]
 
 1. one cell, ``imagekit build`` vs ``docker build`` (classic builder, DOCKER_BUILDKIT=0) on the
@@ -236,7 +236,7 @@ def no_change(rounds: int, work: Path, wheelhouse: Path | None) -> dict[str, obj
                 record.unlink(missing_ok=True)
                 full.append(imagekit(root))  # plans, renders and asks the engine; leaves the record
                 if not record.exists():
-                    raise NotMeasured("the no-change run left no record (imagekit.build.no_change)")
+                    raise NotMeasured("the no-change run left no record (imagekit.builds.no_change)")
                 answered.append(imagekit(root))  # the next nightly: answered from the record
             else:
                 cli.append(sum(docker_cli(tar, args, labels) for tar, args, labels in inputs))
@@ -303,8 +303,7 @@ def startup(rounds: int, work: Path) -> dict[str, object]:
 
 def plan_render(rounds: int, work: Path) -> dict[str, object]:
     """bench/plan_render.py's measure at 10,000 cells and at 1,250 (the linearity check)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from plan_render import measure
+    from bench.plan_render import measure
 
     out: dict[str, Any] = {}
     for cells in (1_250, 10_000):

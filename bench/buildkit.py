@@ -1,6 +1,6 @@
 """The BuildKit builder (issue 35) on the offline demo's real cell, side by side in one run.
 
-    python bench/buildkit.py [--out bench/results/buildkit.json] [--only builders|runners]
+    python -m bench.buildkit [--out bench/results/buildkit.json] [--only builders|runners]
 
 The cell is the offline demo's amd64 cell (torch 2.13.0+cpu and NumPy installed into a venv from
 the local wheelhouse, no index; every BuildKit step `RUN --network=none`) on the demo's base image
@@ -38,18 +38,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.cache_from import imagekit, timed
 from imagekit.core.limits import STATE_BYTES
 from imagekit.core.paths import read_regular_text
-from tests.integration.registry_server import LocalRegistry
+from testbed.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 WHEELHOUSE = REPO / "examples" / "offline" / "wheelhouse"

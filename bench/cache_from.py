@@ -1,7 +1,7 @@
 """Layer reuse on an empty runner: an unchanged cell built with and without its staged image as
 the cache source, side by side in one run.
 
-    python bench/cache_from.py [--out bench/results/cache_from.json]
+    python -m bench.cache_from [--out bench/results/cache_from.json]
 
 Three private dockerd engines with their own data roots stand for three fresh runners, each
 holding only the base image (imagekit-local/debian-python:bookworm, loaded), and one
@@ -36,12 +36,10 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from imagekit.core.limits import STATE_BYTES
 from imagekit.core.paths import read_regular_text
-from tests.integration.private_engine import PrivateEngine, private_engine
-from tests.integration.registry_server import LocalRegistry
+from testbed.private_engine import PrivateEngine, private_engine
+from testbed.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 OFFLINE = REPO / "examples" / "offline" / "wheelhouse"

@@ -1,6 +1,6 @@
 """Context bytes per cell against its wheel closure, with a wheelhouse holding two torch releases.
 
-    python bench/context_bytes.py [--out bench/results/context_bytes.json]
+    python -m bench.context_bytes [--out bench/results/context_bytes.json]
 
 The wheelhouse (bench/results/wheelhouse-two-torch/, filled once) holds:
 
@@ -31,8 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imagekit.plan.matrix import load_plan
 from imagekit.render.context import make_tar

@@ -1,6 +1,6 @@
 """BuildKit's SLSA provenance (mode=max) against `--provenance=false` (issue 46, item 3).
 
-    python bench/provenance.py [--out bench/results/provenance.json]
+    python -m bench.provenance [--out bench/results/provenance.json]
 
 One small BuildKit cell (busybox, the stand-in check script of tests/integration/test_bake.py),
 exported with `imagekit matrix --format bake` and built with `docker buildx build` from that target:
@@ -29,12 +29,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from imagekit.core.clock import REPRODUCIBLE_EPOCH
-from tests.integration.conftest import Project, write_cells
-from tests.integration.registry_server import LocalRegistry
-from tests.integration.test_bake import BK_CHECK_TEMPLATE
+from testbed.matrix_projects import BK_CHECK_TEMPLATE, Project, write_cells
+from testbed.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 ACCEPT = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"

@@ -1,6 +1,6 @@
 """Publish benchmark: promoting 12 already-pushed images to their tags.
 
-    python bench/publish.py [--rounds N] [--images 12] [--out bench/results/publish.json]
+    python -m bench.publish [--rounds N] [--images 12] [--out bench/results/publish.json]
 
 Both sides start from the same state: 12 small images, each already pushed to a staging tag of a
 fresh docker-registry on 127.0.0.1. Each image then gets three final tags (a readable one and two
@@ -23,7 +23,6 @@ import io
 import json
 import statistics
 import subprocess
-import sys
 import tarfile
 import time
 import uuid
@@ -31,10 +30,8 @@ from pathlib import Path
 
 import docker
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from imagekit.registry.client import Registry
-from tests.integration.registry_server import LocalRegistry
+from testbed.registry_server import LocalRegistry
 
 LABEL = "imagekit-bench.run"
 RUN = uuid.uuid4().hex[:10]

@@ -1,12 +1,20 @@
 """What a fresh node fetches to run two CUDA-wheel cells, old layout against new (issue 36), in one run.
 
-    python bench/pull_cost.py [--out bench/fixtures/pull-cost.json] [--old-commit b30061e]
+    python -m bench.pull_cost [--out bench/fixtures/pull-cost.json] [--old-commit b30061e]
+    python -m bench.pull_cost --releases 2.1.2,2.2.2,2.3.1 --wheelhouse WH --skip old --skip zstd \
+        --skip repro --out bench/fixtures/pull-cost-three.json
+
 
 Cells: the cuda-wheels example (torch 2.1.2, CUDA 12.1 from PyPI's nvidia-*-cu12 wheels, on
 imagekit-local/debian-python:bookworm) and torch 2.1.1, which pins the same eleven nvidia wheels
 and triton 2.1.0 (Requires-Dist). The bench makes its own project: the example's matrix with both
 releases, builder buildkit, no index, and a wheelhouse of hard links (the example's wheels, filled
 by `examples/cuda-wheels/setup.sh`, and torch 2.1.1 from ~/.cache/imagekit/pull-cost/).
+`--releases` names other torch releases (PyPI's CUDA 12.1 builds) and `--wheelhouse` a directory
+holding all their closures, hard-linked into the project (issue 49: 2.1.2, 2.2.2 and 2.3.1 share
+ten CUDA wheels and cuDNN, only NCCL differs). Whatever the releases, the pull phase records each
+cell's closure layers (a CUDA wheel each, the other dependencies) from the manifests and configs:
+which have one digest in every cell, and what one layer per cell (the old layout) would weigh.
 
 Layouts: "old" is the tree before issue 36 (commit b30061e, one pip RUN for the whole closure), run
 from a detached git worktree with this venv's Python (PYTHONPATH); "new" is this tree (the closure in
@@ -30,8 +38,10 @@ docker-registry with its access log on, so fetched bytes are the body bytes of e
    is named with the files whose tar entries differ. Without imagekit's rewrite-timestamp (dockerd
    26's pushing image exporter refuses it, moby#51493) file times differ: this measures bake.
 
-Each engine is stopped (its data removed) as soon as its phase is measured: a CUDA image is ~6 GB
-unpacked. Needs root, /usr/bin/docker-registry and the engine of record's CLI with buildx.
+`--skip old` leaves the old layout out (no old worktree). Each engine is stopped (its data
+removed) as soon as its phase is measured: a CUDA image is ~6 GB unpacked; the least free space on
+/ while the bench ran is recorded. Needs root, /usr/bin/docker-registry and the engine of record's
+CLI with buildx.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -54,14 +65,21 @@ from typing import Any
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.buildkit import Engine as SecondEngine
 from bench.buildkit import fetched
 from bench.cache_from import imagekit, timed
 from imagekit.core.limits import DOCKERFILE_BYTES, STATE_BYTES
 from imagekit.core.paths import read_regular_text
-from tests.integration.registry_server import LocalRegistry
+from testbed.image_counts import (
+    closure_layers,
+    distinct_bytes,
+    entry_differences,
+    layer_diff,
+    layer_sharing,
+    one_layer_per_cell_bytes,
+    ratio,
+)
+from testbed.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "cuda-wheels" / "wheelhouse"
@@ -72,12 +90,16 @@ OLD_COMMIT = "b30061e"
 BASE = "imagekit-local/debian-python:bookworm"
 DOCKER = "docker"
 RUN = uuid.uuid4().hex[:6]
-CELLS = ("debian-local-torch2.1.2-cuda12.1-py3.11-runtime", "debian-local-torch2.1.1-cuda12.1-py3.11-runtime")
+RELEASES = ("2.1.2", "2.1.1")
 STAGING = "bench/pytorch-staging"
 MATRIX = """\
 version: 1
-axes: {{torch: ["2.1.2", "2.1.1"], cuda: ["12.1"], base: [debian-local], flavour: [runtime]}}
+axes: {{torch: {releases}, cuda: ["12.1"], base: [debian-local], flavour: [runtime]}}
 defaults: {{torchvision: none, torchaudio: none}}
+advisories:
+  waive:  # every CUDA 12.1 torch on PyPI predates the fixes; the bench measures layers only
+    - {{id: CVE-2025-32434, reason: "the pull-cost bench loads no checkpoint"}}
+    - {{id: CVE-2024-48063, reason: "the pull-cost bench runs no torch.distributed.rpc"}}
 bases:
   debian-local: {{image: "{base}", os: debian12, python: "3.11", cuda: false}}
 sources:
@@ -96,6 +118,46 @@ ACCEPT = ", ".join(
         "application/vnd.docker.distribution.manifest.v2+json",
     )
 )
+
+
+def cell_names(releases: Iterable[str]) -> list[str]:
+    """The matrix's cell names, one per torch release, in the order they are built and pulled."""
+    return [f"debian-local-torch{release}-cuda12.1-py3.11-runtime" for release in releases]
+
+
+CELLS = tuple(cell_names(RELEASES))  # the default run's cells (bench/reproducible.py builds the first)
+
+
+def parse_releases(text: str) -> list[str]:
+    """`--releases 2.1.2,2.2.2`: two or more distinct X.Y.Z releases (one cell is no sharing)."""
+    releases = [r.strip() for r in text.split(",") if r.strip()]
+    if len(releases) < 2 or len(set(releases)) != len(releases):
+        raise argparse.ArgumentTypeError(f"{text!r}: name two or more distinct releases, e.g. 2.1.2,2.2.2")
+    for release in releases:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", release):
+            raise argparse.ArgumentTypeError(f"{release!r}: a torch release is X.Y.Z, e.g. 2.2.2")
+    return releases
+
+
+class LeastFree:
+    """The least free space on / while the bench runs, sampled: its peak disk use beside the start."""
+
+    def __init__(self) -> None:
+        self.least = shutil.disk_usage("/").free
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        while not self.done.wait(5.0):
+            self.least = min(self.least, shutil.disk_usage("/").free)
+
+    def __enter__(self) -> LeastFree:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 class Engine(SecondEngine):
@@ -121,40 +183,30 @@ class Engine(SecondEngine):
         return timed([DOCKER, "-H", self.host, "pull", "-q", reference], REPO, {})
 
 
-def distinct_bytes(manifests: Iterable[dict[str, Any]]) -> int:
-    """What an empty node downloads for these image manifests: each config and layer digest once
-    (the manifests themselves are not counted)."""
-    sizes: dict[str, int] = {}
-    for manifest in manifests:
-        for blob in (manifest["config"], *manifest["layers"]):
-            sizes[blob["digest"]] = blob["size"]
-    return sum(sizes.values())
-
-
-def layer_diff(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[int]:
-    """The positions whose layer digests differ (a missing layer differs too)."""
-    return [i for i in range(max(len(first), len(second))) if first[i : i + 1] != second[i : i + 1]]
-
-
-def entry_differences(a: dict[str, tuple[object, ...]], b: dict[str, tuple[object, ...]]) -> list[str]:
-    """The tar paths whose (type, size, mode, uid, gid, mtime, content hash) differ, or are in one only."""
-    return sorted(path for path in a.keys() | b.keys() if a.get(path) != b.get(path))
-
-
 class Bench:
     def __init__(
-        self, project: Path, registry: LocalRegistry, old_tree: Path, out: Path, skip: list[str]
+        self,
+        project: Path,
+        registry: LocalRegistry,
+        old_tree: Path,
+        out: Path,
+        skip: list[str],
+        cells: list[str],
+        cold_each: bool = False,
     ) -> None:
         self.project = project
+        self.cold_each = cold_each
         self.skip = skip
+        self.cells = cells
+        self.layouts = [layout for layout in ("old", "new") if layout not in skip]
         self.registry = registry
         self.old_tree = old_tree
         self.out = out
         self.log = registry.dir / "registry.log"
         self.result: dict[str, Any] = {
             "run": RUN,
-            "cells": list(CELLS),
-            "old_layout": f"commit {OLD_COMMIT} (one pip RUN)",
+            "cells": cells,
+            "old_layout": "skipped" if "old" in skip else f"commit {OLD_COMMIT} (one pip RUN)",
             "new_layout": subprocess.run(
                 ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
             ).stdout.strip(),
@@ -173,7 +225,7 @@ class Bench:
 
     def check_layouts(self) -> None:
         """Each tree imports its own package and renders its own pip steps."""
-        for layout in ("old", "new"):
+        for layout in self.layouts:
             env = {**os.environ, **self.env(layout)}
             where = subprocess.run(
                 [sys.executable, "-c", "import imagekit; print(imagekit.__file__)"],
@@ -202,7 +254,7 @@ class Bench:
                 target.pop("cache-to", None)
             (self.project / f"bake-{layout}.json").write_text(json.dumps(targets, indent=2))
             dockerfile = read_regular_text(
-                self.project / ctx / CELLS[0] / "Dockerfile",
+                self.project / ctx / self.cells[0] / "Dockerfile",
                 DOCKERFILE_BYTES,
                 "the Dockerfile bake export wrote",
             )
@@ -270,6 +322,8 @@ class Bench:
                 for cell, cost in costs.items()
             },
             "largest_step": {cell: cost.largest_step[:120] for cell, cost in costs.items()},
+            # each layer's step as imagekit keys it for the floor (clipped at STEP_CHARS)
+            "steps": {cell: list(cost.steps) for cell, cost in costs.items()},
         }
 
     # ---------------------------------------------------------------- phases
@@ -282,9 +336,12 @@ class Bench:
         writes the OCI tar, loads it into the engine and writes the registry cache, about four
         copies of a 3 GB image, which this machine's disk does not hold twice."""
         r = self.result.setdefault("build", {})
+        if self.cold_each:
+            self.build_each(layout)
+            return
         with Engine(layout[0], base=True) as engine:
             seconds, staged = {}, {}
-            for cell in CELLS:
+            for cell in self.cells:
                 took, staged[cell] = self.bake(layout, engine, cell)
                 seconds[cell] = round(took, 1)
                 if layout == "old":  # the old layout shares no install layer: keep the disk free
@@ -295,9 +352,25 @@ class Bench:
                 name = f"{self.registry.host}/{STAGING}:zstd"
                 output = f"output=type=image,name={name},push=true,compression=zstd,force-compression=true"
                 output += ",oci-mediatypes=true"
-                took, digest = self.bake(layout, engine, CELLS[0], output)
+                took, digest = self.bake(layout, engine, self.cells[0], output)
                 self.result["zstd"] = {"export_push_seconds": round(took, 1), "staged": digest}
                 self.save()
+
+    def build_each(self, layout: str) -> None:
+        """Each cell cold on an engine of its own, holding only the base (`--cold-each`): a layer two
+        cells share is then the same digest only if its step writes the same bytes, not because the
+        second cell found it in the first one's cache. The push output gets store=false and
+        rewrite-timestamp=true, as imagekit's own push does (imagekit.engine.buildx): without it a
+        file's time is when pip wrote it, and no layer of two builds matches."""
+        targets = json.loads((self.project / f"bake-{layout}.json").read_text())["target"]
+        seconds, staged = {}, {}
+        for i, cell in enumerate(self.cells):
+            output = targets[cell.replace(".", "_")]["output"][0] + ",store=false,rewrite-timestamp=true"
+            with Engine(f"{layout[0]}{i}", base=True) as engine:
+                took, staged[cell] = self.bake(layout, engine, cell, f"output={output}")
+            seconds[cell] = round(took, 1)
+            self.result["build"][layout] = {"seconds": seconds, "staged": staged, "engine_per_cell": True}
+            self.save()
 
     def pull(self, layout: str) -> None:
         """Both cells by digest on an empty engine: what the registry sent, against the manifests."""
@@ -312,7 +385,7 @@ class Bench:
         with Engine(f"p{layout[0]}", base=False) as engine:
             start = self.log.stat().st_size
             seconds = {
-                c: round(engine.pull(f"{self.registry.host}/{STAGING}@{digests[c]}"), 1) for c in CELLS
+                c: round(engine.pull(f"{self.registry.host}/{STAGING}@{digests[c]}"), 1) for c in self.cells
             }
             time.sleep(1)  # the access log line is written after the response
             record.update(pull_seconds=seconds, fetched=fetched(self.log, start))
@@ -324,12 +397,35 @@ class Bench:
         # files is) beside imagekit's floor from the manifests
         wheels = sum(w.stat().st_size for w in (self.project / "wheelhouse").glob("*.whl"))
         record["wheelhouse_bytes"] = wheels
-        record["fetched_over_floor"] = round(record["fetched"]["blob_bytes"] / record["imagekit"]["floor"], 4)
+        record["fetched_over_floor"] = ratio(record["fetched"]["blob_bytes"], record["imagekit"]["floor"])
         self.result.setdefault("pull", {})[layout] = record
+        self.save()  # what was measured stays, whatever reading the closure layers below finds
+        record.update(
+            self.closure(manifests, record["manifest_distinct_bytes"], record["fetched"]["blob_bytes"])
+        )
         if "old" in self.result["pull"] and "new" in self.result["pull"]:
             old, new = (self.result["pull"][k]["fetched"]["blob_bytes"] for k in ("old", "new"))
             self.result["new_over_old_fetched"] = round(new / old, 4)
         self.save()
+
+    def closure(self, manifests: dict[str, dict[str, Any]], distinct: int, got: int) -> dict[str, Any]:
+        """Each cell's closure layers (a CUDA wheel each, the other dependencies), which have one
+        digest in every cell, and the bytes one closure layer per cell (the old layout) would take."""
+        cells = {cell: closure_layers(m, self.config(m)) for cell, m in manifests.items()}
+        old = one_layer_per_cell_bytes(distinct, cells)
+        return {
+            "closure_layers": cells,
+            "closure_sharing": layer_sharing(cells),
+            "one_layer_per_cell_bytes": old,
+            "fetched_over_one_layer_per_cell": ratio(got, old),
+        }
+
+    def config(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        url = f"http://{self.registry.host}/v2/{STAGING}/blobs/{manifest['config']['digest']}"
+        answer = requests.get(url, timeout=60)
+        answer.raise_for_status()
+        config: dict[str, Any] = answer.json()
+        return config
 
     def zstd_pull(self) -> None:
         """The zstd 2.1.2 image alone on an empty engine (the gzip one was timed by pull("new"))."""
@@ -343,8 +439,10 @@ class Bench:
                 Path(d, "unpigz").exists()
                 for d in ("/opt/imagekit-engine/usr/bin", *os.environ["PATH"].split(":"))
             )
-        z["gzip_pull_seconds"] = self.result["pull"]["new"]["pull_seconds"][CELLS[0]]
-        z["gzip_bytes"] = distinct_bytes([self.manifest(self.result["build"]["new"]["staged"][CELLS[0]])])
+        z["gzip_pull_seconds"] = self.result["pull"]["new"]["pull_seconds"][self.cells[0]]
+        z["gzip_bytes"] = distinct_bytes(
+            [self.manifest(self.result["build"]["new"]["staged"][self.cells[0]])]
+        )
         z["zstd_bytes"] = distinct_bytes([self.manifest(z["staged"])])
         z["zstd_over_gzip_seconds"] = round(z["pull_seconds"] / z["gzip_pull_seconds"], 3)
         self.save()
@@ -362,9 +460,9 @@ class Bench:
 
     def repro(self) -> None:
         """The new 2.1.2 cell again on another empty engine: the same manifest and layers?"""
-        first = self.result["build"]["new"]["staged"][CELLS[0]]
+        first = self.result["build"]["new"]["staged"][self.cells[0]]
         with Engine("r", base=True) as engine:
-            seconds, second = self.bake("new", engine, CELLS[0])
+            seconds, second = self.bake("new", engine, self.cells[0])
         a, b = self.manifest(first), self.manifest(second)
         differ = layer_diff(a["layers"], b["layers"])
         record: dict[str, Any] = {
@@ -425,43 +523,73 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "fixtures" / "pull-cost.json")
     parser.add_argument("--old-commit", default=OLD_COMMIT)
     parser.add_argument(
-        "--skip", action="append", default=[], choices=("zstd", "repro"), help="leave a phase out"
+        "--releases",
+        type=parse_releases,
+        default=list(RELEASES),
+        help="torch releases, one cell each, comma-separated (default: 2.1.2,2.1.1)",
+    )
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help="wheels of every release's closure (default: the cuda-wheels example's and torch 2.1.1)",
+    )
+    parser.add_argument(
+        "--cold-each",
+        action="store_true",
+        help="build each cell cold on an engine of its own (store=false, rewrite-timestamp=true)",
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=("old", "zstd", "repro"), help="leave a phase out"
     )
     args = parser.parse_args()
-    if not any(EXAMPLE.glob("torch-2.1.2-*.whl")) or not TORCH_211.is_file():
-        raise SystemExit(
-            f"no wheelhouse: run examples/cuda-wheels/setup.sh; put {TORCH_211.name} in {TORCH_211.parent}"
-        )
+    if args.wheelhouse is None:
+        if not any(EXAMPLE.glob("torch-2.1.2-*.whl")) or not TORCH_211.is_file():
+            raise SystemExit(
+                f"no wheelhouse: run examples/cuda-wheels/setup.sh; "
+                f"put {TORCH_211.name} in {TORCH_211.parent}"
+            )
+        wheels = [*sorted(EXAMPLE.glob("*.whl")), TORCH_211]
+    else:
+        wheels = sorted(args.wheelhouse.glob("*.whl"))
+    missing = [r for r in args.releases if not any(w.name.startswith(f"torch-{r}-") for w in wheels)]
+    if missing:
+        raise SystemExit(f"no torch wheel for {', '.join(missing)} in the wheelhouse: add its closure")
     registry = LocalRegistry(access_log=True).start()
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-pc-", dir="/var/tmp"))
     project, old_tree = work / "project", work / "old"
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(old_tree), args.old_commit],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
+    if "old" not in args.skip:
+        add = ["git", "worktree", "add", "--detach", str(old_tree), args.old_commit]
+        subprocess.run(add, cwd=REPO, check=True, capture_output=True)
     try:
-        project.mkdir()
-        link_wheels(project / "wheelhouse", iter([*sorted(EXAMPLE.glob("*.whl")), TORCH_211]))
-        (project / "matrix.yaml").write_text(
-            MATRIX.format(base=BASE, registry=registry.host, staging=STAGING)
-        )
-        bench = Bench(project, registry, old_tree, args.out.resolve(), args.skip)
-        bench.check_layouts()
-        bench.save()
-        bench.build("new")
-        bench.pull("new")
-        if "zstd" not in args.skip:
-            bench.zstd_pull()
-        bench.build("old")
-        bench.pull("old")
-        if "repro" not in args.skip:
-            bench.repro()
-        bench.result["load_1min_end"] = round(os.getloadavg()[0], 2)
-        bench.save()
+        with LeastFree() as disk:
+            project.mkdir()
+            link_wheels(project / "wheelhouse", iter(wheels))
+            (project / "matrix.yaml").write_text(
+                MATRIX.format(
+                    releases=json.dumps(args.releases), base=BASE, registry=registry.host, staging=STAGING
+                )
+            )
+            cells = cell_names(args.releases)
+            bench = Bench(project, registry, old_tree, args.out.resolve(), args.skip, cells, args.cold_each)
+            bench.check_layouts()
+            bench.save()
+            bench.build("new")
+            bench.pull("new")
+            if "zstd" not in args.skip:
+                bench.zstd_pull()
+            if "old" not in args.skip:
+                bench.build("old")
+                bench.pull("old")
+            if "repro" not in args.skip:
+                bench.repro()
+            bench.result["load_1min_end"] = round(os.getloadavg()[0], 2)
+            bench.result["df_root_free_gb_end"] = round(shutil.disk_usage("/").free / 1e9, 1)
+            bench.result["df_root_free_gb_least"] = round(disk.least / 1e9, 1)
+            bench.save()
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=REPO, check=False)
+        if "old" not in args.skip:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=REPO, check=False)
         shutil.rmtree(work, ignore_errors=True)
         registry.remove()
     print(json.dumps(bench.result, indent=2))

@@ -1,6 +1,6 @@
 """BuildKit's own push (issue 46) and the default builder on this engine, in one run.
 
-    python bench/push.py [--out bench/results/push.json] [--only push|builders]
+    python -m bench.push [--out bench/results/push.json] [--only push|builders]
 
 The cell is bench/buildkit.py's: the offline demo's amd64 cell (torch 2.13.0+cpu and NumPy from the
 local wheelhouse, every BuildKit step `RUN --network=none`) on imagekit-local/debian-python:
@@ -33,17 +33,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.buildkit import CELL, DOCKER, MATRIX, RUN, WHEELHOUSE, Engine, cell
 from bench.cache_from import imagekit, timed
 from imagekit.core.clock import REPRODUCIBLE_EPOCH
 from imagekit.engine.buildx import compression_options, registry_cache
-from tests.integration.registry_server import LocalRegistry
+from testbed.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 STAGING = "bench/pytorch-staging"

@@ -1,10 +1,11 @@
 """Everything plan and render produce for a set of matrices, written to a directory to diff.
 
 A performance change to planning or rendering must not change a byte of what they give. Run this
-with the tree before the change and with the tree after it, then compare:
+in the tree before the change and in the tree after it (`python -m` puts the working directory
+first on the import path, so each run imports its own tree's imagekit), then compare:
 
-    PYTHONPATH=OLD python bench/render_snapshot.py /tmp/before
-    PYTHONPATH=NEW python bench/render_snapshot.py /tmp/after
+    (cd OLD && python -m bench.render_snapshot /tmp/before)
+    (cd NEW && python -m bench.render_snapshot /tmp/after)
     diff -r /tmp/before /tmp/after && echo identical
 
 Per matrix, under ``OUT/<name>/``: ``plan.txt`` (every cell's id, input digest and summary, every
@@ -25,13 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.plan_render import matrix_text
 from imagekit.core.errors import InputError
 from imagekit.facts.compat import load_compat
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_render import matrix_text
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "torch: '2.4.1', python: '3.10'"  # the wide matrices' own rows
@@ -99,8 +98,7 @@ def wide_matrix(pypi: bool) -> str:
 
 
 def variants_matrix(root: Path) -> Path:
-    sys.path.insert(0, str(REPO))
-    from tests.unit.projects import VARIANTS
+    from testbed.sample_projects import VARIANTS
 
     wheel = root / "wheelhouse" / "numpy-1.26.4-cp311-none-any.whl"
     wheel.parent.mkdir(parents=True, exist_ok=True)

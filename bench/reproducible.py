@@ -1,7 +1,7 @@
 """A real CUDA cell staged by `imagekit build --push`, rebuilt on an empty engine by `imagekit
 rebuild-check`, and pulled as gzip and as zstd (issue 36, parts 4 and 5), in one run.
 
-    python bench/reproducible.py [--out bench/fixtures/reproducible.json]
+    python -m bench.reproducible [--out bench/fixtures/reproducible.json]
 
 The cell is bench/pull_cost.py's first: the cuda-wheels example (torch 2.1.2 with CUDA 12.1 from
 PyPI's eleven nvidia-*-cu12 wheels, on imagekit-local/debian-python:bookworm, no index), builder
@@ -30,21 +30,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.buildkit import Engine as SecondEngine
 from bench.buildkit import fetched
 from bench.cache_from import imagekit, timed
-from bench.pull_cost import BASE, CELLS, EXAMPLE, RUN, distinct_bytes
+from bench.pull_cost import BASE, CELLS, EXAMPLE, RUN
 from imagekit.core.limits import STATE_BYTES
 from imagekit.core.paths import read_regular_text
-from tests.integration.registry_server import LocalRegistry
+from testbed.image_counts import distinct_bytes
+from testbed.registry_server import LocalRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = CELLS[0]

@@ -1,6 +1,6 @@
 """GPU minutes: `imagekit verify --jobs N` against `--jobs 1` on a built matrix's cells.
 
-    python bench/verify_jobs.py --project DIR [--jobs 3] [--rounds 3] [--gpus none] [--docker-host URL]
+    python -m bench.verify_jobs --project DIR [--jobs 3] [--rounds 3] [--gpus none] [--docker-host URL]
         [--no-warm]
 
 DIR holds a matrix.yaml built with `imagekit build` (its .imagekit/report.json names the images),
@@ -9,7 +9,7 @@ runs `imagekit verify --matrix matrix.yaml --gpus G --jobs 1` and `--jobs N`, in
 order, timed end to end (process start included); the GPU-seconds are read back from the report's
 last verify run. Prints medians, their ratio and the load average, and writes
 bench/results/verify_jobs.json. With --fake-gpus N the runs go to a private engine with the tests'
-fake NVIDIA hook (tests/integration/fake_gpu_engine.py; as root), holding the report's images, with
+fake NVIDIA hook (testbed/fake_gpu_engine.py; as root), holding the report's images, with
 --gpus device=0,...,N-1: each cell's first pass is pinned to a GPU of its own, and the checks that
 need a driver fail (there is none), so it measures the scheduling, not a GPU.
 """
@@ -66,7 +66,7 @@ def main() -> int:
 
 
 def on_fake_gpus(args: argparse.Namespace) -> int:
-    from tests.integration.fake_gpu_engine import fake_gpu_engine
+    from testbed.fake_gpu_engine import fake_gpu_engine
 
     report = json.loads(
         read_regular_text(

@@ -1,6 +1,6 @@
 """Harness overhead: `imagekit verify IMAGE` vs `docker run --rm IMAGE python3 <script>`.
 
-    python bench/verify_overhead.py [--image REF] [--rounds N]
+    python -m bench.verify_overhead [--image REF] [--rounds N]
 
 Both run the same in-image check script with the same expectations on the same image, with no
 GPU (`--gpus none`; `docker run --network none`), alternated within each round, timed end to end

@@ -34,8 +34,8 @@ if [[ ${1:-} == fast ]]; then
     unset PYTHONDONTWRITEBYTECODE
     export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}"
     log "ruff"
-    ruff check imagekit tests bench scripts
-    ruff format --check imagekit tests bench scripts
+    ruff check imagekit tests bench testbed scripts
+    ruff format --check imagekit tests bench testbed scripts
     log "mypy --strict imagekit/"
     mypy imagekit
     log "pytest: the fast tier"
@@ -98,8 +98,8 @@ export IMAGEKIT_TEST_REGISTRY="${IMAGEKIT_TEST_REGISTRY:-127.0.0.1:5000}"
 bash scripts/engine.sh registry "${IMAGEKIT_TEST_REGISTRY##*:}"
 
 log "ruff"
-ruff check imagekit tests bench scripts
-ruff format --check imagekit tests bench scripts
+ruff check imagekit tests bench testbed scripts
+ruff format --check imagekit tests bench testbed scripts
 log "mypy --strict imagekit/"
 mypy imagekit
 log "drift check: committed Dockerfiles equal what matrix.yaml renders"

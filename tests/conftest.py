@@ -7,8 +7,6 @@ import functools
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
@@ -122,21 +120,6 @@ bases:
 """
 
 
-def waive(*ids: str) -> str:
-    """A matrix's `advisories:` block waiving each of ``ids`` for every cell it affects: for test
-    matrices of torch 2.1-2.5 about something else (imagekit/data/advisories.yaml's critical
-    advisories refuse those cells unwaived)."""
-    reason = "a test of another feature; it loads no checkpoint"
-    entries = "".join(f"    - {{id: {i}, reason: {reason}}}\n" for i in ids)
-    return f"advisories:\n  waive:\n{entries}"
-
-
-# torch < 2.6.0: torch.load(weights_only=True) runs code (CVE-2025-32434, critical); torch < 2.5.0
-# also CVE-2024-48063 (critical). A waiver that selects no cell is only a warning.
-WAIVE_TORCH_2_5 = waive("CVE-2025-32434")
-WAIVE_OLD_TORCH = waive("CVE-2025-32434", "CVE-2024-48063")
-
-
 @dataclass(frozen=True)
 class CliResult:
     exit_code: int
@@ -164,19 +147,3 @@ def write_matrix(tmp_path: Path) -> Callable[[str], Path]:
         return path
 
     return write
-
-
-def imagekit(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """imagekit in a process of its own, as a user starts it (a hang, a payload or a signal is
-    then the real thing); never raises on its exit status."""
-    return subprocess.run(
-        [sys.executable, "-m", "imagekit", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )

@@ -64,19 +64,6 @@ class Attached:
         return {"predicateType": self.predicate_type, "artifact": self.artifact, "envelope": self.envelope}
 
 
-def attach_statements(
-    registry: Registry,
-    repository: str,
-    subject: Manifest,
-    statements: Sequence[Mapping[str, Any]],
-    key: SigningKey,
-    created: str | None = None,
-) -> tuple[str, ...]:
-    """Sign each Statement and attach it to ``subject`` in ``repository``; the predicate types."""
-    attached = attach_envelopes(registry, repository, subject, statements, key, created)
-    return tuple(a.predicate_type for a in attached)
-
-
 def attach_envelopes(
     registry: Registry,
     repository: str,

@@ -1,15 +1,18 @@
 """The command line: a thin shell that parses options, calls a stage, and prints.
 
-One module per command group (``plan``: plan, render, schema, matrix; ``build``: build, verify,
-report; ``publish``: publish, images; ``k8s``: k8s, k8s-results; ``attest``: attest verify;
-``ci``: bake-import, merge-reports), all registered on the one app in ``imagekit.cli.app`` with
-the options they share. The stages are imported inside the commands that use them: `imagekit verify IMAGE` or
-`imagekit report` should not pay for pydantic models and Jinja (process start is measured).
+One module per command, each a thin mapping from its flags onto a stage's functions (bashbrew's
+one file per subcommand, pre-commit's commands/): ``plan``, ``render``, ``schema``, ``matrix``,
+``pin_bases``, ``build`` (also `build --verify`), ``report``, ``verify``, ``rebuild_check``,
+``publish``, ``images``, ``k8s``, ``k8s_results``, ``attest`` (the `attest` group), ``bake_import``,
+``merge_reports``; the flags they share are declared once in ``imagekit.cli.flags``, and all
+register on the one app in ``imagekit.cli.app`` (``imagekit.cli.commands`` imports them). The
+stages are imported inside the commands that use them: `imagekit verify IMAGE` or `imagekit
+report` should not pay for pydantic models and Jinja (process start is measured).
 
 Exit codes everywhere: 0 success; 1 a cell failed (or drift); 2 invalid input or usage;
 3 the environment (Docker engine or registry unreachable, no GPU runtime).
 
-``main`` first asks ``imagekit.build.no_change`` whether this very command line is a build that the
+``main`` first asks ``imagekit.builds.no_change`` whether this very command line is a build that the
 record of the last full run answers (a nightly where nothing changed); only otherwise does it
 import typer and the commands (``imagekit.cli.commands``).
 """
@@ -32,7 +35,7 @@ def _never_fail_to_print() -> None:
 def main() -> None:
     _never_fail_to_print()
     if sys.argv[1:2] == ["build"]:  # the only command a record answers: others import nothing more
-        from imagekit.build.no_change import answer_command_line
+        from imagekit.builds.no_change import answer_command_line
 
         if answer_command_line(sys.argv[1:]):
             return

@@ -1,7 +1,7 @@
 """The typer app with every command registered, and the process around one run of it.
 
 ``imagekit.cli.main`` imports this only when a command line is not answered before parsing
-(``imagekit.build.no_change``): typer and the options' pydantic adapters are most of a start-up.
+(``imagekit.builds.no_change``): typer and the options' pydantic adapters are most of a start-up.
 """
 
 from __future__ import annotations
@@ -19,9 +19,28 @@ from typer.main import get_command_name
 
 from imagekit.cli.app import Launch, PlainHelp, app, say
 
-# Each group registers its commands on import, in the order `imagekit --help` lists them.
-for _group in ("plan", "pins", "build", "rebuild", "publish", "k8s", "attest", "ci"):
-    import_module(f"imagekit.cli.{_group}")
+# Each module registers its command (attest: its group) on import, in the order `imagekit --help`
+# lists them.
+COMMAND_MODULES = (
+    "plan",
+    "render",
+    "schema",
+    "matrix",
+    "pin_bases",
+    "build",
+    "report",
+    "verify",
+    "rebuild_check",
+    "publish",
+    "images",
+    "k8s",
+    "k8s_results",
+    "attest",
+    "bake_import",
+    "merge_reports",
+)
+for _module in COMMAND_MODULES:
+    import_module(f"imagekit.cli.{_module}")
 for _command in app.registered_commands:  # every command's --help in the plain layout
     if _command.cls in (None, TyperCommand):  # typer's default, not a class a command chose
         _command.cls = PlainHelp

@@ -1,42 +1,29 @@
-"""Commands that put published images on a Kubernetes cluster: k8s (Jobs, front ends, validate-on
-Jobs, compute domains, admission policies) and k8s-results (validate-on Jobs' outputs into the
-report)."""
+"""k8s: published images put on a Kubernetes cluster: Jobs, front ends, validate-on Jobs, compute
+domains, prepull DaemonSets and admission policies (their outputs come back through k8s-results)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from imagekit.cli.app import (
+from imagekit.builds.command_line import DEFAULT_MATRIX
+from imagekit.cli.app import app, gpu_request, reports_errors, say, select_cells
+from imagekit.cli.flags import (
     DEFAULT_LOCK,
-    DEFAULT_MATRIX,
-    JsonOption,
+    AttestationPolicyOption,
     LockOption,
     MatrixOption,
     OnlyOption,
-    StateDirOption,
-    app,
-    path_argument,
+    RequireAttestationOption,
+    gpus_option,
     path_option,
-    reports_errors,
-    say,
-    select_cells,
 )
-from imagekit.cli.publish import AttestationPolicyOption, RequireAttestationOption
-from imagekit.core.errors import ExitCode, InputError
-from imagekit.core.limits import MAX_INT32
-from imagekit.core.text import counted
+from imagekit.core.errors import InputError
+from imagekit.core.limits import MAX_GPUS, MAX_INT32
+from imagekit.core.text import counted, shown
 from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT
-from imagekit.report.state import DEFAULT_STATE_DIR
-
-if TYPE_CHECKING:
-    from imagekit.k8s.manifests import JobOptions
-    from imagekit.plan.schema import Publish
-    from imagekit.report.lockfile import Lock, LockEntry
 
 
 @app.command()
@@ -52,7 +39,7 @@ def k8s(
         ),
     ] = Path("k8s"),
     lock: LockOption = DEFAULT_LOCK,
-    gpus: Annotated[int, typer.Option("--gpus", min=0, max=64, help="GPUs (--gpu-resource) per Job.")] = 1,
+    gpus: Annotated[str, gpus_option(f"GPUs (--gpu-resource) per Job: a count, 0 to {MAX_GPUS}.")] = "1",
     gpu_resource: Annotated[
         str,
         typer.Option(
@@ -236,23 +223,25 @@ def k8s(
     Example: imagekit k8s --gpu-request dra --validate-on 'NVIDIA H100 80GB HBM3' --out validate
     Example: imagekit k8s --uid-mode scc --namespace ml --toleration gpu --gpus 8 --memory 64Gi
     """
-    from imagekit.k8s import manifests as kube
+    from imagekit.k8s import manifests
+    from imagekit.k8s.admission import check_policies, published_policy_files
     from imagekit.k8s.dra import parse_gpu_request
     from imagekit.k8s.kueue import parse_queue
+    from imagekit.k8s.options import Claim, JobOptions, Toleration, parse_node_selector
     from imagekit.k8s.resources import sizes
     from imagekit.k8s.security import parse_uid_mode
     from imagekit.plan.cells import frontend_of
     from imagekit.report.lockfile import entries_for, read_lock
 
-    argv = _command_argv(command)
-    options = kube.JobOptions(
-        gpus=gpus,
+    argv = manifests.parse_command(command)
+    options = JobOptions(
+        gpus=_gpus_per_job(gpus),
         gpu_resource=gpu_resource,
         gpu_request=parse_gpu_request(gpu_request),
-        node_selector=kube.parse_node_selector(node_selector or []),
-        tolerations=tuple(kube.Toleration.parse(t) for t in toleration or []),
+        node_selector=parse_node_selector(node_selector or []),
+        tolerations=tuple(Toleration.parse(t) for t in toleration or []),
         runtime_class=runtime_class,
-        claims=tuple(kube.Claim.parse(p) for p in pvc or []),
+        claims=tuple(Claim.parse(p) for p in pvc or []),
         command=argv,
         cpu=cpu,
         cpu_limit=cpu_limit,
@@ -274,13 +263,17 @@ def k8s(
     matrix_platforms = {c.id: c.platform for c in cells}
     published = entries_for(read_lock(lock), matrix_platforms, the_plan.matrix.publish.repository, lock)
     entries = published.images
-    policy_key = _policy_key(policy, key, attestation_policy)
+    policy_key = check_policies(policy, key, attestation_policy)  # the public key of --policy
     if require_attestation is not None:
-        from imagekit.cli.attest import require_attested
+        from imagekit.attest.required import require_attested
 
-        require_attested(published, require_attestation, attestation_policy)
+        require_attested(published, require_attestation, attestation_policy, say)
     if compute_domain is not None:
-        files = _compute_domains(published, options, compute_domain, validate_on or [])
+        from imagekit.k8s.domain_validation import render_compute_domains
+
+        files = render_compute_domains(
+            published, options, compute_domain, validate_on or [], lambda line: say("note", line)
+        )
     elif validate_on:
         from imagekit.k8s.validate_on import parse_products, render_validation
 
@@ -291,164 +284,31 @@ def k8s(
         for line in rendered.left_out:
             say("note", f"no Job for {line}")
     else:
-        files = kube.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
+        files = manifests.render_jobs(published, options, {c.id: frontend_of(c) for c in cells})
     if prepull:
         from imagekit.k8s.prepull import render_prepull
 
         files.update(render_prepull(published, options))
     if policy_key is not None:
         files.update(
-            _admission_policies(
+            published_policy_files(
                 policy or [], the_plan.matrix.publish, entries, policy_key, attestation_policy
             )
         )
-    for path in kube.write_jobs(files, out):
+    for path in manifests.write_jobs(files, out):
         typer.echo(str(path))
     typer.echo(f"imagekit: {counted(len(files), 'manifest')} in {out}", err=True)
 
 
-def _compute_domains(
-    published: Lock, options: JobOptions, nodes: int, validate_on: Sequence[str]
-) -> dict[str, str]:
-    """``--compute-domain``'s files (with ``--validate-on``: the probe's, and the plan), the cells
-    left out said as notes."""
-    from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
-
-    domain = ComputeDomainOptions(nodes)
-    if validate_on:
-        from imagekit.k8s.domain_validation import render_domain_validation
-        from imagekit.k8s.validate_on import parse_products
-
-        products = parse_products(validate_on, options.gpu_request == "dra")
-        validation = render_domain_validation(published, options, products, domain)
-        files, left_out = validation.files, validation.left_out
-    else:
-        rendered = render_domains(published, options, domain)
-        files, left_out = rendered.files, rendered.left_out
-    for line in left_out:
-        say("note", f"no compute-domain Job for {line}")
-    if options.queue is None:
-        say(
-            "note",
-            "without --queue, a compute-domain Job's pods are scheduled one by one: a clique with too few"
-            " free nodes holds part of the gang until --deadline; --queue NAME (Kueue) admits all or none",
-        )
-    return files
-
-
-@app.command("k8s-results")
-@reports_errors
-def k8s_results(
-    cluster: Annotated[
-        str, typer.Option("--cluster", help="The cluster the Jobs ran in, as the report should name it.")
-    ],
-    outputs: Annotated[
-        list[Path] | None,
-        path_argument(help="Each validate-on Job's output: `kubectl logs -l job=NAME --tail=-1 > NAME.log`."),
-    ] = None,
-    plan: Annotated[
-        Path,
-        path_option(
-            "--plan", help="The validate-on.plan `imagekit k8s --validate-on` wrote beside the Jobs."
-        ),
-    ] = Path("k8s") / "validate-on.plan",
-    status: Annotated[
-        Path | None,
-        path_option(
-            "--status",
-            help="`kubectl get jobs,pods -l app.kubernetes.io/component=validate-on -o json`: says why"
-            " each Job that did not report did not (evicted, pending, deadline, failed).",
-        ),
-    ] = None,
-    state_dir: StateDirOption = DEFAULT_STATE_DIR,
-    as_json: JsonOption = False,
-) -> None:
-    """Record validate-on Jobs' outputs in the report: per cell and digest, the GPU products of
-    CLUSTER its probe validated (or failed) on.
-
-    Every file is read and checked first; with any problem (one line each) nothing is recorded
-    (exit 2). Each Job of the plan that left no probe document is named with why (with --status),
-    and every Job that did report is recorded. Exit 1 when a recorded run failed, else 6 when
-    some Jobs did not report, 3 when none did.
-
-    Example: imagekit k8s-results --cluster prod-east --plan validate/validate-on.plan logs/*.log
-    Example: imagekit k8s-results --cluster prod-east --status status.json logs/*.log
-    """
-    from imagekit.k8s import results
-    from imagekit.k8s.job_status import missing_lines, read_status
-    from imagekit.report.store import open_store
-
-    name = results.cluster_name(cluster)
-    jobs = results.read_plan(plan)
-    found = results.read_outputs(jobs, outputs or [], name)
-    states = read_status(status) if status is not None else None
-    missing = results.unreported(jobs, found, states, str(status))
-    recorded, problems = found.recorded, found.problems
-    with open_store(state_dir) as store:
-        report, refused = results.into_report(store.require(), recorded, store.path)
-        for problem in [*problems, *refused]:
-            say("error", problem)
-        if problems or refused:
-            say("error", f"{counted(len(problems) + len(refused), 'problem')}; nothing recorded")
-            raise typer.Exit(int(ExitCode.INVALID_INPUT))
-        for line in missing_lines(missing):
-            say("not reported", line)
-        if not recorded:
-            say("error", f"none of the {counted(len(jobs), 'Job')} of {plan} reported; nothing recorded")
-            raise typer.Exit(int(ExitCode.ENVIRONMENT))
-        path = store.save(report)
-    if as_json:
-        typer.echo(json.dumps([{"cell": i.job.cell, **i.record.as_json()} for i in recorded], indent=2))
-    else:
-        for line in results.lines(recorded):
-            typer.echo(line)
-    failed = sum(1 for i in recorded if i.record.verification.verdict != "validated")
-    typer.echo(
-        f"imagekit: recorded {counted(len(recorded), 'run')} on {name}, {failed} failed,"
-        f" {len(missing)} not reported; report: {path}",
-        err=True,
-    )
-    if failed:
-        raise typer.Exit(int(ExitCode.CELL_FAILED))
-    if missing:
-        raise typer.Exit(int(ExitCode.INCOMPLETE))
-
-
-def _command_argv(command: str | None) -> tuple[str, ...]:
-    """--command, shell-split; () without one."""
-    import shlex
-
+def _gpus_per_job(text: str) -> int:
+    """``--gpus`` read as every command reads it (``gpu_request``), as the count of --gpu-resource
+    one Job's pod asks for: an extended resource is counted, so all, device= and cdi: ask nothing."""
     try:
-        argv = tuple(shlex.split(command)) if command is not None else ()
-    except ValueError as exc:
-        raise InputError(f"--command: {exc}") from None
-    if command is not None and not argv:
-        raise InputError("--command is empty")
-    return argv
-
-
-def _policy_key(policies: Sequence[str] | None, key: Path | None, attestation_policy: str) -> Path | None:
-    """The public key of --policy; None without --policy."""
-    from imagekit.k8s.admission import check_policies
-
-    return check_policies(policies, key, attestation_policy)
-
-
-def _admission_policies(
-    policies: Sequence[str],
-    publish: Publish,
-    entries: Mapping[str, LockEntry],
-    key: Path,
-    attestation_policy: str,
-) -> dict[str, str]:
-    """The admission policy files (file name -> YAML) admitting the published repositories'
-    attested digests (``imagekit.k8s.admission``)."""
-    from imagekit.attest.statements import VERIFICATION_PREDICATES, load_public_key
-    from imagekit.core import naming
-    from imagekit.k8s.admission import policy_files
-
-    pem = load_public_key(key).pem()
-    repositories = sorted({e.repository for e in entries.values()}) or [
-        naming.repository(publish.registry, publish.repository)
-    ]
-    return policy_files(policies, repositories, pem, VERIFICATION_PREDICATES[attestation_policy])
+        request = gpu_request(text)
+    except InputError:
+        request = None
+    if request is None or request.device_ids or request.cdi_devices or not 0 <= request.count <= MAX_GPUS:
+        raise InputError(
+            f"--gpus {shown(text)}: a Job asks for a count of GPUs, 0 to {MAX_GPUS} (like --gpus 8)"
+        )
+    return request.count

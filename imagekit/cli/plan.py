@@ -1,30 +1,18 @@
-"""Commands that read the matrix and write no image: plan, render, schema, matrix (exports)."""
+"""plan: the cells the matrix makes, the combinations it refuses, and (--coverage) the GPUs each serves."""
 
 from __future__ import annotations
 
 import json
-from enum import Enum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from imagekit.cli.app import (
-    DEFAULT_MATRIX,
-    JsonOption,
-    MatrixOption,
-    OnlyOption,
-    app,
-    load_plan,
-    path_option,
-    reports_errors,
-    select_cells,
-)
+from imagekit.builds.command_line import DEFAULT_MATRIX
+from imagekit.cli.app import app, load_plan, reports_errors
+from imagekit.cli.flags import JsonOption, MatrixOption
 from imagekit.core import platforms
 from imagekit.core.clock import today
-from imagekit.core.errors import InputError
 from imagekit.core.text import counted
-from imagekit.export.formats import ExportFormat
 
 
 @app.command()
@@ -111,165 +99,6 @@ def _echo_table(cells: list[dict[str, Any]]) -> None:
                 f"    advisory {finding['id']} ({finding['severity']}): {finding['package']}"
                 f" {finding['version']}, fixed in {finding['fixed']}{waived}"
             )
-
-
-class BuilderChoice(str, Enum):
-    """`--builder`: the builder the Dockerfiles are rendered for (the matrix's build.builder)."""
-
-    CLASSIC = "classic"
-    BUILDKIT = "buildkit"
-
-
-@app.command()
-@reports_errors
-def render(
-    matrix: MatrixOption = DEFAULT_MATRIX,
-    out: Annotated[
-        Path | None,
-        path_option(
-            help="Directory for the Dockerfiles (default: the matrix's `output`).",
-        ),
-    ] = None,
-    check: Annotated[
-        bool, typer.Option("--check", help="Write nothing; exit 1 when a file differs (CI drift check).")
-    ] = False,
-    cst: Annotated[
-        Path | None,
-        path_option(
-            "--cst",
-            help="Also write a container-structure-test config per cell here.",
-        ),
-    ] = None,
-    as_json: JsonOption = False,
-    builder: Annotated[
-        BuilderChoice | None,
-        typer.Option(
-            "--builder",
-            help="Render for this builder instead of the matrix's build.builder (buildkit: every RUN"
-            " with its --network= and cache mounts).",
-        ),
-    ] = None,
-) -> None:
-    """Render one Dockerfile per cell to OUT/<cell-id>/Dockerfile.
-
-    Example: imagekit render --matrix matrix.yaml --check
-    Example: imagekit render --matrix matrix.yaml --cst cst/   # then: container-structure-test test
-    --image IMAGE --config cst/<cell-id>.yaml
-    """
-    from imagekit.render.dockerfile import Renderer
-    from imagekit.render.drift import check_drift, expected_files, output_dir, raise_on_drift, write_rendered
-
-    if cst is not None and check:
-        raise InputError("--cst writes files; run it without --check")
-    the_plan = load_plan(matrix)
-    build = the_plan.matrix.build
-    if builder is not None:
-        build = build.model_copy(update={"builder": builder.value})
-    target = output_dir(the_plan, out)
-    # Everything is rendered (and so validated) before the first file is touched.
-    renderer = Renderer(the_plan, build=build)
-    expected = expected_files(the_plan, renderer, target)
-    unlayered = renderer.unlayered_cuda_builds()
-    if unlayered and not as_json:
-        typer.echo(
-            f"imagekit: {len(unlayered)} torch builds install CUDA's wheels with torch, in one step:"
-            f" imagekit/data/cuda_wheels.yaml lacks their pins ({'; '.join(unlayered)});"
-            " scripts/refresh-cuda-wheels.py reads them from the index",
-            err=True,
-        )
-    bundled = renderer.bundled_cuda_builds()
-    if bundled and not as_json:
-        typer.echo(
-            f"imagekit: {len(bundled)} torch builds install in one step with nothing to split:"
-            f" PyTorch's index's wheel brings CUDA's libraries inside torch ({'; '.join(bundled)};"
-            " imagekit/data/cuda_wheels.yaml, bundled)",
-            err=True,
-        )
-    drift = check_drift(expected, target) if check else write_rendered(expected, target)
-    if as_json:
-        document = {
-            "out": str(target),
-            "dockerfiles": len(expected),
-            "check": check,
-            "changed": [str(p) for p in drift.changed],
-            "missing": [str(p) for p in drift.missing],
-            "stale": [str(p) for p in drift.stale],
-        }
-        typer.echo(json.dumps(document, indent=2))
-    if check:
-        raise_on_drift(drift, matrix.name)
-        if not as_json:
-            typer.echo(f"{len(expected)} Dockerfiles in {target} are up to date")
-        return
-    if cst is not None:
-        from imagekit.export.cst import write_cst
-
-        written = write_cst(the_plan.cells, cst)
-        if not as_json:
-            typer.echo(f"{len(written)} container-structure-test configs in {cst}")
-    if not as_json:
-        typer.echo(
-            f"{len(expected)} Dockerfiles in {target}: {len(drift.changed)} updated,"
-            f" {len(drift.missing)} added, {len(drift.stale)} stale removed"
-        )
-
-
-@app.command()
-def schema() -> None:
-    """Print the matrix file's JSON Schema (for editors and validators)."""
-    from imagekit.plan.schema import json_schema
-
-    typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
-
-
-@app.command("matrix")
-@reports_errors
-def matrix_export(
-    matrix: MatrixOption = DEFAULT_MATRIX,
-    output_format: Annotated[
-        ExportFormat,
-        typer.Option(
-            "--format",
-            "-f",
-            help="github: one line for strategy.matrix; json: every cell in full; bake: a buildx bake file.",
-        ),
-    ] = ExportFormat.JSON,
-    only: OnlyOption = None,
-    context_dir: Annotated[
-        Path,
-        path_option(
-            "--context-dir",
-            help="bake: where each cell's build context is written.",
-        ),
-    ] = Path(".imagekit/bake"),
-) -> None:
-    """Export the cells for another engine: GitHub Actions, plain JSON or docker buildx bake.
-
-    Example: echo "cells=$(imagekit matrix --matrix matrix.yaml --format github)" >> "$GITHUB_OUTPUT"
-    Example: imagekit matrix --format bake --context-dir .imagekit/bake > bake.json
-    && docker buildx bake -f bake.json --load --metadata-file bake-metadata.json
-    && imagekit bake-import --metadata-file bake-metadata.json && imagekit verify && imagekit publish
-    """
-    from imagekit.export import targets as export
-    from imagekit.render.dockerfile import Renderer
-
-    the_plan, cells = select_cells(matrix, only)
-    if output_format is ExportFormat.GITHUB:
-        typer.echo(json.dumps(export.github_matrix(cells), separators=(",", ":")))
-        return
-    if output_format is ExportFormat.BAKE:
-        cells = the_plan.with_parents(cells)  # bake builds a front end's cell as its own target
-    rendered = Renderer(the_plan).render_all(cells)
-    if output_format is ExportFormat.JSON:
-        typer.echo(json.dumps(export.json_export(the_plan, rendered, today()), indent=2, sort_keys=True))
-        return
-    bake = export.bake_file(the_plan, rendered, context_dir)  # refuses before any context is written
-    contexts = export.materialise_contexts(rendered, context_dir)
-    typer.echo(json.dumps(bake, indent=2, sort_keys=True))
-    typer.echo(f"imagekit: {len(contexts)} build contexts in {context_dir}", err=True)
-    hint = export.bake_netrc_hint(the_plan)
-    if hint is not None:
-        typer.echo(f"imagekit: {hint}", err=True)
 
 
 def _fleet(the_plan: Any) -> list[dict[str, Any]]:

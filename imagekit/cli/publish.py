@@ -1,4 +1,4 @@
-"""Commands that publish and hand images on: publish, images (k8s and k8s-results: imagekit.cli.k8s)."""
+"""publish: promote the cells that pass the publish policy, by manifest digest, and write the lock."""
 
 from __future__ import annotations
 
@@ -10,43 +10,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from imagekit.cli.app import (
+from imagekit.builds.command_line import DEFAULT_MATRIX
+from imagekit.cli.app import app, reports_errors, say, select_cells
+from imagekit.cli.flags import (
     DEFAULT_LOCK,
-    DEFAULT_MATRIX,
     JsonOption,
     LockOption,
     MatrixOption,
     OnlyOption,
     RegistryOption,
     StateDirOption,
-    app,
     path_option,
-    registry_host,
-    reports_errors,
-    say,
-    select_cells,
 )
 from imagekit.core.errors import ExitCode, InputError
 from imagekit.report.state import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
-    from imagekit.publish.promote import PublishRun
+    from imagekit.publish.publish_run import PublishRun
     from imagekit.report.lockfile import LockEntry, LockIndex
-
-RequireAttestationOption = Annotated[
-    Path | None,
-    path_option(
-        "--require-attestation",
-        help="PEM public key: hand out only digests that carry a verification attestation signed"
-        " with it (checked in the registry first; no Docker engine needed).",
-    ),
-]
-AttestationPolicyOption = Annotated[
-    str,
-    typer.Option(
-        "--attestation-policy", help="validated (a GPU verification, default) or checked (also without GPU)."
-    ),
-]
 
 
 @app.command()
@@ -99,8 +80,10 @@ def publish(
     Example: imagekit publish --matrix matrix.yaml --registry ghcr.io --dry-run
     """
     from imagekit.core import naming
+    from imagekit.plan.matrix import registry_host
     from imagekit.publish.policy import Refusal
-    from imagekit.publish.promote import Published, PublishedIndex, PublishOptions, publish_cells
+    from imagekit.publish.promote import Published, PublishedIndex, PublishOptions
+    from imagekit.publish.publish_run import publish_cells
     from imagekit.publish.scan_gate import gate_for_run, threshold_flag
     from imagekit.registry.client import Backoff
     from imagekit.report.lockfile import read_lock
@@ -211,37 +194,3 @@ def _run_document(run: PublishRun, dry_run: bool) -> dict[str, Any]:
         indexes = [{**i.index.as_json(), "entries": [e.as_json() for e in i.entries]} for i in run.indexes]
     refusals = [{"cell": r.cell, "reason": r.reason} for r in run.refused]
     return {"dry_run": dry_run, "published": entries, "indexes": indexes, "refused": refusals}
-
-
-@app.command()
-@reports_errors
-def images(
-    output_format: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            "-f",
-            help="json, yaml, or env (IMAGEKIT_IMAGE_<CELL>=repo@sha256:..., IMAGEKIT_INDEX_<TAG>=...).",
-        ),
-    ] = "json",
-    only: OnlyOption = None,
-    lock: LockOption = DEFAULT_LOCK,
-    require_attestation: RequireAttestationOption = None,
-    attestation_policy: AttestationPolicyOption = "validated",
-) -> None:
-    """Print the published images (images.lock.json) for other tools.
-
-    Example: eval "$(imagekit images --format env)"; docker pull "$IMAGEKIT_IMAGE_..."
-    """
-    from imagekit.plan.cells import select_ids
-    from imagekit.report.lockfile import read_lock, render_lock
-
-    if not lock.exists():
-        raise InputError(f"no lock file at {lock}; run `imagekit publish` first")
-    published = read_lock(lock)
-    chosen = published.only(select_ids(sorted(published.images), only or [], str(lock)))
-    if require_attestation is not None:
-        from imagekit.cli.attest import require_attested
-
-        require_attested(chosen, require_attestation, attestation_policy)
-    typer.echo(render_lock(chosen, output_format), nl=False)

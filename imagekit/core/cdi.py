@@ -54,11 +54,6 @@ def is_qualified_name(text: str) -> bool:
     return _QUALIFIED.fullmatch(text) is not None
 
 
-def kind_of(name: str) -> str:
-    """``vendor/class`` of a qualified name."""
-    return name.partition("=")[0]
-
-
 def device_of(name: str) -> str:
     """The device part of a qualified name (``0``, ``GPU-...``, ``all``)."""
     return name.partition("=")[2]

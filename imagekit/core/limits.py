@@ -19,7 +19,7 @@ TEMPLATE_BYTES = 1_000_000  # one Jinja template; imagekit's own templates total
 # kB, and BuildKit's own parser is no place for a megabyte of Dockerfile either.
 DOCKERFILE_BYTES = 1_000_000
 # A `--secret ID=FILE` file: one index token (at most 4,096 characters, what a netrc token may be:
-# imagekit.build.buildkit) and the white space around it; a larger file holds no token.
+# imagekit.builds.backends.buildkit) and the white space around it; a larger file holds no token.
 SECRET_FILE_BYTES = 64 << 10
 
 # -- the matrix's checkout ------------------------------------------------------------------------------

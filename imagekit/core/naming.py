@@ -287,7 +287,7 @@ class Tagging:
     """How a matrix names its cells' images (its ``publish``: repository, immutable patterns;
     ``imagekit.plan.schema.Publish.tagging`` makes it), and
     the one place a cell's tags are computed from it: the build tags its images by them
-    (``imagekit.render.dockerfile``), the no-change record dates them again (``imagekit.build.no_change``),
+    (``imagekit.render.dockerfile``), the no-change record dates them again (``imagekit.builds.no_change``),
     and
     publish suffixes them by level (``imagekit.publish.policy``)."""
 

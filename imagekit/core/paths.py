@@ -33,7 +33,7 @@ _BAD_PATH = {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno
 # (path, size, mtime_ns, inode, ctime_ns): a change to the file's bytes changes at least one of
 # them (a rewrite in place moves mtime and ctime; a replacement by rename changes the inode; an
 # mtime set back by hand, `touch -d`, still moves ctime). The hash cache (``imagekit.render.context``) and
-# the no-change record (``imagekit.build.no_change``) both key a file by it.
+# the no-change record (``imagekit.builds.no_change``) both key a file by it.
 FileKey = tuple[str, int, int, int, int]
 
 
@@ -43,7 +43,7 @@ def file_key(path: str, found: os.stat_result) -> FileKey:
 
 # Python's audit events show which files a run opens; a file a run depends on without opening it
 # (a digest from the stat-keyed cache, a size from a listing) is announced with this one, so a
-# recorder of a run's inputs (``imagekit.build.no_change``) sees it too.
+# recorder of a run's inputs (``imagekit.builds.read_recorder``) sees it too.
 INPUT_EVENT = "imagekit.input"
 
 

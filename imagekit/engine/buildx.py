@@ -38,9 +38,10 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from imagekit.core import naming
+from imagekit.core.build_kinds import Compression
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, InputError
 from imagekit.core.limits import BUILDX_EVENT_BYTES, BUILDX_QUERY_DEADLINE_S, STATE_BYTES
 from imagekit.core.paths import read_regular_file
@@ -167,8 +168,7 @@ class BuildxRequest:
     platform: str | None
     output: Path | None  # the OCI tar written here; None with ``push``
     name: str  # the reference the OCI tar names the image by (one of its own tags), or pushed to
-    compression: Literal["gzip", "zstd"]
-    epoch: int  # SOURCE_DATE_EPOCH: created times and every layer's newer file times
+    compression: Compression
     # The network of a RUN step without its own --network= (a user's template or local base):
     # none unless --network says otherwise; the engines run without a bridge to default to.
     network: str = "none"
@@ -203,7 +203,7 @@ def image_output(request: BuildxRequest) -> str:
     return ",".join((*where, *compression_options(request.compression), "rewrite-timestamp=true"))
 
 
-def compression_options(compression: Literal["gzip", "zstd"]) -> tuple[str, ...]:
+def compression_options(compression: Compression) -> tuple[str, ...]:
     """An image exporter's layer options: the build's layers in ``compression``, in OCI media
     types (without them dockerd 26 writes zstd layers into a Docker v2 manifest). zstd is forced
     onto the base's layers too (a node then needs zstd alone); gzip keeps a base's layers as they

@@ -11,6 +11,10 @@ under no name but the one asked for; the manifest and its config hash to their d
 is the one the metadata names and carries every label the build was given (the cell's input digest,
 a base's context digest, imagekit's version, each --label).
 
+The reader of such a tar (``read_member``, ``read_blob``, ``open_blob``: bounded, a blob checked
+against its digest) is the one every reader of buildx's OCI tars uses (``imagekit.builds.rebuild_check``
+too), each saying what did not happen when it fails (``consequence``).
+
 What buildx 0.13 writes (``--output type=oci,name=NAME``): index.json with one entry per name, the
 image manifest's descriptor annotated with the name as BuildKit normalizes it
 (``docker.io/library/x:tag``); the descriptor is the one whose digest the metadata reports.
@@ -22,7 +26,7 @@ import hashlib
 import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from imagekit.core import naming
 from imagekit.core.errors import ImagekitError, one_line
@@ -77,7 +81,7 @@ def _check(
     name: str,
     labels: Sequence[tuple[str, str]],
 ) -> None:
-    index = parse_json(_member(tar, "index.json", MANIFEST_BYTES))
+    index = parse_json(read_member(tar, "index.json", MANIFEST_BYTES, _NOTHING_DONE))
     entries = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ArchiveMismatch(f"the OCI tar buildx wrote names no image in its index.json; {_NOTHING_DONE}")
@@ -100,7 +104,7 @@ def _check(
                     f"the OCI tar buildx wrote names its image {shown(str(named))}, not {name}:"
                     f" loading it would move that name; {_NOTHING_DONE}"
                 )
-    manifest: Any = parse_json(_blob(tar, manifest_digest, MANIFEST_BYTES))
+    manifest: Any = parse_json(read_blob(tar, manifest_digest, MANIFEST_BYTES, _NOTHING_DONE))
     config = manifest.get("config") if isinstance(manifest, dict) else None
     held = config.get("digest") if isinstance(config, dict) else None
     if held != config_digest:
@@ -108,7 +112,7 @@ def _check(
             f"buildx's metadata file says {manifest_digest} has config {config_digest}, but the"
             f" manifest in its OCI tar names {shown(str(held))}; {_NOTHING_DONE}"
         )
-    document: Any = parse_json(_blob(tar, config_digest, CONFIG_BYTES))
+    document: Any = parse_json(read_blob(tar, config_digest, CONFIG_BYTES, _NOTHING_DONE))
     inner = document.get("config") if isinstance(document, dict) else None
     found = inner.get("Labels") if isinstance(inner, dict) else None
     found = found if isinstance(found, dict) else {}
@@ -129,29 +133,45 @@ def _label_problem(found: Mapping[str, Any], labels: Sequence[tuple[str, str]]) 
     return None
 
 
-def _member(tar: tarfile.TarFile, member: str, limit: int) -> bytes:
+def read_member(tar: tarfile.TarFile, member: str, limit: int, consequence: str) -> bytes:
+    """The file ``member`` of the tar, of at most ``limit`` bytes (ArchiveMismatch, saying
+    ``consequence``, when absent or larger)."""
+    handle = _open(tar, member, consequence)
+    data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ArchiveMismatch(
+            f"the OCI tar buildx wrote holds a {member} over {limit:,} bytes; {consequence}"
+        )
+    return data
+
+
+def read_blob(tar: tarfile.TarFile, digest: str, limit: int, consequence: str) -> bytes:
+    """The blob ``digest`` of the tar, checked to hash to it: its name alone proves nothing."""
+    data = read_member(tar, blob_member(digest, consequence), limit, consequence)
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise ArchiveMismatch(
+            f"the OCI tar buildx wrote holds a blob {digest} whose content has another digest; {consequence}"
+        )
+    return data
+
+
+def open_blob(tar: tarfile.TarFile, digest: str, consequence: str) -> IO[bytes]:
+    """The blob ``digest`` of the tar to stream (a layer: its reader bounds and checks what it reads)."""
+    return _open(tar, blob_member(digest, consequence), consequence)
+
+
+def blob_member(digest: str, consequence: str) -> str:
+    """The tar's file of the blob ``digest`` (refused when ``digest`` is no sha256 digest)."""
+    if not naming.DIGEST.fullmatch(digest):
+        raise ArchiveMismatch(f"{shown(digest)} is no sha256 digest; {consequence}")
+    return f"blobs/sha256/{digest.removeprefix('sha256:')}"
+
+
+def _open(tar: tarfile.TarFile, member: str, consequence: str) -> IO[bytes]:
     try:
         handle = tar.extractfile(member)
     except KeyError:
         handle = None
     if handle is None:
-        raise ArchiveMismatch(f"the OCI tar buildx wrote has no file {member}; {_NOTHING_DONE}")
-    data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise ArchiveMismatch(
-            f"the OCI tar buildx wrote holds a {member} over {limit:,} bytes; {_NOTHING_DONE}"
-        )
-    return data
-
-
-def _blob(tar: tarfile.TarFile, digest: str, limit: int) -> bytes:
-    """The blob ``digest`` of the tar, checked to hash to it: its name alone proves nothing."""
-    if not naming.DIGEST.fullmatch(digest):
-        raise ArchiveMismatch(f"{shown(digest)} is no sha256 digest; {_NOTHING_DONE}")
-    data = _member(tar, f"blobs/sha256/{digest.removeprefix('sha256:')}", limit)
-    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-        raise ArchiveMismatch(
-            f"the OCI tar buildx wrote holds a blob {digest} whose content has another digest;"
-            f" {_NOTHING_DONE}"
-        )
-    return data
+        raise ArchiveMismatch(f"the OCI tar buildx wrote has no file {member}; {consequence}")
+    return handle

@@ -1,7 +1,7 @@
 """The engine calls a no-change run makes (inspect, tag), over the engine's socket without docker-py.
 
 docker-py with requests and urllib3 costs more to import than a whole no-change run may take
-(``imagekit.build.no_change``), and http.client brings the email package and ssl along. These calls are
+(``imagekit.builds.no_change``), and http.client brings the email package and ssl along. These calls are
 plain HTTP/1.0 (the engine then answers without chunking and closes the connection, so a response
 is everything up to EOF), over DOCKER_HOST's unix socket or a plain-TCP DOCKER_HOST. Anything else
 (TLS, ssh://) is not spoken here: the caller takes the full path through ``imagekit.engine.client``.

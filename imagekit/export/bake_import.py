@@ -21,15 +21,16 @@ Cells already in the report and not in the file are kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagekit.core import naming
 from imagekit.core.clock import timestamp
-from imagekit.core.errors import InputError
+from imagekit.core.errors import EnvironmentProblem, InputError, RegistryError, one_line
 from imagekit.core.limits import MAX_RECORDS, STATE_BYTES
 from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import (
@@ -46,6 +47,9 @@ from imagekit.export.targets import bake_target_name
 from imagekit.plan.schema import Publish
 from imagekit.render.dockerfile import RenderedCell
 from imagekit.report.store import BuildReport, CellResult, Staged
+
+if TYPE_CHECKING:
+    from docker import APIClient
 
 ENGINE = "docker buildx bake"
 
@@ -199,3 +203,63 @@ def as_json(results: Sequence[CellResult], unknown: Sequence[str]) -> dict[str, 
         "imported": [{"id": r.id, "image_digest": r.image_digest, "tags": list(r.tags)} for r in results],
         "unknown_targets": list(unknown),
     }
+
+
+@contextlib.contextmanager
+def lookups(
+    registry: str | None, warn: Callable[[str], None]
+) -> Iterator[tuple[Callable[[str], bool], Callable[[str, str], str | None]]]:
+    """What bake-import asks the engine (which image ids it holds) and the registry (what a
+    staging tag names), for ``results_from_bake``. Either one out of reach is one ``warn`` line
+    (the first problem): the import goes on without it."""
+    import requests
+    from docker.errors import DockerException
+
+    from imagekit.engine.client import connect, inspect_image
+    from imagekit.registry.client import open_registry
+
+    problems: list[str] = []
+
+    def noted(what: str, exc: Exception) -> None:
+        if not problems:
+            warn(f"bake-import: {what} ({one_line(exc)}); recorded from the metadata file alone")
+        problems.append(what)
+
+    # The engine is reached on the first question, not before: a metadata file that names no cell
+    # (or is refused) asks it nothing and warns of nothing.
+    engines: list[APIClient | None] = []
+
+    def engine() -> APIClient | None:
+        if not engines:
+            try:
+                engines.append(connect(pool_size=2))
+            except EnvironmentProblem as exc:
+                noted("no engine to ask which image id it shows", exc)
+                engines.append(None)
+        return engines[0]
+
+    client = open_registry(registry) if registry is not None else None
+
+    def holds(digest: str) -> bool:
+        try:
+            api = engine()
+            return api is not None and inspect_image(api, digest) is not None
+        except (DockerException, requests.RequestException, OSError) as exc:
+            noted("the engine did not answer", exc)
+            return False
+
+    def staged_digest(repository: str, tag: str) -> str | None:
+        try:
+            return client.head_manifest(repository, tag) if client is not None else None
+        except (EnvironmentProblem, RegistryError) as exc:
+            noted(f"registry {registry} did not say what it staged", exc)
+            return None
+
+    try:
+        yield holds, staged_digest
+    finally:
+        if client is not None:
+            client.close()
+        for api in engines:
+            if api is not None:
+                api.close()

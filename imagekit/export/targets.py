@@ -192,7 +192,7 @@ BAKE_NETRC_ENV = "IMAGEKIT_PIP_NETRC"
 def bake_netrc_hint(plan: Plan) -> str | None:
     """What the user must set before baking a BuildKit export with index credentials (None: nothing)."""
     credentials = plan.matrix.sources.pip.credentials
-    if plan.matrix.build.builder != "buildkit" or not credentials:
+    if not plan.matrix.build.on_buildkit or not credentials:
         return None
     lines = " ".join(
         f"machine {c.host} login {c.login} password ${secret_env_name(c.secret)}" for c in credentials
@@ -231,7 +231,7 @@ def _buildkit_target(plan: Plan, item: RenderedCell, staging_name: str, staging_
         cache_from, cache_to = registry_cache(naming.build_cache(staging_name, item.cell.image_tag))
         fields["cache-from"] = [cache_from]
         fields["cache-to"] = [cache_to]
-    fields["output"] = [",".join((*output, *compression_options(item.build.compression)))]
+    fields["output"] = [",".join((*output, *compression_options(item.build.layer_compression)))]
     if plan.matrix.sources.pip.credentials:
         fields["secret"] = [f"id={PIP_NETRC_SECRET},env={BAKE_NETRC_ENV}"]
     return fields
@@ -283,7 +283,7 @@ def bake_file(plan: Plan, rendered: Sequence[RenderedCell], context_dir: Path) -
             "labels": item.build_labels(source),
             "platforms": [cell.platform],
         }
-        if item.build.builder == "buildkit":
+        if item.build.on_buildkit:
             target.update(_buildkit_target(plan, item, staging, target["tags"][0]))
             # buildx's epoch for created times, as `imagekit build --builder buildkit` sets it
             target["args"]["SOURCE_DATE_EPOCH"] = str(REPRODUCIBLE_EPOCH)

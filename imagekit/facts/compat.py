@@ -2,7 +2,7 @@
 
 This module only types the facts and answers lookups; the rules that refuse combinations which
 cannot exist are ``imagekit.plan.rules``. Facts are data, refreshed from the registries by
-``scripts/refresh-compat.py`` (cibuildwheel keeps its build-platforms table the same way). The
+``python -m imagekit.refresh.compat`` (cibuildwheel keeps its build-platforms table the same way). The
 file is validated when it is read: a malformed entry (a hand edit, a bad refresh) fails loudly
 instead of turning into a wrong refusal.
 """

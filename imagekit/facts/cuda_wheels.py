@@ -12,7 +12,7 @@ the pinned ``cuda-toolkit`` names exactly under one of its extras (nvshmem's any
 ``nvidia-cuda-cccl``; the toolkit's ``cccl`` extra pins 13.2.86) is pinned at the toolkit's version,
 so a devel cell's compiler (``cuda-toolkit[nvcc,crt,nvvm,cccl]``) installs under the image's pins.
 
-``scripts/refresh-cuda-wheels.py`` writes the file from pip's dry-run reports; a torch build it has
+``python -m imagekit.refresh.cuda_wheels`` writes the file from pip's dry-run reports; a torch build it has
 no entry for installs in one step, as before, and its Dockerfile says why. Every entry carries the
 note of where its pins were read (``sources``): pins compiled from other public sources than a
 dry run of the index are entered by hand, with their note. ``bundled`` names the builds of

@@ -15,11 +15,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from imagekit.attest.statements import PREDICATE_CONDITIONS, VERIFICATION_PREDICATES, admitted_types
+from imagekit.attest.statements import (
+    PREDICATE_CONDITIONS,
+    VERIFICATION_PREDICATES,
+    admitted_types,
+    load_public_key,
+)
+from imagekit.core import naming
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.kyverno import (
@@ -29,6 +35,10 @@ from imagekit.k8s.kyverno import (
     cluster_policy_problem,
     image_validating_policy,
 )
+
+if TYPE_CHECKING:
+    from imagekit.plan.schema import Publish
+    from imagekit.report.lockfile import LockEntry
 
 SIGSTORE_POLICY_FILE = "imagekit-attestation-policy.sigstore.yaml"
 SIGSTORE_POLICY_NAME = "imagekit-verified-images"
@@ -77,6 +87,22 @@ def policy_files(
         for policy, (name, write) in writers.items()
         if policy in policies
     }
+
+
+def published_policy_files(
+    policies: Sequence[str],
+    publish: Publish,
+    entries: Mapping[str, LockEntry],
+    key: Path,
+    attestation_policy: str,
+) -> dict[str, str]:
+    """``policy_files`` for what was published: the repositories ``entries`` name (the matrix's
+    publish repository when there are none), attestations signed with the key at ``key``."""
+    pem = load_public_key(key).pem()
+    repositories = sorted({e.repository for e in entries.values()}) or [
+        naming.repository(publish.registry, publish.repository)
+    ]
+    return policy_files(policies, repositories, pem, VERIFICATION_PREDICATES[attestation_policy])
 
 
 # -- Sigstore policy-controller ----------------------------------------------------------------------------

@@ -47,7 +47,6 @@ from imagekit.k8s.dra import check_gpu_request, gpu_claim
 from imagekit.k8s.failure import job_spec
 from imagekit.k8s.kueue import queued
 from imagekit.k8s.manifests import (
-    JobOptions,
     ManifestDumper,
     check_command,
     check_gpu_resource,
@@ -57,9 +56,11 @@ from imagekit.k8s.manifests import (
     workload_container,
     workload_pod,
 )
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.placement import entry_fit
 from imagekit.k8s.resources import sizes
-from imagekit.plan.coverage import capability, families, family_machines
+from imagekit.plan.coverage import families, family_machines
+from imagekit.plan.gpu_fit import capability
 from imagekit.probe import protocol
 from imagekit.report.lockfile import Lock, LockEntry
 

@@ -13,7 +13,7 @@ job/NAME``): each pod's probe reports the whole domain's collective from its own
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import yaml
@@ -22,7 +22,8 @@ from imagekit.core import platforms
 from imagekit.core.errors import InputError
 from imagekit.k8s import compute_domain, validate_on
 from imagekit.k8s.compute_domain import ComputeDomainOptions, DomainRun
-from imagekit.k8s.manifests import JobOptions, ManifestDumper
+from imagekit.k8s.manifests import ManifestDumper
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.validate_on import PLAN_NAME, Plan, PlannedJob, Product, Rendered
 from imagekit.report.lockfile import Lock
 
@@ -76,3 +77,30 @@ def render_domain_validation(
     plan = Plan(tuple(jobs))
     files[PLAN_NAME] = json.dumps(plan.as_json(), indent=2, sort_keys=True) + "\n"
     return Rendered(files, plan, tuple(left_out))
+
+
+def render_compute_domains(
+    published: Lock,
+    options: JobOptions,
+    nodes: int,
+    products_asked: Sequence[str],
+    note: Callable[[str], None],
+) -> dict[str, str]:
+    """``--compute-domain``'s files (with ``--validate-on``: the probe's, and the plan), each cell
+    left out said as a ``note``, and what a gang risks without a queue."""
+    domain = ComputeDomainOptions(nodes)
+    if products_asked:
+        products = validate_on.parse_products(products_asked, options.gpu_request == "dra")
+        validation = render_domain_validation(published, options, products, domain)
+        files, left_out = validation.files, validation.left_out
+    else:
+        rendered = compute_domain.render_domains(published, options, domain)
+        files, left_out = rendered.files, rendered.left_out
+    for line in left_out:
+        note(f"no compute-domain Job for {line}")
+    if options.queue is None:
+        note(
+            "without --queue, a compute-domain Job's pods are scheduled one by one: a clique with too few"
+            " free nodes holds part of the gang until --deadline; --queue NAME (Kueue) admits all or none",
+        )
+    return files

@@ -25,8 +25,8 @@ from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.k8s.dra_cel import fit_selectors, mig_profile_selector, product_selector
 from imagekit.k8s.kueue import QUEUE_LABEL
-from imagekit.k8s.manifests import GPU_REQUESTS, GpuRequestKind, JobOptions
 from imagekit.k8s.mig import driver_profile
+from imagekit.k8s.options import GPU_REQUESTS, GpuRequestKind, JobOptions
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit
 from imagekit.report.lockfile import LockEntry
 

@@ -35,7 +35,6 @@ from imagekit.core.paths import read_regular_file
 from imagekit.core.safetypes import parse_json
 from imagekit.core.text import printable
 
-KINDS = ("not-found", "deadline", "failed", "no-output", "evicted", "pending", "running")
 STATUS_WHAT = "the Jobs' and pods' status (`kubectl get jobs,pods -l ... -o json`)"
 DETAIL_CHARS = 300  # of a message a Job or pod carries (a scheduler's lists every node group)
 JOB_LABELS = ("job", "batch.kubernetes.io/job-name", "job-name")  # imagekit's own first

@@ -6,8 +6,8 @@ index's digest, which resolves on each node to the verified image of its platfor
 whose image serves one platform is held to nodes of that architecture), and the default
 arguments run the image's own check script behind the image's entrypoint, as verification did: a
 node pool is validated by the same checks as the build machine. Options come from the command line
-(the matrix schema has no Kubernetes section). The admission policy written next to them is
-``imagekit.k8s.admission``'s.
+(the matrix schema has no Kubernetes section): ``imagekit.k8s.options``. The admission policy
+written next to them is ``imagekit.k8s.admission``'s.
 """
 
 from __future__ import annotations
@@ -15,125 +15,44 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
-from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT, job_spec
+from imagekit.k8s.dra import check_gpu_request, claim_gpus
+from imagekit.k8s.failure import job_spec
 from imagekit.k8s.kueue import queued
 from imagekit.k8s.mig import PLUGIN_PROFILE_PATTERN
+from imagekit.k8s.options import JobOptions, check_dns_labels
 from imagekit.k8s.placement import ARCH_LABEL, entry_fit, gfd_affinity
 from imagekit.k8s.resources import TMP_SIZE, check_quantity, sizes
-from imagekit.k8s.security import RUN_AS, UidMode, container_security, pod_security
+from imagekit.k8s.security import RUN_AS, container_security, pod_security
 from imagekit.render.contract import CHECK_SCRIPT_PATH, FRONTEND
 from imagekit.report.lockfile import Lock, LockEntry, LockIndex
 from imagekit.verify.gpus import GpuRequest
 from imagekit.verify.invocation import check_arguments
 
-GPU_RESOURCE = "nvidia.com/gpu"
-# How a pod asks for its GPUs: the device plugin's extended resource (a limit), or a DRA claim
-# (resource.k8s.io/v1, Kubernetes 1.34+, NVIDIA's DRA driver: imagekit.k8s.dra).
-GpuRequestKind = Literal["device-plugin", "dra"]
-GPU_REQUESTS: tuple[GpuRequestKind, ...] = ("device-plugin", "dra")
 # What the NVIDIA device plugin advertises: whole GPUs, time-sliced shares renamed by the plugin,
 # and MIG slices under the mixed strategy (one resource per profile, `nvidia.com/mig-1g.10gb`;
 # every spelling go-nvlib writes: imagekit.k8s.mig).
 _GPU_RESOURCE = re.compile(rf"nvidia\.com/(gpu|gpu\.shared|mig-{PLUGIN_PROFILE_PATTERN})")
-GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools (GKE, EKS, the GPU operator's docs) carry
-_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
-@dataclass(frozen=True)
-class Toleration:
-    key: str
-    value: str | None
-    effect: str
-
-    @classmethod
-    def parse(cls, text: str) -> Toleration:
-        """``key=value:Effect`` (Equal), ``key:Effect`` (Exists), or ``gpu``: the usual GPU
-        node taint, ``nvidia.com/gpu`` with any value, NoSchedule."""
-        if text == "gpu":
-            return cls(GPU_TAINT, None, "NoSchedule")
-        head, sep, effect = text.rpartition(":")
-        key, eq, value = head.partition("=")
-        if not sep or effect not in _EFFECTS or not _LABEL_KEY.fullmatch(key):
-            raise InputError(
-                f"--toleration {shown(text)}: use gpu, key=value:Effect or key:Effect,"
-                f" Effect one of {', '.join(_EFFECTS)}"
-            )
-        if eq and not (value and _LABEL_VALUE.fullmatch(value)):
-            raise InputError(f"--toleration {shown(text)}: its value is not a valid label value")
-        return cls(key, value if eq else None, effect)
-
-    def as_json(self) -> dict[str, str]:
-        if self.value is None:
-            return {"key": self.key, "operator": "Exists", "effect": self.effect}
-        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
-
-
-@dataclass(frozen=True)
-class Claim:
-    name: str
-    mount: str
-
-    @classmethod
-    def parse(cls, text: str) -> Claim:
-        """``NAME[:/mount/path]``; data and checkpoints outlive the disposable container there."""
-        name, _, mount = text.partition(":")
-        mount = mount or "/data"
-        if not _DNS_LABEL.fullmatch(name) or len(name) > 253:
-            raise InputError(f"--pvc {shown(text)}: its name is not a claim name (lower-case, digits, '-')")
-        if not re.fullmatch(r"/[A-Za-z0-9._/-]*", mount) or "/../" in f"{mount}/":
-            raise InputError(f"--pvc {shown(text)}: its mount path (after ':') is not absolute")
-        return cls(name, mount)
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    gpus: int = 1
-    gpu_resource: str = GPU_RESOURCE  # or a MIG slice, nvidia.com/mig-1g.10gb
-    gpu_request: GpuRequestKind = "device-plugin"
-    node_selector: tuple[tuple[str, str], ...] = ()
-    tolerations: tuple[Toleration, ...] = ()
-    runtime_class: str | None = None
-    claims: tuple[Claim, ...] = ()
-    command: tuple[str, ...] = ()  # the container's args (behind the entrypoint); empty: the check script
-    cpu: str | None = None  # the CPU request; None: sized for the probe and --gpus (k8s.resources)
-    cpu_limit: str | None = None  # None: no CPU limit
-    memory: str | None = None  # the memory request; None: sized for the probe and --gpus
-    memory_limit: str | None = None  # None: the memory request and /dev/shm
-    shm: str | None = None  # /dev/shm's size limit; None: 8Gi per GPU, at most the memory limit
-    uid_mode: UidMode = "fixed"  # fixed: uid/gid 10001; scc: left to OpenShift's constraints
-    # retries of a failure that is neither a disruption nor the probe's verdict (k8s.failure)
-    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
-    deadline_s: int = 3600
-    ttl_s: int | None = 86400
-    namespace: str | None = None
-    queue: str | None = None  # a Kueue LocalQueue: each Job labelled for it and suspended (k8s.kueue)
-    gpu_affinity: bool = True  # placement from the cell: GFD node affinity, or with DRA the CEL selectors
-    secret: str | None = None  # front ends: the Secret with the token / authorized keys
-    workspace_claim: str | None = None  # front ends: an existing claim (else one is written)
-    workspace_size: str = "50Gi"
-
-
-def parse_node_selector(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    out: list[tuple[str, str]] = []
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value) or len(value) > 63:
-            raise InputError(f"--node-selector {shown(pair)}: use key=value with Kubernetes label syntax")
-        out.append((key, value))
-    return tuple(out)
+def parse_command(command: str | None) -> tuple[str, ...]:
+    """--command, shell-split; () without one."""
+    try:
+        argv = tuple(shlex.split(command)) if command is not None else ()
+    except ValueError as exc:
+        raise InputError(f"--command: {exc}") from None
+    if command is not None and not argv:
+        raise InputError("--command is empty")
+    return argv
 
 
 def check_gpu_resource(options: JobOptions) -> None:
@@ -453,17 +372,15 @@ def render_jobs(published: Lock, options: JobOptions, frontends: Mapping[str, st
     index's digest where it has one; raises before anything is written. ``frontends``: which
     front end each cell serves, from the matrix (the lock file is an editable record, never the
     word on what a cell is)."""
-    for flag, value in (
-        ("--runtime-class", options.runtime_class),
-        ("--namespace", options.namespace),
-        ("--secret", options.secret),
-        ("--workspace-claim", options.workspace_claim),
-    ):
-        if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
-            raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
+    check_dns_labels(
+        (
+            ("--runtime-class", options.runtime_class),
+            ("--namespace", options.namespace),
+            ("--secret", options.secret),
+            ("--workspace-claim", options.workspace_claim),
+        )
+    )
     check_quantity("--workspace-size", options.workspace_size)
-    from imagekit.k8s.dra import check_gpu_request, claim_gpus  # dra builds on this module
-
     check_gpu_resource(options)
     check_gpu_request(options)
     sizes(options)

@@ -35,14 +35,8 @@ from imagekit.core import naming, platforms
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_PREPULL_IMAGES
 from imagekit.core.text import shown
-from imagekit.k8s.manifests import (
-    JobOptions,
-    ManifestDumper,
-    Toleration,
-    dns_name,
-    image_of,
-    render_jobs,
-)
+from imagekit.k8s.manifests import ManifestDumper, dns_name, image_of, render_jobs
+from imagekit.k8s.options import JobOptions, Toleration
 from imagekit.k8s.placement import ARCH_LABEL, COMPUTE_MAJOR
 from imagekit.k8s.security import container_security, pod_security
 from imagekit.report.lockfile import Lock

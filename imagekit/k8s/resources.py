@@ -31,13 +31,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
-
-if TYPE_CHECKING:
-    from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 
 # Kubernetes' quantity: a decimal number (no sign here: a request is never negative) and a suffix,
 # binary (Ki..Ei) or decimal (m, k, M..E). The exponent forms (1e3) are valid too but unusual in a

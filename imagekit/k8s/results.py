@@ -111,12 +111,6 @@ def probe_documents(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def probe_document(text: str) -> dict[str, Any] | None:
-    """The first probe document in a Job's output (None: none)."""
-    found = probe_documents(text)
-    return found[0] if found else None
-
-
 def _expectations_problem(document: Mapping[str, Any], job: PlannedJob) -> str | None:
     """Why the probe was not asked what this Job asks (another Job's output, or an edited one)."""
     found = document.get("expected")

@@ -17,14 +17,14 @@ In both, /tmp and /dev/shm are emptyDirs and a front end's home is its workspace
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from imagekit.core.errors import InputError
 from imagekit.core.text import shown
 from imagekit.render.contract import FRONTEND
 
 UidMode = Literal["fixed", "scc"]
-UID_MODES: tuple[UidMode, ...] = ("fixed", "scc")
+UID_MODES: tuple[UidMode, ...] = get_args(UidMode)
 RUN_AS = FRONTEND.uid
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
 

@@ -25,7 +25,7 @@ The pod is the restricted one every imagekit workload is (``imagekit.k8s.securit
 as emptyDirs, sized for the probe (``imagekit.k8s.resources``), and its Job ends at the probe's
 verdict but survives a disruption (``imagekit.k8s.failure``). ``imagekit verify`` runs the
 probe as the image's user (root in a plain image) without capabilities; the probe needs neither
-root nor a user of its own (tests/unit/probe/test_nonroot.py runs it as uid 65534 and as a uid no
+root nor a user of its own (tests/slow/probe/test_run_nonroot.py runs it as uid 65534 and as a uid no
 /etc/passwd names), and the NVIDIA runtime makes the GPU device nodes usable by any user.
 """
 
@@ -64,7 +64,6 @@ from imagekit.k8s.dra_cel import checked_product_name
 from imagekit.k8s.failure import job_spec
 from imagekit.k8s.kueue import queued
 from imagekit.k8s.manifests import (
-    JobOptions,
     ManifestDumper,
     check_gpu_resource,
     dns_name,
@@ -73,6 +72,7 @@ from imagekit.k8s.manifests import (
     workload_pod,
 )
 from imagekit.k8s.mig import PLUGIN_PROFILE_PATTERN
+from imagekit.k8s.options import LABEL_VALUE, JobOptions, check_dns_labels
 from imagekit.k8s.placement import ARCH_LABEL
 from imagekit.k8s.resources import sizes
 from imagekit.render.contract import CHECK_SCRIPT_PATH
@@ -85,8 +85,6 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's, on every GP
 COMPONENT = "validate-on"  # app.kubernetes.io/component of these Jobs: `kubectl get jobs -l ...`
 PLAN_NAME = "validate-on.plan"  # not .yaml/.json: `kubectl apply -f DIR` would take it for a manifest
 PLAN_VERSION = 1
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Suffixes GPU feature discovery adds to a product: time-slicing's "-SHARED", and the MIG
 # profile under the single strategy ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "...-MIG-1g.10gb.me.all":
 # the device plugin's spelling, imagekit.k8s.mig). The GPU is the same.
@@ -105,7 +103,7 @@ def label_form(device_name: str) -> str:
 
 def _product_machines() -> dict[str, str]:
     """Product label -> the machine of its hosts, for the products gpus.yaml says come in one."""
-    from imagekit.facts.probe_facts import load_gpus
+    from imagekit.facts.probe_tables import load_gpus
 
     products: Mapping[str, Any] = load_gpus()["gemm_floors"]["products"]
     return {
@@ -128,7 +126,7 @@ class Product:
         with ``dra``, PRODUCT is the productName the DRA driver publishes (NVIDIA H100 80GB HBM3)."""
         name, sep, arch = text.partition(":")
         label = label_form(checked_product_name(name)) if dra else name
-        if not _LABEL_VALUE.fullmatch(label) or len(label) > 63:
+        if not LABEL_VALUE.fullmatch(label) or len(label) > 63:
             raise InputError(
                 f"--validate-on {shown(text)}: not a {PRODUCT_LABEL} label value (like NVIDIA-H100-80GB-HBM3;"
                 " `kubectl get nodes -L nvidia.com/gpu.product` lists a cluster's)"
@@ -318,9 +316,7 @@ def _claimed(
 
 def check_options(options: JobOptions) -> None:
     """Refuse options a validate-on Job cannot carry, before anything is written."""
-    for flag, value in (("--runtime-class", options.runtime_class), ("--namespace", options.namespace)):
-        if value is not None and not (_DNS_LABEL.fullmatch(value) and len(value) <= 63):
-            raise InputError(f"{flag} {shown(value)}: not a DNS label (lower-case letters, digits, '-')")
+    check_dns_labels((("--runtime-class", options.runtime_class), ("--namespace", options.namespace)))
     if options.gpus < 1:
         raise InputError("--validate-on runs the probe with the GPU required: give --gpus 1 or more")
     if options.command:

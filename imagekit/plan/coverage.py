@@ -15,23 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from imagekit.facts.compat import Compat
-from imagekit.facts.probe_facts import load_gpus
+from imagekit.facts.probe_tables import load_gpus
 from imagekit.plan.cells import Cell, FrontendCell, Plan, StackCell
-from imagekit.plan.gpu_fit import Capability, GpuFit, Kernels, architectures, capability, gpu_fit
-
-# Capability, architectures and capability are gpu_fit's, named here too for this module's readers
-__all__ = [
-    "Capability",
-    "FamilyCoverage",
-    "Served",
-    "architectures",
-    "capability",
-    "cell_fit",
-    "families",
-    "family_machines",
-    "fleet_coverage",
-    "serves",
-]
+from imagekit.plan.gpu_fit import Capability, GpuFit, Kernels, capability, gpu_fit
 
 
 def serves(arch_list: str, gpu: Capability) -> bool:

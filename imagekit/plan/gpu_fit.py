@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from imagekit.core import platforms
 from imagekit.core.versions import cuda_variant, version_key
 from imagekit.facts.compat import Compat, load_compat
-from imagekit.facts.probe_facts import wheel_arch_list
+from imagekit.facts.probe_tables import wheel_arch_list
 
 Capability = tuple[int, int]
 

@@ -201,3 +201,20 @@ def load_plan(path: Path, compat: Compat | None = None, *, pinned: bool = True) 
     if not pinned:
         return plan
     return replace(plan, cells=apply_pins(plan.cells, plan.root / path.name, matrix.require_base_pins))
+
+
+def registry_host(value: str | None, plan: Plan, matrix: Path) -> str:
+    """--registry (validated like the matrix's) or the matrix's publish.registry; exit 2 if none."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from imagekit.core.safetypes import Registry
+    from imagekit.core.text import shown
+
+    if value is None:
+        if not plan.matrix.publish.registry:
+            raise InputError(f"{matrix}: no registry; set publish.registry or pass --registry HOST[:PORT]")
+        return plan.matrix.publish.registry
+    try:
+        return str(TypeAdapter(Registry).validate_python(value))
+    except ValidationError as exc:
+        raise InputError(f"--registry {shown(value)}: {exc.errors()[0]['msg']}") from None

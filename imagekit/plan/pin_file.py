@@ -1,6 +1,6 @@
 """Where a matrix's lock of base digests lives (``imagekit.plan.pins`` reads and applies it).
 
-A module of its own, importing nothing: the no-change answer (``imagekit.build.named_inputs``)
+A module of its own, importing nothing: the no-change answer (``imagekit.builds.named_inputs``)
 lists the lock among a matrix's inputs before anything heavier than PyYAML is loaded.
 """
 

@@ -496,7 +496,7 @@ BuildRule = Callable[[Matrix, BuildSettings], "str | None"]
 
 
 def credentials_need_buildkit(matrix: Matrix, build: BuildSettings) -> str | None:
-    if matrix.sources.pip.credentials and build.builder != "buildkit":
+    if matrix.sources.pip.credentials and not build.on_buildkit:
         return (
             "sources.pip.credentials: index credentials need the BuildKit builder (build.builder:"
             " buildkit or --builder buildkit): the classic builder would keep them in a layer"
@@ -505,7 +505,7 @@ def credentials_need_buildkit(matrix: Matrix, build: BuildSettings) -> str | Non
 
 
 def zstd_needs_buildkit(matrix: Matrix, build: BuildSettings) -> str | None:
-    if build.compression == "zstd" and build.builder != "buildkit":
+    if build.compression == "zstd" and not build.on_buildkit:
         return (
             "build.compression: zstd applies to the BuildKit builder's staged images; set"
             " build.builder: buildkit (or --builder buildkit), or compression: gzip"

@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from imagekit.core import naming
+from imagekit.core.build_kinds import BuilderKind, Compression, default_compression
 from imagekit.core.errors import InputError
 from imagekit.core.limits import (
     DEFAULT_MAX_LAYER_BYTES,
@@ -186,8 +187,6 @@ class BaseSpec(StrictModel):
 
 SecretId = Annotated[str, SECRET_ID]
 Login = Annotated[str, LOGIN]
-BuilderKind = Literal["classic", "buildkit"]
-Compression = Literal["gzip", "zstd"]
 
 
 class PipCredential(StrictModel):
@@ -331,9 +330,24 @@ class BuildSettings(StrictModel):
         "classic",
         description="classic (docker-py) or buildkit (`docker buildx build`: cache and secret mounts)",
     )
-    compression: Compression = Field(
-        "gzip", description="layer compression of the BuildKit builder's staged images (zstd: buildkit only)"
+    compression: Compression | None = Field(
+        None,
+        description="layer compression of the staged images: default zstd with buildkit (Docker Engine"
+        " >= 23, containerd >= 1.5, CRI-O and podman pull it), gzip with classic; gzip for an older"
+        " consumer (zstd: buildkit only)",
     )
+
+    @property
+    def layer_compression(self) -> Compression:
+        """The compression the images get: the matrix's, else the builder's default."""
+        return self.compression or default_compression(self.builder)
+
+    @property
+    def on_buildkit(self) -> bool:
+        """Whether the builder runs on BuildKit: its Dockerfiles take RUN --network/--mount (cache,
+        secret and bind mounts), it takes index credentials and zstd. Every builder but the
+        engine's classic one does, so a new one (a remote BuildKit) is rendered as ``buildkit``."""
+        return self.builder != "classic"
 
 
 class Waiver(StrictModel):

@@ -1,6 +1,6 @@
 """imagekit probe: the in-image check; verifies what an image holds and prints ONE JSON document.
 
-Shipped into every image as one zipapp at /opt/imagekit/check.py (imagekit.probe_bundle builds it);
+Shipped into every image as one zipapp at /opt/imagekit/check.py (imagekit.render.probe_bundle builds it);
 one module per concern, check names and the result schema in ``protocol`` (the host imports it
 too). Standard library only (torch is imported when present); runs on Python 3.8+, so
 `docker run IMAGE python3 /opt/imagekit/check.py`, a CI job or a Kubernetes job can run it without

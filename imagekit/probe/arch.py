@@ -8,7 +8,7 @@ from typing import Any
 
 from .context import Context, needs_gpu_and_torch
 from .libraries import wheel_fix
-from .protocol import CUDA_ARCHS
+from .protocol import CUDA_ARCHS, FAIL, PASS, SKIP
 from .results import GPU_MISSING_FIX, WSL_HINT, CheckResult, failed, passed, skipped
 
 
@@ -172,18 +172,18 @@ def check_cuda_archs(ctx: Context) -> CheckResult:
     torch = ctx.torch
     label = ctx.expect.cuda_archs
     if torch is None:
-        return _record("skip", reason="torch is not importable (see torch)", expected=label)
+        return _record(SKIP, reason="torch is not importable (see torch)", expected=label)
     actual, why = read_arch_flags(torch)
     if actual is None:
-        return _record("skip", reason=why, expected=label)
+        return _record(SKIP, reason=why, expected=label)
     if label is None:
         note = "no cuda-archs label to compare with"
-        return _record("pass", actual=actual, detail={"label": None, "note": note})
+        return _record(PASS, actual=actual, detail={"label": None, "note": note})
     expected = arch_flags(label)
     detail: dict[str, Any] = {"label": label, "expected": expected, "actual": actual}
     if expected is None:
         return _record(
-            "fail",
+            FAIL,
             expected=label,
             actual=actual,
             detail=detail,
@@ -192,10 +192,10 @@ def check_cuda_archs(ctx: Context) -> CheckResult:
         )
     missing, extra = compare_archs(expected, actual)
     if not missing and not extra:
-        return _record("pass", expected=label, actual=actual, detail=detail)
+        return _record(PASS, expected=label, actual=actual, detail=detail)
     detail.update(missing=missing, extra=extra)
     return _record(
-        "fail",
+        FAIL,
         expected=label,
         actual=actual,
         detail=detail,

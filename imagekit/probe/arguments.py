@@ -10,11 +10,21 @@ from typing import NoReturn
 
 from .protocol import (
     CHECK_NAMES,
+    DEVICE_OPTION,
     EXPECT_ENV,
     EXPECT_OPTIONS,
     HOST_MACHINE_ENV,
     HOST_MACHINE_OPTION,
+    ONLY_ENV,
+    ONLY_OPTION,
+    REQUIRE_GPU_ENV,
+    REQUIRE_GPU_OPTION,
+    RESULT_FILE_OPTION,
+    SKIP_ENV,
+    SKIP_OPTION,
     TASK_NAMES,
+    TASK_OPTION,
+    WORKER_OPTION,
 )
 
 
@@ -78,34 +88,46 @@ def _host_machine(given: str | None, env: dict[str, str]) -> str | None:
 
 def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation]:
     parser = Parser(prog="check.py", description="imagekit in-image check (prints one JSON document)")
-    parser.add_argument("--expect-torch")
-    parser.add_argument("--expect-cuda")
-    parser.add_argument("--expect-cudnn")
-    parser.add_argument("--expect-python")
-    parser.add_argument("--flavour")
+    parser.add_argument(EXPECT_OPTIONS["torch"], dest="expect_torch")
+    parser.add_argument(EXPECT_OPTIONS["cuda"], dest="expect_cuda")
+    parser.add_argument(EXPECT_OPTIONS["cudnn"], dest="expect_cudnn")
+    parser.add_argument(EXPECT_OPTIONS["python"], dest="expect_python")
+    parser.add_argument(EXPECT_OPTIONS["flavour"], dest="flavour")
     parser.add_argument(EXPECT_OPTIONS["cuda-archs"], dest="expect_cuda_archs")
-    parser.add_argument("--require-gpu", action="store_true", default=None)
+    parser.add_argument(REQUIRE_GPU_OPTION, dest="require_gpu", action="store_true", default=None)
     parser.add_argument(
         HOST_MACHINE_OPTION, metavar="MACHINE", help="the engine host's machine (uname -m), to tell emulation"
     )
     parser.add_argument(
-        "--only", action="append", metavar="CHECKS", help="run only these checks (comma list)"
+        ONLY_OPTION,
+        dest="only_checks",
+        action="append",
+        metavar="CHECKS",
+        help="run only these checks (comma list)",
     )
     parser.add_argument(
-        "--skip", action="append", metavar="CHECKS", help="leave these checks out (comma list)"
+        SKIP_OPTION,
+        dest="skipped_checks",
+        action="append",
+        metavar="CHECKS",
+        help="leave these checks out (comma list)",
     )
     # internal: the script re-runs itself for work that must be isolated or bounded in time
     parser.add_argument(
-        "--collective-worker", nargs=4, metavar=("RANK", "WORLD", "PORT", "BACKEND"), help=argparse.SUPPRESS
+        WORKER_OPTION,
+        dest="collective_worker",
+        nargs=4,
+        metavar=("RANK", "WORLD", "PORT", "BACKEND"),
+        help=argparse.SUPPRESS,
     )
-    parser.add_argument("--task", choices=TASK_NAMES, help=argparse.SUPPRESS)
-    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
-    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    parser.add_argument(TASK_OPTION, dest="task", choices=TASK_NAMES, help=argparse.SUPPRESS)
+    parser.add_argument(DEVICE_OPTION, dest="device", default="cpu", help=argparse.SUPPRESS)
+    parser.add_argument(RESULT_FILE_OPTION, dest="result_file", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
-    only = _names(ns.only, env.get("IMAGEKIT_CHECK_ONLY"), "--only")
-    skip = _names(ns.skip, env.get("IMAGEKIT_CHECK_SKIP"), "--skip")
+    only = _names(ns.only_checks, env.get(ONLY_ENV), ONLY_OPTION)
+    skip = _names(ns.skipped_checks, env.get(SKIP_ENV), SKIP_OPTION)
     if (ns.collective_worker or ns.task) and not ns.result_file:
-        raise ArgumentError("--collective-worker and --task need --result-file")
+        raise ArgumentError(f"{WORKER_OPTION} and {TASK_OPTION} need {RESULT_FILE_OPTION}")
     invocation = Invocation(
         only=only,
         skip=skip,
@@ -120,26 +142,28 @@ def parse_args(argv: list[str], env: dict[str, str]) -> tuple[Expect, Invocation
         value = arg if arg is not None else env.get(var)
         return value.strip() if value and value.strip() else None
 
-    cuda = pick(ns.expect_cuda, "IMAGEKIT_EXPECT_CUDA")
+    cuda = pick(ns.expect_cuda, EXPECT_ENV["cuda"])
     if cuda is not None:
         cuda = cuda.lower()
         if cuda != "cpu" and not re.match(r"^\d+\.\d+(\.\d+)?$", cuda):
-            raise ArgumentError(f"--expect-cuda: {cuda!r} is neither 'cpu' nor a CUDA version like 12.1")
-    cudnn = pick(ns.expect_cudnn, "IMAGEKIT_EXPECT_CUDNN")
+            raise ArgumentError(
+                f"{EXPECT_OPTIONS['cuda']}: {cuda!r} is neither 'cpu' nor a CUDA version like 12.1"
+            )
+    cudnn = pick(ns.expect_cudnn, EXPECT_ENV["cudnn"])
     if cudnn is not None and not re.match(r"^\d+(\.\d+)*$", cudnn):
-        raise ArgumentError(f"--expect-cudnn: {cudnn!r} is not a cuDNN version like 8 or 8.9.5.29")
-    python = pick(ns.expect_python, "IMAGEKIT_EXPECT_PYTHON")
+        raise ArgumentError(f"{EXPECT_OPTIONS['cudnn']}: {cudnn!r} is not a cuDNN version like 8 or 8.9.5.29")
+    python = pick(ns.expect_python, EXPECT_ENV["python"])
     if python is not None and not re.match(r"^\d+\.\d+$", python):
-        raise ArgumentError(f"--expect-python: {python!r} is not like 3.10")
-    flavour = pick(ns.flavour, "IMAGEKIT_FLAVOUR")
+        raise ArgumentError(f"{EXPECT_OPTIONS['python']}: {python!r} is not like 3.10")
+    flavour = pick(ns.flavour, EXPECT_ENV["flavour"])
     if flavour is not None and flavour not in ("devel", "runtime"):
-        raise ArgumentError(f"--flavour: {flavour!r} is neither devel nor runtime")
-    torch_version = pick(ns.expect_torch, "IMAGEKIT_EXPECT_TORCH")
+        raise ArgumentError(f"{EXPECT_OPTIONS['flavour']}: {flavour!r} is neither devel nor runtime")
+    torch_version = pick(ns.expect_torch, EXPECT_ENV["torch"])
     if torch_version is not None and not re.match(r"^\d+\.\d+", torch_version):
-        raise ArgumentError(f"--expect-torch: {torch_version!r} is not a torch version")
-    require_env = env.get("IMAGEKIT_REQUIRE_GPU", "").strip().lower()
+        raise ArgumentError(f"{EXPECT_OPTIONS['torch']}: {torch_version!r} is not a torch version")
+    require_env = env.get(REQUIRE_GPU_ENV, "").strip().lower()
     if require_env not in ("", "0", "1", "true", "false", "yes", "no"):
-        raise ArgumentError(f"IMAGEKIT_REQUIRE_GPU: {require_env!r} is not a boolean")
+        raise ArgumentError(f"{REQUIRE_GPU_ENV}: {require_env!r} is not a boolean")
     require_gpu = bool(ns.require_gpu) or require_env in ("1", "true", "yes")
     # Not refused here when odd: a wrong arch list is the cuda_archs check's warning, never exit 2.
     cuda_archs = pick(ns.expect_cuda_archs, EXPECT_ENV["cuda-archs"])

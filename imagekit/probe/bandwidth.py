@@ -13,12 +13,16 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from .collectives import run_collectives
 from .context import Context, needs_gpu_and_torch
-from .facts import nccl_bandwidth
 from .proc import run_command, write_result
+from .protocol import FAIL, PASS, SKIP
 from .results import CheckResult, failed, skipped
+from .tables import nccl_bandwidth
 
 BACKEND = "nccl"  # gloo in the tests (the ranks then run on the CPU)
+# A rank given the backend "<backend>+bandwidth" is a rank of this check (run.main sends it here).
+WORKER_ROLE = "bandwidth"
 SIZE_ENV = "IMAGEKIT_NCCL_BANDWIDTH_MIB"  # overrides the data's size (MiB per rank)
 TIMEOUT_S = 300.0
 NVLINK = re.compile(r"^NV(\d+)$")
@@ -155,7 +159,7 @@ def _judge_pairs(
         i, j = entry["pair"]
         link = links.get((i, j))
         floor, how = pair_floor(link, table)
-        status = "skip" if floor is None else ("fail" if entry["busbw_gbps"] < floor else "pass")
+        status = SKIP if floor is None else (FAIL if entry["busbw_gbps"] < floor else PASS)
         pairs.append({**entry, "link": link, "floor_gbps": floor, "floor": how, "status": status})
     return pairs
 
@@ -168,8 +172,6 @@ def check_nccl_bandwidth(ctx: Context) -> CheckResult:
 
 @needs_gpu_and_torch("nccl_bandwidth")
 def _check_nccl_bandwidth(ctx: Context, torch: Any) -> CheckResult:
-    from .collectives import run_collectives
-
     count = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
     if count < 2:
         return skipped("nccl_bandwidth", f"fewer than 2 GPUs ({count})", actual=count)
@@ -184,7 +186,7 @@ def _check_nccl_bandwidth(ctx: Context, torch: Any) -> CheckResult:
         worker_env[SIZE_ENV] = ctx.env[SIZE_ENV]
     outcome = run_collectives(
         count,
-        f"{BACKEND}+bandwidth",
+        f"{BACKEND}+{WORKER_ROLE}",
         TIMEOUT_S,
         ctx.subdir("nccl-bandwidth"),
         worker_env,
@@ -225,7 +227,7 @@ def _verdict(pairs: list[dict[str, Any]], detail: dict[str, Any]) -> CheckResult
     expected = {
         "{}-{}".format(*p["pair"]): f">= {p['floor_gbps']}" for p in pairs if p["floor_gbps"] is not None
     }
-    bad = [p for p in pairs if p["status"] == "fail"]
+    bad = [p for p in pairs if p["status"] == FAIL]
     if bad:
         parts = [
             f"GPUs {p['pair'][0]}-{p['pair'][1]} ({p['link']}) {p['busbw_gbps']} GB/s < {p['floor_gbps']}"
@@ -233,7 +235,7 @@ def _verdict(pairs: list[dict[str, Any]], detail: dict[str, Any]) -> CheckResult
         ]
         return CheckResult(
             "nccl_bandwidth",
-            "fail",
+            FAIL,
             required=False,
             expected=expected,
             actual=actual,
@@ -243,15 +245,15 @@ def _verdict(pairs: list[dict[str, Any]], detail: dict[str, Any]) -> CheckResult
             fix="check nvidia-smi topo -m and nvidia-smi nvlink -s, NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, "
             "--ipc=host and the container's shared memory; NCCL_DEBUG=INFO names the transport NCCL chose",
         )
-    if not any(p["status"] == "pass" for p in pairs):
+    if not any(p["status"] == PASS for p in pairs):
         return CheckResult(
             "nccl_bandwidth",
-            "skip",
+            SKIP,
             required=False,
             reason="no floor for any pair's link",
             actual=actual,
             detail=detail,
         )
     return CheckResult(
-        "nccl_bandwidth", "pass", required=False, expected=expected, actual=actual, detail=detail
+        "nccl_bandwidth", PASS, required=False, expected=expected, actual=actual, detail=detail
     )

@@ -19,10 +19,11 @@ from typing import Any
 
 from . import extension, prebuilt
 from .arguments import ArgumentError, Parser
-from .build import diagnose_build, toolchain
+from .compilation import diagnose_build, toolchain
 from .protocol import (
     BUILD_EXTENSIONS,
     BUILD_GUARD,
+    EXIT_BAD_ARGUMENTS,
     FREEZE,
     GUARD_CUDA_OPTION,
     GUARD_EXACT_OPTION,
@@ -157,4 +158,4 @@ def run_step(argv: list[str]) -> int:
         raise ArgumentError(f"unknown build step {step!r}")
     except ArgumentError as exc:
         sys.stderr.write(f"check.py {step}: bad arguments: {exc}\n")
-        return 2
+        return EXIT_BAD_ARGUMENTS

@@ -14,6 +14,7 @@ from typing import Any
 
 from .context import Context, needs_gpu_and_torch
 from .proc import read_result, read_text, self_command, write_result
+from .protocol import RESULT_FILE_OPTION, WORKER_OPTION
 from .rendezvous import DOMAIN_WAIT_S, Rendezvous, RendezvousError, from_env, worker_env, worker_place
 from .results import CheckResult, failed, passed, skipped
 
@@ -62,12 +63,12 @@ def run_collectives(
             for number, rank in enumerate(ranks):
                 command = [
                     *self_command(),
-                    "--collective-worker",
+                    WORKER_OPTION,
                     str(rank),
                     str(total),
                     str(port),
                     backend,
-                    "--result-file",
+                    RESULT_FILE_OPTION,
                     results[number],
                 ]
                 with open(logs[number], "wb") as log:
@@ -105,13 +106,8 @@ def run_collectives(
 
 def collective_worker(rank: int, world: int, port: int, backend: str, result_file: str) -> int:
     """One rank: all_reduce(sum) of rank+1 and broadcast of rank 0's tensor; writes its result file.
-    A backend named "<backend>+bandwidth" is a rank of nccl_bandwidth instead."""
+    (A backend named "<backend>+bandwidth" is a rank of nccl_bandwidth: ``run.main`` sends it there.)"""
     from datetime import timedelta
-
-    if backend.endswith("+bandwidth"):
-        from .bandwidth import bandwidth_worker
-
-        return bandwidth_worker(rank, world, port, backend.partition("+")[0], result_file)
 
     result: dict[str, Any] = {"rank": rank, "ok": False}
     try:

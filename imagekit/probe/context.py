@@ -15,6 +15,7 @@ from typing import Any
 from .arguments import Expect
 from .emulation import EMULATED_GPU_CAUSE, EMULATED_GPU_FIX, run_platform
 from .proc import temp_root
+from .protocol import REQUIRE_GPU_OPTION
 from .results import (
     GPU_MISSING_CAUSE,
     GPU_MISSING_FIX,
@@ -116,7 +117,7 @@ class Context:
     def gpu_request_reasons(self) -> list[str]:
         reasons = []
         if self.expect.require_gpu:
-            reasons.append("--require-gpu")
+            reasons.append(REQUIRE_GPU_OPTION)
         visible = self.env.get("NVIDIA_VISIBLE_DEVICES")
         if visible is not None and visible.strip().lower() not in ("", "void", "none", "all"):
             reasons.append(f"NVIDIA_VISIBLE_DEVICES={visible}")

@@ -8,6 +8,7 @@ from typing import Any
 
 from .context import Context, needs_gpu_and_torch
 from .gemm import cuda_device, cuda_devices
+from .protocol import FAIL, PASS
 from .results import GPU_MISSING_FIX, CheckResult, failed, passed, skipped
 
 # float32 with TF32 off: every output element is a short dot product (8 channels x 3 x 3 = 72 terms
@@ -58,11 +59,11 @@ def _conv_device(torch: Any, device: dict[str, Any], ref: dict[str, Any]) -> dic
             errors["grad_input"] = _rel_error(x.grad, ref["dx"])
             errors["grad_weight"] = _rel_error(w.grad, ref["dw"])
     except Exception as exc:
-        entry.update({"status": "fail", "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        entry.update({"status": FAIL, "error": f"{type(exc).__name__}: {exc}"[:1000]})
         return entry
     entry["max_rel_error"] = errors
     bad = {k: v for k, v in errors.items() if not v <= CONV_RTOL}
-    entry["status"] = "fail" if bad else "pass"
+    entry["status"] = FAIL if bad else PASS
     if bad:
         entry["error"] = "; ".join(f"{k} off by {v:.3g} of its largest value" for k, v in bad.items())
     return entry
@@ -104,7 +105,7 @@ def check_cudnn_conv(ctx: Context, torch: Any) -> CheckResult:
         return failed(
             "cudnn_conv", "torch reports CUDA available but no devices", GPU_MISSING_FIX, detail=detail
         )
-    bad = [d for d in devices if d["status"] == "fail"]
+    bad = [d for d in devices if d["status"] == FAIL]
     if bad:
         return failed(
             "cudnn_conv",
@@ -115,8 +116,8 @@ def check_cudnn_conv(ctx: Context, torch: Any) -> CheckResult:
             ),
             "a cuDNN without kernels for this device, or one other than torch's: install the cuDNN torch "
             "pins (one cuDNN in the image; the cudnn check names it) and see the arch check for the device",
-            expected=dict.fromkeys(actual, "pass"),
+            expected=dict.fromkeys(actual, PASS),
             actual=actual,
             detail=detail,
         )
-    return passed("cudnn_conv", dict.fromkeys(actual, "pass"), actual, detail)
+    return passed("cudnn_conv", dict.fromkeys(actual, PASS), actual, detail)

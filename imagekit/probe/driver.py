@@ -9,16 +9,16 @@ import re
 from typing import Any
 
 from .context import Context
-from .facts import cuda_driver_table, datacenter_brands
 from .proc import read_text
 from .require import device_props, evaluate_all_requirements, go_parse_bool, require_variables
 from .results import CheckResult, failed, passed, skipped
 from .smi import host_cuda_version, host_driver_version
+from .tables import cuda_driver_table, datacenter_brands
 from .versions import compare_versions, cuda_minor
 
 # CUDA minor -> (driver its newest known patch shipped with = full compatibility, minor-version-
 # compatibility floor). Linux x86_64, generated from imagekit/data/compat.yaml (NVIDIA's "CUDA Toolkit
-# and Corresponding Driver Versions" table) into the zipapp's facts.json: no copy lives here.
+# and Corresponding Driver Versions" table) into the zipapp's tables.json: no copy lives here.
 CUDA_DRIVER_TABLE: dict[str, tuple[str | None, str]] = cuda_driver_table()
 
 
@@ -147,10 +147,10 @@ def check_driver(ctx: Context) -> CheckResult:
     if gate is not None:
         return gate
     assert ctx.expect.cuda is not None
-    driver = host_driver_version(ctx)
+    driver = host_driver_version(ctx.smi)
     want = cuda_minor(ctx.expect.cuda)
     row = CUDA_DRIVER_TABLE.get(want)
-    detail: dict[str, Any] = {"cuda": want, "host_cuda": host_cuda_version(ctx)}
+    detail: dict[str, Any] = {"cuda": want, "host_cuda": host_cuda_version(ctx.smi)}
     compat = find_forward_compat()
     loaded = loaded_libcuda()
     compat_in_use = bool(loaded and any(loaded == lib for lib in compat["libs"]))

@@ -10,9 +10,9 @@ import platform
 from dataclasses import asdict
 from typing import Any
 
-from .facts import cpuinfo_keys, machine_aliases
 from .protocol import FAIL, FLOOR_CHECKS, SKIP, TIMED_CHECKS
 from .results import CheckResult
+from .tables import cpuinfo_keys, machine_aliases
 
 EMULATED_GPU_CAUSE = (
     "this run is emulated ({machine} on a {host} host, QEMU user emulation): an emulated process "

@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 from .context import Context, needs_gpu_and_torch, torch_skip
+from .protocol import FAIL, PASS, SKIP
 from .results import GPU_MISSING_FIX, CheckResult, failed, passed
 
 FP8 = "float8_e4m3fn"  # torch._scaled_mm's input dtype; its product is written as bfloat16
@@ -168,9 +169,9 @@ def _gemm_dtype(
         torch.cuda.synchronize(i)
         got = out.float().cpu()
     except Exception as exc:
-        return {"status": "fail", "error": f"{type(exc).__name__}: {exc}"}
+        return {"status": FAIL, "error": f"{type(exc).__name__}: {exc}"}
     stats = gemm_error_stats(torch, got, ref, scale, rtol)
-    stats["status"] = "pass" if stats["exceeding"] == 0 else "fail"
+    stats["status"] = PASS if stats["exceeding"] == 0 else FAIL
     return stats
 
 
@@ -194,11 +195,11 @@ def _gemm_device(
         da, db = a.to(cuda_device(torch, i)), b.to(cuda_device(torch, i))
         for dtype_name, (ref, scale) in refs.items():
             if dtype_name == "bfloat16" and not bf16_ok:
-                entry["dtypes"][dtype_name] = {"status": "skip", "reason": bf16_reason}
+                entry["dtypes"][dtype_name] = {"status": SKIP, "reason": bf16_reason}
                 continue
             if dtype_name == FP8 and tuple(device["capability"]) < FP8_CAPABILITY:
                 entry["dtypes"][dtype_name] = {
-                    "status": "skip",
+                    "status": SKIP,
                     "reason": "FP8 Tensor Cores need compute capability 8.9 (sm_{}{})".format(
                         *device["capability"]
                     ),
@@ -209,7 +210,7 @@ def _gemm_device(
             )
         del da, db
     statuses = [r["status"] for r in entry["dtypes"].values()]
-    entry["status"] = "fail" if "fail" in statuses else "pass"
+    entry["status"] = FAIL if FAIL in statuses else PASS
     return entry
 
 
@@ -217,7 +218,7 @@ def _gemm_failures(bad: list[dict[str, Any]]) -> list[str]:
     parts = []
     for d in bad:
         for dtype_name, r in d["dtypes"].items():
-            if r.get("status") != "fail":
+            if r.get("status") != FAIL:
                 continue
             if "error" in r:
                 parts.append(f"GPU {d['index']} {dtype_name}: {r['error']}")
@@ -284,7 +285,7 @@ def check_gemm_gpu(ctx: Context, torch: Any) -> CheckResult:
             actual=[],
             detail=detail,
         )
-    bad = [d for d in per_device if d["status"] == "fail"]
+    bad = [d for d in per_device if d["status"] == FAIL]
     if bad:
         parts = _gemm_failures(bad)
         return failed(

@@ -9,9 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .context import Context, torch_skip
-from .facts import gemm_products
 from .gemm import FP8, FP8_CAPABILITY, cuda_device, cuda_devices, fp8_available
+from .protocol import FAIL, PASS, SKIP
 from .results import CheckResult, skipped
+from .tables import gemm_products
 from .telemetry import (
     PERF_LIMITING_REASONS,
     TELEMETRY_INTERVAL_MS,
@@ -47,7 +48,7 @@ def _floors() -> dict[str, GemmFloor]:
 
 # Keyed by the EXACT name the driver reports (torch.cuda.get_device_name == nvidia-smi's name; a
 # substring match once gave "NVIDIA RTX A1000" the A100 floor). The table is data
-# (imagekit/data/gpus.yaml, gemm_floors, with its sources), generated into the zipapp's facts.json.
+# (imagekit/data/gpus.yaml, gemm_floors, with its sources), generated into the zipapp's tables.json.
 # Unknown devices get no floor (skip, never pass).
 GEMM_FLOORS: dict[str, GemmFloor] = _floors()
 
@@ -173,11 +174,11 @@ def _device_status(entry: dict[str, Any], floor: float | None, floor_how: str) -
         return
     tflops = entry.get("tflops")
     if floor is None:
-        entry.update({"status": "skip", "reason": floor_how})
+        entry.update({"status": SKIP, "reason": floor_how})
     elif tflops is not None and tflops < floor:
-        entry["status"] = "fail"
+        entry["status"] = FAIL
     else:
-        entry["status"] = "pass"
+        entry["status"] = PASS
 
 
 def _time_device(
@@ -213,7 +214,7 @@ def _time_device(
     try:
         entry.update(time_gemm(torch, i, dtype_name, PERF_N, PERF_MIN_SECONDS, window))
     except Exception as exc:
-        entry.update({"status": "fail", "error": f"{type(exc).__name__}: {exc}"})
+        entry.update({"status": FAIL, "error": f"{type(exc).__name__}: {exc}"})
     window_summary: dict[str, Any] = {"cuda_index": i, "name": device["name"]}
     if sampler is not None:
         rows = sampler.stop()
@@ -233,8 +234,8 @@ def _time_device(
     _device_status(entry, floor, floor_how)
     if tuple(device["capability"]) >= FP8_CAPABILITY and fp8_available(torch) and "error" not in entry:
         entry["fp8"] = _time_fp8(torch, device)
-        if entry["fp8"]["status"] == "fail":
-            entry["status"] = "fail"
+        if entry["fp8"]["status"] == FAIL:
+            entry["status"] = FAIL
     return entry, window_summary
 
 
@@ -245,7 +246,7 @@ def _time_fp8(torch: Any, device: dict[str, Any]) -> dict[str, Any]:
     try:
         part.update(time_gemm(torch, device["index"], FP8, PERF_N, PERF_MIN_SECONDS))
     except Exception as exc:
-        part.update({"status": "fail", "error": f"{type(exc).__name__}: {exc}"})
+        part.update({"status": FAIL, "error": f"{type(exc).__name__}: {exc}"})
         return part
     _device_status(part, floor, how)
     return part
@@ -262,7 +263,7 @@ def _slowest(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _fp8_failure_text(r: dict[str, Any]) -> str:
     fp8 = r.get("fp8") or {}
-    if fp8.get("status") != "fail":
+    if fp8.get("status") != FAIL:
         return ""
     if "error" in fp8:
         return f"; FP8: {fp8['error']}"
@@ -302,7 +303,7 @@ def _perf_failure(
     )
     return CheckResult(
         "gemm_perf",
-        "fail",
+        FAIL,
         required=False,
         expected=floors,
         actual=actual,
@@ -352,11 +353,11 @@ def check_gemm_perf(ctx: Context) -> CheckResult:
         "devices": results,
     }
     actual = slowest["tflops"] if slowest else None
-    failing = [r for r in results if r["status"] == "fail"]
+    failing = [r for r in results if r["status"] == FAIL]
     floors = {str(r["index"]): f">= {r['floor_tflops']}" for r in results if r.get("floor_tflops")}
     if failing:
         return _perf_failure(failing, floors, actual, detail)
-    if not any(r["status"] == "pass" for r in results):
+    if not any(r["status"] == PASS for r in results):
         reasons = "; ".join(f"GPU {r['index']}: {r.get('reason')}" for r in results) or "no device"
-        return CheckResult("gemm_perf", "skip", required=False, reason=reasons, actual=actual, detail=detail)
-    return CheckResult("gemm_perf", "pass", required=False, expected=floors, actual=actual, detail=detail)
+        return CheckResult("gemm_perf", SKIP, required=False, reason=reasons, actual=actual, detail=detail)
+    return CheckResult("gemm_perf", PASS, required=False, expected=floors, actual=actual, detail=detail)

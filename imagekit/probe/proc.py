@@ -38,7 +38,7 @@ def self_command() -> list[str]:
         root = os.path.dirname(root)
     if os.path.isfile(root):  # a zipapp: python runs the archive itself
         return [sys.executable, root]
-    code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.report import main"
+    code = f"import sys; sys.path.insert(0, {root!r}); from {__package__}.run import main"
     return [sys.executable, "-c", code + "; sys.exit(main())"]
 
 

@@ -7,6 +7,8 @@ Standard library only, Python 3.8+: the probe imports it inside the oldest suppo
 
 from __future__ import annotations
 
+from typing import Final, Literal
+
 SCHEMA = 2  # the result document's "schema"; a change to its fields changes this
 # 2: "platform" (where the probe ran: its machine, the engine host's, emulated or not)
 
@@ -109,11 +111,13 @@ FRONTEND_KIND = "frontend"  # the front-end document's "kind"
 # A check the host adds to a front-end image's report (from the engine's view of the image).
 IMAGE_SECRETS = "image_secrets"
 
-# A check's status, and the fields of its record (CheckResult), in order.
-PASS = "pass"
-FAIL = "fail"
-SKIP = "skip"
-STATUSES: tuple[str, ...] = (PASS, FAIL, SKIP)
+# A check's status (the verdict vocabulary: nothing else spells these), and the fields of its
+# record (CheckResult), in order.
+PASS: Final = "pass"
+FAIL: Final = "fail"
+SKIP: Final = "skip"
+Status = Literal["pass", "fail", "skip"]
+STATUSES: tuple[Status, ...] = (PASS, FAIL, SKIP)
 RESULT_FIELDS: tuple[str, ...] = (
     "name",
     "status",

@@ -283,8 +283,8 @@ def check_require(ctx: Context) -> CheckResult:
     gate = ctx.gpu_gate("require")
     if gate is not None:
         return gate
-    cuda = host_cuda_version(ctx)
-    driver = host_driver_version(ctx)
+    cuda = host_cuda_version(ctx.smi)
+    driver = host_driver_version(ctx.smi)
     devices = device_props(ctx)
     report = requirement_report(variables, cuda, driver, devices)
     verdicts = {name: entry["satisfied"] for name, entry in report.items()}

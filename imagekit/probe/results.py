@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .protocol import NOT_REQUIRED
+from .protocol import FAIL, NOT_REQUIRED, PASS, SKIP
 
 GPU_MISSING_CAUSE = "--gpus missing or no NVIDIA runtime: a GPU was requested but none is visible"
 GPU_MISSING_FIX = (
@@ -38,7 +38,7 @@ class CheckResult:
 
 
 def passed(name: str, expected: Any = None, actual: Any = None, detail: Any = None) -> CheckResult:
-    return CheckResult(name, "pass", expected=expected, actual=actual, detail=detail)
+    return CheckResult(name, PASS, expected=expected, actual=actual, detail=detail)
 
 
 def failed(
@@ -49,13 +49,13 @@ def failed(
     actual: Any = None,
     detail: Any = None,
 ) -> CheckResult:
-    return CheckResult(name, "fail", expected=expected, actual=actual, detail=detail, cause=cause, fix=fix)
+    return CheckResult(name, FAIL, expected=expected, actual=actual, detail=detail, cause=cause, fix=fix)
 
 
 def skipped(
     name: str, reason: str, expected: Any = None, actual: Any = None, detail: Any = None
 ) -> CheckResult:
-    return CheckResult(name, "skip", reason=reason, expected=expected, actual=actual, detail=detail)
+    return CheckResult(name, SKIP, reason=reason, expected=expected, actual=actual, detail=detail)
 
 
 def run_check(name: str, fn: Callable[[Any], CheckResult], ctx: Any) -> CheckResult:
@@ -77,11 +77,11 @@ def run_check(name: str, fn: Callable[[Any], CheckResult], ctx: Any) -> CheckRes
 
 def summarize(checks: list[CheckResult]) -> dict[str, Any]:
     """The report's summary: counts per status, the required checks that failed, and the verdict."""
-    required_failed = [c.name for c in checks if c.status == "fail" and c.required]
+    required_failed = [c.name for c in checks if c.status == FAIL and c.required]
     return {
-        "pass": sum(c.status == "pass" for c in checks),
-        "fail": sum(c.status == "fail" for c in checks),
-        "skip": sum(c.status == "skip" for c in checks),
+        PASS: sum(c.status == PASS for c in checks),
+        FAIL: sum(c.status == FAIL for c in checks),
+        SKIP: sum(c.status == SKIP for c in checks),
         "required_failed": required_failed,
         "ok": not required_failed,
     }

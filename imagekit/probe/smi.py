@@ -9,10 +9,7 @@ import ctypes
 import os
 import re
 import shutil
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .context import Context
+from typing import Any
 
 from .proc import read_text, run_command
 
@@ -189,11 +186,13 @@ def probe_nvidia_smi(env: dict[str, str]) -> dict[str, Any]:
     return found
 
 
-def host_driver_version(ctx: Context) -> str | None:
-    for gpu in ctx.smi.get("gpus", []):
+def host_driver_version(smi: dict[str, Any]) -> str | None:
+    """The host's driver version: from ``smi`` (what ``probe_nvidia_smi`` found), else the kernel
+    module's own file."""
+    for gpu in smi.get("gpus", []):
         if gpu.get("driver_version"):
             return str(gpu["driver_version"])
-    header = ctx.smi.get("header") or {}
+    header = smi.get("header") or {}
     if header.get("driver"):
         return str(header["driver"])
     text = read_text("/proc/driver/nvidia/version") or ""
@@ -201,8 +200,9 @@ def host_driver_version(ctx: Context) -> str | None:
     return match.group(1) if match else None
 
 
-def host_cuda_version(ctx: Context) -> str | None:
-    """The driver's CUDA version: cuDriverGetVersion from libcuda, else nvidia-smi's banner."""
+def host_cuda_version(smi: dict[str, Any]) -> str | None:
+    """The driver's CUDA version: cuDriverGetVersion from libcuda, else nvidia-smi's banner (in
+    ``smi``, what ``probe_nvidia_smi`` found)."""
     for name in ("libcuda.so.1", "libcuda.so"):
         try:
             lib = ctypes.CDLL(name)
@@ -211,5 +211,5 @@ def host_cuda_version(ctx: Context) -> str | None:
                 return f"{value.value // 1000}.{(value.value % 1000) // 10}"
         except (OSError, AttributeError):
             continue
-    header = ctx.smi.get("header") or {}
+    header = smi.get("header") or {}
     return str(header["cuda"]) if header.get("cuda") else None

@@ -237,4 +237,4 @@ def check_nvidia_smi(ctx: Context) -> CheckResult:
             actual=[],
             detail=detail,
         )
-    return passed("nvidia_smi", actual={"driver": host_driver_version(ctx), "gpus": gpus}, detail=detail)
+    return passed("nvidia_smi", actual={"driver": host_driver_version(ctx.smi), "gpus": gpus}, detail=detail)

@@ -17,6 +17,7 @@ from typing import Any
 from . import extension, prebuilt
 from .context import Context
 from .proc import read_result, read_text, self_command, write_result
+from .protocol import DEVICE_OPTION, RESULT_FILE_OPTION, TASK_OPTION
 
 COMPILE_TIMEOUT_S = 300.0  # torch.compile's first call: tens of seconds (inductor + a C++ build)
 EXTENSION_TIMEOUT_S = 600.0  # load_inline: torch/extension.h alone takes ~30 s to compile
@@ -265,11 +266,11 @@ def run_task(
     log_path = os.path.join(taskdir, "output.log")
     command = [
         *self_command(),
-        "--task",
+        TASK_OPTION,
         task,
-        "--device",
+        DEVICE_OPTION,
         device,
-        "--result-file",
+        RESULT_FILE_OPTION,
         result_file,
     ]
     started = time.monotonic()

@@ -6,9 +6,10 @@ import contextlib
 import math
 from typing import Any
 
-from .build import combine_parts, gpu_part
+from .compilation import combine_parts, gpu_part
 from .context import Context, torch_skip
 from .gemm import bf16_support, cuda_device
+from .protocol import FAIL, PASS, SKIP
 from .results import CheckResult
 
 TRAIN_STEPS = 40
@@ -72,7 +73,7 @@ def train_run(torch: Any, index: int | None, dtype_name: str, use_scaler: bool) 
         "final_loss": round(final, 6),
         "ratio": round(final / initial, 4) if initial else None,
         "losses": losses[:: max(1, TRAIN_STEPS // 8)],
-        "status": "pass" if ok else "fail",
+        "status": PASS if ok else FAIL,
     }
 
 
@@ -93,14 +94,14 @@ def check_train_step(ctx: Context) -> CheckResult:
             if bf16_ok:
                 runs.append((f"cuda:{i}/bfloat16", i, "bfloat16", False))
             else:
-                parts[f"cuda:{i}/bfloat16"] = {"status": "skip", "reason": reason}
+                parts[f"cuda:{i}/bfloat16"] = {"status": SKIP, "reason": reason}
     for key, index, dtype_name, scaler in runs:
         device = "cpu" if index is None else f"cuda:{index}"
         try:
             part = train_run(torch, index, dtype_name, scaler)
         except Exception as exc:
-            part = {"status": "fail", "error": f"{type(exc).__name__}: {exc}"}
-        if part["status"] == "fail":
+            part = {"status": FAIL, "error": f"{type(exc).__name__}: {exc}"}
+        if part["status"] == FAIL:
             part["cause"] = (
                 part.get("error")
                 or f"the loss did not fall by half in {TRAIN_STEPS} steps ({part.get('initial_loss')} -> "

@@ -4,7 +4,7 @@ Order of work, chosen so that a failure leaves nothing half-done:
 
 1. decide, from the build report alone, which cells (and groups of platforms) may be published
    (``imagekit.publish.policy``: policy, freshness, the verified image is the built one, the
-   verified digest is the staged one) before anything moves;
+   verified digest is the staged one) before anything moves (``imagekit.publish.publish_run``);
 2. check the registry answers. A cell that ``build --push`` staged already has its manifest in the
    registry: nothing to push, and no Docker engine is needed. Any other admitted image is pushed
    from the engine that holds it to its staging tag (docker moves the layers, once);
@@ -19,7 +19,7 @@ Order of work, chosen so that a failure leaves nothing half-done:
    is identical, so a tag can only ever name an image that passed. A group of platforms: each
    image by digest (no tag of its own), one OCI image index of them PUT by digest and read back,
    then its tags, readable last; then each platform's attestations and the index's own (signed
-   with ``--signing-key``, ``imagekit.attest.index``), then the lock (its entries and the index,
+   with ``--signing-key``, ``imagekit.publish.attestations``), then the lock (its entries and the index,
    in one write).
 
 A registry that stays down stops the run with exit 3; before step 4 nothing final was written, and
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import cast, get_args
 
 import docker
 
@@ -43,14 +43,19 @@ from imagekit.core.clock import timestamp
 from imagekit.core.errors import EnvironmentProblem, RegistryError
 from imagekit.core.limits import DEFAULT_MAX_LAYER_BYTES, TEXT_CHARS
 from imagekit.core.safetypes import EXPECTATION, SCRIPT_PATH
-from imagekit.core.text import counted
-from imagekit.engine.client import PushFailed, connect, inspect_image, push_as
-from imagekit.plan.cells import Cell, Plan
+from imagekit.engine.client import PushFailed, inspect_image, push_as
 from imagekit.plan.schema_values import PublishPolicy, ServedFrontend
-from imagekit.publish import policy as admission
-from imagekit.publish.policy import Candidate, Group, Refusal, counted_cost, select, settle
+from imagekit.publish.attestations import Proofs
+from imagekit.publish.policy import (
+    Candidate,
+    Group,
+    Refusal,
+    check_platform,
+    counted_cost,
+    settle,
+)
 from imagekit.publish.scan_gate import ScanGate, ScanRefused
-from imagekit.registry.client import Backoff, Registry, open_registry
+from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.credentials import docker_auth_config
 from imagekit.registry.manifest import INDEX_TYPES, Manifest, image_index
 from imagekit.report.lockfile import (
@@ -64,7 +69,6 @@ from imagekit.report.lockfile import (
 )
 from imagekit.report.pullcost import PullCost
 from imagekit.report.scans import ScanSummary
-from imagekit.report.store import BuildReport
 from imagekit.report.verification import clipped
 
 
@@ -144,6 +148,9 @@ class Publisher:
         self.staging = options.staging_repository or options.repository
         self.costs: dict[str, PullCost] = {}  # each prepared cell's pull cost, for the report
         self.scans: dict[str, tuple[ScanSummary, ...]] = {}  # what its scanners found, likewise
+        self.proofs = Proofs(
+            registry, options.registry, options.repository, self.target, options.signing_key, say
+        )
 
     def _engine(self) -> docker.APIClient:
         if self.api is None:
@@ -209,7 +216,7 @@ class Publisher:
             raise RegistryError(f"{where} holds image {held}, not the verified {candidate.image_id}")
         raw = self.registry.get_blob(staged.source, ours.config.digest)
         config = ours.read_config(raw, where, then)
-        admission.check_platform(where, config.document, platforms.get(candidate.platform))
+        check_platform(where, config.document, platforms.get(candidate.platform))
         labels = config.labels
         built_from = labels.get(naming.INPUT_DIGEST_LABEL)
         if built_from != candidate.input_digest:
@@ -256,119 +263,12 @@ class Publisher:
             self.registry.put_manifest(repository, tag, ready.manifest)
         return ready.manifest
 
-    def carry_referrers(self, ready: _Ready) -> int:
-        """Promotion by digest into another repository takes the staged digest's referrers along
-        (attestations attached where it was staged): each artifact manifest, its blobs mounted
-        across, and the target's referrers tag. Returns how many were carried."""
-        source, target = ready.staged.source, self.options.repository
-        digest = ready.manifest.digest
-        if source == target:
-            return 0
-        found = self.registry.referrers(source, digest)
-        for referrer in found:
-            artifact = self.registry.get_manifest(source, referrer.digest)
-            # an artifact's blobs may be of any media type; digests and sizes are checked alike
-            about = naming.by_digest(naming.repository(self.options.registry, source), referrer.digest)
-            record = artifact.image(about, "no referrer carried", artifact=True)
-            for blob in record.blobs.values():
-                self.registry.mount_blob(target, blob.digest, source, size=blob.size)
-            self.registry.attach(target, artifact, digest)
-        if found:
-            self.say(f"carried {len(found)} referrer(s) of {digest[:19]} from {source} to {target}")
-        return len(found)
-
-    def attach(self, ready: _Ready, entry: LockEntry) -> tuple[Attached, ...]:
-        """Sign and attach the verification attestation and the SBOM of the promoted digest;
-        what was attached (nothing without a signing key)."""
-        from imagekit.attest import attach
-        from imagekit.attest import statements as attest
-
-        key = self.options.signing_key
-        candidate = ready.staged.candidate
-        if key is None:
-            return ()
-        verification = candidate.verification
-        made, provenance = None, entry.provenance
-        if verification is not None:
-            subject = attest.Subject(
-                entry.repository,
-                entry.digest,
-                entry.cell,
-                entry.input_digest,
-                entry.image_id,
-                candidate.base_image,
-                candidate.base_digest,
-                provenance.gpus if provenance else (),
-                provenance.driver if provenance else None,
-                provenance.cuda_driver if provenance else None,
-                entry.platform,
-                entry.advisories,
-                self.scans.get(entry.cell, ()),
-            )
-            made = attest.verification_predicate(subject, verification)
-        statements: list[dict[str, Any]] = []
-        if made is not None:
-            statements.append(attest.statement(entry.repository, entry.digest, *made))
-        inventory = verification.inventory if verification is not None else None
-        if inventory is not None:
-            from imagekit.attest.sbom import build_sbom
-
-            bom = build_sbom(
-                entry.repository,
-                entry.digest,
-                inventory,
-                candidate.base_image,
-                candidate.base_digest,
-                entry.cell,
-            )
-            statements.append(attest.statement(entry.repository, entry.digest, attest.SBOM_PREDICATE, bom))
-        attached = attach.attach_envelopes(
-            self.registry, self.options.repository, ready.manifest, statements, key
-        )
-        missing = []
-        if made is None:
-            missing.append("no verification attestation (never verified)")
-        if inventory is None:
-            missing.append("no SBOM (its verification has no inventory: verify it again)")
-        kinds = ", ".join(attest.short_type(a.predicate_type) for a in attached) or "nothing"
-        self.say(
-            f"signed and attached to {entry.reference}: {kinds}"
-            + (f"; {'; '.join(missing)}" if missing else "")
-            + f" (key {key.keyid[:16]})"
-        )
-        return attached
-
-    def attach_index(
-        self,
-        group: Group,
-        index: Manifest,
-        entries: Sequence[LockEntry],
-        attached: Sequence[tuple[Attached, ...]],
-    ) -> None:
-        """Sign and attach the index's own verification attestation (``imagekit.attest.index``),
-        once each platform's is attached: the digest a pod pulls carries the proof too."""
-        key = self.options.signing_key
-        if key is None:
-            return
-        from imagekit.attest import attach
-        from imagekit.attest import statements as attest
-        from imagekit.attest.index import LeftOutPlatform, PlatformProof, index_predicate
-
-        proofs = [
-            PlatformProof(e.platform, e.cell, e.digest, m.verification, admission.gpus_of(e), tuple(a))
-            for m, e, a in zip(group.members, entries, attached, strict=True)
-        ]
-        missing = [LeftOutPlatform(x.platform, x.cell, clipped(x.reason, TEXT_CHARS)) for x in group.missing]
-        made = index_predicate(group.tag, group.input_digest, proofs, missing)
-        reference = naming.by_digest(self.target, index.digest)
-        if made is None:
-            self.say(f"no index attestation for {reference}: a platform was never verified")
-            return
-        statement = attest.statement(self.target, index.digest, *made)
-        done = attach.attach_envelopes(self.registry, self.options.repository, index, [statement], key)
-        kinds = ", ".join(attest.short_type(a.predicate_type) for a in done)
-        what = f"the index of {counted(len(proofs), 'platform')}"
-        self.say(f"signed and attached to {reference}, {what}: {kinds} (key {key.keyid[:16]})")
+    def _carry_and_attach(self, ready: _Ready, entry: LockEntry) -> tuple[Attached, ...]:
+        """The staged digest's referrers carried along, then the promoted digest's signed
+        attestations attached (``imagekit.publish.attestations``); what was attached."""
+        self.proofs.carry_referrers(ready.staged.source, ready.manifest)
+        scans = self.scans.get(ready.staged.candidate.cell, ())
+        return self.proofs.attach(ready.staged.candidate, ready.manifest, entry, scans)
 
     def entry(self, ready: _Ready) -> LockEntry:
         candidate = ready.staged.candidate
@@ -407,8 +307,7 @@ class Publisher:
         try:
             self.promote(ready)
             entry = self.entry(ready)
-            self.carry_referrers(ready)
-            self.attach(ready, entry)
+            self._carry_and_attach(ready, entry)
         except RegistryError as exc:
             raise EnvironmentProblem(str(exc)) from None
         # After each cell, so the lock names every tag that exists even if a later cell fails.
@@ -436,10 +335,9 @@ class Publisher:
             entries = tuple(self.entry(item) for item in members)
             attached = []
             for item, entry in zip(members, entries, strict=True):
-                self.carry_referrers(item)
-                attached.append(self.attach(item, entry))
+                attached.append(self._carry_and_attach(item, entry))
             # After the index read back and each platform's proof is in place, the index's own.
-            self.attach_index(group, index, entries, attached)
+            self.proofs.attach_index(group, index, entries, attached)
         except RegistryError as exc:
             raise EnvironmentProblem(str(exc)) from None
         record = LockIndex(
@@ -533,68 +431,3 @@ def _index_of(group: Group, ready: Mapping[str, _Ready]) -> tuple[Manifest, dict
     expected: dict[str, Manifest] = {m.platform: ready[m.cell].manifest for m in group.members}
     index = image_index([(platforms.get(name), manifest) for name, manifest in expected.items()])
     return index, expected
-
-
-def connect_registry(host: str, backoff: Backoff, say: Callable[[str], None]) -> Registry:
-    return open_registry(host, backoff, say)
-
-
-@dataclass(frozen=True)
-class PublishRun:
-    """What one ``imagekit publish`` did (or, dry, would do)."""
-
-    singles: tuple[Candidate, ...]  # published (or, dry, to publish) as an image alone
-    groups: tuple[Group, ...]  # published (or, dry, to publish) as an image index
-    published: tuple[Published, ...]
-    indexes: tuple[PublishedIndex, ...]
-    refused: tuple[Refusal, ...]
-    costs: Mapping[str, PullCost] = field(default_factory=dict)  # each prepared cell's pull cost
-    scans: Mapping[str, tuple[ScanSummary, ...]] = field(default_factory=dict)  # each published cell's
-
-
-def publish_cells(
-    plan: Plan,
-    cells: Sequence[Cell],
-    report: BuildReport,
-    options: PublishOptions,
-    say: Callable[[str], None],
-    on_retry: Callable[[str], None],
-    on_refused: Callable[[Refusal], None],
-    on_published: Callable[[Published | PublishedIndex], None],
-) -> PublishRun:
-    """Decide from the report, then (unless dry) push, stage and promote what was admitted.
-
-    ``say`` hears progress, ``on_retry`` each retried registry request, ``on_refused`` and
-    ``on_published`` each cell's (or group's) outcome as it is known.
-    """
-    selection = select(plan, cells, report)
-    for refusal in selection.refused:
-        on_refused(refusal)
-    if options.dry_run or not selection.candidates:
-        return PublishRun(selection.singles, selection.groups, (), (), selection.refused)
-    client = connect_registry(options.registry, options.backoff, on_retry)
-    try:
-        # The engine only when some image was not staged by `build --push`: with every cell
-        # staged, publishing runs where there is no Docker at all.
-        engine_needed = not all(registry_side(c, options.registry) for c in selection.candidates)
-        publisher = Publisher(
-            connect() if engine_needed else None, client, options, plan.matrix.publish.policy, say
-        )
-        done, unready = publisher.run(selection.singles, on_published, on_refused, selection.groups)
-    finally:
-        client.close()
-    published = tuple(d for d in done if isinstance(d, Published))
-    indexes = tuple(d for d in done if isinstance(d, PublishedIndex))
-    cells_done = {p.entry.cell for p in published}
-    groups_done = {i.index.group for i in indexes}
-    # Scans are judged while cells are prepared; a cell refused after that was never published.
-    scanned = {*cells_done, *(e.cell for i in indexes for e in i.entries)}
-    return PublishRun(
-        tuple(c for c in selection.singles if c.cell in cells_done),
-        tuple(g for g in selection.groups if g.tag in groups_done),
-        published,
-        indexes,
-        (*selection.refused, *unready),
-        publisher.costs,
-        {cell: found for cell, found in publisher.scans.items() if cell in scanned},
-    )

@@ -208,7 +208,6 @@ class Transport:
         # What is counted is what arrives: a compressed answer could expand past any bound.
         self.session.headers["Accept-Encoding"] = "identity"
         self._tokens: dict[str, str] = {}  # scope -> bearer token
-        self.retries = 0  # how many requests were retried (for reports and tests)
 
     def close(self) -> None:
         self.session.close()
@@ -270,7 +269,6 @@ class Transport:
             delay = delays.pop(0)
             if time.monotonic() + delay >= deadline:
                 raise self._late(f"{what} ({problem})", budget, small)
-            self.retries += 1
             self.on_retry(f"registry {self.host}: {method} {path}: {problem}; retrying in {delay:g}s")
             self.sleep(delay)
 

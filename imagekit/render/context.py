@@ -9,7 +9,7 @@ stat says of the file (path, size, mtime, inode, ctime): a nightly where nothing
 input instead of reading gigabytes of wheels again. The cache is the state directory's, which
 anyone may edit: it is read bounded and strictly, a cache that is not exactly what imagekit writes
 is ignored whole (and rewritten), and it only ever supplies a digest, never a decision: a cell is
-still skipped only when the engine holds its image (``imagekit.build.reuse.cell_image``).
+still skipped only when the engine holds its image (``imagekit.builds.reuse.cell_image``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ class FileHasher:
         self._known: dict[FileKey, str] = dict(known or {})
         self._cache: dict[FileKey, str] = {}  # this run's answers
         self._settled: dict[FileKey, str] = {}  # those worth remembering for the next run
-        self.hashed_bytes = 0  # bytes read to hash this run (what the cache saves shows here)
 
     def digest(self, path: Path) -> str:
         depends_on(path)  # read, or known by its stat: either way an input of this run
@@ -93,7 +92,6 @@ class FileHasher:
         with open_regular_file(path, CONTEXT_FILE) as (fd, _):
             for block in iter(lambda: os.read(fd, 1 << 20), b""):
                 sha.update(block)
-                self.hashed_bytes += len(block)
         return sha.hexdigest()
 
     # -- the state directory's cache

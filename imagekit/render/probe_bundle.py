@@ -4,7 +4,7 @@ Every image carries it at /opt/imagekit/check.py (``python3 /opt/imagekit/check.
 runs a zip archive given as a script), every front-end image at /opt/imagekit/frontend_check.py. The
 same sources give the same bytes: entries sorted, fixed timestamps and permissions, stored without
 compression (no zlib version can change them), no ``__pycache__``; so a cell's input digest, which
-hashes its context files, moves only when the probe's sources or the facts it carries (facts.json,
+hashes its context files, moves only when the probe's sources or the tables it carries (tables.json,
 generated from imagekit/data) do.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 
 from imagekit.core.errors import InputError
 from imagekit.core.paths import read_regular_file
-from imagekit.facts.probe_facts import FACTS_NAME, facts_json
+from imagekit.facts.probe_tables import tables_json
+from imagekit.probe.tables import TABLES_NAME
 
 PROBE_DIR = Path(__file__).parent.parent / "probe"
 PACKAGE = "imagekit_probe"  # the probe's package name inside the archive (its imports are relative)
@@ -29,16 +30,17 @@ DATE_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip entry can say
 MODE = 0o644
 CACHE_ENV = "IMAGEKIT_CACHE_DIR"
 # entry point -> the module whose main() the archive's __main__ runs
-ENTRIES = {"check": "report", "frontend": "frontend"}
+ENTRIES = {"check": "run", "frontend": "frontends.run"}
 MAIN = "import sys\n\nfrom {package}.{module} import main\n\nsys.exit(main())\n"
 
 
 def probe_sources() -> list[tuple[str, bytes]]:
-    """(name in the archive, bytes) of every module of the probe package and of the facts it reads
-    (generated from imagekit/data: ``imagekit.facts.probe_facts``), sorted by name."""
-    files = sorted(p for p in PROBE_DIR.glob("*.py") if p.is_file())
-    members = [(f"{PACKAGE}/{path.name}", path.read_bytes()) for path in files]
-    members.append((f"{PACKAGE}/{FACTS_NAME}", facts_json()))
+    """(name in the archive, bytes) of every module of the probe package, its subpackages' too, and
+    of the tables it reads (generated from imagekit/data: ``imagekit.facts.probe_tables``), sorted
+    by name."""
+    files = sorted(p for p in PROBE_DIR.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)
+    members = [(f"{PACKAGE}/{path.relative_to(PROBE_DIR).as_posix()}", path.read_bytes()) for path in files]
+    members.append((f"{PACKAGE}/{TABLES_NAME}", tables_json()))
     return sorted(members)
 
 

@@ -16,7 +16,7 @@ from imagekit.core.errors import InputError
 from imagekit.core.platforms import PlatformName
 from imagekit.core.versions import project_key
 from imagekit.facts.advisories import load_advisories
-from imagekit.facts.probe_facts import wheel_arch_list
+from imagekit.facts.probe_tables import wheel_arch_list
 from imagekit.plan.cells import FrontendCell, ImageCell, StackCell, WheelCell
 from imagekit.plan.schema import BuildSettings, Matrix
 from imagekit.probe import protocol

@@ -94,7 +94,7 @@ class StepOptions:
         # base of such a site brings it), and its cells build with every step offline.
         air_gapped = pip.no_index and not matrix.sources.apt.mirror
         return cls(
-            buildkit=build.builder == "buildkit",
+            buildkit=build.on_buildkit,
             pip_network="none" if pip.no_index else "host",
             fallback_apt_network="none" if air_gapped else "host",
             netrc=bool(pip.credentials),

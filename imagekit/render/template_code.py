@@ -21,6 +21,9 @@ from pathlib import Path
 
 import jinja2
 
+from imagekit.render.environment import make_environment
+from imagekit.render.template_dirs import FRONTEND_TEMPLATES, default_templates_dir
+
 COMPILED = "templates"  # the directory under imagekit/data
 SUFFIX = ".py.txt"  # not importable, not a module: code Jinja made, run by Template.from_code
 
@@ -93,9 +96,6 @@ def generate(envs: list[jinja2.Environment], out: Path, name: str = "Dockerfile.
 
 def own_environments() -> list[jinja2.Environment]:
     """The environments of imagekit's own templates: the cell's and the front ends'."""
-    from imagekit.render.dockerfile import make_environment
-    from imagekit.render.template_dirs import FRONTEND_TEMPLATES, default_templates_dir
-
     return [
         make_environment(default_templates_dir()),
         make_environment(default_templates_dir() / FRONTEND_TEMPLATES),

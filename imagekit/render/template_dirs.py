@@ -1,5 +1,5 @@
 """Where imagekit's own templates are: no Jinja here, so that a no-change run
-(``imagekit.build.named_inputs``) can name the directory without importing the renderer."""
+(``imagekit.builds.named_inputs``) can name the directory without importing the renderer."""
 
 from __future__ import annotations
 

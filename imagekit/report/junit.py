@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from imagekit.core.atomic import atomic_write
+from imagekit.probe.protocol import FAIL, PASS, SKIP
 from imagekit.report.text import cuda_archs
 from imagekit.report.verification import CheckRecord, Verification
 
@@ -33,9 +34,9 @@ def _element(parent: ET.Element, tag: str, **attributes: str) -> ET.Element:
 
 def _case(suite: ET.Element, classname: str, check: CheckRecord) -> None:
     case = _element(suite, "testcase", name=check.name, classname=classname, time=f"{check.duration_s:.3f}")
-    if check.status == "skip":
+    if check.status == SKIP:
         _element(case, "skipped", message=check.reason or "skipped")
-    elif check.status != "pass":
+    elif check.status != PASS:
         message = check.cause or check.reason or f"{check.name} failed"
         failure = _element(case, "failure", message=message, type=check.status)
         failure.text = _clean(
@@ -66,13 +67,13 @@ def junit_xml(results: Sequence[Verification]) -> str:
     root = ET.Element("testsuites", name="imagekit verify")
     for result in results:
         checks = result.checks or (
-            CheckRecord(name="check-run", status="fail", required=True, cause=result.error),
+            CheckRecord(name="check-run", status=FAIL, required=True, cause=result.error),
         )
-        if result.verdict == "failed" and all(c.status in ("pass", "skip") for c in checks):
+        if result.verdict == "failed" and all(c.status in (PASS, SKIP) for c in checks):
             # failed, yet no check failed: the verdict itself is the failing case
-            checks = (*checks, CheckRecord(name="verdict", status="fail", required=True, cause=_why(result)))
-        failures = sum(1 for c in checks if c.status not in ("pass", "skip"))
-        skipped = sum(1 for c in checks if c.status == "skip")
+            checks = (*checks, CheckRecord(name="verdict", status=FAIL, required=True, cause=_why(result)))
+        failures = sum(1 for c in checks if c.status not in (PASS, SKIP))
+        skipped = sum(1 for c in checks if c.status == SKIP)
         suite = _element(
             root,
             "testsuite",

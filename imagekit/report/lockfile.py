@@ -58,7 +58,7 @@ from imagekit.core.safetypes import (
 from imagekit.core.text import shown
 from imagekit.facts.advisories import AdvisoryFinding
 from imagekit.plan.schema_values import PublishPolicy, ServedFrontend
-from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS
+from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS, SKIP
 from imagekit.report.verification import CheckRecord, Verification, json_or_text
 
 LOCK_NAME = "images.lock.json"
@@ -158,9 +158,9 @@ def verified_by(verification: Verification | None) -> VerifiedBy | None:
         verified_at=verification.finished_at,
         duration_s=verification.duration_s,
         checks=ChecksSummary(
-            passed=verification.count("pass"),
+            passed=verification.count(PASS),
             failed=len(failed),  # any status but pass and skip, as the verdict counts it
-            skipped=verification.count("skip"),
+            skipped=verification.count(SKIP),
             failed_names=tuple(c.name for c in failed),
             metrics=dict(verification.metrics),
         ),
@@ -181,7 +181,7 @@ def provenance(verification: Verification | None, staged: str | None, promoted: 
     gpus, driver, cuda_driver = _from_nvidia_smi(by_name.get(NVIDIA_SMI))
     driver, cuda_driver = _from_driver_check(by_name.get(DRIVER), driver, cuda_driver)
     note = None if verification.gpu_visible else NO_GPU_NOTE
-    passed = verification.count("pass")
+    passed = verification.count(PASS)
     return Provenance(tuple(gpus), driver, cuda_driver, passed, len(verification.checks), note, chain)
 
 

@@ -21,6 +21,7 @@ history that does not line up leaves the step "unknown", never a crash.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -124,12 +125,19 @@ def steps(config: bytes, layers: int) -> tuple[str, ...]:
     made = [h for h in history if not (isinstance(h, dict) and h.get("empty_layer") is True)]
     if len(made) != layers or not all(isinstance(h, dict) for h in made):
         return unknown
-    found = []
-    for entry in made:
-        created = entry.get("created_by")
-        text = " ".join(printable(created).split()) if isinstance(created, str) else ""
-        found.append(text[: STEP_CHARS - 3] + "..." if len(text) > STEP_CHARS else text or UNKNOWN_STEP)
-    return tuple(found)
+    return tuple(_one_line(entry.get("created_by")) for entry in made)
+
+
+def _one_line(created: Any) -> str:
+    """A step as one printable line of at most STEP_CHARS. A longer one is cut and ends with a
+    digest of the whole line: the floor keys a layer by its step (``floor_key``), and two steps
+    that differ only past the cut (the other dependencies of two torch releases, whose triton pins
+    come late in the line) must stay two."""
+    text = " ".join(printable(created).split()) if isinstance(created, str) else ""
+    if len(text) <= STEP_CHARS:
+        return text or UNKNOWN_STEP
+    whole = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"{text[: STEP_CHARS - len(whole) - 5]}... #{whole}"
 
 
 def pull_cost(manifest: Manifest, config: bytes, where: str) -> PullCost:

@@ -17,7 +17,6 @@ from imagekit.core.safetypes import RECORD_CONFIG, Count, ImageDigest, Items, Sh
 from imagekit.facts.advisories import Severity
 
 Scanner = Literal["trivy", "grype"]
-SCANNERS: tuple[Scanner, ...] = get_args(Scanner)
 # The scanners' own severities, mildest first, in one spelling: Trivy's UNKNOWN, LOW, MEDIUM, HIGH
 # and CRITICAL, Grype's Negligible besides them. "unknown" (no score yet) is counted apart: it
 # ranks below every threshold, since it says nothing of how severe a finding is.

@@ -2,7 +2,7 @@
 keeps there, the layout of its report file, and the lock one run holds on it.
 
 Apart from ``imagekit.report.store`` (the report's records and their checks), so that what only needs
-the directory (a no-change run answered before its command line is parsed, ``imagekit.build.no_change``)
+the directory (a no-change run answered before its command line is parsed, ``imagekit.builds.no_change``)
 does not import the records' pydantic types.
 """
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from imagekit.core import naming
 from imagekit.core.atomic import atomic_write
@@ -51,7 +51,7 @@ from imagekit.report.state import LOCK_NAME, LOGS_DIR, REPORT_NAME, report_json_
 from imagekit.report.verification import ClusterValidation, Verification, VerifyRun, clipped, derive_verdict
 
 Status = Literal["built", "skipped", "failed", "cancelled"]
-STATUSES: tuple[Status, ...] = ("built", "skipped", "failed", "cancelled")
+STATUSES: tuple[Status, ...] = get_args(Status)
 REPORT_VERSION = 1
 MAX_VERIFY_RUNS = 100  # a report verified again every night for months keeps the last ones
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from imagekit.core.text import counted, printable
 from imagekit.probe import protocol
+from imagekit.probe.protocol import FAIL
 from imagekit.report.pullcost import gib, matrix_line
 from imagekit.report.store import STATUSES, BuildReport, CellResult
 from imagekit.report.verification import GpuFigures, Verification, VerifyRun
@@ -71,7 +72,7 @@ def cuda_archs(verification: Verification | None) -> str:
         return ""
     read, label = _arch_words(check.actual), check.expected or ""
     if read:
-        return f"{read} (label: {label})" if check.status == "fail" and label else read
+        return f"{read} (label: {label})" if check.status == FAIL and label else read
     return f"{label} (label)" if label else ""
 
 

@@ -43,7 +43,7 @@ from imagekit.core.safetypes import (
 from imagekit.core.text import redact
 from imagekit.facts.emulation import Placement, uname, where_it_ran
 from imagekit.probe import protocol
-from imagekit.probe.protocol import GEMM_PERF, SKIP
+from imagekit.probe.protocol import FAIL, GEMM_PERF, PASS, SKIP, Status
 from imagekit.report.sonames import Duplicates
 
 Verdict = Literal["validated", "checked", "failed"]
@@ -102,7 +102,7 @@ class CheckRecord:
 
         return cls(
             name=clipped(str(raw.get("name", "?")), SHORT_CHARS),
-            status=clipped(str(raw.get("status", "fail")), SHORT_CHARS),
+            status=clipped(str(raw.get("status", FAIL)), SHORT_CHARS),
             required=bool(raw.get("required", True)),
             reason=text("reason"),
             expected=text("expected"),
@@ -290,16 +290,16 @@ def derive_verdict(
     An emulated run is never ``validated``: an emulated process cannot use a GPU, so one asked for
     is ``failed`` whatever its checks say.
     """
-    if error is not None or not checks or all(c.status == "skip" for c in checks):
+    if error is not None or not checks or all(c.status == SKIP for c in checks):
         return "failed"
-    if any(c.status not in ("pass", "skip") and c.required for c in checks):
+    if any(c.status not in (PASS, SKIP) and c.required for c in checks):
         return "failed"
     if not gpu_requested:
         return "checked"
     if emulated:
         return "failed"
     status = {c.name: c.status for c in checks}
-    if gpu_visible and all(status.get(name) == "pass" for name in GPU_CHECKS):
+    if gpu_visible and all(status.get(name) == PASS for name in GPU_CHECKS):
         return "validated"
     # Asked for a GPU, and none visible or its checks absent or skipped: nothing proved the GPU works.
     return "failed"
@@ -351,9 +351,9 @@ class Verification:
         return {"validated": "validated", "checked": "checked without GPU", "failed": "failed"}[self.verdict]
 
     def failed_checks(self) -> tuple[CheckRecord, ...]:
-        return tuple(c for c in self.checks if c.status not in ("pass", "skip"))
+        return tuple(c for c in self.checks if c.status not in (PASS, SKIP))
 
-    def count(self, status: Literal["pass", "skip"]) -> int:
+    def count(self, status: Status) -> int:
         return sum(1 for c in self.checks if c.status == status)
 
     def as_json(self) -> dict[str, Any]:

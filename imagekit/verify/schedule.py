@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from imagekit.core.clock import timestamp
+from imagekit.probe.protocol import SKIP
 from imagekit.report.verification import Verification, VerifyRun, derive_verdict
 from imagekit.verify.gpus import ALL_GPU_CHECKS, COLLECTIVE_CHECKS, CheckPass
 from imagekit.verify.harness import Harness, RunStopped, Target, runner_name
@@ -137,7 +138,7 @@ def _side_by_side(
 def _without_all_gpu_pass(result: Verification) -> Verification:
     """A cell that failed on its GPU: its collectives say why they never ran."""
     checks = tuple(
-        replace(c, reason=LEFT_OUT) if c.name in COLLECTIVE_CHECKS and c.status == "skip" else c
+        replace(c, reason=LEFT_OUT) if c.name in COLLECTIVE_CHECKS and c.status == SKIP else c
         for c in result.checks
     )
     return replace(result, checks=checks)

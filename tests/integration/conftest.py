@@ -19,61 +19,22 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import pytest
-import yaml
 from docker.errors import APIError, ImageNotFound
 
 from imagekit.facts.advisories import load_advisories
-from imagekit.facts.compat import load_compat
-from tests.conftest import imagekit
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import BUSYBOX, RUN_ID, TEMPLATE, TEST_LABEL, Project
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUSYBOX = "imagekit-test/busybox:latest"
 DEBIAN_PYTHON = "imagekit-local/debian-python:bookworm"
 # The same base debootstrapped for arm64 (its second stage under QEMU): the per-platform tag.
 DEBIAN_PYTHON_ARM64 = "imagekit-local/debian-python:bookworm-arm64"
-TEST_LABEL = "imagekit-test.run"
-RUN_ID = uuid.uuid4().hex[:12]
-REGISTRY = "127.0.0.1:5000"
-
-# Renders a tiny Dockerfile per cell: the cell's env is set first (so RUN_ID makes every test's
-# layers its own), SLEEP and FAIL steer the behaviour, and the static labels come from imagekit.
-TEMPLATE = """\
-FROM {{ cell.base_image }}
-{% for name, value in cell.env %}
-ENV {{ name }}={{ value }}
-{% endfor %}
-RUN echo "building {{ cell.id }}" && if [ -n "$SLEEP" ]; then sleep "$SLEEP"; fi
-RUN if [ "$FAIL" = 1 ]; then echo "boom: this step fails on purpose" >&2; exit 3; fi
-LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
-
-"""
-
-# A cell template whose image carries a stand-in for the in-image check script: it prints a passing
-# check document; when the cell's env says HANG=1 it never finishes (a check that sleeps forever),
-# and with CHECK_FAIL=1 it prints a failing one. What is under test is what runs the script and
-# what is done with its verdict, not the script.
-CHECK_TEMPLATE = """\
-FROM {{ cell.base_image }}
-{% for name, value in cell.env %}
-ENV {{ name }}={{ value }}
-{% endfor %}
-RUN echo '{"gpu_visible": false, "checks": [{"name": "stand-in", "status": "pass", "required": true}]}' \
-    > /check.json \
- && echo '{"gpu_visible": false, "checks": [{"name": "stand-in", "status": "fail", "required": true}]}' \
-    > /check-fail.json \
- && { echo '#!/bin/sh'; echo '[ "$HANG" = 1 ] && exec sleep 3600'; \
-    echo '[ "$CHECK_FAIL" = 1 ] && exec cat /check-fail.json'; \
-    echo 'cat /check.json'; } > /bin/python3 && chmod 755 /bin/python3
-LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
-
-"""
 
 
 def _require_docker() -> bool:
@@ -237,19 +198,6 @@ def venv_tool_wheels(dest: Path) -> list[Path]:
     return [dest / name for name in names]
 
 
-def critical_waivers(torch: Sequence[str]) -> dict[str, object]:
-    """A matrix's `advisories` waiving the critical advisories of ``torch`` (imagekit/data/advisories.yaml):
-    the test cells build stand-ins or a test template, and load no checkpoint."""
-    compat, advisories = load_compat(), load_advisories()
-    found = {
-        a.id
-        for version in torch
-        for a, _ in advisories.affecting({"torch": compat.resolve_torch(version)})
-        if a.severity == "critical"
-    }
-    return {"waive": [{"id": i, "reason": "an integration test's stand-in cell"} for i in sorted(found)]}
-
-
 def pip_freeze(image: str) -> list[str]:
     """``pip list --format=freeze`` in a container of ``image`` (no network)."""
     return subprocess.run(
@@ -304,107 +252,12 @@ def debian_python_arm64(api: docker.APIClient, emulation: None) -> str:
     return _local_base(api, DEBIAN_PYTHON_ARM64, "debian-python-arm64")
 
 
-@dataclass(frozen=True)
-class Project:
-    """A matrix in a temporary directory, plus how to run imagekit on it."""
-
-    root: Path
-    repository: str
-
-    def run(
-        self, *args: str, env: dict[str, str] | None = None, timeout: float = 240
-    ) -> subprocess.CompletedProcess[str]:
-        return imagekit(*args, cwd=self.root, env=env, timeout=timeout)
-
-    def build(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return self.run(
-            "build", "--matrix", "matrix.yaml", "--label", f"{TEST_LABEL}={RUN_ID}", *args, env=env
-        )
-
-    def popen_build(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "imagekit",
-                "build",
-                "--matrix",
-                "matrix.yaml",
-                "--label",
-                f"{TEST_LABEL}={RUN_ID}",
-                *args,
-            ],
-            cwd=self.root,
-            env={**os.environ, **(env or {})},
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-
-    def report(self) -> dict[str, dict[str, object]]:
-        import json
-
-        data = json.loads((self.root / ".imagekit" / "report.json").read_text())
-        return {entry["id"]: entry for entry in data["cells"] + data["bases"]}
-
-
 @pytest.fixture
 def project(tmp_path: Path, busybox: str) -> Iterator[Project]:
     name = f"imagekit-test/it-{RUN_ID}-{uuid.uuid4().hex[:6]}"
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "Dockerfile.j2").write_text(TEMPLATE)
     yield Project(tmp_path, name)
-
-
-def busybox_base(
-    name: str = "busybox", image: str = BUSYBOX, build: str | None = None
-) -> dict[str, dict[str, object]]:
-    """A `bases` entry on the busybox test image (or ``image``); ``build`` names a local context."""
-    spec: dict[str, object] = {"image": image, "os": "debian12", "python": "3.11", "cuda": False}
-    if build:
-        spec["build"] = {"context": build}
-    return {name: spec}
-
-
-def write_cells(
-    project: Project,
-    torch: Sequence[str] = ("2.1",),
-    *,
-    steer: Mapping[str, Mapping[str, str]] | None = None,
-    bases: Mapping[str, Mapping[str, object]] | None = None,
-    base_axis: Sequence[str] | None = None,
-    publish: Mapping[str, object] | None = None,
-    extra: Mapping[str, object] | None = None,
-    test_id: str | None = None,
-) -> None:
-    """A test matrix on the test template: the torch axis, and what steers each cell's build.
-
-    ``steer`` maps a torch value (or "*" for every cell) to the environment the template reads:
-    FAIL=1 fails a step, SLEEP=N sleeps in one, HANG=1 makes the image's check hang and
-    CHECK_FAIL=1 fail (CHECK_TEMPLATE); any other variable just changes the cell's inputs.
-    RUN_ID (every test's own layers) is always set.
-    """
-    run = test_id or uuid.uuid4().hex[:8]
-    document: dict[str, object] = {
-        "version": 1,
-        "templates": "templates",
-        "publish": {
-            "repository": project.repository,
-            "tags": {"readable": "{base}-{torch}"},
-            **(publish or {}),
-        },
-        "defaults": {"env": {"RUN_ID": run}},
-        "axes": {"torch": list(torch), **({"base": list(base_axis)} if base_axis else {})},
-        "bases": dict(bases or busybox_base()),
-        "advisories": critical_waivers(torch),
-        **(extra or {}),
-    }
-    if steer:
-        document["include"] = [
-            {**({} if key == "*" else {"torch": key}), "env": {**env, "RUN_ID": run}}
-            for key, env in steer.items()
-        ]
-    (project.root / "matrix.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 class SocketProxy:
@@ -499,17 +352,6 @@ def demo(api: docker.APIClient, debian_python: str, tmp_path_factory: pytest.Tem
     )
     assert done.returncode == 0, done.stderr
     return root
-
-
-# No RUN step: an arm64 image is built from an arm64 base without executing anything.
-NO_RUN_TEMPLATE = """\
-FROM {{ cell.base_image }}
-{% for name, value in cell.env %}
-ENV {{ name }}={{ value }}
-{% endfor %}
-LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
-
-"""
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import subprocess
 import docker
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL
+from testbed.matrix_projects import RUN_ID, TEST_LABEL
+from tests.integration.conftest import REPO_ROOT
 
 
 def run_arm64(api: docker.APIClient, image: str, command: str) -> str:

@@ -24,8 +24,9 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from tests.integration.conftest import NO_RUN_TEMPLATE, Project, critical_waivers, write_cells
-from tests.integration.registry_server import LocalRegistry
+from testbed.matrix_projects import NO_RUN_TEMPLATE, Project, write_cells
+from testbed.registry_server import LocalRegistry
+from testbed.waivers import critical_waivers
 
 VALIDATED = "https://github.com/imagekit/attestations/gpu-validated/v1"
 CHECKED = "https://github.com/imagekit/attestations/checked-without-gpu/v1"
@@ -266,7 +267,7 @@ def test_tampered_and_misdirected_attestations_are_refused(
 ) -> None:
     """A digest whose only attestations are a tampered one and one about another digest."""
     from imagekit.attest import statements as attest
-    from imagekit.attest.attach import attach_statements
+    from imagekit.attest.attach import attach_envelopes
     from imagekit.registry.client import Registry
 
     private, public, _ = keypair(tmp_path, "signer")
@@ -288,7 +289,7 @@ def test_tampered_and_misdirected_attestations_are_refused(
     other = "sha256:" + "ee" * 32
     predicate = {"verdict": "validated", "gpu": {"visible": True, "products": ["NVIDIA H200"]}}
     # One attestation about another digest, attached to this one.
-    attach_statements(
+    attach_envelopes(
         client, repository, image, [attest.statement(repository, other, VALIDATED, predicate)], key
     )
     # One tampered after signing: the signed payload said checked, the attached one says validated.

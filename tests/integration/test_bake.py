@@ -10,20 +10,8 @@ import subprocess
 import docker
 import pytest
 
-from tests.integration.conftest import REGISTRY, RUN_ID, TEST_LABEL, Project, write_cells
+from testbed.matrix_projects import BK_CHECK_TEMPLATE, REGISTRY, RUN_ID, TEST_LABEL, Project, write_cells
 
-# CHECK_TEMPLATE's stand-in check, BuildKit's way: the step says its network (bake cannot allow host).
-BK_CHECK_TEMPLATE = """\
-FROM {{ cell.base_image }}
-{% for name, value in cell.env %}
-ENV {{ name }}={{ value }}
-{% endfor %}
-RUN --network=none echo '{"gpu_visible": false, "checks": [{"name": "stand-in", "status": "pass", \
-"required": true}]}' > /check.json \
- && { echo '#!/bin/sh'; echo 'cat /check.json'; } > /bin/python3 && chmod 755 /bin/python3
-LABEL {% for name, value in recipe.labels %}{{ name }}="{{ value }}"{{ " " if not loop.last }}{% endfor %}
-
-"""
 CELLS = ("busybox-torch2.1.2-cpu-py3.11-devel", "busybox-torch2.2.2-cpu-py3.11-devel")
 
 

@@ -11,16 +11,9 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
-from tests.integration.conftest import (
-    BUSYBOX,
-    RUN_ID,
-    TEST_LABEL,
-    Project,
-    SocketProxy,
-    busybox_base,
-    write_cells,
-)
-from tests.integration.registry_server import LocalRegistry
+from testbed.matrix_projects import BUSYBOX, RUN_ID, TEST_LABEL, Project, busybox_base, write_cells
+from testbed.registry_server import LocalRegistry
+from tests.integration.conftest import SocketProxy
 
 
 def tags_of(api: docker.APIClient, image_id: str) -> set[str]:
@@ -311,7 +304,7 @@ def test_a_second_build_in_the_same_directory_is_refused(project: Project) -> No
 def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
     project: Project, api: docker.APIClient
 ) -> None:
-    """The second no-change run is answered from the record the first one left (imagekit.build.no_change):
+    """The second no-change run is answered from the record the first one left (imagekit.builds.no_change):
     no build and no container, the same images; a new day's dated tags land on the cell's image; a
     touched input, a missing tag or --force goes the full way again."""
     two_bases_one_built_here(project)
@@ -338,13 +331,13 @@ def test_a_nightly_where_nothing_changed_is_answered_from_the_record(
         json.loads(project.run("report", "--json").stdout)["counts"]["skipped"] == 4
     )  # its reader accepts it
     # answered before the command line is parsed: no typer, pydantic, Jinja or docker-py imported;
-    # PyYAML reads what the matrix names (imagekit.build.named_inputs: never taken from the record)
+    # PyYAML reads what the matrix names (imagekit.builds.named_inputs: never taken from the record)
     imports = project.build(env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert "nothing changed" in imports.stderr, imports.stderr
     imported = {
         line.split("|")[-1].strip() for line in imports.stderr.splitlines() if line.startswith("import time")
     }
-    assert {"imagekit.build.no_change", "imagekit.build.named_inputs", "yaml"} <= imported
+    assert {"imagekit.builds.no_change", "imagekit.builds.named_inputs", "yaml"} <= imported
     assert imported.isdisjoint({"typer", "pydantic", "jinja2", "docker", "requests"})
 
     # A new day: the answer puts that day's dated tag on each cell's image, as a full run would.

@@ -16,7 +16,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.integration.conftest import BUSYBOX, REGISTRY, REPO_ROOT, RUN_ID, Project, write_cells
+from testbed.matrix_projects import BUSYBOX, REGISTRY, RUN_ID, Project, write_cells
+from tests.integration.conftest import REPO_ROOT
 
 # The test template, BuildKit's way: every step says its network; the first step is the run's
 # own (RUN_ID), the last one reads LAST, so changing LAST changes only the last step.

@@ -21,14 +21,9 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import (
-    DEBIAN_PYTHON,
-    Project,
-    critical_waivers,
-    install_steps_template,
-    pip_freeze,
-    venv_tool_wheels,
-)
+from testbed.matrix_projects import Project
+from testbed.waivers import critical_waivers
+from tests.integration.conftest import DEBIAN_PYTHON, install_steps_template, pip_freeze, venv_tool_wheels
 
 TEMPLATE = install_steps_template("if recipe.wheel_layers")
 RELEASES = ("2.1.1", "2.1.2")

@@ -17,8 +17,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.integration.conftest import CHECK_TEMPLATE, Project, write_cells
-from tests.integration.registry_server import LocalRegistry
+from testbed.matrix_projects import CHECK_TEMPLATE, Project, write_cells
+from testbed.registry_server import LocalRegistry
 from tests.integration.test_buildkit import CELL
 
 ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"

@@ -34,7 +34,9 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import DEBIAN_PYTHON, REGISTRY, REPO_ROOT, RUN_ID, Project, critical_waivers
+from testbed.matrix_projects import REGISTRY, RUN_ID, Project
+from testbed.waivers import critical_waivers
+from tests.integration.conftest import DEBIAN_PYTHON, REPO_ROOT
 
 # Pinned: the index under test must behave the same in every run.
 PYPISERVER = ("pypiserver==2.4.2", "passlib==1.7.4")

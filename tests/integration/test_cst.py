@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.render.contract import CONSTRAINT_ENV, CONSTRAINTS_FILE
-from tests.integration.conftest import TEMPLATE, Project, busybox_base, write_cells
+from testbed.matrix_projects import TEMPLATE, Project, busybox_base, write_cells
 
 # The test template plus what imagekit's own Dockerfiles promise and a CST config checks: the
 # venv and constraint environment (pip's and uv's), the constraints file and the in-image check script.

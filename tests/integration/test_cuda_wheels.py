@@ -22,8 +22,9 @@ from typing import Any
 import docker
 import pytest
 
-from tests.conftest import imagekit
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, example_project, remove_built
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import RUN_ID, TEST_LABEL
+from tests.integration.conftest import REPO_ROOT, example_project, remove_built
 
 EXAMPLE = REPO_ROOT / "examples" / "cuda-wheels"
 

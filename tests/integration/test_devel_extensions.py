@@ -18,10 +18,11 @@ from typing import Any
 import docker
 import pytest
 
-from imagekit.probe import build, prebuilt
+from imagekit.probe import compilation, prebuilt
 from imagekit.report.verification import json_or_text
-from tests.conftest import imagekit
-from tests.integration.conftest import REPO_ROOT, RUN_ID, TEST_LABEL, remove_built
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import RUN_ID, TEST_LABEL
+from tests.integration.conftest import REPO_ROOT, remove_built
 
 OFFLINE = REPO_ROOT / "examples" / "offline"
 CELL = "debian-local-torch2.13.0-cpu-py3.11-devel"
@@ -139,7 +140,7 @@ def test_the_image_build_compiles_the_extension_and_verify_only_loads_it(
     detail = json_or_text(extension["detail"])  # the report holds it as the probe's JSON text
     cpu = detail["parts"]["cpu"]
     # loaded from the read-only root as built, and run: nothing compiled at verify time
-    assert cpu["how"] == build.PREBUILT_HOW and cpu["max_abs_error"] == 0, cpu
+    assert cpu["how"] == compilation.PREBUILT_HOW and cpu["max_abs_error"] == 0, cpu
     assert cpu["module"] == f"{prebuilt.DIRECTORY}/imagekit_check_cpu.so" and "built" not in cpu
     assert cpu["build_s_saved"] == manifest["modules"]["cpu"]["build_s"]
     assert detail["prebuilt"]["loaded"] == ["cpu"] and detail["prebuilt"]["built_here"] == {}

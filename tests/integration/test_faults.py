@@ -27,7 +27,7 @@ from docker.errors import ImageNotFound
 
 from imagekit.core.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
 from imagekit.report.state import state_lock
-from tests.integration.conftest import (
+from testbed.matrix_projects import (
     BUSYBOX,
     CHECK_TEMPLATE,
     RUN_ID,
@@ -37,7 +37,7 @@ from tests.integration.conftest import (
     busybox_base,
     write_cells,
 )
-from tests.integration.private_engine import private_engine
+from testbed.private_engine import private_engine
 
 CELL = "busybox-torch{}-cpu-py3.11-devel"
 C21, C22, C23 = CELL.format("2.1.2"), CELL.format("2.2.2"), CELL.format("2.3.1")
@@ -464,7 +464,7 @@ def test_a_context_symlink_pointing_outside_is_refused(
 
 
 def test_registry_down_in_the_middle_of_a_push(project: Project, api: docker.APIClient) -> None:
-    from tests.integration.registry_server import FlakyProxy, LocalRegistry
+    from testbed.registry_server import FlakyProxy, LocalRegistry
 
     registry = LocalRegistry().start()
     proxy = FlakyProxy(registry.host)

@@ -34,7 +34,8 @@ import docker
 import pytest
 from docker.errors import ImageNotFound
 
-from tests.integration.conftest import REPO_ROOT, RUN_ID
+from testbed.matrix_projects import RUN_ID
+from tests.integration.conftest import REPO_ROOT
 
 ENGINE_SH = REPO_ROOT / "scripts" / "engine.sh"
 REPEATS = 3

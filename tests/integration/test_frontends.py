@@ -16,8 +16,9 @@ import docker
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from tests.conftest import imagekit
-from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import RUN_ID, TEST_LABEL
+from tests.integration.conftest import DEMO_CELL
 
 JUPYTER, SSH = f"{DEMO_CELL}-jupyter", f"{DEMO_CELL}-ssh"
 # What each server logs once it accepts connections (sshd -e; Jupyter Server's start banner).

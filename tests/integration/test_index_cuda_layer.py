@@ -4,7 +4,7 @@ served on 127.0.0.1, get the very same CUDA layers (one per wheel, one diff_id e
 layers below differ.
 
 The index holds stand-in wheels with the real projects' names and torch 2.1.2's pins
-(tests/unit/projects.cuda_index), so the build takes seconds. The cells use this test's own template,
+(testbed/sample_projects.cuda_index), so the build takes seconds. The cells use this test's own template,
 which holds the shipped template's install steps for this case verbatim (cut from
 dockerfiles/templates/_pip.j2) and nothing of its build guard (it would import the stand-in torch).
 """
@@ -22,17 +22,11 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import (
-    DEBIAN_PYTHON,
-    RUN_ID,
-    Project,
-    critical_waivers,
-    install_steps_template,
-    pip_freeze,
-    venv_tool_wheels,
-)
-from tests.quiet_http import QuietServer, serve
-from tests.unit.projects import CUDA_PINS_2_1_2, cuda_index
+from testbed.matrix_projects import RUN_ID, Project
+from testbed.quiet_http import QuietServer, serve
+from testbed.sample_projects import CUDA_PINS_2_1_2, cuda_index
+from testbed.waivers import critical_waivers
+from tests.integration.conftest import DEBIAN_PYTHON, install_steps_template, pip_freeze, venv_tool_wheels
 
 TEMPLATE = install_steps_template("elif recipe.cuda_wheels")
 OTHER_BASE = f"imagekit-test/other-base:{RUN_ID}"

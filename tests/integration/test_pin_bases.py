@@ -15,7 +15,8 @@ import pytest
 import requests
 
 from imagekit.plan.pin_file import pins_path
-from tests.integration.conftest import REGISTRY, Project, busybox_base, remove_built, write_cells
+from testbed.matrix_projects import REGISTRY, Project, busybox_base, write_cells
+from tests.integration.conftest import remove_built
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import requests
 import yaml
 
 from imagekit.registry.manifest import ACCEPT
-from tests.integration.conftest import Project, write_cells
-from tests.integration.registry_server import FlakyProxy, LocalRegistry, free_port
+from testbed.matrix_projects import Project, write_cells
+from testbed.registry_server import FlakyProxy, LocalRegistry, free_port
 
 SECRET = "s3cr3t-never-printed"
 

@@ -15,9 +15,10 @@ import requests
 import yaml
 
 from imagekit.registry.manifest import ACCEPT, OCI_INDEX
-from tests.integration.conftest import NO_RUN_TEMPLATE as TEMPLATE
-from tests.integration.conftest import RUN_ID, Project, critical_waivers
-from tests.integration.registry_server import LocalRegistry
+from testbed.matrix_projects import NO_RUN_TEMPLATE as TEMPLATE
+from testbed.matrix_projects import RUN_ID, Project
+from testbed.registry_server import LocalRegistry
+from testbed.waivers import critical_waivers
 
 
 @pytest.fixture(scope="module")

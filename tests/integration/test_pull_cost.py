@@ -12,8 +12,8 @@ import requests
 import yaml
 
 from imagekit.registry.manifest import ACCEPT
-from tests.integration.conftest import Project, write_cells
-from tests.integration.registry_server import LocalRegistry
+from testbed.matrix_projects import Project, write_cells
+from testbed.registry_server import LocalRegistry
 
 
 @pytest.fixture(scope="module")

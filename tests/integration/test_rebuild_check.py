@@ -12,7 +12,7 @@ from pathlib import Path
 
 import docker
 
-from tests.integration.conftest import REGISTRY, Project, write_cells
+from testbed.matrix_projects import REGISTRY, Project, write_cells
 from tests.integration.test_buildkit import BK_TEMPLATE, CELL
 
 

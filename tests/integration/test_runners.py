@@ -26,9 +26,10 @@ import requests
 import yaml
 
 from imagekit.registry.manifest import ACCEPT
-from tests.integration.conftest import BUSYBOX, CHECK_TEMPLATE, RUN_ID, Project, venv_tool_wheels, write_cells
-from tests.integration.private_engine import PrivateEngine, private_engine
-from tests.integration.registry_server import FlakyProxy, LocalRegistry
+from testbed.matrix_projects import BUSYBOX, CHECK_TEMPLATE, RUN_ID, Project, write_cells
+from testbed.private_engine import PrivateEngine, private_engine
+from testbed.registry_server import FlakyProxy, LocalRegistry
+from tests.integration.conftest import venv_tool_wheels
 
 NOWHERE = "unix:///nonexistent/docker.sock"
 CELL = "busybox-torch{}-cpu-py3.11-devel"
@@ -423,7 +424,7 @@ def test_an_empty_runner_builds_nothing_for_a_cell_staged_elsewhere(
 def test_build_push_with_the_registry_down_fails_the_cell_and_keeps_the_image(project: Project) -> None:
     """Staging is part of the cell's job: a registry that stays down fails it with one clear line;
     the built image keeps its tags, and the next run only pushes."""
-    from tests.integration.registry_server import free_port
+    from testbed.registry_server import free_port
 
     closed = f"127.0.0.1:{free_port()}"
     write_cells(project, ["2.1"])

@@ -19,9 +19,10 @@ import pytest
 
 from imagekit.core.naming import VERIFY_RUN_LABEL as VERIFY_LABEL
 from imagekit.render.contract import CHECK_SCRIPT_PATH, packaged_check_script
-from tests.conftest import imagekit
-from tests.integration.conftest import DEMO_CELL, RUN_ID, TEST_LABEL
-from tests.integration.fake_gpu_engine import fake_gpu_engine
+from testbed.fake_gpu_engine import fake_gpu_engine
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import RUN_ID, TEST_LABEL
+from tests.integration.conftest import DEMO_CELL
 
 
 def leftovers(api: docker.APIClient) -> list[str]:

@@ -27,9 +27,9 @@ from docker.errors import APIError
 
 from imagekit.core.naming import VERIFY_RUN_LABEL
 from imagekit.probe.results import GPU_MISSING_CAUSE
-from tests.conftest import imagekit
-from tests.integration.conftest import RUN_ID
-from tests.integration.private_engine import private_engine
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import RUN_ID
+from testbed.private_engine import private_engine
 
 # check_image: python, the check script, a CUDA 12.1 devel cell's labels, no torch, no CUDA
 from tests.integration.test_verify import check_image  # noqa: F401  (a fixture)

@@ -139,6 +139,16 @@ def build(argv: list[str], mode: str) -> int:
     return 0
 
 
+def stub_cli(directory: Path) -> Path:
+    """A `docker` in ``directory`` that is this stub, for IMAGEKIT_DOCKER_CLI (with the repository
+    on PYTHONPATH): a test of the BuildKit path then needs no buildx on the machine that runs it (a
+    fresh machine's fast tier has none)."""
+    cli = directory / "docker"
+    cli.write_text(f'#!/bin/sh\nexec {sys.executable} -m tests.unit.buildx_stub "$@"\n')
+    cli.chmod(0o755)
+    return cli
+
+
 def main(argv: list[str]) -> int:
     if argv[:2] == ["buildx", "version"]:
         print("github.com/docker/buildx 0.13.1+ds1 0.13.1+ds1")

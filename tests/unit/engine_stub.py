@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import WAIVE_OLD_TORCH
-from tests.quiet_http import QuietHandler, serve
+from testbed.quiet_http import QuietHandler, serve
+from testbed.waivers import WAIVE_OLD_TORCH
 
 # One cell on a local base, the project both builders' CLI tests through this stub build.
 ONE_CELL_MATRIX = (

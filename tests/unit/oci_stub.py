@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.manifest import OCI_MANIFEST, Manifest
-from tests.quiet_http import QuietHandler, QuietServer, serve
+from testbed.quiet_http import QuietHandler, QuietServer, serve
 
 Answer = tuple[int, dict[str, str], bytes]
 

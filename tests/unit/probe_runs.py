@@ -85,3 +85,9 @@ FIELDS_440 = (
     "clocks.current.graphics", "clocks.sm", "clocks.mem", "utilization.gpu", "utilization.memory",
     "fan.speed", "pcie.link.width.current", "pstate",
 )  # fmt: skip
+
+
+# NVIDIA_REQUIRE_CUDA of published nvidia/cuda images, which several probe modules' tests evaluate:
+# 12.1's own rule (as written in its image) and 12.1.1's whole captured value.
+REQ_121 = "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526"
+REQ_1211 = fixture("nvidia-require-cuda-12.1.1.txt").strip()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from imagekit.facts.advisories import AdvisoryFinding
+from imagekit.probe import protocol
 from imagekit.report.lockfile import ChecksSummary, DigestChain, LockEntry, Provenance, VerifiedBy
 from imagekit.report.store import BuildReport, CellResult, Staged
 from imagekit.report.verification import CheckRecord, Verification
@@ -208,4 +209,30 @@ def lock_entry(
         if verified
         else None,
         advisories=(WAIVED,),
+    )
+
+
+# A cell whose probe read the CUDA archs its wheel serves, for every view of the report: the arch list
+# the probe read in the image (the cuda_archs check), else the image's cuda-archs label it was given.
+ARCHS_READ = '["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]'  # the record holds JSON text
+ARCHS_LABEL = "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+ARCHS_CELL = "cuda-ubuntu24.04-torch2.11.0-cuda13.0-py3.12-runtime"
+
+
+def archs_checked(*records: CheckRecord) -> Verification:
+    return verification(ARCHS_CELL, "checked", (CheckRecord("torch", "pass", True), *records))
+
+
+def archs_record(
+    status: str, expected: str | None = ARCHS_LABEL, actual: str | None = ARCHS_READ
+) -> CheckRecord:
+    return CheckRecord(protocol.CUDA_ARCHS, status, False, expected=expected, actual=actual)
+
+
+def archs_report() -> BuildReport:
+    """A verified cell whose wheel lacks the PTX its label promises, beside one never verified."""
+    cells = (result(ARCHS_CELL, verification=archs_checked(archs_record("fail"))), result("cuda-unverified"))
+    started = "2026-12-01T00:00:00Z"
+    return BuildReport(
+        matrix="matrix.yaml", started=started, duration_s=1.0, engine="docker", cells=cells, bases=()
     )

@@ -18,7 +18,9 @@ LAYERS = (
     ("facts", "engine", "registry"),
     ("plan",),
     ("render", "report"),
-    ("build", "verify", "export"),
+    # refresh: the tools that rewrite data/'s tables from the registries (a matrix's cells, their pip
+    # arguments): above plan and render, needed by no stage
+    ("builds", "verify", "export", "refresh"),
     ("attest",),
     ("publish",),
     ("k8s",),
@@ -26,9 +28,6 @@ LAYERS = (
 )
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 TOP = {"__init__", "__main__", "__version__"}  # the package itself: its version, `python -m imagekit`
-# A name kept for the probe, whose source-tree fallback imports it by this string (imagekit/probe/
-# facts.py): the probe's bytes are in every cell's input digest, so the name moves with its next change.
-KEPT_NAMES = {"probe_facts"}
 
 
 def imported(path: Path) -> set[str]:
@@ -54,7 +53,7 @@ def test_every_module_is_in_a_stage_package_and_imports_only_downwards() -> None
     wrong = []
     for name, path in modules().items():
         package = name.split(".")[0]
-        if package in TOP or package in KEPT_NAMES:
+        if package in TOP:
             continue
         if package not in RANK:
             wrong.append(f"{name}: not in a package of LAYERS (a flat module, or a new package to place)")
@@ -139,12 +138,17 @@ def test_the_readme_tree_names_every_package_in_layer_order_and_every_module() -
 def test_every_name_bench_and_scripts_import_from_imagekit_is_there() -> None:
     # bench/ and scripts/ are run by hand, and no test imports most of them: a name a merge moved
     # (REPRODUCIBLE_EPOCH left imagekit.engine.buildx) broke two benchmarks with nothing failing.
+    # A bench's imports of another bench and of testbed are checked the same way.
     import importlib
 
     missing = []
     for path in sorted([*(REPO / "bench").glob("*.py"), *(REPO / "scripts").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "imagekit":
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] in {"imagekit", "bench", "testbed"}
+            ):
                 module = importlib.import_module(node.module)
                 missing += [
                     f"{path.relative_to(REPO)}: {node.module}.{alias.name}"
@@ -153,3 +157,61 @@ def test_every_name_bench_and_scripts_import_from_imagekit_is_there() -> None:
                     and importlib.util.find_spec(f"{node.module}.{alias.name}") is None
                 ]
     assert not missing, f"imported but not there: {', '.join(missing)}"
+
+
+# Who may import whom outside imagekit/: tests and bench both stand on testbed (the registry, the
+# private engines, the sample projects), and never import each other; testbed imports neither. bench
+# once imported tests' conftest and a test module, and a test imported a bench: a change to either
+# then broke the other.
+REFUSED_IMPORTS = {"tests": {"bench"}, "bench": {"tests"}, "testbed": {"tests", "bench"}}
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level package of every import in ``path``, a function's too (relative imports have none)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_tests_and_bench_import_testbed_never_each_other_and_testbed_neither() -> None:
+    wrong = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for top, refused in REFUSED_IMPORTS.items()
+        for path in sorted((REPO / top).rglob("*.py"))
+        for name in sorted(top_level_imports(path) & refused)
+    ]
+    assert not wrong, "imports across tests/, bench/ and testbed/: " + "; ".join(wrong)
+
+
+def test_bench_and_testbed_are_packages_and_nothing_edits_the_import_path() -> None:
+    # Every bench runs as `python -m bench.<name>` from the repository root, so bench, testbed and
+    # imagekit import as packages: a module that puts a folder on sys.path itself makes a second
+    # copy of a module importable under another name (bench/plan_render.py was once both
+    # `plan_render` and `bench.plan_render`). Programs a test writes out for another interpreter
+    # (a probe run from its zipapp, a stand-in buildx) are text, not this tree's code.
+    assert (REPO / "bench" / "__init__.py").is_file() and (REPO / "testbed" / "__init__.py").is_file()
+    edits = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for top in REFUSED_IMPORTS
+        for path in sorted((REPO / top).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "path"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "sys"
+        and node.attr in {"insert", "append", "extend"}
+    ]
+    assert not edits, f"sys.path edited (run the module with python -m instead): {', '.join(edits)}"
+
+
+def test_the_wheel_ships_imagekit_alone() -> None:
+    # testbed/ (a second dockerd, a registry, stand-in projects) and bench/ are the tree's, never a user's.
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["imagekit"]

@@ -13,7 +13,7 @@ import pytest
 
 from imagekit.core import platforms
 from imagekit.probe import protocol
-from tests.conftest import imagekit
+from testbed.imagekit_process import imagekit
 from tests.integration.conftest import REPO_ROOT
 
 ARM64 = platforms.get("linux/arm64")

@@ -21,8 +21,9 @@ from typing import Any
 import docker
 import pytest
 
-from tests.conftest import imagekit
-from tests.integration.conftest import REGISTRY, REPO_ROOT, RUN_ID, TEST_LABEL
+from testbed.imagekit_process import imagekit
+from testbed.matrix_projects import REGISTRY, RUN_ID, TEST_LABEL
+from tests.integration.conftest import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "multiarch"
 INDEX = "application/vnd.oci.image.index.v1+json"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.engine.raw_socket import EngineSocket, EngineSocketError
-from tests.quiet_http import serve
+from testbed.quiet_http import serve
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nApi-Version: 1.43\r\n"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from tests.unit.k8s.test_dra import KUBERNETES, OPTIONS, strictly_valid
 
 

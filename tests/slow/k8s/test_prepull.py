@@ -1,5 +1,5 @@
-"""tests/unit/k8s/test_prepull.py's slow tests: checkov (as tests/unit/k8s/test_policy.py runs it) on the
-pre-pull DaemonSets of every shipped matrix, ~10 s of CPU a scan."""
+"""tests/unit/k8s/test_prepull.py's slow tests: checkov (as tests/unit/k8s/test_manifests_policy.py runs
+it) on the pre-pull DaemonSets of every shipped matrix, ~10 s of CPU a scan."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from imagekit.core import naming
-from imagekit.k8s.manifests import JobOptions, Toleration, write_jobs
+from imagekit.k8s.manifests import write_jobs
+from imagekit.k8s.options import JobOptions, Toleration
 from imagekit.k8s.prepull import render_prepull
 from imagekit.plan.matrix import load_plan
 from imagekit.report.lockfile import Lock
 from tests.conftest import REPO
-from tests.unit.k8s.test_policy import ACCEPTED, MATRICES, NAMESPACED, _findings
+from tests.unit.k8s.test_manifests_policy import ACCEPTED, MATRICES, NAMESPACED, _findings
 from tests.unit.report_samples import lock_entry
 
 OPTIONS = {

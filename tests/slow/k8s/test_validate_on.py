@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import kubernetes_validate
 
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.validate_on import (
     parse_products,
     render_validation,

@@ -24,10 +24,10 @@ def test_a_build_asks_the_registry_about_a_cells_staging_tag_once(
 ) -> None:
     """Reuse (staged elsewhere?) and the cache source both look up the staging tag of the cell's
     input digest: one request answers both. Nothing is staged here, so no engine is asked."""
-    from imagekit.build.registry_use import BuildRegistry
+    from imagekit.builds.registry_use import BuildRegistry
     from imagekit.core.naming import staging_tag
     from imagekit.render.dockerfile import Renderer
-    from tests.unit.projects import variants_plan
+    from testbed.sample_projects import variants_plan
 
     monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "u")
     monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "p")

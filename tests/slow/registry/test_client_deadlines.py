@@ -22,7 +22,7 @@ import pytest
 from imagekit.core.errors import EnvironmentProblem, RegistryError
 from imagekit.registry.client import Backoff, Registry
 from imagekit.registry.transport import DEADLINE_ENV
-from tests.conftest import imagekit
+from testbed.imagekit_process import imagekit
 from tests.unit.attest_samples import private_pem, public_pem_of
 from tests.unit.registry.test_client import (
     BIG,

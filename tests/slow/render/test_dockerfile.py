@@ -14,8 +14,8 @@ import pytest
 from imagekit.facts.advisories import load_advisories
 from imagekit.plan.matrix import load_plan
 from imagekit.render.dockerfile import Renderer
+from testbed.sample_projects import variants_plan, wheel
 from tests.conftest import REPO, run_cli
-from tests.unit.projects import variants_plan, wheel
 from tests.unit.render.test_dockerfile import (
     ESCAPES,
     TWO_TORCHES,

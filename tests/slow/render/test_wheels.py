@@ -14,7 +14,7 @@ import pytest
 from imagekit.core.errors import InputError
 from imagekit.render import wheels
 from imagekit.render.wheels import Request, WheelResolver, platform_tags
-from tests.unit.projects import wheel
+from testbed.sample_projects import wheel
 from tests.unit.render.test_wheels import names
 
 

@@ -174,7 +174,7 @@ def test_a_matrix_tags_its_cells_by_its_repository_and_patterns() -> None:
 def test_render_publish_and_the_no_change_record_take_a_cells_tags_from_one_place(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from imagekit.build import no_change as unchanged
+    from imagekit.builds import no_change as unchanged
     from imagekit.plan.matrix import load_plan
     from imagekit.publish.policy import Candidate, Group, final_tags
     from imagekit.render.dockerfile import Renderer

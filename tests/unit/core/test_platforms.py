@@ -11,7 +11,7 @@ from imagekit.core import platforms
 from imagekit.core.errors import InputError
 from imagekit.plan.cells import FrontendCell, WheelCell
 from imagekit.plan.matrix import load_plan
-from tests.conftest import WAIVE_TORCH_2_5
+from testbed.waivers import WAIVE_TORCH_2_5
 
 TWO_PLATFORMS = """
 version: 1

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imagekit.build.jobs import JobFailed
+from imagekit.builds.jobs import JobFailed
 from imagekit.core import secret_values
 from imagekit.core.atomic import atomic_write
 from imagekit.core.errors import ImagekitError, one_line

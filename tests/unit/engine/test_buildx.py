@@ -91,7 +91,6 @@ def request(tmp_path: Path, **values: object) -> BuildxRequest:
         "output": tmp_path / "o.tar",
         "name": "r/x:1",
         "compression": "zstd",
-        "epoch": 1,
     }
     fields.update(values)
     return BuildxRequest(**fields)  # type: ignore[arg-type]

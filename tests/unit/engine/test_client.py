@@ -13,7 +13,7 @@ from docker.errors import APIError
 
 from imagekit.engine import client
 from imagekit.engine.client import RetryPolicy, is_transient, pull
-from tests.quiet_http import QuietHandler, QuietServer, serve
+from testbed.quiet_http import QuietHandler, QuietServer, serve
 
 # -- is_transient ----------------------------------------------------------------------------------------
 

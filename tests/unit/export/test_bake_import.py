@@ -411,3 +411,19 @@ def test_a_target_bake_did_not_name_by_its_staging_tag_is_not_looked_up(tmp_path
         read_metadata(path), Renderer(plan).render_all(), publish, today(), lambda _: False, registry
     )
     assert result.staged is None and result.image_id == CONFIG_A
+
+
+def test_an_engine_out_of_reach_is_one_warning_and_the_import_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from imagekit.export.bake_import import lookups
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    said: list[str] = []
+    with lookups(None, said.append) as (holds, staged_digest):
+        assert holds("sha256:" + "a" * 64) is False
+        assert holds("sha256:" + "b" * 64) is False  # asked once: the second question warns of nothing
+        assert staged_digest("team/torch", "staging-x") is None  # no registry: nothing staged
+    assert len(said) == 1, said
+    assert said[0].startswith("bake-import: no engine to ask which image id it shows (cannot reach")
+    assert said[0].endswith("; recorded from the metadata file alone")

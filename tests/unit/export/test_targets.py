@@ -24,8 +24,9 @@ from imagekit.plan.cells import Plan
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.source import source_state
 from imagekit.render.dockerfile import RenderedCell, Renderer
+from testbed.waivers import WAIVE_OLD_TORCH
 from tests.conftest import CUDA_BASE as BARE_CUDA_BASE
-from tests.conftest import REPO, WAIVE_OLD_TORCH, CliResult, run_cli
+from tests.conftest import REPO, CliResult, run_cli
 from tests.unit.plan.test_source import git
 
 # The cells here are torch 2.1, about bake targets: their advisories are waived.
@@ -252,6 +253,12 @@ def test_a_buildkit_bake_target_without_registry_or_credentials_caches_and_pushe
     plan = load_plan(write_matrix(axes + "build: {builder: buildkit}\n" + CUDA_BASE))
     bake = bake_file(plan, _bakeable(plan), tmp_path / "ctx")
     (target,) = bake["target"].values()
+    # BuildKit's default compression, zstd (issue 49), forced so no cached gzip blob is reused
+    assert target["output"] == [
+        f"type=image,name={target['tags'][0]},compression=zstd,force-compression=true,oci-mediatypes=true"
+    ]
+    gzip = load_plan(write_matrix(axes + "build: {builder: buildkit, compression: gzip}\n" + CUDA_BASE))
+    (target,) = bake_file(gzip, _bakeable(gzip), tmp_path / "ctx-gzip")["target"].values()
     assert target["output"] == [f"type=image,name={target['tags'][0]},compression=gzip,oci-mediatypes=true"]
     assert not {"cache-from", "cache-to", "secret"} & set(target)
     assert bake_netrc_hint(plan) is None

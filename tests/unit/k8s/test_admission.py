@@ -1,6 +1,6 @@
 """The admission policies `imagekit k8s --policy` writes: here the Sigstore policy-controller
 ClusterImagePolicy and the CLI (the Kyverno ones: test_kyverno.py, their CRD schemas:
-test_crd_schemas.py). The tests are structural (the YAML parses, it names the key and the predicate
+test_kyverno_crd_schemas.py). The tests are structural (the YAML parses, it names the key and the predicate
 type, its image patterns match the published repository only), and the CUE policy-controller
 evaluates is held, line by line, to real Statements: an image's and an index's verification
 attestation pass it, a checked or an edited one does not."""

@@ -32,7 +32,7 @@ from imagekit.k8s.compute_domain import (
     rack_families,
     render_domains,
 )
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from imagekit.plan.matrix import load_plan
 from imagekit.report.lockfile import Lock, LockEntry, merge_lock
 from tests.conftest import REPO, run_cli

@@ -15,7 +15,7 @@ from imagekit.core import naming
 from imagekit.core.errors import InputError
 from imagekit.k8s.compute_domain import NAME_CHARS, ComputeDomainOptions
 from imagekit.k8s.domain_validation import render_domain_validation
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.validate_on import COMPONENT, PLAN_NAME, PRODUCT_LABEL, parse_plan, parse_products
 from imagekit.probe import protocol
 from tests.conftest import REPO, run_cli

@@ -13,16 +13,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from hypothesis import given
-from hypothesis import strategies as st
 
 from imagekit.core.errors import InputError
 from imagekit.core.versions import version_key
 from imagekit.k8s import dra
 from imagekit.k8s.dra import GpuClaim, gpu_claim, mig_profile
-from imagekit.k8s.dra_cel import checked_product_name, product_selector, semver_literal
-from imagekit.k8s.manifests import JobOptions, Toleration, render_jobs
-from imagekit.k8s.placement import entry_fit, gfd_affinity
+from imagekit.k8s.manifests import render_jobs
+from imagekit.k8s.options import JobOptions, Toleration
+from imagekit.k8s.placement import entry_fit
 from imagekit.k8s.validate_on import PLAN_NAME, parse_plan, parse_products, render_validation
 from imagekit.plan.cells import frontend_of
 from imagekit.plan.gpu_fit import GpuFit
@@ -236,31 +234,6 @@ def test_hand_checked_cells(cell: str, selected: set[str]) -> None:
     assert whole_gpus(allocatable(rendered("matrix.yaml", DRA)[cell])) == selected
 
 
-def test_the_claim_holds_the_full_driver_floor_where_feature_discovery_has_only_its_major() -> None:
-    cell = "cuda-ubuntu22.04-torch2.5.1-cuda12.1-py3.10-runtime"
-    _, devices = cluster()
-    early = next(d for d in devices if d.node == "node-a100-r525-early" and d.name == "gpu-0")
-    labels = {  # what feature discovery would label that node with
-        "kubernetes.io/arch": early.arch,
-        "nvidia.com/gpu.compute.major": "8",
-        "nvidia.com/gpu.compute.minor": "0",
-        "nvidia.com/cuda.driver.major": early.attribute("driverVersion").split(".")[0],
-    }
-    affinity = gfd_affinity(entry_fit(entries_of("matrix.yaml")[cell]), 1)
-    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert any(all(_holds(r, labels) for r in t["matchExpressions"]) for t in terms)  # the label admits it
-    assert "node-a100-r525-early" not in whole_gpus(allocatable(rendered("matrix.yaml", DRA)[cell]))
-
-
-def _holds(requirement: dict[str, Any], labels: dict[str, str]) -> bool:
-    value = labels.get(requirement["key"])
-    if value is None:
-        return False
-    if requirement["operator"] == "In":
-        return value in requirement["values"]
-    return int(value) > int(requirement["values"][0])  # Gt
-
-
 def test_a_mig_slice_is_claimed_from_the_mig_class_by_its_profile() -> None:
     options = JobOptions(gpu_request="dra", gpu_resource="nvidia.com/mig-1g.10gb")
     text = rendered("matrix.yaml", options)["cuda-ubuntu22.04-torch2.5.1-cuda12.1-py3.10-runtime"]
@@ -344,37 +317,6 @@ def test_validate_on_with_dra_selects_the_product_name_exactly() -> None:
     }
 
 
-METACHARACTERS = [
-    "NVIDIA H100' || true || '",
-    'NVIDIA "H100"',
-    "NVIDIA H100\\",
-    "NVIDIA H100\n",
-    "NVIDIA H100 (PCIe)",
-    "NVIDIA\tH100",
-    "",
-    " NVIDIA H100",
-    "x" * 97,
-]
-
-
-@pytest.mark.parametrize("name", METACHARACTERS)
-def test_a_product_name_cel_could_misread_is_refused(name: str) -> None:
-    with pytest.raises(InputError, match="with --gpu-request dra, the GPU's productName"):
-        checked_product_name(name)
-
-
-# Printable ASCII and then some: whatever is accepted becomes a literal CEL reads back as itself.
-@given(st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=0x2FF), max_size=40))
-def test_an_accepted_product_name_is_a_cel_literal_of_itself(name: str) -> None:
-    try:
-        selector = product_selector(name)
-    except InputError:
-        return
-    for published, expected in ((name, True), (name + "x", False), (name[:-1], False)):
-        device = {"attributes": {"productName": {"string": published}}}
-        assert evaluate(selector, device_activation("gpu.nvidia.com", device)) is expected
-
-
 def _lock_for_the_cli(tmp_path: Path) -> Path:
     entries = {
         c: e for c, e in entries_of("matrix.yaml").items() if "torch2.15.0-cuda13.2-py3.12-runtime" in c
@@ -428,14 +370,6 @@ def test_a_selector_that_cannot_be_expressed_is_refused(
     code, stderr, out = _cli(tmp_path, "--gpu-request", "dra")
     assert code == 2 and "driver floor '525.60.13a': not a version a CEL semver selector" in stderr, stderr
     assert len(stderr.strip().splitlines()) == 1 and not out.exists()
-
-
-def test_semver_literals_are_kubernetes_strict_form() -> None:
-    assert semver_literal("450.80.02", "x") == "450.80.2"  # as the driver publishes 450.80.02
-    assert semver_literal("9.0", "x") == "9.0.0"
-    for bad in ("", "1.2.3.4", "v1.0", "1.0-rc1", "1" * 10):
-        with pytest.raises(InputError):
-            semver_literal(bad, "x")
 
 
 # go-nvlib's profile strings (pkg/nvlib/device/mig_profile.go, MigProfileInfo.String) beside the

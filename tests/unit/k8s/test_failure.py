@@ -15,7 +15,7 @@ import yaml
 from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
 from imagekit.k8s.domain_validation import render_domain_validation
 from imagekit.k8s.failure import DEFAULT_BACKOFF_LIMIT
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.validate_on import PLAN_NAME, parse_products, render_validation
 from imagekit.probe import protocol
 from tests.unit.k8s.test_compute_domain import shipped_lock

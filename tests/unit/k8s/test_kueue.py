@@ -16,7 +16,8 @@ from imagekit.core.errors import InputError
 from imagekit.k8s.compute_domain import CLIQUE_LABEL, ComputeDomainOptions, render_domains
 from imagekit.k8s.domain_validation import render_domain_validation
 from imagekit.k8s.kueue import QUEUE_LABEL, REQUIRED_TOPOLOGY, parse_queue
-from imagekit.k8s.manifests import JobOptions, render_jobs
+from imagekit.k8s.manifests import render_jobs
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.validate_on import PLAN_NAME, parse_products, render_validation
 from imagekit.plan.cells import frontend_of
 from imagekit.plan.matrix import load_plan

@@ -12,19 +12,18 @@ import pytest
 import yaml
 
 from imagekit.core.errors import InputError
-from imagekit.k8s.manifests import (
-    Claim,
-    JobOptions,
-    Toleration,
-    job_name,
-    parse_node_selector,
-    render_jobs,
-    write_jobs,
-)
+from imagekit.k8s.manifests import job_name, parse_command, render_jobs, write_jobs
+from imagekit.k8s.options import Claim, JobOptions, Toleration, parse_node_selector
 from imagekit.plan.matrix import load_plan
-from imagekit.report.lockfile import Lock, LockEntry, merge_lock
+from imagekit.report.lockfile import (
+    Lock,
+    LockEntry,
+    merge_lock,
+)
 from tests.conftest import REPO, run_cli
+from tests.unit.report.test_lockfile import INDEX_DIGEST, index_lock
 from tests.unit.report_samples import LOCK_DIGEST as DIGEST
+from tests.unit.report_samples import lock_entry
 from tests.unit.report_samples import lock_entry as entry
 
 
@@ -504,3 +503,47 @@ def test_node_affinity_without_gpus_or_feature_discovery() -> None:
 
 def _req(key: str, operator: str, *values: str) -> dict[str, Any]:
     return {"key": key, "operator": operator, "values": list(values)}
+
+
+def test_command_is_shell_split_and_refused_empty_or_unbalanced() -> None:
+    assert parse_command(None) == ()
+    assert parse_command("python -c 'import torch; print(1)'") == ("python", "-c", "import torch; print(1)")
+    with pytest.raises(InputError, match=r"^--command is empty$"):
+        parse_command("  ")
+    with pytest.raises(InputError, match=r"^--command: No closing quotation$"):
+        parse_command("echo 'x")
+
+
+# -- Kubernetes: the index digest, and the architecture where one platform is served --------------
+
+
+def _pods(lock: Lock, options: JobOptions) -> dict[str, dict[str, Any]]:
+    files = render_jobs(lock, options, dict.fromkeys(lock.images))
+    pods = {}
+    for name, text in files.items():
+        manifest = yaml.safe_load(text)
+        kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+        pods[name] = manifest["spec"]["template"]["spec"]
+    return pods
+
+
+def test_k8s_pulls_the_index_and_pins_the_architecture_of_one_platform() -> None:
+    both = _pods(index_lock(), JobOptions(node_selector=(("pool", "gpu"),)))
+    for pod in both.values():  # the index serves both: the node's architecture picks the entry
+        assert pod["containers"][0]["image"] == f"ghcr.io/acme/pytorch@{INDEX_DIGEST}"
+        assert pod["nodeSelector"] == {"pool": "gpu"}
+    arch_of = {
+        n: p["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        for n, p in both.items()
+    }
+    terms = {n: t["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] for n, t in arch_of.items()}
+    assert terms == {"imagekit-check-c.yaml": ["amd64"], "imagekit-check-c-arm64.yaml": ["arm64"]}
+    # an index left with one platform, and an image alone, are held to that architecture
+    (pod,) = _pods(index_lock(missing=True), JobOptions(gpu_affinity=False)).values()
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    alone = Lock({"c-arm64": replace(lock_entry("c-arm64"), platform="linux/arm64")})
+    (pod,) = _pods(alone, JobOptions(node_selector=(("pool", "gpu"),))).values()
+    assert pod["nodeSelector"] == {"pool": "gpu", "kubernetes.io/arch": "arm64"}
+    assert pod["containers"][0]["image"] == alone.images["c-arm64"].reference
+    with pytest.raises(InputError, match="c-arm64's image serves linux/arm64 only"):
+        _pods(alone, JobOptions(node_selector=(("kubernetes.io/arch", "amd64"),)))

@@ -14,14 +14,14 @@ import yaml
 
 from imagekit.core.errors import InputError
 from imagekit.core.limits import MAX_PREPULL_IMAGES
-from imagekit.k8s.manifests import JobOptions, Toleration
+from imagekit.k8s.options import JobOptions, Toleration
 from imagekit.k8s.prepull import render_prepull
 from imagekit.plan.matrix import load_plan
 from imagekit.report.lockfile import Lock, merge_lock
 from tests.conftest import REPO, run_cli
 from tests.unit.k8s.test_manifests import NODES, RESTRICTED_CONTAINER
 from tests.unit.k8s.test_validate_on import shipped_lock
-from tests.unit.publish.test_index import INDEX_DIGEST, index_lock
+from tests.unit.report.test_lockfile import INDEX_DIGEST, index_lock
 from tests.unit.report_samples import lock_entry
 
 
@@ -233,11 +233,11 @@ def test_k8s_prepull_writes_nothing_for_an_unattested_digest(
     key.write_text("not read: the check is replaced")
     checked: list[set[str]] = []
 
-    def require_attested(published: Lock, key: Path, policy: str) -> None:
+    def require_attested(published: Lock, key: Path, policy: str, say: object) -> None:
         checked.append(set(published.images))
         raise InputError(f"{next(iter(published.images))}: no attestation signed by {key.name}")
 
-    monkeypatch.setattr("imagekit.cli.attest.require_attested", require_attested)
+    monkeypatch.setattr("imagekit.attest.required.require_attested", require_attested)
     refused = run_cli(*args, "--prepull", "--require-attestation", str(key))
     assert refused.exit_code == 2 and "no attestation signed by key.pub" in refused.stderr, refused.stderr
     assert len(checked) == 1 and not out.exists()

@@ -12,7 +12,7 @@ import yaml
 
 from imagekit.core.errors import InputError
 from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.resources import memory_bytes, quantity, sizes
 from imagekit.k8s.validate_on import PLAN_NAME, parse_products, render_validation
 from imagekit.report.lockfile import Lock

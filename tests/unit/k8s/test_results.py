@@ -15,7 +15,7 @@ import pytest
 
 from imagekit.core.errors import ExitCode
 from imagekit.core.limits import JOB_OUTPUT_BYTES
-from imagekit.k8s.results import MAX_ATTEMPTS, OUTPUT_WHAT, _expectations_problem, probe_document
+from imagekit.k8s.results import MAX_ATTEMPTS, OUTPUT_WHAT, _expectations_problem, probe_documents
 from imagekit.k8s.validate_on import PLAN_NAME, parse_plan
 from imagekit.report.lockfile import merge_lock
 from imagekit.report.store import BuildReport, read_report, write_report
@@ -281,13 +281,13 @@ def test_a_bad_plan_or_cluster_is_one_line(setup: Setup) -> None:
 
 def test_the_document_is_found_after_the_banner_and_bounded() -> None:
     text = (FIXTURES / "h100-sxm.log").read_text()
-    document = probe_document(text)
-    assert document is not None and document["schema"] == 2 and len(document["checks"]) == 22
-    assert probe_document(text.replace("\n{\n", "\n {\n", 1)) is None  # not opened on a line of its own
+    (document,) = probe_documents(text)
+    assert document["schema"] == 2 and len(document["checks"]) == 22
+    assert probe_documents(text.replace("\n{\n", "\n {\n", 1)) == []  # not opened on a line of its own
     decoys = "{\n" * MAX_ATTEMPTS  # lines that open no document use up the attempts
-    assert probe_document(decoys + text) is None
-    assert probe_document("{\n" * (MAX_ATTEMPTS - 1) + text) is not None
-    assert probe_document("{\n" + "[" * 100_000) is None  # nesting past the parser's depth
+    assert probe_documents(decoys + text) == []
+    assert probe_documents("{\n" * (MAX_ATTEMPTS - 1) + text) != []
+    assert probe_documents("{\n" + "[" * 100_000) == []  # nesting past the parser's depth
 
 
 def test_a_skipped_rebuild_keeps_the_runs_and_a_new_image_drops_them(setup: Setup) -> None:

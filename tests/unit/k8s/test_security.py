@@ -13,7 +13,7 @@ import yaml
 
 from imagekit.core.errors import InputError
 from imagekit.k8s.compute_domain import ComputeDomainOptions, render_domains
-from imagekit.k8s.manifests import JobOptions
+from imagekit.k8s.options import JobOptions
 from imagekit.k8s.prepull import render_prepull
 from imagekit.k8s.security import parse_uid_mode
 from imagekit.k8s.validate_on import PLAN_NAME, parse_products, render_validation

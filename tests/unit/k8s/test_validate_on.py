@@ -14,7 +14,7 @@ import yaml
 
 from imagekit.core.errors import InputError
 from imagekit.k8s import validate_on
-from imagekit.k8s.manifests import Claim, JobOptions
+from imagekit.k8s.options import Claim, JobOptions
 from imagekit.k8s.validate_on import (
     PLAN_NAME,
     Product,

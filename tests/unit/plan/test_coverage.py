@@ -7,7 +7,8 @@ import json
 import pytest
 
 from imagekit.core.versions import version_key
-from imagekit.plan.coverage import capability, families, fleet_coverage, serves
+from imagekit.plan.coverage import families, fleet_coverage, serves
+from imagekit.plan.gpu_fit import capability
 from imagekit.plan.matrix import load_plan
 from tests.conftest import REPO, run_cli
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.build.named_inputs import matrix_inputs
+from imagekit.builds.named_inputs import matrix_inputs
 from imagekit.core.errors import ExitCode, InputError
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.pin_file import pins_path
 from imagekit.plan.pins import MAX_PINS, PINS_BYTES, pins_document, pulled_bases
-from imagekit.registry.lookup import registry_of
 from imagekit.render.dockerfile import Renderer
-from tests.conftest import CUDA_BASE, WAIVE_OLD_TORCH, run_cli
+from testbed.waivers import WAIVE_OLD_TORCH
+from tests.conftest import CUDA_BASE, run_cli
 
 AXES = 'version: 1\naxes: {torch: ["2.1.2"], cuda: ["12.1"], flavour: [devel, runtime], base: [cuda]}\n'
 DEVEL = "nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04"
@@ -116,53 +116,3 @@ def test_the_no_change_answer_covers_the_lock_present_or_not(matrix: Path, tmp_p
     _lock(matrix, {DEVEL: ONE, RUNTIME: TWO})
     again = matrix_inputs(matrix, (str(tmp_path / ".imagekit"),))
     assert again is not None and lock in again
-
-
-@pytest.mark.parametrize(
-    ("reference", "expected"),
-    [
-        (
-            DEVEL,
-            ("registry-1.docker.io", "index.docker.io", "nvidia/cuda", "12.1.1-cudnn8-devel-ubuntu22.04"),
-        ),
-        ("ubuntu", ("registry-1.docker.io", "index.docker.io", "library/ubuntu", "latest")),
-        ("docker.io/library/debian:12", ("registry-1.docker.io", "index.docker.io", "library/debian", "12")),
-        ("nvcr.io/nvidia/pytorch:23.10-py3", ("nvcr.io", "nvcr.io", "nvidia/pytorch", "23.10-py3")),
-        ("127.0.0.1:5000/team/base:v1", ("127.0.0.1:5000", "127.0.0.1:5000", "team/base", "v1")),
-    ],
-)
-def test_pin_bases_asks_the_registry_the_engine_would_pull_from(
-    reference: str, expected: tuple[str, str, str, str]
-) -> None:
-    assert registry_of(reference) == expected
-
-
-def test_pin_bases_never_sends_the_publishing_registrys_login_to_a_bases_registry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # IMAGEKIT_REGISTRY_USER/_PASSWORD name no host: they are --registry's login, and pin-bases asks
-    # Docker Hub, nvcr.io and mirrors. Only the Docker config's entry for that host goes there.
-    from imagekit.registry import lookup
-
-    monkeypatch.setenv("IMAGEKIT_REGISTRY_USER", "ci")
-    monkeypatch.setenv("IMAGEKIT_REGISTRY_PASSWORD", "publish-secret")
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    (tmp_path / "config.json").write_text('{"auths": {"nvcr.io": {"auth": "JG9hdXRodG9rZW46bmdj"}}}')
-    sent: dict[str, object] = {}
-
-    class Asked:
-        def __init__(self, host: str, credentials: object, **_: object) -> None:
-            sent[host] = credentials
-
-        def tag_digest(self, repository: str, tag: str) -> str:
-            return ONE
-
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(lookup, "Registry", Asked)
-    assert lookup.manifest_digest("nvidia/cuda:12.1.1-base-ubuntu22.04") == ONE
-    assert lookup.manifest_digest("nvcr.io/nvidia/pytorch:23.10-py3") == ONE
-    assert sent["registry-1.docker.io"] is None
-    nvcr = sent["nvcr.io"]
-    assert getattr(nvcr, "username", None) == "$oauthtoken" and getattr(nvcr, "password", None) == "ngc"

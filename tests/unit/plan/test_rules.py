@@ -15,7 +15,8 @@ from imagekit.plan import rules
 from imagekit.plan.cells import WheelCell
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.rules import Request
-from tests.conftest import CUDA_BASE, WAIVE_OLD_TORCH, WAIVE_TORCH_2_5, run_cli
+from testbed.waivers import WAIVE_OLD_TORCH, WAIVE_TORCH_2_5
+from tests.conftest import CUDA_BASE, run_cli
 
 COMPAT = load_compat()
 NGC = COMPAT.stacks["ngc-pytorch-23.10"]

@@ -112,7 +112,7 @@ def test_a_credential_names_a_secret_and_never_holds_one(
 # A credential's host may carry its index URL's port (RELIABILITY's "credential host with a port"
 # is admitted, decided in issue 45): pip finds a netrc login by the URL's host name alone (pip's
 # vendored requests, utils.get_netrc_auth, strips the port), so the netrc names the host and the
-# login is sent to every port of it (tests/unit/build/test_buildkit.py).
+# login is sent to every port of it (tests/unit/builds/backends/test_buildkit.py).
 def test_a_credential_host_with_its_index_urls_port_is_admitted(write_matrix: Callable[[str], Path]) -> None:
     credential = "{host: '127.0.0.1:8080', login: ci-bot, secret: pip-index}"
     path = write_matrix(
@@ -140,15 +140,35 @@ def test_one_login_per_index_host(first: str, second: str, write_matrix: Callabl
 def test_build_settings_default_to_the_classic_builder_and_refuse_unknown_keys(
     write_matrix: Callable[[str], Path],
 ) -> None:
-    assert load_plan(write_matrix(MATRIX)).matrix.build == BuildSettings(
-        builder="classic", compression="gzip"
-    )
+    build = load_plan(write_matrix(MATRIX)).matrix.build
+    assert build == BuildSettings(builder="classic", compression=None)
+    assert build.layer_compression == "gzip"
     for bad, message in (
         ("{builder: kaniko}", "build.builder"),
         ("{cache: true}", "build.cache: unknown key"),
     ):
         result = run_cli("plan", "--matrix", str(write_matrix(f"build: {bad}\n{MATRIX}")))
         assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("build", "layers"),
+    [
+        ("{builder: buildkit}", "zstd"),  # every engine that pulls these images takes zstd (issue 49)
+        ("{builder: buildkit, compression: gzip}", "gzip"),  # for a consumer that needs gzip
+        ("{builder: buildkit, compression: zstd}", "zstd"),
+        ("{builder: classic}", "gzip"),  # the engine pushes the classic builder's images: gzip only
+        ("{}", "gzip"),
+    ],
+)
+def test_the_layer_compression_is_the_matrixs_else_the_builders_default(
+    write_matrix: Callable[[str], Path], build: str, layers: str
+) -> None:
+    settings = load_plan(write_matrix(f"build: {build}\n{MATRIX}")).matrix.build
+    assert settings.layer_compression == layers
+    # a --builder given later (render, build) derives it again: the matrix named none
+    if settings.compression is None:
+        assert settings.model_copy(update={"builder": "buildkit"}).layer_compression == "zstd"
 
 
 def test_a_secrets_value_comes_from_its_environment_variable() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from imagekit.probe import inventory, protocol, sharedlibs
-from imagekit.probe.report import CHECKS
+from imagekit.probe import protocol, sharedlibs
+from imagekit.probe.run import CHECKS
 
 
 def elf(
@@ -52,6 +52,26 @@ def write(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+def hostile_tree(root: Path) -> None:
+    write(root / "usr/lib/libdup.so.1", elf(b"libdup.so.1"))
+    write(root / "opt/venv/nvidia/lib/libdup.so.1", elf(b"libdup.so.1"))  # the duplicate
+    write(root / "usr/lib/libone.so.2", elf(b"libone.so.2"))
+    os.link(root / "usr/lib/libone.so.2", root / "usr/lib/libone-hard.so.2")  # one file, two names
+    (root / "usr/lib/libone.so").symlink_to(root / "usr/lib/libone.so.2")  # a symlink: one file
+    (root / "usr/lib/loop").symlink_to(root)  # a directory symlink loop: never followed
+    write(root / "usr/lib/notes.txt", b"not a library")
+    write(root / "usr/lib/garbage.so", os.urandom(512))
+    write(root / "usr/local/nvidia/lib64/libdup.so.1", elf(b"libdup.so.1"))  # the driver's: skipped
+    write(root / "mnt/libdup.so.1", elf(b"libdup.so.1"))  # a mount: skipped
+
+
+def run_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loaded: list[str]) -> Any:
+    monkeypatch.setattr(sharedlibs, "scan_roots", lambda: [str(tmp_path)])
+    monkeypatch.setattr(sharedlibs, "loaded_cuda_libraries", lambda: loaded)
+    ctx = SimpleNamespace(duplicate_libraries=None)
+    return ctx, sharedlibs.check_libraries_once(ctx)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("wide", [True, False])
@@ -102,19 +122,6 @@ def test_absurd_program_header_counts_and_offsets_are_skipped(tmp_path: Path) ->
 def test_a_soname_with_control_characters_is_escaped(tmp_path: Path) -> None:
     path = write(tmp_path / "evil.so", elf(b"lib\x1b[31mevil\n.so\xff"))
     assert sharedlibs.read_soname(str(path)) == "lib\\x1b[31mevil\\x0a.so\\xff"
-
-
-def hostile_tree(root: Path) -> None:
-    write(root / "usr/lib/libdup.so.1", elf(b"libdup.so.1"))
-    write(root / "opt/venv/nvidia/lib/libdup.so.1", elf(b"libdup.so.1"))  # the duplicate
-    write(root / "usr/lib/libone.so.2", elf(b"libone.so.2"))
-    os.link(root / "usr/lib/libone.so.2", root / "usr/lib/libone-hard.so.2")  # one file, two names
-    (root / "usr/lib/libone.so").symlink_to(root / "usr/lib/libone.so.2")  # a symlink: one file
-    (root / "usr/lib/loop").symlink_to(root)  # a directory symlink loop: never followed
-    write(root / "usr/lib/notes.txt", b"not a library")
-    write(root / "usr/lib/garbage.so", os.urandom(512))
-    write(root / "usr/local/nvidia/lib64/libdup.so.1", elf(b"libdup.so.1"))  # the driver's: skipped
-    write(root / "mnt/libdup.so.1", elf(b"libdup.so.1"))  # a mount: skipped
 
 
 def test_scan_reports_each_soname_at_two_files_once(tmp_path: Path) -> None:
@@ -202,24 +209,6 @@ def test_a_cuda_library_loaded_from_two_files_is_named(tmp_path: Path) -> None:
     paths = [str(p) for p in (wheel, base, *other, cudnn)]
     assert sharedlibs.loaded_twice(paths) == {"libcublas.so.12": sorted([str(wheel), str(base)])}
     assert sharedlibs.loaded_twice([str(wheel), str(cudnn)]) == {}
-
-
-def test_loaded_cuda_libraries_include_curand_and_cusolver(tmp_path: Path) -> None:
-    maps = tmp_path / "maps"
-    maps.write_text(
-        "7f00-7f01 r-xp 00000000 08:01 1 /site/nvidia/curand/lib/libcurand.so.10\n"
-        "7f01-7f02 r-xp 00000000 08:01 2 /site/nvidia/cusolver/lib/libcusolver.so.11\n"
-        "7f02-7f03 r-xp 00000000 08:01 3 /usr/lib/libz.so.1\n"
-    )
-    names = [Path(p).name for p in inventory.loaded_cuda_libraries(str(maps))]
-    assert names == ["libcurand.so.10", "libcusolver.so.11"]
-
-
-def run_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loaded: list[str]) -> Any:
-    monkeypatch.setattr(sharedlibs, "scan_roots", lambda: [str(tmp_path)])
-    monkeypatch.setattr(sharedlibs, "loaded_cuda_libraries", lambda: loaded)
-    ctx = SimpleNamespace(duplicate_libraries=None)
-    return ctx, sharedlibs.check_libraries_once(ctx)  # type: ignore[arg-type]
 
 
 def test_the_check_passes_with_duplicates_on_disk_and_records_them(

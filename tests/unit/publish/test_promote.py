@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from imagekit.core import naming
-from imagekit.core.errors import EnvironmentProblem
 from imagekit.plan.cells import Cell, Plan
 from imagekit.plan.matrix import load_plan
 from imagekit.plan.schema import Publish
-from imagekit.publish.policy import ADMITS, Candidate, Selection, final_tags, level_of, select
+from imagekit.publish.policy import ADMITS, Candidate, final_tags, level_of, select
 from imagekit.report.store import BuildReport, CellResult
 from imagekit.report.verification import CheckRecord, Verification
-from tests.conftest import CUDA_BASE, WAIVE_OLD_TORCH
+from testbed.waivers import WAIVE_OLD_TORCH
+from tests.conftest import CUDA_BASE
 from tests.unit.report_samples import WAIVED
 
 DIGEST = "sha256:" + "ab" * 32
@@ -123,7 +121,8 @@ def test_published_tags_come_from_the_matrix_not_the_report(write_matrix: Callab
 
 def test_a_candidate_carries_the_advisories_its_plan_found(write_matrix: Callable[[str], Path]) -> None:
     """What publish promotes carries what the plan admits it with (its findings, each waiver's
-    reason) into the lock entry and the signed statement (``Publisher.entry``, ``attach``)."""
+    reason) into the lock entry and the signed statement (``Publisher.entry``,
+    ``imagekit.publish.attestations``)."""
     plan = _plan(write_matrix)
     (cell,) = plan.cells
     record = replace(result(None), id=cell.id, built_on=date(2026, 11, 29))
@@ -153,38 +152,6 @@ def test_transient_push_errors_match_whole_words() -> None:
         "name unknown: repository thereof",
     ):
         assert not transient_push_error(text), text
-
-
-def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from imagekit.publish import promote as publishing
-    from imagekit.report import store
-    from tests.conftest import REPO, run_cli
-
-    closed: list[bool] = []
-
-    class FakeRegistry:
-        def close(self) -> None:
-            closed.append(True)
-
-    class FakePublisher:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
-
-        def run(self, *args: Any) -> Any:
-            raise EnvironmentProblem("registry down")
-
-    candidate = Candidate("c", "sha256:img", "f" * 64, "validated", ("t",), None)
-    monkeypatch.setattr(store, "read_previous", lambda _: object())
-    monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
-    monkeypatch.setattr(publishing, "connect_registry", lambda *_: FakeRegistry())
-    monkeypatch.setattr(publishing, "Publisher", FakePublisher)
-    monkeypatch.setattr(publishing, "connect", lambda **_: object())
-    result = run_cli(
-        "publish", "-m", str(REPO / "matrix.yaml"), "--registry", "127.0.0.1:5000",
-        "--state-dir", str(tmp_path), "--lock", str(tmp_path / "lock.json"),
-    )  # fmt: skip
-    assert result.exit_code == 3, result.stderr
-    assert closed == [True]
 
 
 # -- staged cells: engine-free promotion, the digest chain, provenance ---------------------------------
@@ -557,122 +524,6 @@ def test_a_staged_image_no_engine_could_pull_moves_no_blob_and_no_tag(
     assert not (tmp_path / "lock.json").exists()
 
 
-def test_publish_connects_to_no_engine_when_every_cell_is_staged(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    from imagekit.publish import promote as publishing
-    from imagekit.publish.promote import PublishOptions
-
-    def no_engine(**_: Any) -> Any:
-        raise AssertionError("publish connected to a Docker engine")
-
-    registry = FakeRegistry()
-    staged = staged_result("checked")
-    candidate = Candidate("c", IMAGE, "f" * 64, "checked", ("t",), staged.verification, staged.staged)
-    monkeypatch.setattr(publishing, "select", lambda *_: Selection((candidate,), (), ()))
-    monkeypatch.setattr(publishing, "connect_registry", lambda *_: registry)
-    monkeypatch.setattr(publishing, "connect", no_engine)
-    registry.close = lambda: None  # type: ignore[attr-defined]
-    options = PublishOptions("reg:5000", "acme/staging", tmp_path / "lock.json")
-    plan = SimpleNamespace(matrix=SimpleNamespace(publish=SimpleNamespace(policy="checked")))
-    run = publishing.publish_cells(plan, [], None, options, print, print, print, lambda _: None)  # type: ignore[arg-type]
-    assert [p.entry.cell for p in run.published] == ["c"]
-    assert not [c for c in registry.calls if c[0] == "mount_blob"]  # staging is the final repository
-
-
-def test_publish_renders_nothing_and_needs_no_wheelhouse(tmp_path: Path) -> None:
-    """The build decided each cell's identity (input digest, build day): publish reads it from the
-    report and never renders again, so a publish runner needs neither templates nor a wheelhouse."""
-    import json
-    import shutil
-    import subprocess
-    import sys
-
-    from imagekit.report.store import write_report
-    from tests.conftest import REPO
-
-    project = tmp_path / "checkout"
-    shutil.copytree(
-        REPO / "examples" / "offline", project, ignore=shutil.ignore_patterns("wheelhouse", ".imagekit")
-    )
-    cells = load_plan(project / "matrix.yaml").cells
-    checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
-
-    def validated(cell: Cell) -> CellResult:
-        verified = Verification(
-            cell.id, IMAGE, "all", "validated", True, True, checks, 1.0, input_digest="f" * 64
-        )
-        record = replace(result(None), id=cell.id, image_id=IMAGE, verification=verified)
-        return replace(record, built_on=date(2026, 12, 1))
-
-    from imagekit.report.store import BuildReport
-
-    report = BuildReport("m", "2026-12-01T00:00:00Z", 1.0, "e", tuple(map(validated, cells)), ())
-    write_report(project / ".imagekit", report)
-    script = (
-        "import json, sys\nfrom imagekit.cli import main\ncode = 0\n"
-        "try:\n    main()\nexcept SystemExit as exit:\n    code = exit.code\n"
-        "loaded = [m for m in sys.modules if m in ('imagekit.render.dockerfile', 'imagekit.render.wheels', "
-        "'imagekit.render.recipe')"
-        " or m.split('.')[0] == 'jinja2']\n"
-        "print(json.dumps({'code': code, 'loaded': loaded}))\n"
-    )
-    argv = ["publish", "--matrix", "matrix.yaml", "--registry", "127.0.0.1:5000", "--dry-run", "--json"]
-    done = subprocess.run(
-        [sys.executable, "-c", script, *argv],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    outcome = json.loads(done.stdout.strip().splitlines()[-1])
-    assert outcome == {"code": 0, "loaded": []}, done.stderr
-    published = json.loads("\n".join(done.stdout.strip().splitlines()[:-1]))["published"]
-    assert [entry["cell"] for entry in published] == [cell.id for cell in cells]
-    assert all(entry["tags"][1].endswith("-20261201") for entry in published), published
-
-
-def _lock_target(kind: str, directory: Path) -> Path:
-    """A --lock path that publish could not replace, or could not read back to merge."""
-    lock = directory / "lock.json"
-    if kind == "a directory":
-        lock.mkdir()
-    elif kind == "a FIFO":
-        os.mkfifo(lock)
-    elif kind == "a symbolic link":
-        lock.symlink_to(directory / "elsewhere")
-    elif kind == "a newer version":
-        lock.write_text('{"version": 99, "images": {}}')
-    elif kind == "not JSON":
-        lock.write_text("{")
-    else:
-        return directory / "state" / {"the report": "report.json", "the state lock": "lock"}[kind]
-    return lock
-
-
-LOCK_TARGETS = ("a directory", "a FIFO", "a symbolic link", "a newer version", "not JSON", "the report")
-LOCK_TARGETS += ("the state lock",)
-
-
-@pytest.mark.parametrize("kind", LOCK_TARGETS)
-def test_a_lock_target_publish_could_not_write_or_read_back_is_refused_first(
-    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from imagekit.publish import promote as publishing
-    from tests.conftest import REPO, run_cli
-
-    (tmp_path / "state").mkdir()
-    lock = _lock_target(kind, tmp_path)
-    monkeypatch.setattr(publishing, "select", lambda *_: pytest.fail("publish got past the lock check"))
-    result = run_cli(
-        "publish", "-m", str(REPO / "matrix.yaml"), "--registry", "127.0.0.1:5000",
-        "--state-dir", str(tmp_path / "state"), "--lock", str(lock),
-    )  # fmt: skip
-    assert result.exit_code == 2, result.stderr
-    assert str(lock) in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
 def test_report_html_never_replaces_the_published_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -683,29 +534,6 @@ def test_report_html_never_replaces_the_published_lock(
     result = run_cli("report", "--state-dir", str(tmp_path / "state"), "--html", "images.lock.json")
     assert result.exit_code == 2 and "the lock file `imagekit publish` writes" in result.stderr
     assert Path("images.lock.json").read_text() == "{}"
-
-
-def test_promotion_into_another_repository_carries_the_referrers(tmp_path: Path) -> None:
-    """What is attached to the staged digest (an attestation) is attached to the promoted one:
-    the artifact's blobs mounted across and the artifact listed for the same subject."""
-    from imagekit.publish.promote import Publisher, PublishOptions
-    from imagekit.registry.manifest import Referrer
-
-    registry = FakeRegistry()
-    registry.manifest = __import__("dataclasses").replace(registry.manifest, digest=STAGED_DIGEST)
-    registry.attached = (Referrer("sha256:" + "a" * 64, "application/vnd.dsse.envelope.v1+json"),)
-    staged = staged_result("checked").staged
-    candidate = Candidate(
-        "c", IMAGE, "f" * 64, "checked", ("t-checked",), staged_result("checked").verification, staged
-    )
-    options = PublishOptions(
-        "reg:5000", "acme/pytorch", tmp_path / "lock.json", staging_repository="acme/staging"
-    )
-    said: list[str] = []
-    published, _ = Publisher(None, registry, options, "checked", said.append).run([candidate])  # type: ignore[arg-type]
-    assert [p.entry.cell for p in published] == ["c"]
-    assert ("attach", "acme/pytorch", registry.manifest.digest, STAGED_DIGEST) in registry.calls
-    assert any("carried 1 referrer" in line for line in said)
 
 
 # -- immutable tags are written once ----------------------------------------------------------------

@@ -17,7 +17,8 @@ from imagekit.core.limits import MAX_SCAN_FINDINGS, SCAN_BYTES
 from imagekit.plan.matrix import load_plan
 from imagekit.publish.scan_gate import ScanFile, ScanGate, ScanRefused, gate_of, read_scan, threshold_flag
 from imagekit.report.scans import ScanSummary, SeverityCounts
-from tests.conftest import CUDA_BASE, REPO, WAIVE_TORCH_2_5, run_cli
+from testbed.waivers import WAIVE_TORCH_2_5
+from tests.conftest import CUDA_BASE, REPO, run_cli
 from tests.unit.publish.test_promote import IMAGE, STAGED_DIGEST, FakeRegistry, staged_result
 
 SCANS = REPO / "tests" / "fixtures" / "scans"
@@ -387,7 +388,7 @@ def test_publish_promotes_a_cell_whose_findings_are_below_the_threshold_with_the
 def test_publish_cli_refuses_on_the_scan_and_writes_no_lock(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from imagekit.publish import promote as publishing
+    from imagekit.publish import publish_run as publishing
     from imagekit.publish.policy import Candidate, Selection
     from imagekit.report.store import BuildReport, read_report, write_report
 

@@ -5,21 +5,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from imagekit.core.errors import EnvironmentProblem, ImagekitError, RegistryError
-from imagekit.core.text import redact
 from imagekit.registry.client import Backoff, Registry
-from imagekit.registry.credentials import Credentials, find_credentials
+from imagekit.registry.credentials import Credentials
 from imagekit.registry.transport import is_local
-from tests.quiet_http import QuietHandler, QuietServer, serve
+from testbed.quiet_http import QuietHandler, QuietServer, serve
 
 
 def test_local_registries_speak_http() -> None:
@@ -28,28 +25,6 @@ def test_local_registries_speak_http() -> None:
     assert not is_local("[2001:db8::1]:5000")
     assert not is_local("ghcr.io") and not is_local("10.0.0.1:5000")
     assert Backoff(4, 0.5, 2).delays() == [0.5, 1.0, 2.0]
-
-
-def test_credentials_from_env_then_docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    auth = base64.b64encode(b"robot:hunter2").decode()
-    (tmp_path / "config.json").write_text(json.dumps({"auths": {"https://ghcr.io": {"auth": auth}}}))
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    found = find_credentials("ghcr.io", environ={})
-    assert found == Credentials("robot", "hunter2")
-    assert "hunter2" not in repr(found)
-    assert find_credentials("quay.io", environ={}) is None
-    env = {"IMAGEKIT_REGISTRY_USER": "u", "IMAGEKIT_REGISTRY_PASSWORD": "p"}
-    assert find_credentials("ghcr.io", environ=env) == Credentials("u", "p")
-
-
-def test_a_password_read_is_masked_in_everything_printed_from_then_on() -> None:
-    """Issue 45: an engine's push error, a registry's answer: whatever repeats it prints it masked."""
-    env = {"IMAGEKIT_REGISTRY_USER": "robot", "IMAGEKIT_REGISTRY_PASSWORD": "s3cret-Registry-Pw"}
-    basic = base64.b64encode(b"robot:s3cret-Registry-Pw").decode()
-    said = f"denied: s3cret-Registry-Pw is wrong (Basic {basic}"
-    assert redact(said) == said
-    find_credentials("ghcr.io", environ=env)
-    assert redact(said) == "denied: *** is wrong (Basic ***"
 
 
 class Stub:
@@ -182,7 +157,7 @@ def test_transient_errors_are_retried_with_backoff() -> None:
     try:
         registry, slept = client(server.host)
         registry.ping()
-        assert slept == [0.1, 0.2, 0.4] and registry.retries == 3
+        assert slept == [0.1, 0.2, 0.4]  # one backoff per retry
     finally:
         server.close()
 
@@ -455,25 +430,6 @@ BOUNDED: dict[str, tuple[Callable[[Scripted, Any], None], Callable[[Registry], o
         "no whole answer within 1s",
     ),
 }
-
-
-@pytest.mark.parametrize("kind", ["a FIFO", "a directory", "2 MiB"])
-def test_the_docker_config_is_read_like_every_other_input(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Class 1: $DOCKER_CONFIG/config.json is a bounded read of a regular file (a FIFO blocked)."""
-    config = tmp_path / "config.json"
-    if kind == "a FIFO":
-        os.mkfifo(config)
-    elif kind == "a directory":
-        config.mkdir()
-    else:
-        with config.open("wb") as sparse:
-            sparse.truncate(2 * MiB)
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    caught = outcome(lambda: find_credentials("ghcr.io", environ={}), seconds=20)
-    assert isinstance(caught, EnvironmentProblem), repr(caught)
-    assert str(config) in caught.message and "\n" not in caught.message
 
 
 def _redirect_to(location: str) -> Callable[[Scripted, Any], None]:

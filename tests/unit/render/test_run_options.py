@@ -22,8 +22,9 @@ from imagekit.render.run_options import (
     WHEELHOUSE_MOUNT,
     apt_cache_mounts,
 )
-from tests.conftest import CUDA_BASE, REPO, WAIVE_OLD_TORCH
-from tests.unit.projects import variants_plan
+from testbed.sample_projects import variants_plan
+from testbed.waivers import WAIVE_OLD_TORCH
+from tests.conftest import CUDA_BASE, REPO
 
 BUILDKIT = BuildSettings(builder="buildkit")
 SHIPPED = (REPO / "matrix.yaml", *sorted((REPO / "examples").glob("*/matrix.yaml")))
@@ -108,7 +109,7 @@ def test_buildkit_binds_the_wheelhouse_to_each_pip_step_and_needs_no_build_stage
         assert "COPY wheelhouse/" not in text and " AS venv-build" not in text, cell_id
         # each pip step binds its own wheel directory: the whole wheelhouse, or a slice of the
         # cell's closure (wheelhouse-cuda-<project>/, wheelhouse-deps/:
-        # tests/unit/render/test_wheel_layers.py)
+        # tests/unit/render/test_layers.py)
         pip_steps = [run for run in runs(text) if "pip install" in run]
         assert pip_steps and all(len(WHEEL_MOUNT.findall(run)) == 1 for run in pip_steps), cell_id
         assert any(WHEELHOUSE_MOUNT in run for run in pip_steps), cell_id

@@ -11,7 +11,8 @@ import pytest
 
 from imagekit.plan.matrix import load_plan
 from imagekit.render import template_code
-from imagekit.render.dockerfile import Renderer, UserTemplates, make_environment
+from imagekit.render.dockerfile import Renderer
+from imagekit.render.environment import UserTemplates, make_environment
 from imagekit.render.template_dirs import default_templates_dir
 from tests.conftest import REPO
 

@@ -19,7 +19,7 @@ from imagekit.render.run_options import (
 )
 from imagekit.render.wheel_toolkit import COMPILER_REQUIREMENT, wheel_toolkit
 from imagekit.render.wheels import slice_closure
-from tests.conftest import WAIVE_TORCH_2_5
+from testbed.waivers import WAIVE_TORCH_2_5
 
 MATRIX = """
 axes:

@@ -16,7 +16,7 @@ import pytest
 from imagekit.core.errors import EnvironmentProblem, InputError
 from imagekit.render import wheels
 from imagekit.render.wheels import Request, WheelResolver, platform_tags
-from tests.unit.projects import wheel
+from testbed.sample_projects import wheel
 
 
 @pytest.fixture

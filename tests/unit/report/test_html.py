@@ -10,7 +10,7 @@ from pathlib import Path
 from imagekit.report.html import render_html
 from imagekit.report.store import write_report
 from tests.conftest import run_cli
-from tests.unit.report_samples import HOSTILE, build_report, sample_report
+from tests.unit.report_samples import HOSTILE, archs_report, build_report, sample_report
 
 
 class Collect(HTMLParser):
@@ -105,3 +105,8 @@ def test_the_page_lists_each_cells_advisories_with_the_waivers_reason() -> None:
     )
     none = replace(report, cells=tuple(replace(c, advisories=()) for c in report.cells))
     assert 'id="advisories"' not in render_html(none)
+
+
+def test_a_row_of_the_html_cell_shows_the_cuda_archs_it_serves() -> None:
+    page = render_html(archs_report())
+    assert "<th>CUDA archs</th><td>sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 (label: " in page

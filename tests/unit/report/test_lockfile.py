@@ -18,10 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagekit.core.errors import InputError
-from imagekit.k8s.manifests import JobOptions, job_manifest
+from imagekit.k8s.manifests import job_manifest
+from imagekit.k8s.options import JobOptions
 from imagekit.report.lockfile import (
     NO_GPU_NOTE,
+    IndexPlatform,
+    LeftOut,
     Lock,
+    LockIndex,
     as_document,
     merge_lock,
     provenance,
@@ -31,7 +35,7 @@ from imagekit.report.lockfile import (
 )
 from imagekit.report.verification import CheckRecord, Verification
 from tests.conftest import run_cli
-from tests.unit.report_samples import LOCK_DIGEST
+from tests.unit.report_samples import LOCK_DIGEST, lock_entry
 from tests.unit.report_samples import lock_entry as entry
 from tests.unit.strategies import json_values
 
@@ -307,3 +311,139 @@ def test_the_lock_counts_failed_checks_as_the_verdict_does() -> None:
     checks = summary.checks
     assert (checks.passed, checks.failed, checks.skipped) == (1, 2, 1)
     assert checks.failed_names == ("gemm_cpu", "inventory")
+
+
+# -- the lock: an index entry agrees with its platforms' entries ----------------------------------
+
+
+ARM_DIGEST = "sha256:" + "7" * 64
+INDEX_DIGEST = "sha256:" + "6" * 64
+
+
+def index_lock(missing: bool = False) -> Lock:
+    amd = lock_entry("c")
+    arm = replace(lock_entry("c-arm64", digest=ARM_DIGEST), platform="linux/arm64")
+    index = LockIndex(
+        group="2.11.0-cuda13.0",
+        registry="ghcr.io",
+        repository="ghcr.io/acme/pytorch",
+        digest=INDEX_DIGEST,
+        tags=("2.11.0-cuda13.0", "2.11.0-cuda13.0-abcdef012345"),
+        input_digest="d" * 64,
+        policy="gpu-validated",
+        level="validated",
+        published_at="2026-12-01T00:00:00Z",
+        platforms={"linux/amd64": IndexPlatform("c", amd.digest, "validated")}
+        | ({} if missing else {"linux/arm64": IndexPlatform("c-arm64", ARM_DIGEST, "validated")}),
+        missing={"linux/arm64": LeftOut("c-arm64", "its build failed")} if missing else {},
+    )
+    return Lock({"c": amd} | ({} if missing else {"c-arm64": arm}), {index.group: index})
+
+
+def test_a_lock_with_an_index_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "images.lock.json"
+    lock = index_lock()
+    merge_lock(path, lock.images, lock.indexes)
+    assert read_lock(path) == lock
+    document = json.loads(path.read_text())
+    assert document["indexes"]["2.11.0-cuda13.0"]["reference"] == f"ghcr.io/acme/pytorch@{INDEX_DIGEST}"
+    partial = index_lock(missing=True)
+    merge_lock(path, partial.images, partial.indexes)
+    # the platform left out is no longer published under the group: its entry goes with it
+    assert read_lock(path) == partial
+    # the cell published again alone: the index no longer says what its tag names
+    merge_lock(path, {"c": lock_entry("c")})
+    assert read_lock(path) == Lock({"c": lock_entry("c")})
+
+
+def test_env_lines_name_each_index_beside_each_platform_image() -> None:
+    """`images --format env`: a Pod or a pull on either machine names the index; each cell's own
+    image stays for the tools that want one platform."""
+    lines = render_lock(index_lock(), "env").splitlines()
+    assert lines == [
+        f"IMAGEKIT_IMAGE_C=ghcr.io/acme/pytorch@{lock_entry('c').digest}",
+        f"IMAGEKIT_IMAGE_C_ARM64=ghcr.io/acme/pytorch@{ARM_DIGEST}",
+        f"IMAGEKIT_INDEX_2_11_0_CUDA13_0=ghcr.io/acme/pytorch@{INDEX_DIGEST}",
+    ]
+
+
+def _index_doc(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    document = as_document(index_lock())
+    change(document)
+    return document
+
+
+GROUP = "2.11.0-cuda13.0"
+HOSTILE_INDEXES: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "an index digest that is no digest": (
+        lambda d: d["indexes"][GROUP].__setitem__("digest", "sha256:$(id)"),
+        f"indexes.{GROUP}.digest: ",
+    ),
+    "a platform imagekit does not know": (
+        lambda d: d["indexes"][GROUP]["platforms"].__setitem__(
+            "linux/riscv64", {"cell": "c", "digest": ARM_DIGEST, "verdict": "validated"}
+        ),
+        f"indexes.{GROUP}.platforms.linux/riscv64",
+    ),
+    "a platform whose cell has no entry": (
+        lambda d: d["images"].pop("c-arm64"),
+        "cell c-arm64 has no image entry of that platform",
+    ),
+    "a platform digest the entry does not name": (
+        lambda d: d["indexes"][GROUP]["platforms"]["linux/arm64"].__setitem__("digest", "sha256:" + "8" * 64),
+        f"indexes.{GROUP}.platforms.linux/arm64: cell c-arm64",
+    ),
+    "an entry of another platform": (
+        lambda d: d["images"]["c-arm64"].__setitem__("platform", "linux/amd64"),
+        f"indexes.{GROUP}.platforms.linux/arm64",
+    ),
+    "a level above its platforms'": (
+        lambda d: d["indexes"][GROUP]["platforms"]["linux/arm64"].__setitem__("verdict", "checked"),
+        f"indexes.{GROUP}.platforms.linux/arm64",
+    ),
+    "a group key that is not its group": (
+        lambda d: d["indexes"][GROUP].__setitem__("group", "other"),
+        "is another group's tag",
+    ),
+    "an index elsewhere": (
+        lambda d: d["indexes"][GROUP].__setitem__("repository", "evil.example/acme/pytorch"),
+        "is not on the entry's registry",
+    ),
+    "a platform both in and left out": (
+        lambda d: d["indexes"][GROUP]["missing"].__setitem__(
+            "linux/arm64", {"cell": "c-arm64", "reason": "x"}
+        ),
+        "names a platform the index holds",
+    ),
+    "no platform": (lambda d: d["indexes"][GROUP].__setitem__("platforms", {}), "an index with no platform"),
+    "a cell in two indexes": (
+        lambda d: d["indexes"].__setitem__("other", {**d["indexes"][GROUP], "group": "other"}),
+        "is a platform of",
+    ),
+    "a verdict that is no verdict": (
+        lambda d: d["indexes"][GROUP]["platforms"]["linux/amd64"].__setitem__("verdict", "failed"),
+        "verdict",
+    ),
+    "indexes a list": (lambda d: d.__setitem__("indexes", []), "indexes: "),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_INDEXES))
+def test_a_hostile_index_entry_is_one_line_naming_file_and_field(tmp_path: Path, case: str) -> None:
+    change, problem = HOSTILE_INDEXES[case]
+    path = tmp_path / "images.lock.json"
+    path.write_text(json.dumps(_index_doc(change)))
+    with pytest.raises(InputError) as caught:
+        read_lock(path)
+    message = caught.value.message
+    assert message.startswith(f"{path}: ") and problem in message and "\n" not in message, message
+
+
+def test_k8s_refuses_a_lock_entry_of_another_platform_than_the_matrix() -> None:
+    from imagekit.report.lockfile import entries_for
+
+    lock = index_lock()
+    chosen = entries_for(lock, {"c": "linux/amd64"}, "acme/pytorch", Path("images.lock.json"))
+    assert chosen.index_of("c") == lock.indexes[GROUP]
+    with pytest.raises(InputError, match=r"images\.c-arm64\.platform: linux/arm64 is not the matrix's"):
+        entries_for(lock, {"c-arm64": "linux/amd64"}, "acme/pytorch", Path("images.lock.json"))

@@ -113,6 +113,29 @@ def test_a_step_is_one_printable_line_clipped() -> None:
     step = "RUN echo \x1b[31mred\nsecond line " + "x" * 1000
     found = pull_cost(*image([layer(BASE, 1)], history(step)), "here").largest_step
     assert "\n" not in found and "\x1b" not in found and len(found) == STEP_CHARS
+    # two steps that differ only past the cut stay two: the floor keys layers by their step
+    other = pull_cost(*image([layer(BASE, 1)], history(step + "y")), "here").largest_step
+    assert other != found and other[:150] == found[:150]
+
+
+def test_two_releases_deps_steps_that_differ_past_the_cut_count_twice_in_the_floor() -> None:
+    """Before: the step was cut at 200 characters, so the other-dependencies steps of torch 2.2.2
+    and 2.3.1 (their triton pins late in the line) were one key and the floor counted one of the
+    two layers (bench/fixtures/pull-cost-three.json: 0.92x the bytes a node must fetch)."""
+    prefix = (
+        "RUN |2 SOURCE_DATE_EPOCH=1704067200 A=b /bin/sh -c pip install --no-deps --no-compile "
+        + "x==1 " * 40
+    )
+
+    def cell(name: str, triton: str) -> PullCost:
+        manifest, config = image(
+            [layer(BASE, 1000), layer(digest(name), 300)],
+            history("ADD file:x in /", f"{prefix}triton=={triton}"),
+        )
+        return pull_cost(manifest, config, name)
+
+    summary = matrix_pull([cell("a", "2.2.0"), cell("b", "2.3.1")])
+    assert summary is not None and summary.floor == summary.distinct
 
 
 @pytest.mark.parametrize(

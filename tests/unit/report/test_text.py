@@ -6,11 +6,28 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from imagekit.core.text import printable
+from imagekit.report.lockfile import (
+    LeftOut,
+    Lock,
+    merge_lock,
+)
 from imagekit.report.store import BuildReport, write_report
-from imagekit.report.text import ROW_HEADERS, markdown, rows, summary_line
+from imagekit.report.text import ROW_HEADERS, cuda_archs, markdown, rows, summary_line
+from imagekit.report.verification import Verification
 from tests.conftest import run_cli
-from tests.unit.report_samples import build_report
+from tests.unit.report.test_lockfile import GROUP, INDEX_DIGEST, index_lock
+from tests.unit.report_samples import (
+    ARCHS_CELL,
+    ARCHS_LABEL,
+    archs_checked,
+    archs_record,
+    archs_report,
+    build_report,
+    lock_entry,
+)
 
 # -- presentation -----------------------------------------------------------------------------------------
 
@@ -189,3 +206,79 @@ def test_report_prints_markup_and_escapes_as_text(tmp_path: Path) -> None:
     assert "\x1b[2J" not in result.stdout and "\u202e" not in result.stdout
     markdown_out = run_cli("report", "--state-dir", str(tmp_path), "--markdown")
     assert markdown_out.exit_code == 1 and "\\[/\\] \\[bold red\\]" in markdown_out.stdout
+
+
+# -- the CUDA archs a cell serves: the arch list the probe read in the image (the cuda_archs check), else
+# the image's cuda-archs label it was given (tests/unit/report/test_html.py, test_junit.py: the same
+# column in the other views)
+
+
+@pytest.mark.parametrize(
+    ("found", "shown"),
+    [
+        (
+            archs_checked(archs_record("pass", "7.5;8.0;8.6;9.0;10.0;12.0")),
+            "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120",
+        ),
+        # the wheel lacks the PTX the label promises: what the image holds, and the label beside it
+        (
+            archs_checked(archs_record("fail")),
+            f"sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 (label: {ARCHS_LABEL})",
+        ),
+        (
+            archs_checked(archs_record("skip", actual=None)),
+            f"{ARCHS_LABEL} (label)",
+        ),  # an old torch: the label only
+        (archs_checked(archs_record("skip", expected=None, actual=None)), ""),  # a CPU build
+        (archs_checked(), ""),  # a probe of an earlier release: no such check
+        (None, ""),  # not verified
+    ],
+)
+def test_the_probes_list_else_the_label(found: Verification | None, shown: str) -> None:
+    assert cuda_archs(found) == shown
+
+
+def test_a_column_in_the_table_and_the_job_summary() -> None:
+    table = {row[0]: dict(zip(ROW_HEADERS, row, strict=True)) for row in rows(archs_report())}
+    assert (
+        table[ARCHS_CELL]["cuda archs"].startswith("sm_75 sm_80")
+        and ARCHS_LABEL in table[ARCHS_CELL]["cuda archs"]
+    )
+    assert table["cuda-unverified"]["cuda archs"] == "-"
+    assert "sm\\_75 sm\\_80" in markdown(archs_report())  # Markdown-escaped like every value
+
+
+# -- the report: what was published, each index's platforms and the ones left out -----------------
+
+
+def test_the_report_shows_each_index_its_platforms_and_the_ones_left_out(tmp_path: Path) -> None:
+    from imagekit.report.html import render_html
+    from imagekit.report.store import write_report
+    from imagekit.report.text import markdown, published_rows
+    from tests.conftest import run_cli
+    from tests.unit.report_samples import build_report
+
+    lock = index_lock(missing=True)
+    index = lock.indexes[GROUP]
+    hostile = replace(index, missing={"linux/arm64": LeftOut("c-arm64", "<b>failed</b> | `x`")})
+    lock = Lock(lock.images, {GROUP: hostile})
+    assert published_rows(lock) == [
+        (
+            f"{GROUP} (index)",
+            INDEX_DIGEST[:19],
+            "linux/amd64: c (validated)",
+            "linux/arm64: c-arm64 (<b>failed</b> | `x`)",
+        )
+    ]
+    text = markdown(build_report(), lock)
+    assert "| published as | digest | platforms | left out |" in text
+    assert "linux/arm64: c-arm64 (&lt;b&gt;failed&lt;/b&gt; \\| \\`x\\`)" in text  # text, never markup
+    page = render_html(build_report(), lock)
+    assert "<td>linux/arm64: c-arm64 (&lt;b&gt;failed&lt;/b&gt; | `x`)</td>" in page
+    alone = Lock({"c-arm64": replace(lock_entry("c-arm64"), platform="linux/arm64")})
+    assert published_rows(alone)[0][2] == "linux/arm64: c-arm64 (validated)"
+    # `imagekit report` reads the lock next to it (or --lock): the table gains what was published
+    write_report(tmp_path / "state", build_report())
+    merge_lock(tmp_path / "lock.json", lock.images, lock.indexes)
+    shown = run_cli("report", "--state-dir", str(tmp_path / "state"), "--lock", str(tmp_path / "lock.json"))
+    assert "published as" in shown.stdout and "linux/amd64: c (validated)" in shown.stdout

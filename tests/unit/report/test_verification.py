@@ -8,7 +8,7 @@ import json
 from imagekit.core.limits import SHORT_CHARS
 from imagekit.report.html import _gpus
 from imagekit.report.text import throttle_note
-from imagekit.report.verification import CheckRecord, GpuFigures, Span, gemm_figures
+from imagekit.report.verification import CheckRecord, GpuFigures, Span, Verification, gemm_figures
 from imagekit.verify.gpus import GpuRequest
 from imagekit.verify.invocation import verdict_of
 
@@ -100,3 +100,13 @@ def test_an_images_odd_figures_become_what_a_report_holds() -> None:
     )  # fmt: skip
     many = {"checks": [{"name": f"c{i}", "status": "pass"} for i in range(5_000)], "gpu_visible": False}
     assert len(verdict_of(many, GpuRequest.parse("none"))[1]) == 1_000
+
+
+def test_verification_round_trips_through_json() -> None:
+    result = Verification(
+        "cell", "img", "all", "validated", True, True, (CheckRecord("torch", "pass", True),), 2.0,
+        metrics={"gemm_perf.tflops": 712.5},
+        gpu_figures=(GpuFigures(0, "H200", 712.5, power_w=Span(80.0, 699.1, 512.0), throttle={"a": 1}),),
+    )  # fmt: skip
+    assert Verification.from_json(result.as_json()) == result
+    assert result.label == "validated"

@@ -343,3 +343,24 @@ def test_a_pass_selects_its_checks() -> None:
     whole = CheckPass.all_gpus(GpuRequest.parse("all"))
     assert whole.arguments() == ["--only", "gemm_gpu,nccl,nccl_bandwidth"] and not whole.frontend
     assert CheckPass(GpuRequest.parse("all")).arguments() == []
+
+
+def test_pull_targets_are_the_staged_digests() -> None:
+    from dataclasses import replace
+
+    from imagekit.verify.harness import Target
+    from imagekit.verify.schedule import targets_for
+    from tests.unit.report_samples import build_report
+
+    report = build_report()
+    built, skipped = report.cells[0], report.cells[1]
+    assert built.staged is not None and built.image_id is not None
+    cells = [SimpleNamespace(id=r.id, platform="linux/arm64") for r in report.cells]
+    targets, missing = targets_for(cells, report, staged=True)  # type: ignore[arg-type]
+    staged = built.staged.reference
+    assert targets == [Target(built.id, staged, built.image_id, built.staged.digest, "linux/arm64")]
+    assert dict(missing)[skipped.id].startswith("never staged; run `imagekit build --push`")
+    assert "its build failed" in dict(missing)["cuda-failed"]
+    # Without --pull the image id runs; its staged digest is still what it was pushed as.
+    targets, _ = targets_for(cells, replace(report, cells=(built,)))  # type: ignore[arg-type]
+    assert targets == [Target(built.id, built.image_id, built.image_id, built.staged.digest, "linux/arm64")]
