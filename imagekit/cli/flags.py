@@ -156,7 +156,7 @@ AttestationPolicyOption = Annotated[
         "--attestation-policy", help="validated (a GPU verification, default) or checked (also without GPU)."
     ),
 ]
-DEFAULT_LOCK = Path("images.lock.json")
+DEFAULT_LOCK = Path("images.lock.json")  # what `publish` writes and `images`, `k8s` and `report` read
 
 
 def parse_mapping(pairs: Sequence[str], option: str) -> tuple[tuple[str, str], ...]:

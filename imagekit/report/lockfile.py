@@ -61,7 +61,6 @@ from imagekit.plan.schema_values import PublishPolicy, ServedFrontend
 from imagekit.probe.protocol import DRIVER, NVIDIA_SMI, PASS, SKIP
 from imagekit.report.verification import CheckRecord, Verification, json_or_text
 
-LOCK_NAME = "images.lock.json"
 LOCK_VERSION = 1
 _FIX = "fix it, or publish again (`imagekit publish` rewrites the entries it publishes)"
 

@@ -648,20 +648,18 @@ def test_a_verification_naming_no_inputs_is_no_verification(policy: str) -> None
     assert reason is not None and "names no input digest" in reason
 
 
-def test_publish_refuses_the_one_cell_whose_verification_is_bound_to_no_inputs(tmp_path: Path) -> None:
-    """One cell's input digest replaced in the report and its verification naming none (as records
-    of earlier releases do): one `refused` line naming the cell and the fix, exit 1, and every other
-    cell decided as before (the dry run would publish them)."""
+def validated_offline_checkout(tmp_path: Path) -> tuple[Path, list[Cell], list[CellResult]]:
+    """A checkout of examples/offline (no wheelhouse, no state) and a validated record of each of
+    its cells, built on 2026-12-01: what a publish runner reads from the build's report."""
     import shutil
 
-    from imagekit.report.store import BuildReport, write_report
-    from tests.conftest import REPO, run_cli
+    from tests.conftest import REPO
 
     project = tmp_path / "checkout"
     shutil.copytree(
         REPO / "examples" / "offline", project, ignore=shutil.ignore_patterns("wheelhouse", ".imagekit")
     )
-    cells = load_plan(project / "matrix.yaml").cells
+    cells = list(load_plan(project / "matrix.yaml").cells)
     checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
 
     def validated(cell: Cell) -> CellResult:
@@ -672,7 +670,17 @@ def test_publish_refuses_the_one_cell_whose_verification_is_bound_to_no_inputs(t
             result(None), id=cell.id, image_id=IMAGE, verification=verified, built_on=date(2026, 12, 1)
         )
 
-    records = [validated(cell) for cell in cells]
+    return project, cells, [validated(cell) for cell in cells]
+
+
+def test_publish_refuses_the_one_cell_whose_verification_is_bound_to_no_inputs(tmp_path: Path) -> None:
+    """One cell's input digest replaced in the report and its verification naming none (as records
+    of earlier releases do): one `refused` line naming the cell and the fix, exit 1, and every other
+    cell decided as before (the dry run would publish them)."""
+    from imagekit.report.store import BuildReport, write_report
+    from tests.conftest import run_cli
+
+    project, cells, records = validated_offline_checkout(tmp_path)
     alone = next(  # a cell that is a group of its own: its refusal takes no other platform along
         i for i, cell in enumerate(cells) if sum(c.readable_tag == cell.readable_tag for c in cells) == 1
     )

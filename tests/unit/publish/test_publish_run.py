@@ -4,8 +4,6 @@ cell is staged, nothing rendered, and a lock it could not write refused before a
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,12 +11,8 @@ from typing import Any
 import pytest
 
 from imagekit.core.errors import EnvironmentProblem
-from imagekit.plan.cells import Cell
-from imagekit.plan.matrix import load_plan
 from imagekit.publish.policy import Candidate, Selection
-from imagekit.report.store import CellResult
-from imagekit.report.verification import CheckRecord, Verification
-from tests.unit.publish.test_promote import IMAGE, FakeRegistry, result, staged_result
+from tests.unit.publish.test_promote import IMAGE, FakeRegistry, staged_result, validated_offline_checkout
 
 
 def test_publish_closes_its_registry_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -80,30 +74,13 @@ def test_publish_renders_nothing_and_needs_no_wheelhouse(tmp_path: Path) -> None
     """The build decided each cell's identity (input digest, build day): publish reads it from the
     report and never renders again, so a publish runner needs neither templates nor a wheelhouse."""
     import json
-    import shutil
     import subprocess
     import sys
 
-    from imagekit.report.store import write_report
-    from tests.conftest import REPO
+    from imagekit.report.store import BuildReport, write_report
 
-    project = tmp_path / "checkout"
-    shutil.copytree(
-        REPO / "examples" / "offline", project, ignore=shutil.ignore_patterns("wheelhouse", ".imagekit")
-    )
-    cells = load_plan(project / "matrix.yaml").cells
-    checks = tuple(CheckRecord(name, "pass", True) for name in ("torch", "cuda_available", "gemm_gpu"))
-
-    def validated(cell: Cell) -> CellResult:
-        verified = Verification(
-            cell.id, IMAGE, "all", "validated", True, True, checks, 1.0, input_digest="f" * 64
-        )
-        record = replace(result(None), id=cell.id, image_id=IMAGE, verification=verified)
-        return replace(record, built_on=date(2026, 12, 1))
-
-    from imagekit.report.store import BuildReport
-
-    report = BuildReport("m", "2026-12-01T00:00:00Z", 1.0, "e", tuple(map(validated, cells)), ())
+    project, cells, records = validated_offline_checkout(tmp_path)
+    report = BuildReport("m", "2026-12-01T00:00:00Z", 1.0, "e", tuple(records), ())
     write_report(project / ".imagekit", report)
     script = (
         "import json, sys\nfrom imagekit.cli import main\ncode = 0\n"
