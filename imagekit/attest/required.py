@@ -18,7 +18,7 @@ from imagekit.attest.index import IndexCheck, verify_index
 from imagekit.attest.statements import Requirement, accepted, load_public_key, parse_age, short_type
 from imagekit.core import naming
 from imagekit.core.errors import ImagekitError, InputError
-from imagekit.core.text import counted, shown
+from imagekit.core.text import counted
 from imagekit.registry.client import Backoff, open_registry
 from imagekit.registry.manifest import INDEX_TYPES
 
@@ -51,18 +51,7 @@ def requirement(policy: str, gpu: str | None, max_age: str | None) -> Requiremen
 
 def split_digest_reference(ref: str) -> tuple[str, str, str]:
     """``registry/repository@sha256:...`` -> (registry, repository path, digest); exit 2 else."""
-    name, digest = naming.split_reference(ref)
-    if (
-        "@" not in ref
-        or digest is None
-        or not naming.DIGEST.fullmatch(digest)
-        or not naming.is_reference(ref)
-    ):
-        raise InputError(f"{shown(ref)}: name the image by digest, REGISTRY/REPOSITORY@sha256:<64 hex>")
-    named = naming.registry_and_path(name)
-    if named is None:
-        raise InputError(f"{shown(ref)}: name the registry (REGISTRY/REPOSITORY@sha256:...)")
-    return *named, digest
+    return naming.pinned_reference(ref, "name the image by digest, REGISTRY/REPOSITORY@sha256:<64 hex>")
 
 
 def check_reference(

@@ -80,25 +80,14 @@ class Target:
 
 
 def parse_target(ref: str) -> Target:
-    """``REGISTRY/REPOSITORY[:TAG]@sha256:...``; InputError (one line) for anything else: a tag
-    alone can move between the check and the rebuild, and the registry must be named."""
-    if "@" not in ref:
-        raise InputError(
-            f"{shown(ref)}: rebuild-check takes an image by digest (REGISTRY/REPOSITORY@sha256:...); a tag"
-            " can move, and the digest is what is checked"
+    """``REGISTRY/REPOSITORY[:TAG]@sha256:...``; InputError (one line) for anything else."""
+    return Target(
+        *naming.pinned_reference(
+            ref,
+            "rebuild-check takes an image by digest (REGISTRY/REPOSITORY@sha256:...); a tag can move,"
+            " and the digest is what is checked",
         )
-    if not naming.is_reference(ref):
-        raise InputError(f"{shown(ref)}: not an image reference (REGISTRY/REPOSITORY@sha256:<64 hex>)")
-    name, digest = naming.split_reference(ref)
-    if digest is None or not naming.DIGEST.fullmatch(digest):
-        raise InputError(f"{shown(ref)}: its digest is not sha256:<64 hex>")
-    named = naming.registry_and_path(name)
-    if named is None:
-        raise InputError(
-            f"{shown(ref)}: names no registry host; write it in full"
-            " (like 127.0.0.1:5000/team/torch@sha256:...)"
-        )
-    return Target(*named, digest)
+    )
 
 
 # -- the published image ------------------------------------------------------------------------------

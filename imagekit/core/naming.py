@@ -22,6 +22,7 @@ from functools import lru_cache
 
 from imagekit.core.errors import InputError
 from imagekit.core.platforms import Platform
+from imagekit.core.text import shown
 from imagekit.probe import protocol
 
 # -- limits of the distribution spec and the engine -------------------------------------------------
@@ -117,6 +118,25 @@ def is_reference(ref: str) -> bool:
     host, _, rest = ref.partition("/")
     port = host.rpartition(":")[2] if rest and ":" in host else ""
     return not port or int(port) <= 65535  # the pattern allows five digits: 99999 is no port
+
+
+def pinned_reference(ref: str, needs_digest: str) -> tuple[str, str, str]:
+    """``REGISTRY/REPOSITORY[:TAG]@sha256:<64 hex>`` -> (registry host, repository path, digest), or
+    one InputError line naming what is missing: a command that checks what an image is takes it by
+    digest (a tag can move between the check and its use), and names the registry it asks.
+    ``needs_digest`` is the caller's sentence for a reference without a digest."""
+    if "@" not in ref:
+        raise InputError(f"{shown(ref)}: {needs_digest}")
+    if not is_reference(ref):
+        raise InputError(f"{shown(ref)}: not an image reference (REGISTRY/REPOSITORY@sha256:<64 hex>)")
+    name, _, digest = ref.rpartition("@")  # REFERENCE holds one '@', before sha256:<64 hex>
+    named = registry_and_path(split_reference(name)[0])
+    if named is None:
+        raise InputError(
+            f"{shown(ref)}: names no registry host; write it in full"
+            " (like 127.0.0.1:5000/team/torch@sha256:...)"
+        )
+    return *named, digest
 
 
 # -- patterns -----------------------------------------------------------------------------------------

@@ -50,8 +50,8 @@ def test_a_reference_by_digest_names_its_registry_repository_and_digest() -> Non
     ("reference", "line"),
     [
         ("127.0.0.1:5000/team/torch:2.4", "name the image by digest, REGISTRY/REPOSITORY@sha256:<64 hex>"),
-        ("127.0.0.1:5000/team/torch@sha256:abc", "name the image by digest"),
-        (f"team/torch@{DIGEST}", "name the registry (REGISTRY/REPOSITORY@sha256:...)"),
+        ("127.0.0.1:5000/team/torch@sha256:abc", "not an image reference"),
+        (f"team/torch@{DIGEST}", "names no registry host; write it in full"),
     ],
 )
 def test_a_reference_not_by_digest_is_one_line(reference: str, line: str) -> None:

@@ -234,3 +234,29 @@ def test_repo_digest_of_a_pinned_reference_is_its_pin() -> None:
     image = {"RepoDigests": [first, pin]}
     assert repo_digest(image, "nvidia/cuda:12.1@sha256:" + "2" * 64) == pin
     assert repo_digest(image, "nvidia/cuda:12.1") == first
+
+
+PINNED = "sha256:" + "c" * 64
+
+
+@pytest.mark.parametrize(
+    ("ref", "says"),
+    [
+        ("127.0.0.1:5000/team/torch:2.4", "'127.0.0.1:5000/team/torch:2.4': say it by digest"),
+        ("127.0.0.1:5000/team/torch@sha256:abc", "not an image reference"),
+        ("127.0.0.1:5000/team/torch@sha256:" + "C" * 64, "not an image reference"),
+        ("team/torch@" + PINNED, "names no registry host; write it in full"),
+        ("127.0.0.1:99999/team/torch@" + PINNED, "not an image reference"),
+    ],
+)
+def test_a_pinned_reference_names_what_it_lacks_in_one_line(ref: str, says: str) -> None:
+    """The one parser of an image by digest (rebuild-check's target, attest verify's image): the
+    caller's sentence for a missing digest, one line for every other lack."""
+    with pytest.raises(InputError) as refused:
+        naming.pinned_reference(ref, "say it by digest")
+    assert says in refused.value.message and "\n" not in refused.value.message
+
+
+def test_a_pinned_reference_keeps_its_registry_path_and_digest_and_drops_the_tag() -> None:
+    assert naming.pinned_reference("localhost/a/b:1@" + PINNED, "") == ("localhost", "a/b", PINNED)
+    assert naming.pinned_reference("reg.example:443/t@" + PINNED, "") == ("reg.example:443", "t", PINNED)
